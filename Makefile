@@ -1,0 +1,31 @@
+# Two commands on a fresh clone:  `make demo` (main job on the embedded default) and `make test`.
+# Both create/reuse the virtualenv $(VENV), install the CPU torch wheel when no torch is present
+# (an existing torch of the system python, e.g. a CUDA build, is kept via --system-site-packages),
+# install the project in editable mode, and run.
+VENV ?= .venv
+PYTHON ?= python3
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.accept-heads-installed
+SYSTEM_TORCH := $(shell $(PYTHON) -c 'import torch' >/dev/null 2>&1 && echo --system-site-packages)
+OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
+
+.PHONY: setup demo test clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(SYSTEM_TORCH) $(VENV)
+	@$(PY) -c 'import torch' >/dev/null 2>&1 || $(PY) -m pip install --quiet $(TORCH_SPEC)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+demo: setup
+	$(OFFLINE) $(PY) -m data_gen.zoo
+
+test: setup
+	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,50 @@
+"""What every Hydra entry point shares: config → typed objects, dry runs, one-line errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from accept_heads.config import Config, ConfigError, register_configs
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+
+register_configs()
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """Exception types that describe bad input: shown as one line, never as a traceback."""
+    from decode.hub import ModelLoadError
+
+    errors: list[type[Exception]] = [ConfigError, ModelLoadError, FileNotFoundError]
+    try:
+        from data_gen.prompts import PromptSourceError
+    except ImportError:  # the prompts package is optional for config-only commands
+        pass
+    else:
+        errors.append(PromptSourceError)
+    return tuple(errors)
+
+
+def to_config(cfg: DictConfig) -> Config:
+    """Resolve every interpolation and build the typed config (runs the ``__post_init__`` checks)."""
+    config = OmegaConf.to_object(cfg)
+    assert isinstance(config, Config)
+    return config
+
+
+def run_entry(cfg: DictConfig, command: str, task: Callable[[Config], Any]) -> Any:
+    """Validate ``cfg``; on ``dry_run`` print it and stop; else run ``task`` with clean errors."""
+    try:
+        config = to_config(cfg)
+        if config.dry_run:
+            print(OmegaConf.to_yaml(cfg, resolve=True), end="")
+            print(f"[{command}] dry run: config '{config.exp_name}' is valid; nothing was loaded.")
+            return None
+        return task(config)
+    except user_errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,265 @@
+"""Structured config schemas shared by every entry point, registered in Hydra's ConfigStore.
+
+The YAML tree under ``conf/`` is merged onto these dataclasses in struct mode, so a mistyped
+key fails at compose time. ``OmegaConf.to_object`` turns a composed config into these
+dataclass instances, which runs the ``__post_init__`` cross-checks: library code receives
+typed objects, never a ``DictConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+ZOO_PREFIX = "zoo:"
+RULE_NAMES = ("speculative", "greedy", "fuzzy", "ensemble")
+DIVERGENCES = ("js", "kl", "tv")
+TIMINGS = ("post", "pre")
+HEAD_KINDS = ("specdecpp", "sv_profile")
+LOGGERS = ("csv", "wandb", "tensorboard", "none")
+TRUNCATION = ("skip", "left")
+SPLITS = ("train", "dev", "test")
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message names the key and the valid choices."""
+
+
+def _choice(key: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise ConfigError(f"{key}={value!r} is not valid; choose one of {', '.join(map(str, choices))}")
+
+
+@dataclass
+class ModelSpec:
+    """One model: a hub id, a local ``save_pretrained`` directory, or ``zoo:<role>``."""
+
+    id: str = MISSING
+    revision: Optional[str] = None
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    device_map: Optional[str] = None  # e.g. "auto" to shard a large target over GPUs
+
+    def __post_init__(self) -> None:
+        _choice("dtype", self.dtype, ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"))
+
+
+@dataclass
+class ModelsConfig:
+    """The model trio: target verifies, draft proposes, optional companion (SV / ensembles)."""
+
+    name: str = "tiny-code"
+    target: ModelSpec = field(default_factory=lambda: ModelSpec(id="zoo:target"))
+    draft: ModelSpec = field(default_factory=lambda: ModelSpec(id="zoo:draft"))
+    companion: Optional[ModelSpec] = field(default_factory=lambda: ModelSpec(id="zoo:companion"))
+
+
+@dataclass
+class PromptsConfig:
+    """Where prompts come from and how they become model input."""
+
+    source: str = "builtin"  # builtin | alpaca | humaneval | gsm8k | sharegpt | /path/to/file.{jsonl,json,parquet}
+    style: Optional[str] = "function"  # builtin styles: function | module
+    template: str = "raw"  # raw | alpaca | chat
+    revision: Optional[str] = None  # dataset revision for hub sources
+    text_field: str = "text"  # for local files
+    sizes: Dict[str, int] = field(default_factory=lambda: {"train": 1500, "dev": 100, "test": 100})
+    ood: List[str] = field(default_factory=lambda: ["builtin:module"])  # out-of-distribution test sets
+    max_prompt_tokens: int = 128
+    truncation: str = "skip"  # prompts over max_prompt_tokens: skip (counted) or truncate from the left
+
+    def __post_init__(self) -> None:
+        _choice("prompts.truncation", self.truncation, TRUNCATION)
+        for split in self.sizes:
+            _choice("prompts.sizes key", split, SPLITS)
+        if self.max_prompt_tokens < 1:
+            raise ConfigError("prompts.max_prompt_tokens must be >= 1")
+
+
+@dataclass
+class SamplingConfig:
+    """Sampling transform applied identically to target, draft and companion (0 = greedy)."""
+
+    temperature: float = 1.0
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError("sampling.temperature must be >= 0 (0 means greedy)")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError("sampling.top_p must be in (0, 1]")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError("sampling.top_k must be >= 1")
+
+
+@dataclass
+class RulesConfig:
+    """Verification rules to label (collection) and to decode with (evaluation)."""
+
+    names: List[str] = field(default_factory=lambda: list(RULE_NAMES))
+    fuzzy_divergence: str = "js"  # divergence used when decoding with the fuzzy rule
+    fuzzy_threshold: float = 0.3
+    ensemble_kind: str = "weighted"  # weighted | contrastive
+    ensemble_weight: float = 0.5  # λ of r = λ q + (1 - λ) p
+    ensemble_mu: float = 0.1  # μ of r = softmax(l_p - μ l_q)
+
+    def __post_init__(self) -> None:
+        for name in self.names:
+            _choice("rules.names", name, RULE_NAMES)
+        _choice("rules.fuzzy_divergence", self.fuzzy_divergence, DIVERGENCES)
+        _choice("rules.ensemble_kind", self.ensemble_kind, ("weighted", "contrastive"))
+        if not 0 <= self.ensemble_weight <= 1:
+            raise ConfigError("rules.ensemble_weight must be in [0, 1]")
+
+
+@dataclass
+class CollectConfig:
+    """Data collection: target responses and per-token labels."""
+
+    splits: List[str] = field(default_factory=lambda: ["train", "dev"])
+    max_new_tokens: int = 128
+    batch_size: int = 16
+    shard_size: int = 64  # prompts per shard (the unit of resumption)
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        for split in self.splits:
+            _choice("collect.splits", split, SPLITS)
+        if self.max_new_tokens < 1 or self.batch_size < 1 or self.shard_size < 1:
+            raise ConfigError("collect.max_new_tokens, batch_size and shard_size must be >= 1")
+
+
+@dataclass
+class HeadConfig:
+    """The acceptance predictor: a SpecDec++ ResNet head or an SV binning profile."""
+
+    kind: str = "specdecpp"
+    timing: str = "pre"  # post: state after consuming y_i (paper, +1 draft call); pre: state producing q_i + features
+    depth: int = 3
+    use_companion: bool = False  # add the companion indicators X, Y as features
+    rule: str = "speculative"  # which label column to train on
+    fuzzy_divergence: str = "js"
+    fuzzy_threshold: float = 0.3
+    mixing_r: float = 0.15  # probability of keeping the target token in token mixing
+    thresholds: List[float] = field(
+        default_factory=lambda: [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99]
+    )
+    k_min: int = 1
+    k_max: int = 20
+    x_bins: int = 20  # SV profile bins on X
+    y_bins: int = 10  # SV profile bins on Y
+    min_bin_count: int = 20  # sparser SV bins back off to their row marginal
+
+    def __post_init__(self) -> None:
+        _choice("head.kind", self.kind, HEAD_KINDS)
+        _choice("head.timing", self.timing, TIMINGS)
+        _choice("head.rule", self.rule, RULE_NAMES)
+        _choice("head.fuzzy_divergence", self.fuzzy_divergence, DIVERGENCES)
+        if self.depth < 1:
+            raise ConfigError("head.depth must be >= 1")
+        if not 0 <= self.mixing_r <= 1:
+            raise ConfigError("head.mixing_r must be in [0, 1]")
+        if not 1 <= self.k_min <= self.k_max:
+            raise ConfigError("need 1 <= head.k_min <= head.k_max")
+        if any(not 0 < h < 1 for h in self.thresholds):
+            raise ConfigError("head.thresholds must lie in (0, 1)")
+
+
+@dataclass
+class LossConfig:
+    """Weighted BCE with soft labels (DESIGN §2)."""
+
+    w_acc: float = 1.0
+    w_rej: float = 6.0
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up then cosine decay."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 50
+    batch_size: int = 32  # sequences per optimiser step before accumulation
+
+
+@dataclass
+class TrainerConfig:
+    """Lightning Trainer settings; presets live in conf/trainer/."""
+
+    accelerator: str = "cpu"
+    devices: Any = 1
+    strategy: str = "auto"
+    num_nodes: int = 1
+    precision: str = "32-true"
+    max_epochs: int = 3
+    max_steps: int = -1
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: Optional[float] = 1.0
+    log_every_n_steps: int = 10
+    val_check_interval: Optional[float] = None
+    fast_dev_run: bool = False
+    early_stopping_patience: Optional[int] = None
+    num_workers: int = 0
+
+
+@dataclass
+class LoggerConfig:
+    """Experiment logger: CSV by default; W&B (offline unless configured) or TensorBoard."""
+
+    kind: str = "csv"
+    project: str = "accept-heads"
+    wandb_mode: str = "offline"
+
+    def __post_init__(self) -> None:
+        _choice("logger.kind", self.kind, LOGGERS)
+
+
+@dataclass
+class CostConfig:
+    """Cost model T = t_d N_d + t_t N_t (DESIGN §5); defaults: the paper's 7B/70B pair."""
+
+    t_draft: float = 0.0236
+    t_target: float = 0.112
+
+
+@dataclass
+class PathsConfig:
+    """Where artifacts go. ``zoo_dir`` null = the default cache (or $ACCEPT_HEADS_ZOO_DIR)."""
+
+    root: str = "runs"
+    zoo_dir: Optional[str] = None
+    run_dir: str = "${paths.root}/${exp_name}"
+    data_dir: str = "${paths.run_dir}/data"
+    head_dir: str = "${paths.run_dir}/heads"
+
+
+@dataclass
+class Config:
+    """Root config of every entry point (collect, train, evaluate)."""
+
+    exp_name: str = "tiny"
+    seed: int = 0
+    dry_run: bool = False
+    ckpt_path: Optional[str] = None  # "last" resumes training from the run's last checkpoint
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    rules: RulesConfig = field(default_factory=RulesConfig)
+    collect: CollectConfig = field(default_factory=CollectConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+
+
+def register_configs() -> None:
+    """Register the root schema in Hydra's ConfigStore (``conf/config.yaml`` extends it)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="config_schema", node=Config)

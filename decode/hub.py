@@ -1,0 +1,91 @@
+"""Loading models and tokenizers through ``from_pretrained``, with one-line errors.
+
+Any model spec (a hub id or a local directory written by ``save_pretrained``) goes through
+``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``. When the model
+cannot be found (offline, typo, gated repo) the caller gets a :class:`ModelLoadError` whose
+message is one readable line naming the model and how to provide a local copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+
+
+class ModelLoadError(RuntimeError):
+    """A model or tokenizer could not be loaded; the message says which and how to fix it."""
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
+    """Map a config string (``auto``, ``bf16``, ``float32`` …) to what ``from_pretrained`` takes."""
+    if dtype is None or dtype == "auto":
+        return "auto"
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; choose auto or one of {', '.join(_DTYPES)}") from None
+
+
+def _load_error(kind: str, name_or_path: str, revision: str | None, error: Exception) -> ModelLoadError:
+    where = f"{name_or_path}@{revision}" if revision else name_or_path
+    if Path(name_or_path).exists():
+        hint = f"the directory exists but is not a valid {kind} checkpoint ({type(error).__name__}: {error})"
+    else:
+        hint = (
+            "not a local directory and not reachable on the model hub (offline or unknown id); "
+            "download it where there is network (`hf download "
+            f"{name_or_path}`) and pass the local directory instead"
+        )
+    first_line = hint.splitlines()[0] if hint else ""
+    return ModelLoadError(f"cannot load {kind} '{where}': {first_line}")
+
+
+def load_causal_lm(
+    name_or_path: str,
+    *,
+    revision: str | None = None,
+    dtype: str | torch.dtype | None = "auto",
+    device_map: str | dict[str, Any] | None = None,
+) -> PreTrainedModel:
+    """Load a causal LM in eval mode via ``AutoModelForCausalLM.from_pretrained``."""
+    kwargs: dict[str, Any] = {"revision": revision, "dtype": resolve_dtype(dtype)}
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), **kwargs)
+    except (OSError, ValueError) as error:
+        raise _load_error("model", str(name_or_path), revision, error) from error
+    return model.eval()
+
+
+def load_tokenizer(name_or_path: str, *, revision: str | None = None) -> PreTrainedTokenizerBase:
+    """Load a tokenizer via ``AutoTokenizer.from_pretrained``."""
+    try:
+        return AutoTokenizer.from_pretrained(str(name_or_path), revision=revision)
+    except (OSError, ValueError) as error:
+        raise _load_error("tokenizer", str(name_or_path), revision, error) from error
+
+
+def tokenizer_hash(tokenizer: PreTrainedTokenizerBase) -> str:
+    """SHA-256 of a tokenizer's vocabulary and special tokens: equal hashes, equal token ids."""
+    payload = {
+        "vocab": sorted(tokenizer.get_vocab().items(), key=lambda item: item[1]),
+        "special": {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())},
+    }
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()

@@ -1,0 +1,121 @@
+"""Every experiment composes against the structured schema; typos fail at compose time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from accept_heads.cli import CONF_DIR, to_config
+from accept_heads.config import Config, ConfigError
+
+EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "exp").glob("*.yaml"))
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_the_expected_experiments_exist():
+    assert {"tiny", "llama70b", "gemma27b", "qwen72b_sv", "llama8b_cd"} <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("exp", EXPERIMENTS)
+def test_every_experiment_composes_and_validates(exp):
+    config = to_config(_compose(f"+exp={exp}"))
+    assert isinstance(config, Config)
+    assert config.exp_name == exp
+
+
+@pytest.mark.parametrize("exp", EXPERIMENTS)
+def test_experiment_files_are_global_packages_holding_differences(exp):
+    text = (Path(CONF_DIR) / "exp" / f"{exp}.yaml").read_text()
+    assert text.startswith("# @package _global_")
+
+
+def test_paper_experiment_uses_real_hub_ids_and_reference_hyperparameters():
+    config = to_config(_compose("+exp=llama70b"))
+    assert config.models.target.id == "meta-llama/Llama-2-70b-chat-hf"
+    assert config.models.draft.id == "meta-llama/Llama-2-7b-chat-hf"
+    assert config.models.target.dtype == "bfloat16"
+    assert config.prompts.sizes == {"train": 40000, "dev": 10000, "test": 2000}
+    assert set(config.prompts.ood) == {"humaneval", "gsm8k"}
+    assert (config.head.depth, config.loss.w_rej, config.head.mixing_r, config.head.k_max) == (3, 6.0, 0.15, 20)
+
+
+def test_sv_and_ensemble_experiments():
+    sv = to_config(_compose("+exp=qwen72b_sv"))
+    assert sv.head.kind == "sv_profile" and sv.models.companion is not None
+    assert sv.models.companion.id == "Qwen/Qwen2.5-1.5B-Instruct"
+    cd = to_config(_compose("+exp=llama8b_cd"))
+    assert cd.rules.ensemble_kind == "contrastive" and cd.rules.ensemble_mu == pytest.approx(0.1)
+
+
+def test_default_is_the_embedded_tiny_trio():
+    config = to_config(_compose())
+    assert config.models.target.id.startswith("zoo:")
+    assert config.prompts.source == "builtin"
+
+
+def test_typo_in_key_fails_at_compose_time_naming_the_key():
+    with pytest.raises(ConfigCompositionException) as excinfo:
+        _compose("+exp=tiny", "trainer.max_stepz=1")
+    assert "max_stepz" in str(excinfo.value.__cause__ or excinfo.value)
+
+
+def test_typo_in_a_yaml_group_file_fails(tmp_path):
+    bad_conf = tmp_path / "conf"
+    import shutil
+
+    shutil.copytree(CONF_DIR, bad_conf)
+    (bad_conf / "exp" / "typo.yaml").write_text("# @package _global_\nhead:\n  dpeth: 3\n")
+    with initialize_config_dir(config_dir=str(bad_conf), version_base="1.3"):
+        with pytest.raises(ConfigCompositionException, match="dpeth"):
+            compose(config_name="config", overrides=["+exp=typo"])
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [("head.timing=middle", "head.timing"), ("rules.names=[exact]", "rules.names"), ("sampling.temperature=-1", "temperature")],
+)
+def test_invalid_values_fail_validation_naming_the_key(override, key):
+    with pytest.raises(ConfigError, match=key):
+        to_config(_compose(override))
+
+
+def test_wrong_type_fails_at_compose_time():
+    with pytest.raises(ConfigCompositionException, match="depth"):
+        _compose("head.depth=three")
+
+
+@pytest.mark.parametrize("module", ["data_gen.collect", "accept_heads.train"])
+@pytest.mark.parametrize("exp", ["tiny", "llama70b"])
+def test_dry_run_prints_resolved_config_and_loads_nothing(module, exp, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", module, f"+exp={exp}", "dry_run=true", f"paths.root={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    printed = OmegaConf.create(result.stdout.rsplit("\n[", 1)[0])
+    assert printed.exp_name == exp
+    assert printed.paths.run_dir == f"{tmp_path}/{exp}"  # interpolations resolved
+    assert "dry run" in result.stdout
+
+
+def test_cli_typo_exits_nonzero_naming_the_key(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "accept_heads.train", "+exp=tiny", "trainer.max_stepz=1", f"paths.root={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "max_stepz" in result.stderr
