@@ -38,6 +38,9 @@ def to_config(cfg: DictConfig) -> Config:
 
 def run_entry(cfg: DictConfig, command: str, task: Callable[[Config], Any]) -> Any:
     """Validate ``cfg``; on ``dry_run`` print it and stop; else run ``task`` with clean errors."""
+    from decode.hub import quiet_hub_logs
+
+    quiet_hub_logs()
     try:
         config = to_config(cfg)
         if config.dry_run:

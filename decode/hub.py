@@ -82,6 +82,13 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None) -> PreTrai
         raise _load_error("tokenizer", str(name_or_path), revision, error) from error
 
 
+def quiet_hub_logs() -> None:
+    """Silence the hub client's retry warnings: command-line tools report one line of their own."""
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub_logging.set_verbosity_error()
+
+
 def tokenizer_hash(tokenizer: PreTrainedTokenizerBase) -> str:
     """SHA-256 of a tokenizer's vocabulary and special tokens: equal hashes, equal token ids."""
     payload = {
