@@ -36,11 +36,22 @@ def to_config(cfg: DictConfig) -> Config:
     return config
 
 
-def run_entry(cfg: DictConfig, command: str, task: Callable[[Config], Any]) -> Any:
-    """Validate ``cfg``; on ``dry_run`` print it and stop; else run ``task`` with clean errors."""
+def quiet_library_output() -> None:
+    """Keep the terminal for our own progress bars and tables: no per-file loading/saving bars."""
+    import datasets
+    import transformers
+
     from decode.hub import quiet_hub_logs
 
     quiet_hub_logs()
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
+def run_entry(cfg: DictConfig, command: str, task: Callable[[Config], Any]) -> Any:
+    """Validate ``cfg``; on ``dry_run`` print it and stop; else run ``task`` with clean errors."""
+    quiet_library_output()
     try:
         config = to_config(cfg)
         if config.dry_run:

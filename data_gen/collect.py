@@ -1,19 +1,210 @@
-"""``python -m data_gen.collect [+exp=NAME] [overrides]``: collect labelled training data."""
+"""``python -m data_gen.collect [+exp=NAME] [overrides]``: collect labelled training data.
+
+One target pass per prompt: the target samples a response and its per-step logits are kept; the
+draft (and the companion) run once over the same tokens; every position gets the draft's sample,
+divergences, SV indicators and one label per configured rule. Output: HF ``datasets`` Arrow shards
+per split plus ``manifest.json`` (see :mod:`data_gen.shards`). Safe to kill and re-run.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
 import hydra
+import torch
 from omegaconf import DictConfig
+from tqdm.auto import tqdm
 
 from accept_heads.cli import CONF_DIR, run_entry
 from accept_heads.config import Config, ConfigError
+from data_gen.distributed import World, close_world, init_world, local_device
+from data_gen.encoding import EncodedPrompt, encode_prompts
+from data_gen.generation import generate_responses, teacher_forced_logits
+from data_gen.labels import label_rules, position_columns
+from data_gen.manifest import build_manifest, print_summary
+from data_gen.models import Trio, load_trio
+from data_gen.prompts import load_prompts
+from data_gen.shards import claim_directory, complete_shards, write_json_atomic, write_shard, MANIFEST_FILE
+from decode.sampling import Sampling
+
+log = logging.getLogger(__name__)
+
+POSITION_FLOAT_COLUMNS = ("draft_prob", "target_prob", "draft_entropy", "draft_top_prob", "js", "kl", "tv")
+POSITION_INT_COLUMNS = ("draft_token", "draft_argmax", "target_argmax")
 
 
-def collect(config: Config) -> dict:
-    """Collect target responses with per-token labels (implemented in issue [3/6])."""
-    raise ConfigError(
-        "collection is not available yet in this version; run with dry_run=true to validate a config"
+@dataclass
+class SplitProgress:
+    """What this invocation did for one split (the manifest recounts the data itself)."""
+
+    prompts_available: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    shards_total: int = 0
+    shards_written: int = 0
+    response_tokens: int = 0
+    seconds: float = 0.0
+
+
+def prompt_seed(seed: int, prompt_id: str) -> int:
+    """Per-prompt seed: a response does not depend on batch composition or on the rank."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{prompt_id}".encode()).digest()[:8], "little") & (2**63 - 1)
+
+
+def features_for(column_names: list[str]) -> datasets.Features:
+    """Arrow schema of a shard row: ids, token lists and per-position columns."""
+    ints = datasets.List(datasets.Value("int32"))
+    floats = datasets.List(datasets.Value("float32"))
+    spec: dict[str, Any] = {
+        "prompt_id": datasets.Value("string"),
+        "prompt_ids": ints,
+        "response_ids": ints,
+        "finished": datasets.Value("bool"),
+    }
+    for name in column_names:
+        spec[name] = ints if name in POSITION_INT_COLUMNS else floats
+    return datasets.Features(spec)
+
+
+def fingerprint(config: Config, trio_description: dict[str, Any]) -> dict[str, Any]:
+    """Everything that changes the collected data; a directory never mixes two fingerprints."""
+    return {
+        "models": trio_description,
+        "prompts": asdict(config.prompts),
+        "sampling": asdict(config.sampling),
+        "rules": asdict(config.rules),
+        "max_new_tokens": config.collect.max_new_tokens,
+        "shard_size": config.collect.shard_size,
+        "seed": config.seed,
+    }
+
+
+def collect_batch(trio: Trio, batch: list[EncodedPrompt], config: Config, label_columns: dict) -> list[dict]:
+    """Generate, score and label one batch of prompts; one row per prompt."""
+    sampling = Sampling(**asdict(config.sampling))
+    generators = [torch.Generator().manual_seed(prompt_seed(config.seed, p.prompt_id)) for p in batch]
+    tokenizer = trio.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    generated = generate_responses(
+        trio.target,
+        [p.token_ids for p in batch],
+        sampling=sampling,
+        max_new_tokens=config.collect.max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=pad,
+        generators=generators,
     )
+    q_logits = teacher_forced_logits(trio.draft, generated)
+    c_logits = teacher_forced_logits(trio.companion, generated) if trio.companion is not None else None
+    rows = []
+    for row, (prompt, generator) in enumerate(zip(batch, generators)):
+        n = generated.response_lengths[row]
+        columns = position_columns(
+            generated.target_logits[row, :n],
+            q_logits[row, :n],
+            None if c_logits is None else c_logits[row, :n],
+            sampling=sampling,
+            label_columns=label_columns,
+            generator=generator,
+        )
+        response = generated.response_ids(row)
+        rows.append(
+            {
+                "prompt_id": prompt.prompt_id,
+                "prompt_ids": prompt.token_ids,
+                "response_ids": response.tolist(),
+                "finished": bool(n and response[-1].item() == tokenizer.eos_token_id),
+                **{name: values.tolist() for name, values in columns.items()},
+            }
+        )
+    return rows
+
+
+def collect_split(trio: Trio, config: Config, split: str, root: Path, world: World) -> SplitProgress:
+    """Collect the shards of ``split`` that this rank owns and that are not complete yet."""
+    prompts_cfg = config.prompts
+    size = prompts_cfg.sizes.get(split)
+    prompts = load_prompts(
+        prompts_cfg.source,
+        split,
+        size=size,
+        style=prompts_cfg.style,
+        seed=config.seed,
+        revision=prompts_cfg.revision,
+        text_field=prompts_cfg.text_field,
+        sizes=None if prompts_cfg.source == "builtin" else dict(prompts_cfg.sizes),
+    )
+    budget = min(prompts_cfg.max_prompt_tokens, context_length(trio) - config.collect.max_new_tokens)
+    if budget < 1:
+        raise ConfigError(
+            f"collect.max_new_tokens={config.collect.max_new_tokens} leaves no room for a prompt in the "
+            f"models' context of {context_length(trio)} tokens; lower it"
+        )
+    encoded, skipped = encode_prompts(prompts, trio.tokenizer, prompts_cfg.template, budget, prompts_cfg.truncation)
+    shard_size = config.collect.shard_size
+    shards = [encoded[i : i + shard_size] for i in range(0, len(encoded), shard_size)]
+    done = {int(p.name.split("_")[1]) for p in complete_shards(root, split)}
+    todo = [i for i in range(len(shards)) if world.owns(i) and i not in done]
+    progress = SplitProgress(prompts_available=len(encoded), skipped=skipped, shards_total=len(shards))
+    label_columns = label_rules(config.rules)
+    column_names: list[str] | None = None
+    started = time.perf_counter()
+    bar = tqdm(total=sum(len(shards[i]) for i in todo), desc=f"collect {split}", unit="prompt",
+               disable=not world.is_main and world.size > 1)
+    for index in todo:
+        rows: list[dict] = []
+        for start in range(0, len(shards[index]), config.collect.batch_size):
+            batch = shards[index][start : start + config.collect.batch_size]
+            rows.extend(collect_batch(trio, batch, config, label_columns))
+            progress.response_tokens += sum(len(r["response_ids"]) for r in rows[-len(batch):])
+            bar.update(len(batch))
+            bar.set_postfix(tok_s=f"{progress.response_tokens / max(time.perf_counter() - started, 1e-9):.0f}")
+        if column_names is None:
+            column_names = [k for k in rows[0] if k not in ("prompt_id", "prompt_ids", "response_ids", "finished")]
+        write_shard(root, split, index, rows, features_for(column_names))
+        progress.shards_written += 1
+    bar.close()
+    progress.seconds = time.perf_counter() - started
+    return progress
+
+
+def context_length(trio: Trio) -> int:
+    """The shortest context among the loaded models."""
+    models = [m for m in (trio.target, trio.draft, trio.companion) if m is not None]
+    return min(int(getattr(m.config, "max_position_embeddings", 10**9)) for m in models)
+
+
+def collect(config: Config) -> dict[str, Any]:
+    """Run the collection described by ``config``; returns the manifest."""
+    world = init_world()
+    started = time.perf_counter()
+    try:
+        torch.manual_seed(config.seed)
+        trio = load_trio(config.models, config.paths.zoo_dir, with_companion=config.models.companion is not None)
+        device = local_device(world)
+        for model in (trio.target, trio.draft, trio.companion):
+            if model is not None and getattr(model, "hf_device_map", None) is None:
+                model.to(device)
+        root = Path(config.paths.data_dir)
+        if world.is_main:
+            claim_directory(root, fingerprint(config, trio.description), overwrite=config.collect.overwrite)
+            (root / MANIFEST_FILE).unlink(missing_ok=True)  # the manifest is rewritten when the run completes
+        world.barrier()
+        progress = {split: collect_split(trio, config, split, root, world) for split in config.collect.splits}
+        world.barrier()
+        manifest: dict[str, Any] = {}
+        if world.is_main:
+            manifest = build_manifest(config, trio, root, progress, time.perf_counter() - started, world.size)
+            write_json_atomic(root / MANIFEST_FILE, manifest)
+            print_summary(manifest)
+        return manifest
+    finally:
+        close_world(world)
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")

@@ -19,3 +19,40 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+MICRO_SHAPES = {  # role: (layers, hidden, heads, seed)
+    "target": (2, 48, 4, 1),
+    "draft": (1, 32, 2, 2),
+    "companion": (1, 24, 2, 3),
+}
+
+
+@pytest.fixture(scope="session")
+def micro_trio(tmp_path_factory) -> dict[str, Path]:
+    """Target / draft / companion micro Llamas sharing a small BPE tokenizer, saved with save_pretrained.
+
+    Built in seconds from the stdlib corpus; random weights (untrained) so draft and target disagree.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from data_gen.corpus import modules_in
+    from data_gen.zoo.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("micro_trio")
+    texts = [m.read() for m in modules_in("train")[:40]]
+    tokenizer = train_tokenizer(texts, vocab_size=320, context=192)
+    paths = {}
+    for role, (layers, hidden, heads, seed) in MICRO_SHAPES.items():
+        torch.manual_seed(seed)
+        config = LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=192,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        model = LlamaForCausalLM(config)
+        paths[role] = root / role
+        model.save_pretrained(paths[role])
+        tokenizer.save_pretrained(paths[role])
+    return paths

@@ -1,0 +1,124 @@
+"""Batched target generation that keeps the target's per-step logits, and teacher-forced scoring.
+
+The target samples responses under the run's sampling transform with left padding and a KV cache;
+its raw logits at every step are kept, so the target never runs a second time. The draft and the
+companion are then run once over ``[prompt, response]`` (teacher forcing) to get their logits at
+the same positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Generator, Tensor
+from transformers import DynamicCache, PreTrainedModel
+
+from decode.sampling import Sampling
+
+
+@dataclass
+class Batch:
+    """Left-padded prompts followed by right-padded responses, one row per prompt."""
+
+    prompt_lengths: list[int]
+    response_lengths: list[int]  # tokens generated per row, EOS included when emitted
+    input_ids: Tensor  # [B, P + T]: pads | prompt | response | pads
+    attention_mask: Tensor  # [B, P + T]
+    prompt_width: int  # P
+    target_logits: Tensor  # [B, T, V] raw target logits predicting response token t
+
+    @property
+    def response_width(self) -> int:
+        return self.input_ids.shape[1] - self.prompt_width
+
+    def prompt_ids(self, row: int) -> list[int]:
+        return self.input_ids[row, self.prompt_width - self.prompt_lengths[row] : self.prompt_width].tolist()
+
+    def response_ids(self, row: int) -> Tensor:
+        return self.input_ids[row, self.prompt_width : self.prompt_width + self.response_lengths[row]]
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _positions(mask: Tensor) -> Tensor:
+    return (mask.cumsum(-1) - 1).clamp_min(0)
+
+
+def _sample_rows(probs: Tensor, generators: list[Generator]) -> Tensor:
+    return torch.cat([torch.multinomial(probs[row], 1, generator=g) for row, g in enumerate(generators)])
+
+
+@torch.inference_mode()
+def generate_responses(
+    target: PreTrainedModel,
+    prompts: list[list[int]],
+    *,
+    sampling: Sampling,
+    max_new_tokens: int,
+    eos_token_id: int | None,
+    pad_token_id: int,
+    generators: list[Generator],
+) -> Batch:
+    """Sample one response per prompt from ``target`` and keep its raw logits at every step.
+
+    Each row draws from its own generator, so a prompt's response does not depend on which other
+    prompts share its batch. A row stops after EOS; afterwards it is padded and masked.
+    """
+    device = target.device
+    ids, mask = _left_pad(prompts, pad_token_id, device)
+    cache = DynamicCache(config=target.config)
+    out = target(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), past_key_values=cache,
+                 use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1]
+    finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    lengths = torch.zeros(len(prompts), dtype=torch.long, device=device)
+    steps_logits, steps_tokens = [], []
+    generator_device = generators[0].device if generators else device
+    for _ in range(max_new_tokens):
+        steps_logits.append(logits)
+        if sampling.greedy:
+            tokens = logits.argmax(-1)
+        else:
+            tokens = _sample_rows(sampling.probs(logits).to(generator_device), generators).to(device)
+        tokens = torch.where(finished, torch.full_like(tokens, pad_token_id), tokens)
+        lengths += (~finished).long()
+        steps_tokens.append(tokens)
+        if eos_token_id is not None:
+            finished |= tokens == eos_token_id
+        if bool(finished.all()) or len(steps_tokens) == max_new_tokens:
+            break
+        step_mask = torch.ones_like(mask[:, :1])
+        position = _positions(mask)[:, -1:] + 1
+        mask = torch.cat([mask, step_mask], dim=1)
+        out = target(input_ids=tokens[:, None], attention_mask=mask, position_ids=position,
+                     past_key_values=cache, use_cache=True)
+        logits = out.logits[:, -1]
+    responses = torch.stack(steps_tokens, dim=1)
+    response_mask = torch.arange(responses.shape[1], device=device)[None, :] < lengths[:, None]
+    return Batch(
+        prompt_lengths=[len(p) for p in prompts],
+        response_lengths=lengths.tolist(),
+        input_ids=torch.cat([ids, responses], dim=1),
+        attention_mask=torch.cat([_left_pad(prompts, pad_token_id, device)[1], response_mask.long()], dim=1),
+        prompt_width=ids.shape[1],
+        target_logits=torch.stack(steps_logits, dim=1),
+    )
+
+
+@torch.inference_mode()
+def teacher_forced_logits(model: PreTrainedModel, batch: Batch) -> Tensor:
+    """``[B, T, V]`` logits of ``model`` predicting each response token from its true prefix."""
+    ids = batch.input_ids.to(model.device)
+    mask = batch.attention_mask.to(model.device)
+    width = batch.response_width
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), logits_to_keep=width + 1)
+    return out.logits[:, :-1]

@@ -1,0 +1,78 @@
+"""Per-position columns for collected responses: draft samples, divergences, SV indicators, labels.
+
+Acceptance itself is never defined here: every label column is ``rule.label(...)`` of a rule from
+:mod:`decode.rules`, the divergences come from :mod:`decode.divergence`, and the Speculative
+Verification indicators from :mod:`decode.profile`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Generator, Tensor
+
+from accept_heads.config import RulesConfig
+from decode import rules as rule_defs
+from decode.divergence import DIVERGENCES
+from decode.profile import sv_indicators
+from decode.sampling import Sampling
+
+
+def label_rules(config: RulesConfig) -> dict[str, rule_defs.Rule]:
+    """Column name → rule, for every configured rule that has a label column.
+
+    ``fuzzy`` has none: its label ``1[Div < T]`` is applied at training time to the stored
+    divergence columns, so any threshold can be chosen later. Ensembles get one column per kind
+    with the configured λ and μ.
+    """
+    columns: dict[str, rule_defs.Rule] = {}
+    for name in config.names:
+        if name in ("speculative", "greedy"):
+            columns[f"label_{name}"] = rule_defs.from_spec(name)
+        elif name == "ensemble":
+            columns["label_ensemble_weighted"] = rule_defs.Ensemble(kind="weighted", weight=config.ensemble_weight)
+            columns["label_ensemble_contrastive"] = rule_defs.Ensemble(kind="contrastive", mu=config.ensemble_mu)
+    return columns
+
+
+def label_column(rule: rule_defs.Rule) -> str:
+    """Name of the dataset column holding ``rule``'s labels (fuzzy: the divergence column)."""
+    if isinstance(rule, rule_defs.Fuzzy):
+        return rule.divergence
+    if isinstance(rule, rule_defs.Ensemble):
+        return f"label_ensemble_{rule.kind}"
+    return f"label_{rule.name}"
+
+
+def position_columns(
+    p_logits: Tensor,
+    q_logits: Tensor,
+    c_logits: Tensor | None,
+    *,
+    sampling: Sampling,
+    label_columns: dict[str, rule_defs.Rule],
+    generator: Generator,
+) -> dict[str, Tensor]:
+    """All per-position columns for one response: logits ``[T, V]`` → columns ``[T]``.
+
+    The draft candidate ``y_t`` is a sample of the transformed ``q_t`` (the greedy transform
+    gives ``argmax q_t``), drawn with ``generator`` so the run is reproducible.
+    """
+    q = sampling.probs(q_logits)
+    p = sampling.probs(p_logits)
+    y = rule_defs.Speculative().propose(q_logits, sampling, generator)
+    features = sampling.feature_probs(q_logits)
+    columns = {
+        "draft_token": y,
+        "draft_prob": q.gather(-1, y[:, None]).squeeze(-1),
+        "target_prob": p.gather(-1, y[:, None]).squeeze(-1),
+        "draft_argmax": q_logits.argmax(-1),
+        "target_argmax": p_logits.argmax(-1),
+        "draft_entropy": -torch.xlogy(features, features).sum(-1),
+        "draft_top_prob": features.max(-1).values,
+        **{name: fn(p, q) for name, fn in DIVERGENCES.items()},
+    }
+    if c_logits is not None:
+        columns["sv_x"], columns["sv_y"] = sv_indicators(q, sampling.probs(c_logits), y)
+    for column, rule in label_columns.items():
+        columns[column] = rule.label(p_logits, q_logits, y, sampling)
+    return columns

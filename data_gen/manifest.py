@@ -1,0 +1,117 @@
+"""The collection manifest (what was collected, how, how much) and its summary table."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from accept_heads.config import Config
+from data_gen.labels import label_rules
+from data_gen.shards import complete_shards, load_split
+from decode.export import code_version
+
+if TYPE_CHECKING:
+    from data_gen.collect import SplitProgress
+    from data_gen.models import Trio
+
+MANIFEST_VERSION = 1
+
+
+def _mean(table, column: str) -> float | None:
+    if column not in table.column_names:
+        return None
+    values = np.concatenate([np.asarray(v, dtype=np.float64) for v in table[column]] or [np.zeros(0)])
+    return float(values.mean()) if values.size else None
+
+
+def split_stats(root: Path, split: str, label_columns: list[str]) -> dict[str, Any]:
+    """Counts and means recomputed from the complete shards of ``split`` (zeros when it has none)."""
+    if not complete_shards(root, split):
+        return {"responses": 0, "response_tokens": 0, "labelled_positions": 0, "finished_with_eos": 0,
+                "mean_label": dict.fromkeys(label_columns), "mean_divergence": dict.fromkeys(("js", "kl", "tv")),
+                "mean_sv_x": None, "mean_sv_y": None}
+    table = load_split(root, split)
+    response_tokens = int(sum(len(r) for r in table["response_ids"]))
+    return {
+        "responses": len(table),
+        "response_tokens": response_tokens,
+        "labelled_positions": response_tokens,
+        "finished_with_eos": int(sum(table["finished"])),
+        "mean_label": {c: _mean(table, c) for c in label_columns},
+        "mean_divergence": {d: _mean(table, d) for d in ("js", "kl", "tv")},
+        "mean_sv_x": _mean(table, "sv_x"),
+        "mean_sv_y": _mean(table, "sv_y"),
+    }
+
+
+def build_manifest(
+    config: Config, trio: Trio, root: Path, progress: dict[str, SplitProgress], seconds: float, world_size: int
+) -> dict[str, Any]:
+    """Everything needed to know what the dataset is and to regenerate it."""
+    label_columns = label_rules(config.rules)
+    splits = {}
+    for split, done in progress.items():
+        splits[split] = {
+            **split_stats(root, split, list(label_columns)),
+            "prompts_available": done.prompts_available,
+            "prompts_skipped": done.skipped,
+            "shards": done.shards_total,
+            "this_run": {"shards_written": done.shards_written, "response_tokens": done.response_tokens,
+                         "seconds": round(done.seconds, 3)},
+        }
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "exp_name": config.exp_name,
+        "models": trio.description,
+        "tokenizer_hash": trio.description["tokenizer_hash"],
+        "sampling": asdict(config.sampling),
+        "rules": {column: rule.spec() for column, rule in label_columns.items()},
+        "fuzzy": "labels are 1[divergence < T] on the stored js / kl / tv columns, for any T",
+        "prompts": asdict(config.prompts),
+        "max_new_tokens": config.collect.max_new_tokens,
+        "seed": config.seed,
+        "code_version": code_version(),
+        "python": platform.python_version(),
+        "world_size": world_size,
+        "wall_seconds": round(seconds, 3),
+        "splits": splits,
+    }
+
+
+def print_summary(manifest: dict[str, Any]) -> None:
+    """The end-of-run table, one column per split: prompts, tokens, positions, mean labels, X/Y, speed."""
+    splits = manifest["splits"]
+    table = Table(title=f"data_gen.collect — {manifest['exp_name']}")
+    table.add_column("")
+    for split in splits:
+        table.add_column(split, justify="right")
+
+    def fmt(value: float | None) -> str:
+        return "—" if value is None else f"{value:.3f}"
+
+    def row(name: str, cell) -> None:
+        table.add_row(name, *[cell(stats) for stats in splits.values()])
+
+    row("prompts collected", lambda s: str(s["responses"]))
+    row("prompts skipped", lambda s: ", ".join(f"{k} {v}" for k, v in s["prompts_skipped"].items()) or "0")
+    row("response tokens", lambda s: str(s["response_tokens"]))
+    row("labelled positions", lambda s: str(s["labelled_positions"]))
+    for column in manifest["rules"]:
+        row(f"mean {column}", lambda s, c=column: fmt(s["mean_label"][c]))
+    for name in ("js", "tv"):
+        row(f"mean {name}(p, q)", lambda s, n=name: fmt(s["mean_divergence"][n]))
+    row("mean SV X", lambda s: fmt(s["mean_sv_x"]))
+    row("mean SV Y", lambda s: fmt(s["mean_sv_y"]))
+    row("this run: seconds", lambda s: f"{s['this_run']['seconds']:.1f}")
+    row(
+        "this run: tokens/s",
+        lambda s: f"{s['this_run']['response_tokens'] / max(s['this_run']['seconds'], 1e-9):.0f}",
+    )
+    Console().print(table)
+    print(f"wall time {manifest['wall_seconds']:.1f} s")
