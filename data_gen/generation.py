@@ -39,7 +39,8 @@ class Batch:
         return self.input_ids[row, self.prompt_width : self.prompt_width + self.response_lengths[row]]
 
 
-def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Left-padded ids and attention mask ``[B, max_len]`` for prompts of different lengths."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -53,8 +54,24 @@ def _positions(mask: Tensor) -> Tensor:
     return (mask.cumsum(-1) - 1).clamp_min(0)
 
 
-def _sample_rows(probs: Tensor, generators: list[Generator]) -> Tensor:
-    return torch.cat([torch.multinomial(probs[row], 1, generator=g) for row, g in enumerate(generators)])
+class _GumbelNoise:
+    """Per-row Gumbel noise drawn from each row's own generator, a chunk of steps at a time.
+
+    ``argmax(logits + noise)`` is an exact sample of ``softmax(logits)`` (the Gumbel-max trick),
+    so a whole batch samples in one vectorised op while every row keeps its own random stream.
+    """
+
+    def __init__(self, generators: list[Generator], vocab: int, device: torch.device, chunk: int = 32) -> None:
+        self.generators, self.vocab, self.device, self.chunk = generators, vocab, device, chunk
+        self.noise: Tensor | None = None
+
+    def at(self, step: int) -> Tensor:
+        if step % self.chunk == 0:
+            uniform = torch.stack([torch.rand(self.chunk, self.vocab, generator=g, device=g.device)
+                                   for g in self.generators]).to(self.device)
+            self.noise = -torch.log(-torch.log(uniform))
+        assert self.noise is not None
+        return self.noise[:, step % self.chunk]
 
 
 @torch.inference_mode()
@@ -74,33 +91,34 @@ def generate_responses(
     prompts share its batch. A row stops after EOS; afterwards it is padded and masked.
     """
     device = target.device
-    ids, mask = _left_pad(prompts, pad_token_id, device)
+    ids, prompt_mask = left_pad(prompts, pad_token_id, device)
+    width = ids.shape[1]
+    mask = torch.cat([prompt_mask, torch.ones_like(prompt_mask[:, :1]).expand(-1, max_new_tokens)], dim=1)
+    position = prompt_mask.sum(-1, keepdim=True)
     cache = DynamicCache(config=target.config)
-    out = target(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), past_key_values=cache,
-                 use_cache=True, logits_to_keep=1)
+    out = target(input_ids=ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
+                 past_key_values=cache, use_cache=True, logits_to_keep=1)
     logits = out.logits[:, -1]
+    noise = _GumbelNoise(generators, logits.shape[-1], device)
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     lengths = torch.zeros(len(prompts), dtype=torch.long, device=device)
     steps_logits, steps_tokens = [], []
-    generator_device = generators[0].device if generators else device
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         steps_logits.append(logits)
         if sampling.greedy:
             tokens = logits.argmax(-1)
         else:
-            tokens = _sample_rows(sampling.probs(logits).to(generator_device), generators).to(device)
+            tokens = (sampling.warp(logits) + noise.at(step)).argmax(-1)
         tokens = torch.where(finished, torch.full_like(tokens, pad_token_id), tokens)
         lengths += (~finished).long()
         steps_tokens.append(tokens)
         if eos_token_id is not None:
             finished |= tokens == eos_token_id
-        if bool(finished.all()) or len(steps_tokens) == max_new_tokens:
+        if step + 1 == max_new_tokens or bool(finished.all()):
             break
-        step_mask = torch.ones_like(mask[:, :1])
-        position = _positions(mask)[:, -1:] + 1
-        mask = torch.cat([mask, step_mask], dim=1)
-        out = target(input_ids=tokens[:, None], attention_mask=mask, position_ids=position,
+        out = target(input_ids=tokens[:, None], attention_mask=mask[:, : width + step + 1], position_ids=position,
                      past_key_values=cache, use_cache=True)
+        position = position + 1
         logits = out.logits[:, -1]
     responses = torch.stack(steps_tokens, dim=1)
     response_mask = torch.arange(responses.shape[1], device=device)[None, :] < lengths[:, None]
@@ -108,8 +126,8 @@ def generate_responses(
         prompt_lengths=[len(p) for p in prompts],
         response_lengths=lengths.tolist(),
         input_ids=torch.cat([ids, responses], dim=1),
-        attention_mask=torch.cat([_left_pad(prompts, pad_token_id, device)[1], response_mask.long()], dim=1),
-        prompt_width=ids.shape[1],
+        attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
+        prompt_width=width,
         target_logits=torch.stack(steps_logits, dim=1),
     )
 

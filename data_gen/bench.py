@@ -1,0 +1,94 @@
+"""``python -m data_gen.bench``: collection throughput vs plain batched ``target.generate``.
+
+Both sides get the same prompts, batch size, sampling transform and token budget; the figure is
+response tokens per second (wall clock). Collection additionally runs the draft and companion
+over every response and computes every label column, so ≥ 0.8× plain generation is the goal.
+Prints figures; it is a benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from accept_heads.config import Config, ModelSpec
+from data_gen.collect import collect_batch
+from data_gen.encoding import encode_prompts
+from data_gen.generation import left_pad
+from data_gen.labels import label_rules
+from data_gen.models import Trio, load_trio
+from data_gen.prompts import load_prompts
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m data_gen.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="zoo:target", help="hub id, local dir or zoo:<role> (default: zoo:target)")
+    parser.add_argument("--draft", default="zoo:draft")
+    parser.add_argument("--companion", default="zoo:companion", help="'none' to collect without a companion")
+    parser.add_argument("--prompts", type=int, default=64, help="number of built-in train prompts")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-prompt-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    return parser
+
+
+def _plain_generate(trio: Trio, batches: list[list[list[int]]], max_new_tokens: int) -> tuple[int, float]:
+    """Response tokens and seconds of plain batched sampling with ``generate`` (left padding, KV cache)."""
+    tokenizer = trio.tokenizer
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    tokens, started = 0, time.perf_counter()
+    for prompts in batches:
+        ids, mask = left_pad(prompts, pad, trio.target.device)
+        out = trio.target.generate(
+            input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+            max_new_tokens=max_new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad,
+        )
+        response = out[:, ids.shape[1]:]
+        tokens += int((response != pad).sum())
+    return tokens, time.perf_counter() - started
+
+
+def _collection(trio: Trio, batches, config: Config) -> tuple[int, float]:
+    columns = label_rules(config.rules)
+    tokens, started = 0, time.perf_counter()
+    for batch in batches:
+        rows = collect_batch(trio, batch, config, columns)
+        tokens += sum(len(r["response_ids"]) for r in rows)
+    return tokens, time.perf_counter() - started
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = Config()
+    companion = None if args.companion == "none" else ModelSpec(id=args.companion)
+    config.models = replace(config.models, target=ModelSpec(id=args.target), draft=ModelSpec(id=args.draft),
+                            companion=companion)
+    config.collect = replace(config.collect, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    trio = load_trio(config.models, config.paths.zoo_dir)
+    prompts = load_prompts("builtin", "train", size=args.prompts, style="function", seed=0)
+    encoded, _ = encode_prompts(prompts, trio.tokenizer, "raw", args.max_prompt_tokens, "left")
+    batches = [encoded[i : i + args.batch_size] for i in range(0, len(encoded), args.batch_size)]
+    _plain_generate(trio, [[p.token_ids for p in batches[0]]], 8)  # warm-up
+    plain_tokens, plain_s = _plain_generate(trio, [[p.token_ids for p in b] for b in batches], args.max_new_tokens)
+    ours_tokens, ours_s = _collection(trio, batches, config)
+    table = Table(title=f"collection throughput — {len(encoded)} prompts, batch {args.batch_size}, "
+                        f"{args.max_new_tokens} new tokens, {torch.get_num_threads()} threads")
+    for name in ("pipeline", "response tokens", "seconds", "tokens/s"):
+        table.add_column(name, justify="right")
+    plain_rate, ours_rate = plain_tokens / plain_s, ours_tokens / ours_s
+    table.add_row("target.generate (plain)", str(plain_tokens), f"{plain_s:.2f}", f"{plain_rate:.0f}")
+    table.add_row("data_gen.collect batch", str(ours_tokens), f"{ours_s:.2f}", f"{ours_rate:.0f}")
+    Console().print(table)
+    print(f"collection / plain generation throughput ratio: {ours_rate / plain_rate:.2f} (goal ≥ 0.8)")
+
+
+if __name__ == "__main__":
+    main()
