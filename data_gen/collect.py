@@ -26,7 +26,7 @@ from accept_heads.config import Config, ConfigError
 from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.generation import generate_responses, teacher_forced_logits
-from data_gen.labels import label_rules, position_columns
+from data_gen.labels import draft_candidates, label_rules, position_columns
 from data_gen.manifest import build_manifest, print_summary
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import load_prompts
@@ -101,25 +101,28 @@ def collect_batch(trio: Trio, batch: list[EncodedPrompt], config: Config, label_
     )
     q_logits = teacher_forced_logits(trio.draft, generated)
     c_logits = teacher_forced_logits(trio.companion, generated) if trio.companion is not None else None
+    lengths = generated.response_lengths
+    valid = generated.attention_mask[:, generated.prompt_width :].bool()
+    y = draft_candidates(q_logits, lengths, sampling, generators)
+    columns = position_columns(
+        generated.target_logits[valid],
+        q_logits[valid],
+        None if c_logits is None else c_logits[valid],
+        y,
+        sampling=sampling,
+        label_columns=label_columns,
+    )
+    per_row = {name: values.split(lengths) for name, values in columns.items()}
     rows = []
-    for row, (prompt, generator) in enumerate(zip(batch, generators)):
-        n = generated.response_lengths[row]
-        columns = position_columns(
-            generated.target_logits[row, :n],
-            q_logits[row, :n],
-            None if c_logits is None else c_logits[row, :n],
-            sampling=sampling,
-            label_columns=label_columns,
-            generator=generator,
-        )
+    for row, prompt in enumerate(batch):
         response = generated.response_ids(row)
         rows.append(
             {
                 "prompt_id": prompt.prompt_id,
                 "prompt_ids": prompt.token_ids,
                 "response_ids": response.tolist(),
-                "finished": bool(n and response[-1].item() == tokenizer.eos_token_id),
-                **{name: values.tolist() for name, values in columns.items()},
+                "finished": bool(lengths[row] and response[-1].item() == tokenizer.eos_token_id),
+                **{name: values[row].tolist() for name, values in per_row.items()},
             }
         )
     return rows

@@ -43,23 +43,28 @@ def label_column(rule: rule_defs.Rule) -> str:
     return f"label_{rule.name}"
 
 
+def draft_candidates(q_logits: Tensor, lengths: list[int], sampling: Sampling, generators: list[Generator]) -> Tensor:
+    """The draft's candidate ``y_t`` at every valid position, row by row with each row's generator.
+
+    ``q_logits`` is ``[B, T, V]``; returns the flattened ``[Σ lengths]`` candidates. Each is a sample
+    of the transformed ``q_t`` (``argmax q_t`` under the greedy transform), as the decoder proposes.
+    """
+    propose = rule_defs.Speculative().propose
+    return torch.cat([propose(q_logits[row, :n], sampling, g) for row, (n, g) in enumerate(zip(lengths, generators))])
+
+
 def position_columns(
     p_logits: Tensor,
     q_logits: Tensor,
     c_logits: Tensor | None,
+    y: Tensor,
     *,
     sampling: Sampling,
     label_columns: dict[str, rule_defs.Rule],
-    generator: Generator,
 ) -> dict[str, Tensor]:
-    """All per-position columns for one response: logits ``[T, V]`` → columns ``[T]``.
-
-    The draft candidate ``y_t`` is a sample of the transformed ``q_t`` (the greedy transform
-    gives ``argmax q_t``), drawn with ``generator`` so the run is reproducible.
-    """
+    """All per-position columns for candidates ``y[N]`` given logits ``[N, V]`` (any positions)."""
     q = sampling.probs(q_logits)
     p = sampling.probs(p_logits)
-    y = rule_defs.Speculative().propose(q_logits, sampling, generator)
     features = sampling.feature_probs(q_logits)
     columns = {
         "draft_token": y,
