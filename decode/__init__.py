@@ -1,0 +1,28 @@
+"""Speculative decoding with pluggable verification rules and length policies.
+
+Imports only torch, transformers, safetensors and the standard library.
+"""
+
+from decode import policies, rules
+from decode.decoder import DecodeOutput, SpeculativeDecoder
+from decode.export import load_head, load_profile, save_head, save_profile
+from decode.head import AcceptanceHead, HeadConfig
+from decode.profile import SVProfile
+from decode.sampling import Sampling
+from decode.stats import DecodeStats
+
+__all__ = [
+    "AcceptanceHead",
+    "DecodeOutput",
+    "DecodeStats",
+    "HeadConfig",
+    "SVProfile",
+    "Sampling",
+    "SpeculativeDecoder",
+    "load_head",
+    "load_profile",
+    "policies",
+    "rules",
+    "save_head",
+    "save_profile",
+]

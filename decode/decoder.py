@@ -1,0 +1,290 @@
+"""The speculative decoder: one loop for every verification rule × length policy (batch size 1)."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from decode.export import check_compatibility
+from decode.hub import load_causal_lm, load_tokenizer
+from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
+from decode.rules import Rule, Speculative
+from decode.runner import GreedyLookahead, ModelRunner, vocab_size
+from decode.sampling import Sampling
+from decode.stats import DecodeStats
+
+_AUTO = "auto"
+
+
+@dataclass
+class DecodeOutput:
+    """Result of :meth:`SpeculativeDecoder.generate`."""
+
+    sequences: Tensor
+    stats: DecodeStats
+    text: str | None = None
+
+
+class SpeculativeDecoder:
+    """Draft-then-verify decoding of ``target`` with ``draft`` under a rule and a length policy.
+
+    KV caches of all models are kept and rolled back on rejection; the prompt prefill is merged
+    into each model's first call. ``eos_token_id`` defaults to the target's generation config;
+    pass ``None`` to decode without EOS.
+    """
+
+    def __init__(
+        self,
+        target: PreTrainedModel,
+        draft: PreTrainedModel,
+        rule: Rule | None = None,
+        policy: Policy | None = None,
+        companion: PreTrainedModel | None = None,
+        sampling: Sampling | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        eos_token_id: int | Sequence[int] | None | str = _AUTO,
+    ) -> None:
+        self.target, self.draft, self.companion = target, draft, companion
+        self.rule = rule if rule is not None else Speculative()
+        self.policy = policy if policy is not None else Fixed(5)
+        self.sampling = sampling if sampling is not None else Sampling()
+        self.tokenizer = tokenizer
+        if not isinstance(self.rule, Rule):
+            raise TypeError(f"rule must be a decode.rules.Rule, got {type(self.rule).__name__}")
+        if not isinstance(self.policy, Policy):
+            raise TypeError(f"policy must be a decode.policies.Policy, got {type(self.policy).__name__}")
+        self.policy.validate(self.rule, companion is not None)
+        if companion is not None and self.policy.companion is None:
+            warnings.warn(f"policy {self.policy!r} does not use the companion model; it is ignored", stacklevel=2)
+        self._check_artifacts()
+        models = [target, draft] + ([companion] if companion is not None else [])
+        self.vocab = min(vocab_size(model) for model in models)
+        self.device = target.device
+        self.policy.to(draft.device)
+        if eos_token_id == _AUTO:
+            eos_token_id = target.generation_config.eos_token_id
+        self.eos: frozenset[int] = frozenset(_as_ids(eos_token_id))
+
+    def _check_artifacts(self) -> None:
+        """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
+        if isinstance(self.policy, Head) and self.policy.head.metadata:
+            doc = self.policy.head.metadata
+            check_compatibility(doc, "the policy's head", sampling=self.sampling, rule=self.rule)
+            hidden = self.draft.config.get_text_config(decoder=True).hidden_size
+            if doc.get("hidden_size", hidden) != hidden:
+                raise ValueError(
+                    f"the policy's head expects draft hidden size {doc['hidden_size']} but the draft has {hidden}"
+                )
+        if isinstance(self.policy, SV) and self.policy.profile.metadata:
+            check_compatibility(self.policy.profile.metadata, "the SV profile", sampling=self.sampling, rule=self.rule)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        target_id: str,
+        draft_id: str,
+        companion_id: str | None = None,
+        *,
+        revision: str | None = None,
+        dtype: str | torch.dtype | None = "auto",
+        device_map: str | dict | None = None,
+        **kwargs: object,
+    ) -> SpeculativeDecoder:
+        """Load the models (and the target's tokenizer) through :mod:`decode.hub`."""
+
+        def load(name: str) -> PreTrainedModel:
+            return load_causal_lm(name, revision=revision, dtype=dtype, device_map=device_map)
+
+        companion = load(companion_id) if companion_id is not None else None
+        kwargs.setdefault("tokenizer", load_tokenizer(target_id, revision=revision))
+        return cls(load(target_id), load(draft_id), companion=companion, **kwargs)  # type: ignore[arg-type]
+
+    def _prompt(self, prompt: Tensor | str | Sequence[int]) -> Tensor:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("a text prompt needs a tokenizer: pass tokenizer=... to SpeculativeDecoder")
+            prompt = self.tokenizer(prompt, return_tensors="pt").input_ids
+        ids = torch.as_tensor(prompt, dtype=torch.long)
+        if ids.dim() == 1:
+            ids = ids.unsqueeze(0)
+        if ids.dim() != 2 or ids.shape[0] != 1:
+            raise ValueError(f"SpeculativeDecoder supports batch size 1 only; got input_ids of shape {tuple(ids.shape)}")
+        if ids.shape[1] == 0:
+            raise ValueError("empty prompt: input_ids must hold at least one token")
+        return ids.to(self.device)
+
+    @torch.inference_mode()
+    def generate(
+        self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0
+    ) -> DecodeOutput:
+        """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        ids = self._prompt(input_ids)
+        start = time.perf_counter()
+        n = ids.shape[1]
+        tokens = torch.zeros(1, n + max_new_tokens + 2, dtype=torch.long, device=self.device)
+        tokens[:, :n] = ids
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        policy = self.policy
+        policy.reset()
+        target = ModelRunner(self.target, self.vocab)
+        draft = ModelRunner(self.draft, self.vocab, capture_hidden=policy.needs_hidden)
+        companion = ModelRunner(self.companion, self.vocab) if policy.companion is not None else None
+        lookahead = GreedyLookahead(self.target, tokens, n, self.vocab) if policy.needs_lookahead else None
+        try:
+            stats, length = _Loop(self, tokens, generator, target, draft, companion, lookahead).run(n, max_new_tokens)
+        finally:
+            draft.close()
+        stats.target_calls, stats.draft_calls = target.calls, draft.calls
+        stats.companion_calls = companion.calls if companion is not None else 0
+        stats.wall_time_s = time.perf_counter() - start
+        sequences = tokens[:, :length]
+        text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
+        return DecodeOutput(sequences=sequences, stats=stats, text=text)
+
+
+class _Loop:
+    """State of one generation; :meth:`run` is the draft / verify loop."""
+
+    def __init__(
+        self,
+        decoder: SpeculativeDecoder,
+        tokens: Tensor,
+        generator: torch.Generator,
+        target: ModelRunner,
+        draft: ModelRunner,
+        companion: ModelRunner | None,
+        lookahead: GreedyLookahead | None,
+    ) -> None:
+        self.rule, self.policy, self.sampling = decoder.rule, decoder.policy, decoder.sampling
+        self.rule_sampling = decoder.rule.transform(decoder.sampling)
+        self.eos = decoder.eos
+        self.tokens, self.generator = tokens, generator
+        self.target, self.draft, self.companion, self.lookahead = target, draft, companion, lookahead
+        self.capture = decoder.policy.needs_hidden
+        # Draft output for the last committed position when already computed (else None).
+        self.next_q: Tensor | None = None
+        self.next_hidden: Tensor | None = None
+
+    def _draft_next(self, end: int) -> None:
+        logits = self.draft.feed(self.tokens, end, keep=1)
+        self.next_q = logits[0]
+        self.next_hidden = self.draft.hidden[-1] if self.capture else None
+
+    def _settle(self, p_logits: Tensor, cur: int) -> bool:
+        """Check the tentative bonus at ``cur - 1`` against the draft; return True if it is EOS."""
+        logits = self.draft.feed(self.tokens, cur, keep=2)
+        accepted, token = self.rule.settle(p_logits, logits[0], self.tokens[0, cur - 1], self.sampling, self.generator)
+        if bool(accepted):
+            self.next_q = logits[1]
+            self.next_hidden = self.draft.hidden[-1] if self.capture else None
+        else:
+            self.tokens[0, cur - 1] = token
+            self.draft.rollback(cur - 1)
+        return int(self.tokens[0, cur - 1]) in self.eos
+
+    def _draft_round(self, cur: int, k: int) -> DraftRound:
+        """Draft up to ``k`` candidates after position ``cur`` as the policy allows."""
+        state = DraftRound(self.rule_sampling)
+        policy, tokens = self.policy, self.tokens
+        if k == 0:
+            if self.next_q is not None:
+                state.q_logits.append(self.next_q)
+            return state
+        if self.next_q is None:
+            self._draft_next(cur)
+        state.q_logits.append(self.next_q)
+        state.hidden.append(self.next_hidden)
+        step_companion = self.companion if policy.companion == "step" else None
+        for i in range(1, k + 1):
+            if step_companion is not None:
+                state.companion_logits.append(step_companion.feed(tokens, cur + i - 1, keep=1)[0])
+            y = self.rule.propose(state.q_logits[-1], self.sampling, self.generator)
+            tokens[0, cur + i - 1] = y
+            state.tokens.append(y)
+            if policy.dynamic:
+                if self.lookahead is not None:
+                    state.reference = self.lookahead.token(cur + i - 1)
+                decision = policy.after_propose(state)
+                if decision is Decision.DROP:
+                    state.tokens.pop()
+                    break
+                if decision is Decision.STOP or int(y) in self.eos:
+                    break
+            if i == k:
+                break
+            self._draft_next(cur + i)
+            state.q_logits.append(self.next_q)
+            state.hidden.append(self.next_hidden)
+            if policy.dynamic and policy.after_feed(state) is Decision.STOP:
+                break
+        if policy.companion == "round" and state.i:
+            state.companion_logits.extend(self.companion.feed(tokens, cur + state.i - 1, keep=state.i).unbind(0))
+        return state
+
+    def run(self, cur: int, max_new_tokens: int) -> tuple[DecodeStats, int]:
+        """Decode until EOS or the budget; return the stats and the final sequence length."""
+        stats = DecodeStats()
+        rule, policy, tokens, eos = self.rule, self.policy, self.tokens, self.eos
+        pending: Tensor | None = None  # target logits for a tentative bonus token at cur - 1
+        finished = False
+        while True:
+            if pending is not None:
+                finished = self._settle(pending, cur)
+                pending = None
+            if finished or stats.generated >= max_new_tokens:
+                return stats, cur
+            policy.start_round()
+            k = min(policy.k_cap(), max_new_tokens - stats.generated - 1)
+            state = self._draft_round(cur, k)
+            self.next_q = self.next_hidden = None
+            drafted = state.i
+            verify = policy.verification_length(state) if drafted else 0
+            p_logits = self.target.feed(tokens, cur + verify, keep=verify + 1)
+            q_logits = (
+                torch.stack(state.q_logits[: verify + 1])
+                if state.q_logits
+                else p_logits.new_empty((0, p_logits.shape[-1]))
+            )
+            candidates = tokens[0, cur : cur + verify]
+            n_acc_t, token_t = rule.verify(p_logits, q_logits, candidates, self.sampling, self.generator)
+            n_acc, token, *ys = torch.cat([n_acc_t.view(1), token_t.view(1), candidates]).tolist()
+            emitted = ys[:n_acc] + [token]
+            keep = next((j + 1 for j, t in enumerate(emitted) if t in eos), len(emitted))
+            finished = keep < len(emitted) or emitted[keep - 1] in eos
+            accepted = min(n_acc, keep)
+            from_target = keep - accepted
+            if from_target:
+                tokens[0, cur + n_acc] = token
+            stats.record_round(verify, n_acc)
+            stats.drafted += drafted
+            stats.accepted += accepted
+            stats.rejected += verify - n_acc
+            stats.unverified += drafted - verify + n_acc - accepted
+            stats.target_emitted += from_target
+            stats.generated += keep
+            policy.end_round(drafted, verify, n_acc)
+            if self.lookahead is not None:
+                self.lookahead.sync(tokens, cur, cur + keep)
+            if from_target and rule.tentative_bonus and n_acc == verify and len(state.q_logits) <= verify:
+                pending = p_logits[verify]
+                finished = False  # decided once the draft has checked the bonus
+            cur += keep
+            for runner in (self.target, self.draft, self.companion):
+                if runner is not None:
+                    runner.rollback(cur - 1)
+
+
+def _as_ids(value: int | Iterable[int] | None) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]

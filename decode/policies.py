@@ -1,0 +1,301 @@
+"""Length policies: how many candidates to draft, and how many of them to verify.
+
+The decoder drives drafting and consults the policy at fixed points of each round:
+:meth:`Policy.after_propose` once a candidate ``y_i`` is sampled (before it is fed to the draft),
+:meth:`Policy.after_feed` once ``y_i`` has been fed (the draft then also produced ``q_{i+1}``),
+and :meth:`Policy.verification_length` when drafting ends. Only policies with ``dynamic = True``
+are consulted per step (those force one host sync per drafted token).
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from decode.head import AcceptanceHead, head_features
+from decode.profile import SVProfile, sv_indicators
+from decode.rules import Greedy, Rule
+from decode.sampling import Sampling
+
+CompanionUse = Literal["step", "round"] | None
+
+
+class Decision(enum.Enum):
+    """Outcome of a per-step policy check."""
+
+    CONTINUE = "continue"
+    STOP = "stop"  # keep y_i, stop drafting
+    DROP = "drop"  # stop drafting and withdraw y_i (oracle only)
+
+
+@dataclass
+class DraftRound:
+    """Everything drafted so far in the current round, filled in place by the decoder.
+
+    ``q_logits[j]`` is ``q_{j+1}`` and ``hidden[j]`` the draft's final hidden state of the forward
+    that produced it — which is also the forward that consumed ``y_j``. So a ``pre`` head for
+    ``y_i`` reads ``hidden[i-1]`` and a ``post`` head reads ``hidden[i]``. ``companion_logits[j]``
+    is ``c_{j+1}``; ``reference`` is the target's greedy token at the current candidate's position
+    (oracle only).
+    """
+
+    sampling: Sampling
+    q_logits: list[Tensor] = field(default_factory=list)
+    hidden: list[Tensor] = field(default_factory=list)
+    tokens: list[Tensor] = field(default_factory=list)
+    companion_logits: list[Tensor] = field(default_factory=list)
+    reference: int | None = None
+
+    @property
+    def i(self) -> int:
+        """Index (1-based) of the latest candidate."""
+        return len(self.tokens)
+
+
+class Policy:
+    """Base class: draft ``k_cap()`` candidates and verify them all."""
+
+    name: ClassVar[str]
+    dynamic: ClassVar[bool] = False
+    needs_hidden: ClassVar[bool] = False
+    needs_lookahead: ClassVar[bool] = False
+    companion: CompanionUse = None
+
+    def validate(self, rule: Rule, has_companion: bool) -> None:
+        """Raise ``ValueError`` when the policy makes no sense with this rule / companion."""
+        if self.companion is not None and not has_companion:
+            raise ValueError(f"policy {self!r} needs a companion model: pass companion=... to the decoder")
+
+    def reset(self) -> None:
+        """Forget state carried between rounds (called at the start of every generation)."""
+
+    def to(self, device: torch.device) -> Policy:
+        """Move any model the policy holds to ``device``."""
+        return self
+
+    def k_cap(self) -> int:
+        """Maximum number of candidates to draft this round."""
+        raise NotImplementedError
+
+    def start_round(self) -> None:
+        """Called before the first candidate of each round."""
+
+    def after_propose(self, state: DraftRound) -> Decision:
+        """Check after ``y_i`` is sampled (``dynamic`` policies only)."""
+        return Decision.CONTINUE
+
+    def after_feed(self, state: DraftRound) -> Decision:
+        """Check after ``y_i`` was fed to the draft (``dynamic`` policies only)."""
+        return Decision.CONTINUE
+
+    def verification_length(self, state: DraftRound) -> int:
+        """How many of the drafted candidates to verify."""
+        return state.i
+
+    def end_round(self, drafted: int, verified: int, accepted: int) -> None:
+        """Feedback after verification."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Fixed(Policy):
+    """Always draft ``k`` candidates."""
+
+    name = "fixed"
+
+    def __init__(self, k: int = 5) -> None:
+        if k < 1:
+            raise ValueError(f"Fixed(k) needs k >= 1, got {k}")
+        self.k = k
+
+    def k_cap(self) -> int:
+        return self.k
+
+    def __repr__(self) -> str:
+        return f"Fixed(k={self.k})"
+
+
+class Heuristic(Policy):
+    """HF's ``heuristic`` schedule: ``k += 2`` after a fully accepted round, else ``k = max(1, k − 1)``.
+
+    Starts at ``k0 = 5`` on every generation (HF's ``num_assistant_tokens`` defaults to 20 and is
+    carried across calls; a fixed restart keeps generations reproducible) and is capped at ``k_max``.
+    """
+
+    name = "heuristic"
+
+    def __init__(self, k0: int = 5, k_max: int = 20) -> None:
+        if not 1 <= k0 <= k_max:
+            raise ValueError(f"Heuristic needs 1 <= k0 <= k_max, got k0={k0}, k_max={k_max}")
+        self.k0, self.k_max = k0, k_max
+        self.k = k0
+
+    def reset(self) -> None:
+        self.k = self.k0
+
+    def k_cap(self) -> int:
+        return self.k
+
+    def end_round(self, drafted: int, verified: int, accepted: int) -> None:
+        self.k = min(self.k_max, self.k + 2) if accepted == verified else max(1, self.k - 1)
+
+    def __repr__(self) -> str:
+        return f"Heuristic(k0={self.k0}, k_max={self.k_max})"
+
+
+class Confidence(Policy):
+    """Stop drafting after ``y_i`` when the draft's top probability ``max q_i < tau`` (``y_i`` is kept)."""
+
+    name = "confidence"
+    dynamic = True
+
+    def __init__(self, tau: float = 0.4, k_max: int = 20) -> None:
+        if not 0.0 <= tau <= 1.0 or k_max < 1:
+            raise ValueError(f"Confidence needs tau in [0, 1] and k_max >= 1, got tau={tau}, k_max={k_max}")
+        self.tau, self.k_max = tau, k_max
+
+    def k_cap(self) -> int:
+        return self.k_max
+
+    def after_propose(self, state: DraftRound) -> Decision:
+        top = state.sampling.feature_probs(state.q_logits[state.i - 1]).max()
+        return Decision.STOP if float(top) < self.tau else Decision.CONTINUE
+
+    def __repr__(self) -> str:
+        return f"Confidence(tau={self.tau}, k_max={self.k_max})"
+
+
+class Head(Policy):
+    """SpecDec++ threshold rule: keep drafting while ``1 − Π_{j≤i} P̂_j ≤ threshold``.
+
+    A ``post`` head scores ``y_i`` from the draft forward that consumed it, so a round that stops
+    early costs one draft call more than fixed-K drafting; a ``pre`` head scores it from the state
+    that produced ``q_i`` plus features of ``y_i`` and costs no extra call.
+    """
+
+    name = "head"
+    dynamic = True
+    needs_hidden = True
+
+    def __init__(self, head: AcceptanceHead, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
+        if not 0.0 <= threshold <= 1.0 or not 1 <= k_min <= k_max:
+            raise ValueError(
+                f"Head needs threshold in [0, 1] and 1 <= k_min <= k_max, got {threshold}, {k_min}, {k_max}"
+            )
+        self.head = head.eval()
+        self.threshold, self.k_min, self.k_max = threshold, k_min, k_max
+        self.companion = "step" if head.config.companion_features else None
+        self._keep_prob = 1.0
+
+    def to(self, device: torch.device) -> Head:
+        self.head.to(device)
+        return self
+
+    def k_cap(self) -> int:
+        return self.k_max
+
+    def start_round(self) -> None:
+        self._keep_prob = 1.0
+
+    def _decide(self, state: DraftRound, hidden: Tensor, features: Tensor | None) -> Decision:
+        with torch.no_grad():
+            self._keep_prob *= float(self.head.predict(hidden.float(), features))
+        stop = state.i >= self.k_min and 1.0 - self._keep_prob > self.threshold
+        return Decision.STOP if stop else Decision.CONTINUE
+
+    def after_propose(self, state: DraftRound) -> Decision:
+        config = self.head.config
+        if config.timing != "pre":
+            return Decision.CONTINUE
+        i, y = state.i, state.tokens[-1]
+        q = state.sampling.feature_probs(state.q_logits[i - 1])
+        companion = None
+        if config.companion_features:
+            c = state.sampling.feature_probs(state.companion_logits[i - 1])
+            companion = sv_indicators(q, c, y)
+        features = head_features(q, y, config.features, companion)
+        return self._decide(state, state.hidden[i - 1], features)
+
+    def after_feed(self, state: DraftRound) -> Decision:
+        if self.head.config.timing != "post":
+            return Decision.CONTINUE
+        return self._decide(state, state.hidden[state.i], None)
+
+    def __repr__(self) -> str:
+        return (
+            f"Head(timing={self.head.config.timing}, threshold={self.threshold}, "
+            f"k_min={self.k_min}, k_max={self.k_max})"
+        )
+
+
+class SV(Policy):
+    """Speculative Verification: draft ``k``, score with the companion, verify the goodput-optimal prefix.
+
+    Candidates beyond the chosen length are discarded unverified.
+    """
+
+    name = "sv"
+    companion = "round"
+
+    def __init__(self, profile: SVProfile, k: int = 6) -> None:
+        if k < 1:
+            raise ValueError(f"SV(k) needs k >= 1, got {k}")
+        self.profile, self.k = profile, k
+
+    def k_cap(self) -> int:
+        return self.k
+
+    def verification_length(self, state: DraftRound) -> int:
+        n = state.i
+        if n == 0:
+            return 0
+        q = state.sampling.feature_probs(torch.stack(state.q_logits[:n]))
+        c = state.sampling.feature_probs(torch.stack(state.companion_logits[:n]))
+        x, y = sv_indicators(q, c, torch.stack(state.tokens))
+        return self.profile.verification_length(x, y)
+
+    def __repr__(self) -> str:
+        return f"SV(k={self.k})"
+
+
+class Oracle(Policy):
+    """Greedy-only hindsight bound: stop exactly before the first draft/target disagreement.
+
+    The decoder supplies the target's greedy continuation from a lookahead whose target calls
+    are not counted. No candidate is ever rejected, so there are no discards.
+    """
+
+    name = "oracle"
+    dynamic = True
+    needs_lookahead = True
+
+    def __init__(self, k_max: int | None = None) -> None:
+        if k_max is not None and k_max < 1:
+            raise ValueError(f"Oracle(k_max) needs k_max >= 1 or None, got {k_max}")
+        self.k_max = k_max
+
+    def validate(self, rule: Rule, has_companion: bool) -> None:
+        if not isinstance(rule, Greedy):
+            raise ValueError(
+                f"Oracle() is defined for the greedy rule only (hindsight needs a deterministic target); got {rule!r}"
+            )
+
+    def k_cap(self) -> int:
+        return self.k_max if self.k_max is not None else sys.maxsize
+
+    def after_propose(self, state: DraftRound) -> Decision:
+        return Decision.DROP if int(state.tokens[-1]) != state.reference else Decision.CONTINUE
+
+    def __repr__(self) -> str:
+        return f"Oracle(k_max={self.k_max})"
+
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (Fixed, Heuristic, Confidence, Head, SV, Oracle)
+}

@@ -1,0 +1,89 @@
+"""Speculative Verification (DESIGN §3): companion indicators, the (X, Y) profile, goodput length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+def sv_indicators(q: Tensor, c: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """``X = Σ_v min(q, c)`` and ``Y = min(1, c(y)/q(y))`` for distributions ``[..., V]`` (vectorised)."""
+    x = torch.minimum(q, c).sum(-1)
+    qy = q.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    cy = c.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    ratio = torch.where(qy > 0, (cy / qy.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(qy))
+    return x, ratio
+
+
+def expected_accepted(alpha: Tensor) -> Tensor:
+    """``E[N | L] = Σ_{k≤L} Π_{i≤k} α_i`` for every ``L = 1..K`` (shape ``[K]``)."""
+    return torch.cumprod(alpha, 0).cumsum(0)
+
+
+def goodput_length(alpha: Tensor, latency: Tensor) -> int:
+    """Goodput-optimal verification length: grow ``L`` from 1 while ``(E[N|L]+1)/latency(L)`` improves.
+
+    ``latency[j]`` is the verification time for ``L = j + 1`` candidates; lengths beyond the table
+    reuse its last entry.
+    """
+    k = alpha.shape[0]
+    if k == 0:
+        return 0
+    lat = latency.double()
+    if lat.shape[0] < k:
+        lat = torch.cat([lat, lat[-1:].expand(k - lat.shape[0])])
+    goodput = ((expected_accepted(alpha.double()) + 1) / lat[:k]).tolist()
+    best = 1
+    while best < k and goodput[best] > goodput[best - 1]:
+        best += 1
+    return best
+
+
+@dataclass
+class SVProfile:
+    """Mean target acceptance per (X-bin, Y-bin), with counts and the verification latency table.
+
+    ``x_edges[nx+1]``, ``y_edges[ny+1]``: bin edges (equal-frequency, fitted elsewhere);
+    ``table[nx, ny]``: mean acceptance (sparse bins already backed off at fit time);
+    ``counts[nx, ny]``; ``latency[Lmax]``: target verification time for ``L = 1..Lmax``.
+    """
+
+    x_edges: Tensor
+    y_edges: Tensor
+    table: Tensor
+    counts: Tensor
+    latency: Tensor
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        nx, ny = self.x_edges.numel() - 1, self.y_edges.numel() - 1
+        if nx < 1 or ny < 1 or tuple(self.table.shape) != (nx, ny) or tuple(self.counts.shape) != (nx, ny):
+            raise ValueError(
+                f"profile shapes disagree: x_edges {tuple(self.x_edges.shape)}, y_edges {tuple(self.y_edges.shape)}, "
+                f"table {tuple(self.table.shape)}, counts {tuple(self.counts.shape)}"
+            )
+        if self.latency.numel() < 1:
+            raise ValueError("profile latency table is empty")
+
+    def alpha(self, x: Tensor, y: Tensor) -> Tensor:
+        """Predicted acceptance for indicator values ``x``, ``y`` (any matching shapes)."""
+        ix = torch.bucketize(x.float().cpu(), self.x_edges[1:-1].float(), right=True)
+        iy = torch.bucketize(y.float().cpu(), self.y_edges[1:-1].float(), right=True)
+        return self.table.float()[ix, iy]
+
+    def verification_length(self, x: Tensor, y: Tensor) -> int:
+        """Goodput-optimal number of the drafted candidates to verify, given their ``X``, ``Y``."""
+        return goodput_length(self.alpha(x, y), self.latency)
+
+    def tensors(self) -> dict[str, Tensor]:
+        """The tensors stored in a profile file."""
+        return {
+            "x_edges": self.x_edges,
+            "y_edges": self.y_edges,
+            "table": self.table,
+            "counts": self.counts,
+            "latency": self.latency,
+        }

@@ -1,0 +1,240 @@
+"""Verification rules (DESIGN §1): the single definition of acceptance for the whole project.
+
+Every rule works on raw logits plus the run's :class:`~decode.sampling.Sampling` transform and
+defines, vectorised over positions:
+
+* the *verifier distribution* ``v`` (``p`` for speculative / fuzzy / greedy, ``r = E(q, p)`` for
+  ensembles) — the distribution a lossless rule reproduces;
+* the acceptance probability of a candidate ``y`` (this is also the training label ``a``);
+* the distribution sampled at the first rejection, and the bonus distribution.
+
+Decode-time use goes through :meth:`Rule.propose`, :meth:`Rule.verify` and (ensembles only)
+:meth:`Rule.settle`; data collection uses :meth:`Rule.label`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import Generator, Tensor
+
+from decode.divergence import DIVERGENCES
+from decode.sampling import Sampling, one_hot_argmax
+
+
+def _positive_part_normalised(v: Tensor, q: Tensor) -> Tensor:
+    """``norm(max(0, v − q))`` row-wise; rows with no positive mass fall back to ``v``."""
+    residual = (v - q).clamp_min(0.0)
+    mass = residual.sum(-1, keepdim=True)
+    return torch.where(mass > 0, residual / mass.clamp_min(1e-30), v)
+
+
+def _ratio_accept(v: Tensor, q: Tensor, y: Tensor) -> Tensor:
+    """``min(1, v(y)/q(y))`` for each row."""
+    vy = v.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    qy = q.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    return torch.where(qy > 0, (vy / qy.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(vy))
+
+
+def _sample(probs: Tensor, generator: Generator | None) -> Tensor:
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+class Rule:
+    """Base class: acceptance via ``u < accept_prob`` and sampling of the emitted token."""
+
+    name: ClassVar[str]
+    lossless: ClassVar[bool]
+    #: True when a bonus token drawn from ``p`` must later be checked against ``q`` (ensembles).
+    tentative_bonus: ClassVar[bool] = False
+
+    # --- definitions on post-transform probabilities -------------------------------------------
+    def transform(self, sampling: Sampling) -> Sampling:
+        """The transform this rule actually applies (greedy overrides it)."""
+        return sampling
+
+    def verifier_probs(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling) -> Tensor:
+        """The distribution the rule verifies against (``p`` by default)."""
+        return self.transform(sampling).probs(p_logits)
+
+    def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
+        """Probability of accepting candidate ``y`` at each row."""
+        return _ratio_accept(v, q, y)
+
+    def reject_probs(self, v: Tensor, q: Tensor) -> Tensor:
+        """Distribution sampled at the first rejection."""
+        return _positive_part_normalised(v, q)
+
+    # --- public API ------------------------------------------------------------------------------
+    def params(self) -> dict[str, Any]:
+        """Constructor parameters (JSON-ready) — with :attr:`name`, enough to rebuild the rule."""
+        return {}
+
+    def spec(self) -> dict[str, Any]:
+        """``{"name": ..., "params": {...}}`` as stored in metadata."""
+        return {"name": self.name, "params": self.params()}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Rule) and self.spec() == other.spec()
+
+    def __hash__(self) -> int:
+        return hash((self.name, tuple(sorted(self.params().items()))))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"
+
+    def label(self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling | None = None) -> Tensor:
+        """Training label ``a_t`` for candidates ``y[T]`` given logits ``[T, V]`` (vectorised)."""
+        sampling = self.transform(sampling or Sampling())
+        v = self.verifier_probs(p_logits, q_logits, sampling)
+        return self.accept_probs(v, sampling.probs(q_logits), y)
+
+    def propose(self, q_logits: Tensor, sampling: Sampling, generator: Generator | None) -> Tensor:
+        """The draft's candidate from ``q`` logits ``[..., V]``: a sample of the transformed ``q``."""
+        sampling = self.transform(sampling)
+        if sampling.greedy:
+            return q_logits.argmax(-1)
+        return _sample(sampling.probs(q_logits), generator)
+
+    def verify(
+        self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling, generator: Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        """Verify candidates ``y[L]`` with target logits ``[L+1, V]`` and draft logits ``[≥L, V]``.
+
+        Returns ``(n_accepted, token)`` as 0-d tensors (no host sync): ``token`` is sampled from the
+        rejection distribution at ``n_accepted`` or, when all are accepted, from the bonus
+        distribution (``v_{L+1}`` when ``q_{L+1}`` is given, else ``p_{L+1}``; see
+        :attr:`tentative_bonus`).
+        """
+        sampling = self.transform(sampling)
+        n = y.shape[0]
+        rows = min(n + 1, q_logits.shape[0])
+        v = self.verifier_probs(p_logits[:rows], q_logits[:rows], sampling)
+        q = sampling.probs(q_logits[:n])
+        accept = torch.rand(n, generator=generator, device=p_logits.device) < self.accept_probs(v[:n], q, y)
+        n_accepted = accept.long().cumprod(0).sum()
+        bonus = v[n:] if rows > n else sampling.probs(p_logits[n:])
+        emit = torch.cat([self.reject_probs(v[:n], q), bonus])
+        return n_accepted, _sample(emit[n_accepted], generator)
+
+    def settle(
+        self, p_logits: Tensor, q_logits: Tensor, token: Tensor, sampling: Sampling, generator: Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        """Check a tentative bonus ``token ~ p`` against ``v = E(q, p)`` (speculative step, proposal ``p``).
+
+        Returns ``(accepted, final_token)``; the final token is distributed as ``v``.
+        """
+        sampling = self.transform(sampling)
+        p = sampling.probs(p_logits)
+        v = self.verifier_probs(p_logits, q_logits, sampling)
+        accepted = torch.rand((), generator=generator, device=p.device) < _ratio_accept(v, p, token)
+        replacement = _sample(_positive_part_normalised(v, p), generator)
+        return accepted, torch.where(accepted, token, replacement)
+
+
+class Speculative(Rule):
+    """Leviathan / Chen speculative sampling: lossless, output ~ ``p``."""
+
+    name = "speculative"
+    lossless = True
+
+
+class Greedy(Rule):
+    """Draft proposes ``argmax q``; accepted iff it equals ``argmax p``; output equals target greedy.
+
+    Implemented as :class:`Speculative` under a greedy (temperature 0) transform, whatever the
+    run's sampling transform: one-hot ``q`` and ``p`` make the ratio ``1[y = argmax p]``, the
+    residual ``onehot(argmax p)`` and the bonus ``argmax p``. The label is ``1[argmax q = argmax p]``.
+    """
+
+    name = "greedy"
+    lossless = True
+
+    def transform(self, sampling: Sampling) -> Sampling:
+        return Sampling(temperature=0.0)
+
+    def label(self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling | None = None) -> Tensor:
+        return (p_logits.argmax(-1) == q_logits.argmax(-1)).float()
+
+
+class Fuzzy(Rule):
+    """FSD: accept while ``Div(p, q) < threshold``; emit a sample of the full ``p`` at rejection."""
+
+    name = "fuzzy"
+    lossless = False
+
+    def __init__(self, divergence: str = "js", threshold: float = 0.3) -> None:
+        if divergence not in DIVERGENCES:
+            raise ValueError(f"unknown divergence {divergence!r}; valid: {', '.join(DIVERGENCES)}")
+        if threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {threshold}")
+        self.divergence = divergence
+        self.threshold = float(threshold)
+        self._div = DIVERGENCES[divergence]
+
+    def params(self) -> dict[str, Any]:
+        return {"divergence": self.divergence, "threshold": self.threshold}
+
+    def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
+        return (self._div(v, q) < self.threshold).float()
+
+    def reject_probs(self, v: Tensor, q: Tensor) -> Tensor:
+        return v
+
+
+class Ensemble(Rule):
+    """Speculative Ensemble: lossless w.r.t. ``r = E(q, p)``.
+
+    ``kind="weighted"``: ``r = λ q + (1−λ) p`` on transformed distributions;
+    ``kind="contrastive"``: ``r = transform(l_p − μ l_q)`` on raw logits. Under a greedy
+    transform ``r`` is the one-hot argmax of the untempered ensemble (never the argmax of one
+    member). The bonus after K accepted candidates is a tentative ``b ~ p`` that the draft checks
+    against ``r`` in its next forward (the alternate proposal of DESIGN §4 with ``γ_p = 1``).
+    """
+
+    name = "ensemble"
+    lossless = True
+    tentative_bonus = True
+    KINDS = ("weighted", "contrastive")
+
+    def __init__(self, kind: str = "weighted", weight: float | None = None, mu: float | None = None) -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"unknown ensemble kind {kind!r}; valid: {', '.join(self.KINDS)}")
+        if kind == "weighted":
+            if mu is not None:
+                raise ValueError("Ensemble(kind='weighted') takes weight=λ, not mu")
+            weight = 0.5 if weight is None else float(weight)
+            if not 0.0 <= weight <= 1.0:
+                raise ValueError(f"ensemble weight λ must be in [0, 1], got {weight}")
+        else:
+            if weight is not None:
+                raise ValueError("Ensemble(kind='contrastive') takes mu=μ, not weight")
+            mu = 0.5 if mu is None else float(mu)
+        self.kind, self.weight, self.mu = kind, weight, mu
+
+    def params(self) -> dict[str, Any]:
+        if self.kind == "weighted":
+            return {"kind": "weighted", "weight": self.weight}
+        return {"kind": "contrastive", "mu": self.mu}
+
+    def verifier_probs(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling) -> Tensor:
+        if self.kind == "contrastive":
+            return sampling.probs(p_logits.float() - self.mu * q_logits.float())
+        if sampling.greedy:
+            mix = self.weight * q_logits.float().softmax(-1) + (1 - self.weight) * p_logits.float().softmax(-1)
+            return one_hot_argmax(mix)
+        return self.weight * sampling.probs(q_logits) + (1 - self.weight) * sampling.probs(p_logits)
+
+
+RULES: dict[str, type[Rule]] = {cls.name: cls for cls in (Speculative, Greedy, Fuzzy, Ensemble)}
+
+
+def from_spec(name: str, **params: Any) -> Rule:
+    """Build a rule from its :attr:`~Rule.name` and :meth:`~Rule.params` (as stored in metadata)."""
+    try:
+        cls = RULES[name]
+    except KeyError:
+        raise ValueError(f"unknown rule {name!r}; valid rules: {', '.join(RULES)}") from None
+    return cls(**params)

@@ -1,0 +1,96 @@
+"""A model with its own KV cache: incremental forwards, rollback, call counting, hidden capture."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel
+
+
+def vocab_size(model: PreTrainedModel) -> int:
+    """Vocabulary size of a causal LM's output layer."""
+    return model.get_output_embeddings().weight.shape[0]
+
+
+class ModelRunner:
+    """Feeds a model the unseen part of a token buffer and keeps its ``DynamicCache`` in step.
+
+    ``consumed`` is the number of buffer tokens in the cache; :meth:`rollback` crops it. With
+    ``capture_hidden`` the final hidden states (the LM head's input) of the kept positions are
+    recorded in :attr:`hidden` by a forward hook.
+    """
+
+    def __init__(self, model: PreTrainedModel, vocab: int, capture_hidden: bool = False) -> None:
+        self.model = model
+        self.vocab = vocab
+        self.cache = DynamicCache(config=model.config)
+        self.consumed = 0
+        self.calls = 0
+        self.hidden: Tensor | None = None
+        self._hook = (
+            model.get_output_embeddings().register_forward_hook(self._capture) if capture_hidden else None
+        )
+
+    def _capture(self, module: torch.nn.Module, args: tuple[Tensor, ...], output: Tensor) -> None:
+        self.hidden = args[0][0]
+
+    def feed(self, tokens: Tensor, end: int, keep: int) -> Tensor:
+        """Run ``tokens[:, consumed:end]``; return float logits ``[keep, vocab]`` of the last positions."""
+        out = self.model(
+            input_ids=tokens[:, self.consumed : end],
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+        self.consumed = end
+        self.calls += 1
+        return out.logits[0, :, : self.vocab].float()
+
+    def rollback(self, length: int) -> None:
+        """Drop cached tokens beyond ``length``."""
+        if self.consumed > length:
+            self.cache.crop(length - self.consumed)
+            self.consumed = length
+
+    def close(self) -> None:
+        """Remove the hidden-state hook."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def __enter__(self) -> ModelRunner:
+        return self
+
+    def __exit__(self, kind: type | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+class GreedyLookahead:
+    """The target's greedy continuation of the committed text (uncounted calls; oracle policy only)."""
+
+    def __init__(self, model: PreTrainedModel, tokens: Tensor, length: int, vocab: int) -> None:
+        self.runner = ModelRunner(model, vocab)
+        self.tokens = tokens.clone()
+        self.length = length
+
+    def token(self, position: int) -> int:
+        """The target's greedy token at ``position`` given the committed tokens before it."""
+        while self.length <= position:
+            logits = self.runner.feed(self.tokens, self.length, keep=1)
+            self.tokens[0, self.length] = logits[0].argmax()
+            self.length += 1
+        return int(self.tokens[0, position])
+
+    def sync(self, committed: Tensor, start: int, end: int) -> None:
+        """Adopt ``committed[:, start:end]`` where it differs from the lookahead (numerical ties)."""
+        end = min(end, self.length)
+        if end <= start:
+            return
+        differs = (self.tokens[0, start:end] != committed[0, start:end]).nonzero()
+        if differs.numel():
+            first = start + int(differs[0, 0])
+            self.tokens[0, first:end] = committed[0, first:end]
+            self.length = end
+            self.runner.rollback(first)

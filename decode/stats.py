@@ -1,0 +1,76 @@
+"""Per-generation counters and the derived metrics of DESIGN §5."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DecodeStats:
+    """Counts of one generation.
+
+    Identities: ``drafted == accepted + discarded`` with ``discarded == rejected + unverified``
+    (``unverified`` covers candidates never verified: SV discards and candidates after an
+    accepted EOS); ``generated == accepted + target_emitted`` (residual / bonus tokens).
+    """
+
+    generated: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    companion_calls: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    unverified: int = 0
+    target_emitted: int = 0
+    accepted_per_round: list[int] = field(default_factory=list)
+    position_offered: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+    wall_time_s: float = 0.0
+
+    @property
+    def discarded(self) -> int:
+        """Candidates drafted but not emitted (rejected or never verified)."""
+        return self.rejected + self.unverified
+
+    @property
+    def rounds(self) -> int:
+        """Number of verification rounds."""
+        return len(self.accepted_per_round)
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """Acceptance rate of the candidate at index ``i`` among those that were verified there."""
+        return [a / o if o else float("nan") for a, o in zip(self.position_accepted, self.position_offered)]
+
+    @property
+    def discard_rate(self) -> float:
+        """Discarded candidates per generated token."""
+        return self.discarded / self.generated if self.generated else 0.0
+
+    @property
+    def verification_rate(self) -> float:
+        """Target calls per generated token."""
+        return self.target_calls / self.generated if self.generated else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Generated tokens per target call."""
+        return self.generated / self.target_calls if self.target_calls else 0.0
+
+    def modelled_time(self, t_draft: float, t_target: float, t_companion: float | None = None) -> float:
+        """Cost-model time ``t_d·N_d + t_t·N_t + t_c·N_c`` (``t_c`` defaults to ``t_draft``)."""
+        t_companion = t_draft if t_companion is None else t_companion
+        return t_draft * self.draft_calls + t_target * self.target_calls + t_companion * self.companion_calls
+
+    def record_round(self, verified: int, accepted: int) -> None:
+        """Per-position counts for a round whose first ``verified`` candidates met the target."""
+        offered = min(verified, accepted + 1)
+        grow = offered - len(self.position_offered)
+        if grow > 0:
+            self.position_offered.extend([0] * grow)
+            self.position_accepted.extend([0] * grow)
+        for index in range(offered):
+            self.position_offered[index] += 1
+            self.position_accepted[index] += index < accepted
+        self.accepted_per_round.append(accepted)

@@ -1,0 +1,72 @@
+"""Micro random Llama models for the decoder tests (built in memory, no files, no network)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+
+
+def micro_lm(vocab: int, seed: int, hidden: int = 16, layers: int = 1, init: float = 0.5) -> PreTrainedModel:
+    """A random float32 LlamaForCausalLM in eval mode, without EOS/BOS/PAD tokens."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        initializer_range=init,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _single_thread() -> None:
+    """Tiny models run fastest single-threaded (and the test machines share their cores)."""
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny() -> dict[str, PreTrainedModel]:
+    """Vocabulary-4 target / draft / companion for exact-distribution checks by enumeration."""
+    return {
+        "target": micro_lm(4, seed=11, init=0.3),
+        "draft": micro_lm(4, seed=12, init=0.3),
+        "companion": micro_lm(4, seed=13, init=0.3),
+    }
+
+
+@pytest.fixture(scope="session")
+def wide() -> dict[str, PreTrainedModel]:
+    """Vocabulary-96 target / draft / companion that disagree often (greedy, cache and stats checks)."""
+    return {
+        "target": micro_lm(96, seed=21, hidden=32, layers=2, init=0.3),
+        "draft": micro_lm(96, seed=22, hidden=16, init=0.3),
+        "companion": micro_lm(96, seed=23, hidden=16, init=0.3),
+    }
+
+
+def word_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
+    """An in-memory word-level tokenizer mapping ``w{i}`` to id ``i``."""
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="w0")
+
+
+@pytest.fixture
+def make_tokenizer():
+    """Factory fixture: ``make_tokenizer(vocab)`` builds a :func:`word_tokenizer`."""
+    return word_tokenizer
+
+
+@pytest.fixture
+def make_lm():
+    """Factory fixture: ``make_lm(vocab, seed, ...)`` builds a :func:`micro_lm`."""
+    return micro_lm

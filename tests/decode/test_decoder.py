@@ -1,0 +1,198 @@
+"""Decoder mechanics: stats identities, budgets and EOS, caches, determinism, input errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
+from decode.head import PRE_FEATURES, AcceptanceHead
+from decode.runner import ModelRunner
+
+PROMPT = torch.tensor([[3, 17, 42]])
+EOS = 7
+
+
+def make_policy(name: str, models: dict) -> policies.Policy:
+    torch.manual_seed(4)
+    hidden = models["draft"].config.hidden_size
+    if name == "head_pre":
+        config = HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES, companion_features=True)
+        return policies.Head(AcceptanceHead(config), threshold=0.5)
+    if name == "head_post":
+        return policies.Head(AcceptanceHead(HeadConfig(hidden, depth=2, timing="post")), threshold=0.5)
+    if name == "sv":
+        profile = SVProfile(
+            x_edges=torch.tensor([0.0, 0.3, 1.0]), y_edges=torch.tensor([0.0, 0.5, 1.0]),
+            table=torch.tensor([[0.3, 0.8], [0.6, 0.95]]), counts=torch.ones(2, 2),
+            latency=torch.tensor([1.0, 1.05, 1.1, 1.15, 1.2, 1.25]),
+        )
+        return policies.SV(profile, k=6)
+    return {
+        "fixed1": policies.Fixed(1),
+        "fixed4": policies.Fixed(4),
+        "heuristic": policies.Heuristic(),
+        "confidence": policies.Confidence(tau=0.2),
+        "oracle": policies.Oracle(),
+    }[name]
+
+
+RULES = {
+    "speculative": rules.Speculative,
+    "greedy": rules.Greedy,
+    "fuzzy_js": lambda: rules.Fuzzy("js", 0.3),
+    "fuzzy_kl": lambda: rules.Fuzzy("kl", 0.5),
+    "fuzzy_tv": lambda: rules.Fuzzy("tv", 0.4),
+    "weighted": lambda: rules.Ensemble("weighted", weight=0.3),
+    "contrastive": lambda: rules.Ensemble("contrastive", mu=0.4),
+}
+POLICY_NAMES = ["fixed1", "fixed4", "heuristic", "confidence", "head_pre", "head_post", "sv", "oracle"]
+
+
+def decoder(models: dict, rule: rules.Rule, policy: policies.Policy, **kwargs) -> SpeculativeDecoder:
+    companion = models["companion"] if policy.companion is not None else None
+    return SpeculativeDecoder(models["target"], models["draft"], rule=rule, policy=policy, companion=companion, **kwargs)
+
+
+@pytest.mark.parametrize("rule_name,policy_name", list(itertools.product(RULES, POLICY_NAMES)))
+def test_stats_identities(wide, rule_name, policy_name):
+    if policy_name == "oracle" and rule_name != "greedy":
+        pytest.skip("oracle is greedy-only (rejected at construction, see test_invalid_combinations)")
+    policy = make_policy(policy_name, wide)
+    dec = decoder(wide, RULES[rule_name](), policy, eos_token_id=EOS)
+    for seed, max_new in [(0, 40), (1, 17), (2, 1), (3, 0)]:
+        out = dec.generate(PROMPT, max_new_tokens=max_new, seed=seed)
+        s, new = out.stats, out.sequences[0, PROMPT.shape[1] :].tolist()
+        assert s.generated == len(new) <= max_new
+        assert EOS not in new[:-1]
+        assert new[-1:] == [EOS] or s.generated == max_new
+        assert s.drafted == s.accepted + s.discarded
+        assert s.discarded == s.rejected + s.unverified
+        assert s.generated == s.accepted + s.target_emitted
+        assert s.target_calls == s.rounds
+        assert sum(s.position_accepted) == sum(s.accepted_per_round) >= s.accepted
+        assert all(0.0 <= a <= 1.0 for a in s.per_position_acceptance)
+        if s.generated:
+            assert s.verification_rate == pytest.approx(s.target_calls / s.generated)
+            assert s.mean_accepted_length == pytest.approx(s.generated / s.target_calls)
+            assert s.discard_rate == pytest.approx(s.discarded / s.generated)
+        assert s.modelled_time(0.5, 2.0, 0.25) == pytest.approx(
+            0.5 * s.draft_calls + 2.0 * s.target_calls + 0.25 * s.companion_calls
+        )
+        assert (s.companion_calls > 0) == (policy.companion is not None and s.drafted > 0)
+        if policy_name == "oracle":
+            assert s.discarded == 0
+        if policy_name != "sv":
+            assert s.unverified <= s.drafted and (s.unverified == 0 or EOS in new)
+
+
+def test_draft_calls_are_counted_honestly(wide):
+    """Fixed and pre-head rounds cost one draft call per candidate; post-head early stops cost one more."""
+    speculative = rules.Speculative()
+    for name in ["fixed4", "head_pre"]:
+        s = decoder(wide, speculative, make_policy(name, wide), eos_token_id=None).generate(PROMPT, 40).stats
+        assert s.draft_calls == s.drafted
+    s = decoder(wide, speculative, make_policy("head_post", wide), eos_token_id=None).generate(PROMPT, 40).stats
+    assert s.draft_calls > s.drafted
+    ensemble = decoder(wide, rules.Ensemble(weight=0.3), policies.Fixed(4), eos_token_id=None)
+    s = ensemble.generate(PROMPT, 40).stats
+    assert s.draft_calls >= s.drafted
+
+
+def test_seeded_determinism(wide):
+    dec = decoder(wide, rules.Speculative(), policies.Heuristic(), eos_token_id=None)
+    a, b = dec.generate(PROMPT, 30, seed=5), dec.generate(PROMPT, 30, seed=5)
+    assert torch.equal(a.sequences, b.sequences)
+    assert (a.stats.draft_calls, a.stats.accepted_per_round) == (b.stats.draft_calls, b.stats.accepted_per_round)
+    others = [dec.generate(PROMPT, 30, seed=seed).sequences for seed in range(6, 9)]
+    assert any(not torch.equal(a.sequences, other) for other in others)
+
+
+def test_kv_cache_matches_from_scratch_forward(wide, monkeypatch):
+    """Every cached forward (after crops on rejection) equals a from-scratch forward to 1e-5."""
+    feed = ModelRunner.feed
+    checked = []
+
+    def checked_feed(self, tokens, end, keep):
+        logits = feed(self, tokens, end, keep)
+        with torch.no_grad():
+            full = self.model(tokens[:, :end]).logits[0, -keep:, : self.vocab].float()
+        torch.testing.assert_close(logits, full, atol=1e-5, rtol=1e-5)
+        assert self.cache.get_seq_length() == end
+        checked.append(keep)
+        return logits
+
+    monkeypatch.setattr(ModelRunner, "feed", checked_feed)
+    for rule, name in [(rules.Speculative(), "fixed4"), (rules.Ensemble(weight=0.3), "head_post"), (rules.Greedy(), "sv")]:
+        out = decoder(wide, rule, make_policy(name, wide), eos_token_id=None).generate(PROMPT, 30, seed=2)
+        assert out.stats.rejected > 0  # rollbacks happened
+    assert len(checked) > 50
+
+
+def test_oracle_bounds_fixed_k(wide):
+    generator = torch.Generator().manual_seed(9)
+    for _ in range(5):
+        prompt = torch.randint(0, 96, (1, 4), generator=generator)
+        oracle = decoder(wide, rules.Greedy(), policies.Oracle(), eos_token_id=None).generate(prompt, 32).stats
+        assert oracle.discarded == 0
+        for k in range(1, 7):
+            fixed = decoder(wide, rules.Greedy(), policies.Fixed(k), eos_token_id=None).generate(prompt, 32).stats
+            assert fixed.generated == oracle.generated
+            assert oracle.verification_rate <= fixed.verification_rate
+
+
+def test_fuzzy_huge_threshold_accepts_everything(wide):
+    dec = decoder(wide, rules.Fuzzy("kl", threshold=1e9), policies.Fixed(4), eos_token_id=None)
+    s = dec.generate(PROMPT, 41, seed=0).stats
+    assert s.rejected == 0 and s.discarded == 0 and s.accepted == s.drafted
+    assert s.accepted_per_round == [4] * 8 + [0]  # 8 full rounds of 4 + bonus, then the last token alone
+
+
+def test_policies_adapt_length(wide):
+    heuristic = decoder(wide, rules.Fuzzy("kl", 1e9), policies.Heuristic(k0=2, k_max=9), eos_token_id=None)
+    assert heuristic.generate(PROMPT, 60).stats.accepted_per_round[:4] == [2, 4, 6, 8]
+    sv = decoder(wide, rules.Speculative(), make_policy("sv", wide), eos_token_id=None).generate(PROMPT, 60).stats
+    assert sv.unverified > 0
+
+
+def test_input_errors(wide):
+    dec = decoder(wide, rules.Speculative(), policies.Fixed(2))
+    with pytest.raises(ValueError, match="batch size 1"):
+        dec.generate(torch.tensor([[1, 2], [3, 4]]), 5)
+    with pytest.raises(ValueError, match="empty prompt"):
+        dec.generate(torch.zeros(1, 0, dtype=torch.long), 5)
+    with pytest.raises(ValueError, match="tokenizer"):
+        dec.generate("hello", 5)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        dec.generate(PROMPT, -1)
+
+
+def test_invalid_combinations(wide):
+    target, draft = wide["target"], wide["draft"]
+    with pytest.raises(ValueError, match="greedy rule only"):
+        SpeculativeDecoder(target, draft, rule=rules.Speculative(), policy=policies.Oracle())
+    with pytest.raises(ValueError, match="companion"):
+        SpeculativeDecoder(target, draft, policy=make_policy("sv", wide))
+    with pytest.raises(ValueError, match="companion"):
+        SpeculativeDecoder(target, draft, policy=make_policy("head_pre", wide))
+    with pytest.warns(UserWarning, match="does not use the companion"):
+        SpeculativeDecoder(target, draft, policy=policies.Fixed(2), companion=wide["companion"])
+
+
+def test_text_prompt(wide, make_tokenizer):
+    tokenizer = make_tokenizer(96)
+    dec = decoder(wide, rules.Speculative(), policies.Fixed(3), tokenizer=tokenizer, eos_token_id=None)
+    out = dec.generate("w3 w17 w42", 6, seed=0)
+    assert out.sequences[0, :3].tolist() == PROMPT[0].tolist()
+    assert out.sequences.shape[1] == 9 and len(out.text.split()) == 6
+    assert torch.equal(out.sequences, dec.generate(PROMPT, 6, seed=0).sequences)
+
+
+def test_sampling_validation_and_dict():
+    assert Sampling.from_dict(Sampling(0.7, 5, 0.9).to_dict()) == Sampling(0.7, 5, 0.9)
+    with pytest.raises(ValueError):
+        Sampling(temperature=-1)
+    with pytest.raises(ValueError):
+        Sampling(top_p=0.0)

@@ -1,0 +1,208 @@
+"""Lossless rules reproduce their distribution exactly, under every length policy.
+
+For a fixed prompt we draw independent 3-token continuations (one seed each) and compare the
+empirical distribution with the exact sequence distribution of ``p`` (speculative, fuzzy at
+threshold 0) or ``r`` (ensembles), enumerated over all V³ continuations with the models
+themselves. The TV distance must stay below ``mean + 5 sd`` of the TV of honest multinomial samples
+of the same size; negative controls (a rule that accepts everything, and plain speculative decoding
+judged against an ensemble's ``r``) must exceed the same bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
+from decode.head import PRE_FEATURES, AcceptanceHead
+
+PROMPT = torch.tensor([[0, 1]])
+LENGTH = 3
+N_DEFAULT = 1000
+N_SLOW = 20_000
+
+
+def exact_distribution(
+    models: dict[str, PreTrainedModel], mix: Callable[[Tensor, Tensor], Tensor], sampling: Sampling
+) -> Tensor:
+    """Probability of each of the V**LENGTH continuations; ``mix(p_logits, q_logits)`` gives the conditionals."""
+    vocab = models["target"].config.vocab_size
+    conts = torch.tensor(list(itertools.product(range(vocab), repeat=LENGTH)))
+    ids = torch.cat([PROMPT.expand(len(conts), -1), conts], dim=1)
+    start = PROMPT.shape[1] - 1
+    with torch.no_grad():
+        p = models["target"](ids).logits[:, start : start + LENGTH].double()
+        q = models["draft"](ids).logits[:, start : start + LENGTH].double()
+    warp = _reference_warp(sampling)
+    probs = mix(warp(p), warp(q))
+    return probs.gather(-1, conts.unsqueeze(-1)).squeeze(-1).prod(-1)
+
+
+def _reference_warp(sampling: Sampling) -> Callable[[Tensor], Tensor]:
+    """Temperature and top-k, written independently of decode.sampling (top-p is not used here)."""
+
+    def warp(logits: Tensor) -> Tensor:
+        logits = logits / sampling.temperature
+        if sampling.top_k is not None:
+            kth = logits.topk(sampling.top_k, dim=-1).values[..., -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        return logits
+
+    return warp
+
+
+def target_only(p: Tensor, q: Tensor) -> Tensor:
+    return p.softmax(-1)
+
+
+def weighted(weight: float) -> Callable[[Tensor, Tensor], Tensor]:
+    return lambda p, q: weight * q.softmax(-1) + (1 - weight) * p.softmax(-1)
+
+
+def contrastive(mu: float) -> Callable[[Tensor, Tensor], Tensor]:
+    return lambda p, q: (p - mu * q).softmax(-1)
+
+
+def empirical(decoder: SpeculativeDecoder, n: int) -> Tensor:
+    vocab = decoder.target.config.vocab_size
+    counts = torch.zeros(vocab**LENGTH, dtype=torch.float64)
+    weights = torch.tensor([vocab ** (LENGTH - 1 - j) for j in range(LENGTH)])
+    for seed in range(n):
+        out = decoder.generate(PROMPT, max_new_tokens=LENGTH, seed=seed)
+        counts[int((out.sequences[0, PROMPT.shape[1] :] * weights).sum())] += 1
+    return counts / n
+
+
+def tv_bound(exact: Tensor, n: int, trials: int = 200) -> float:
+    """mean + 5 sd of the TV between ``exact`` and honest multinomial samples of size ``n``."""
+    generator = torch.Generator().manual_seed(1234)
+    draws = torch.multinomial(exact.float(), n * trials, replacement=True, generator=generator).view(trials, n)
+    freq = torch.stack([torch.bincount(d, minlength=exact.numel()) for d in draws]).double() / n
+    tvs = 0.5 * (freq - exact).abs().sum(-1)
+    return float(tvs.mean() + 5 * tvs.std())
+
+
+def random_head(models: dict[str, PreTrainedModel], timing: str) -> AcceptanceHead:
+    torch.manual_seed(5)
+    hidden = models["draft"].config.hidden_size
+    if timing == "pre":
+        config = HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES, companion_features=True)
+    else:
+        config = HeadConfig(hidden, depth=2, timing="post")
+    return AcceptanceHead(config)
+
+
+def random_profile() -> SVProfile:
+    generator = torch.Generator().manual_seed(6)
+    return SVProfile(
+        x_edges=torch.tensor([0.0, 0.4, 0.7, 1.0]),
+        y_edges=torch.tensor([0.0, 0.5, 1.0]),
+        table=0.3 + 0.7 * torch.rand(3, 2, generator=generator),
+        counts=torch.ones(3, 2),
+        latency=torch.tensor([1.0, 1.3, 1.6, 1.9]),
+    )
+
+
+POLICIES: dict[str, Callable[[dict], policies.Policy]] = {
+    "fixed1": lambda m: policies.Fixed(1),
+    "fixed4": lambda m: policies.Fixed(4),
+    "heuristic": lambda m: policies.Heuristic(k0=1),
+    "confidence": lambda m: policies.Confidence(tau=0.6),
+    # Thresholds put the stop decision inside the range of these random heads' predictions.
+    "head_pre": lambda m: policies.Head(random_head(m, "pre"), threshold=0.47),
+    "head_post": lambda m: policies.Head(random_head(m, "post"), threshold=0.66),
+    "sv": lambda m: policies.SV(random_profile(), k=4),
+}
+RULES: dict[str, tuple[Callable[[], rules.Rule], Callable[[Tensor, Tensor], Tensor]]] = {
+    "speculative": (rules.Speculative, target_only),
+    "weighted": (lambda: rules.Ensemble("weighted", weight=0.5), weighted(0.5)),
+    "contrastive": (lambda: rules.Ensemble("contrastive", mu=0.5), contrastive(0.5)),
+}
+ALL_CASES = [f"{r}-{p}" for r, p in itertools.product(RULES, POLICIES)]
+DEFAULT_CASES = [f"speculative-{p}" for p in POLICIES if p != "heuristic"] + ["weighted-head_post", "contrastive-sv"]
+
+
+def decoder_for(models: dict, rule: rules.Rule, policy: policies.Policy, sampling: Sampling) -> SpeculativeDecoder:
+    companion = models["companion"] if policy.companion is not None else None
+    return SpeculativeDecoder(
+        models["target"], models["draft"], rule=rule, policy=policy, companion=companion,
+        sampling=sampling, eos_token_id=None,
+    )
+
+
+def check_case(models: dict, case: str, n: int) -> tuple[float, float]:
+    rule_name, policy_name = case.split("-")
+    make_rule, mix = RULES[rule_name]
+    sampling = Sampling()
+    decoder = decoder_for(models, make_rule(), POLICIES[policy_name](models), sampling)
+    exact = exact_distribution(models, mix, sampling)
+    tv = float(0.5 * (empirical(decoder, n) - exact).abs().sum())
+    return tv, tv_bound(exact, n)
+
+
+def report(label: str, tv: float, bound: float) -> None:
+    print(f"\n[exact] {label}: TV={tv:.4f} bound={bound:.4f}")
+
+
+@pytest.mark.parametrize("case", DEFAULT_CASES)
+def test_exact_distribution(tiny, case):
+    tv, bound = check_case(tiny, case, N_DEFAULT)
+    report(f"{case} n={N_DEFAULT}", tv, bound)
+    assert tv <= bound, f"{case}: TV {tv:.4f} exceeds {bound:.4f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_exact_distribution_slow(tiny, case):
+    tv, bound = check_case(tiny, case, N_SLOW)
+    report(f"{case} n={N_SLOW}", tv, bound)
+    assert tv <= bound, f"{case}: TV {tv:.4f} exceeds {bound:.4f}"
+
+
+def test_fuzzy_zero_threshold_samples_target(tiny):
+    decoder = decoder_for(tiny, rules.Fuzzy("js", threshold=0.0), policies.Fixed(4), Sampling())
+    exact = exact_distribution(tiny, target_only, Sampling())
+    tv = float(0.5 * (empirical(decoder, N_DEFAULT) - exact).abs().sum())
+    bound = tv_bound(exact, N_DEFAULT)
+    report(f"fuzzy(T=0)-fixed4 n={N_DEFAULT}", tv, bound)
+    assert tv <= bound
+
+
+def test_sampling_transform_is_respected(tiny):
+    sampling = Sampling(temperature=0.7, top_k=3)
+    decoder = decoder_for(tiny, rules.Speculative(), policies.Fixed(4), sampling)
+    exact = exact_distribution(tiny, target_only, sampling)
+    tv = float(0.5 * (empirical(decoder, N_DEFAULT) - exact).abs().sum())
+    bound = tv_bound(exact, N_DEFAULT)
+    report(f"speculative(T=0.7,top_k=3)-fixed4 n={N_DEFAULT}", tv, bound)
+    assert tv <= bound
+
+
+class AcceptAll(rules.Speculative):
+    """Broken rule for the negative control: accepts every candidate (output ~ q, not p)."""
+
+    def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
+        return torch.ones(y.shape, dtype=torch.float32, device=y.device)
+
+
+NEGATIVE_CONTROLS = {
+    "accept_all-vs-p": (AcceptAll, target_only),
+    "speculative-vs-weighted_r": (rules.Speculative, weighted(0.5)),
+}
+
+
+@pytest.mark.parametrize("n", [N_DEFAULT, pytest.param(N_SLOW, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("control", NEGATIVE_CONTROLS)
+def test_negative_controls_exceed_bound(tiny, control, n):
+    make_rule, mix = NEGATIVE_CONTROLS[control]
+    decoder = decoder_for(tiny, make_rule(), policies.Fixed(4), Sampling())
+    exact = exact_distribution(tiny, mix, Sampling())
+    tv = float(0.5 * (empirical(decoder, n) - exact).abs().sum())
+    bound = tv_bound(exact, n)
+    report(f"NEGATIVE {control} n={n}", tv, bound)
+    assert tv > bound, f"negative control {control} is indistinguishable: TV {tv:.4f} <= {bound:.4f}"
