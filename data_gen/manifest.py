@@ -14,7 +14,7 @@ from rich.table import Table
 from accept_heads.config import Config
 from data_gen.labels import label_rules
 from data_gen.shards import complete_shards, load_split
-from decode.export import code_version
+from decode.version import code_version
 
 if TYPE_CHECKING:
     from data_gen.collect import SplitProgress

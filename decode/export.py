@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +22,12 @@ from decode.hub import tokenizer_hash
 from decode.profile import SVProfile
 from decode.rules import Rule
 from decode.sampling import Sampling
+from decode.version import code_version
 
 METADATA_KEY = "accept_heads"
 FORMAT_VERSION = 1
 #: Keys the caller must supply when saving: they describe how the training labels were made.
 REQUIRED_KEYS = ("draft", "tokenizer_hash", "rule", "sampling")
-
-
-def code_version() -> str:
-    """Installed version of the ``accept-heads`` distribution (``unknown`` when not installed)."""
-    try:
-        return importlib_metadata.version("accept-heads")
-    except importlib_metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _header(kind: str, metadata: dict[str, Any], extra: dict[str, Any]) -> dict[str, str]:
