@@ -1,0 +1,32 @@
+"""``python -m data_gen.zoo``: ensure the tiny-code zoo and print its summary table."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from . import ENV_VAR, ensure_zoo, zoo_summary_table
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse arguments, build or load the zoo, print the summary."""
+    parser = argparse.ArgumentParser(
+        prog="python -m data_gen.zoo",
+        description="Build (or load from cache) the tiny-code target/draft/companion models.",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help=f"zoo directory (default: ${ENV_VAR} or ~/.cache/accept-heads/zoo/<version>)",
+    )
+    parser.add_argument("--rebuild", action="store_true", help="rebuild even if the cache is complete")
+    args = parser.parse_args(argv)
+    zoo = ensure_zoo(args.cache_dir, rebuild=args.rebuild)
+    Console().print(zoo_summary_table(zoo))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The zoo's recipe: every size, step and seed knob of the build, in one dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ZOO_VERSION = "v1"  # bump whenever the default recipe or the build procedure changes
+ROLES: tuple[str, ...] = ("target", "draft", "companion")
+STUDENT_ROLES: tuple[str, ...] = ("draft", "companion")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Shape and initialisation seed of one Llama model."""
+
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class ZooRecipe:
+    """Every knob of a zoo build. The default instance is the real ``tiny-code`` zoo."""
+
+    vocab_size: int = 4096
+    context: int = 256
+    target: ModelShape = field(default_factory=lambda: ModelShape(4, 256, 4, 688, seed=1))
+    draft: ModelShape = field(default_factory=lambda: ModelShape(2, 128, 2, 344, seed=2))
+    companion: ModelShape = field(default_factory=lambda: ModelShape(1, 192, 3, 512, seed=3))
+    # Target pre-training (next-token cross-entropy).
+    target_steps: int = 350
+    target_batch: int = 16
+    target_lr: float = 2e-3
+    # Distillation of draft and companion from the target (shared target forward).
+    distil_steps: int = 205
+    distil_batch: int = 16
+    distil_lr: float = 3e-3
+    distil_kl_weight: float = 0.9  # loss = w * KL(target || student) + (1 - w) * CE
+    warmup_fraction: float = 0.05
+    bf16_autocast: bool = True  # bfloat16 autocast for training forwards (weights stay float32)
+    weight_decay: float = 0.1
+    data_seed: int = 0
+    # Evaluation on dev-split modules.
+    eval_windows: int = 96  # held-out loss: this many full-context windows of dev text
+    accept_prompts: int = 64  # acceptance: this many dev prompts ...
+    accept_prompt_tokens: int = 64  # ... of this many tokens, starting at a line boundary,
+    accept_response_tokens: int = 128  # ... each followed by this many target-sampled tokens
+    eval_seed: int = 1234
+    train_module_limit: int | None = None  # None: all train-split modules (tests use a few)
+
+    def shape(self, role: str) -> ModelShape:
+        """The shape of ``role`` (target, draft or companion)."""
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+        return getattr(self, role)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, stored in ``zoo.json``."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ZooRecipe:
+        """Inverse of :meth:`to_dict`."""
+        fields = dict(data)
+        for role in ROLES:
+            fields[role] = ModelShape(**fields[role])
+        return cls(**fields)

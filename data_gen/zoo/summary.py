@@ -1,0 +1,34 @@
+"""Rich summary table of a built zoo."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from .build import Zoo
+from .recipe import ROLES
+
+
+def zoo_summary_table(zoo: Zoo) -> Table:
+    """Per model: layers, hidden size, params, held-out loss and acceptance vs the target."""
+    meta = zoo.metadata
+    timing = f"cache hit ({zoo.seconds:.1f} s)" if zoo.cache_hit else f"built in {zoo.seconds:.1f} s"
+    table = Table(
+        title=f"{meta['name']} zoo {meta['zoo_version']} at {zoo.root}",
+        caption=f"{timing}; held-out loss in nats/token on dev-split modules; "
+        f"acceptance = mean 1 - TV(p, q) along target samples at temperature 1",
+    )
+    for column in ("model", "layers", "hidden", "params", "steps", "held-out loss", "acceptance vs target"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for role in ROLES:
+        info = meta["models"][role]
+        acceptance = info["acceptance_vs_target"]
+        table.add_row(
+            role,
+            str(info["layers"]),
+            str(info["hidden_size"]),
+            f"{info['params'] / 1e6:.2f}M",
+            str(info["steps"]),
+            f"{info['held_out_loss']:.3f}",
+            "-" if acceptance is None else f"{acceptance:.3f}",
+        )
+    return table

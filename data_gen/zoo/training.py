@@ -1,0 +1,104 @@
+"""Target pre-training and two-student distillation loops."""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+from transformers import LlamaForCausalLM
+
+from .data import random_windows
+from .recipe import ZooRecipe
+
+
+def lr_factor(step: int, total: int, warmup_fraction: float) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak learning rate."""
+    warmup = max(1, round(total * warmup_fraction))
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.1 + 0.45 * (1.0 + math.cos(math.pi * progress))
+
+
+def _optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
+
+
+def _autocast(enabled: bool):
+    return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else nullcontext()
+
+
+def _step(optimizer: torch.optim.Optimizer, model: torch.nn.Module, loss: torch.Tensor, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def next_token_loss(logits: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats) of ``logits`` over ``windows``."""
+    vocab = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].float().reshape(-1, vocab), windows[:, 1:].reshape(-1))
+
+
+def train_target(model: LlamaForCausalLM, stream: torch.Tensor, recipe: ZooRecipe) -> float:
+    """Train ``model`` with next-token cross-entropy; returns the final training loss."""
+    generator = torch.Generator().manual_seed(recipe.data_seed)
+    optimizer = _optimizer(model, recipe.target_lr, recipe.weight_decay)
+    model.train()
+    loss_value = float("nan")
+    bar = tqdm(range(recipe.target_steps), desc="zoo: train target", unit="step")
+    for step in bar:
+        windows = random_windows(stream, recipe.target_batch, recipe.context, generator)
+        with _autocast(recipe.bf16_autocast):
+            logits = model(input_ids=windows).logits
+        loss = next_token_loss(logits, windows)
+        _step(optimizer, model, loss, recipe.target_lr * lr_factor(step, recipe.target_steps, recipe.warmup_fraction))
+        loss_value = loss.item()
+        bar.set_postfix(loss=f"{loss_value:.3f}", refresh=False)
+    model.eval()
+    return loss_value
+
+
+def distil_students(
+    teacher: LlamaForCausalLM, students: dict[str, LlamaForCausalLM], stream: torch.Tensor, recipe: ZooRecipe
+) -> dict[str, float]:
+    """Distil every student from ``teacher`` on shared batches (one teacher forward per step).
+
+    Loss per student: ``w * KL(teacher || student) + (1 - w) * CE``; returns final losses.
+    """
+    generator = torch.Generator().manual_seed(recipe.data_seed + 1)
+    optimizers = {role: _optimizer(m, recipe.distil_lr, recipe.weight_decay) for role, m in students.items()}
+    weight = recipe.distil_kl_weight
+    teacher.eval()
+    for model in students.values():
+        model.train()
+    losses = {role: float("nan") for role in students}
+    bar = tqdm(range(recipe.distil_steps), desc="zoo: distil students", unit="step")
+    for step in bar:
+        windows = random_windows(stream, recipe.distil_batch, recipe.context, generator)
+        with torch.no_grad(), _autocast(recipe.bf16_autocast):
+            teacher_logits = teacher(input_ids=windows).logits
+        teacher_logp = F.log_softmax(teacher_logits.float(), dim=-1).flatten(0, 1)
+        lr = recipe.distil_lr * lr_factor(step, recipe.distil_steps, recipe.warmup_fraction)
+        for role, model in students.items():
+            with _autocast(recipe.bf16_autocast):
+                logits = model(input_ids=windows).logits
+            student_logp = F.log_softmax(logits.float(), dim=-1).flatten(0, 1)
+            kl = F.kl_div(student_logp, teacher_logp, log_target=True, reduction="batchmean")
+            ce = next_token_loss(logits, windows)
+            loss = weight * kl + (1.0 - weight) * ce
+            _step(optimizers[role], model, loss, lr)
+            losses[role] = loss.item()
+        bar.set_postfix({role: f"{value:.3f}" for role, value in losses.items()}, refresh=False)
+    for model in students.values():
+        model.eval()
+    return losses

@@ -1,0 +1,149 @@
+"""Tests of the tiny-code model zoo: a tiny recipe through the real build path, offline."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from data_gen.corpus import corpus_hash, modules_in, split_of
+from data_gen.zoo import ROLES, ModelShape, Zoo, ZooRecipe, default_cache_dir, ensure_zoo, zoo_summary_table
+from data_gen.zoo.__main__ import main
+
+TINY = ZooRecipe(
+    vocab_size=320,
+    context=32,
+    target=ModelShape(layers=1, hidden=32, heads=2, intermediate=64, seed=1),
+    draft=ModelShape(layers=1, hidden=16, heads=2, intermediate=32, seed=2),
+    companion=ModelShape(layers=1, hidden=24, heads=2, intermediate=48, seed=3),
+    target_steps=4,
+    target_batch=2,
+    distil_steps=4,
+    distil_batch=2,
+    eval_windows=4,
+    accept_prompts=3,
+    accept_prompt_tokens=8,
+    accept_response_tokens=8,
+    train_module_limit=6,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_zoo(tmp_path_factory: pytest.TempPathFactory) -> Zoo:
+    return ensure_zoo(tmp_path_factory.mktemp("zoo") / "tiny", recipe=TINY)
+
+
+def _role_files(zoo: Zoo) -> dict[str, bytes]:
+    return {
+        f"{role}/{path.name}": path.read_bytes()
+        for role in ROLES
+        for path in sorted(zoo.path(role).iterdir())
+    }
+
+
+def test_models_and_tokenizer_load_with_auto_classes(tiny_zoo: Zoo) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert not tiny_zoo.cache_hit
+    for role in ROLES:
+        assert (tiny_zoo.path(role) / "model.safetensors").is_file()
+        model = AutoModelForCausalLM.from_pretrained(tiny_zoo.path(role))
+        tokenizer = AutoTokenizer.from_pretrained(tiny_zoo.path(role))
+        assert model.config.num_hidden_layers == TINY.shape(role).layers
+        assert model.config.hidden_size == TINY.shape(role).hidden
+        assert model.config.vocab_size == len(tokenizer) == TINY.vocab_size
+        assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|bos|>", "<|eos|>", "<|pad|>")
+        text = "def f(x):\n    return x + 1\n"
+        assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+        assert model.config.eos_token_id == tokenizer.eos_token_id
+
+
+def test_metadata_records_models_and_acceptance(tiny_zoo: Zoo) -> None:
+    meta = tiny_zoo.metadata
+    assert meta["recipe"] == TINY.to_dict()
+    assert ZooRecipe.from_dict(meta["recipe"]) == TINY
+    for role in ROLES:
+        info = meta["models"][role]
+        assert info["params"] > 0 and info["held_out_loss"] > 0
+    for role in ("draft", "companion"):
+        assert 0.0 <= meta["models"][role]["acceptance_vs_target"] <= 1.0
+    assert meta["models"]["target"]["acceptance_vs_target"] is None
+    assert "cache" not in zoo_summary_table(tiny_zoo).caption
+
+
+def test_training_modules_are_train_split_only(tiny_zoo: Zoo) -> None:
+    corpus = tiny_zoo.metadata["corpus"]
+    names = corpus["train_modules"]
+    assert len(names) == corpus["train_module_count"] == TINY.train_module_limit
+    assert all(split_of(name) == "train" for name in names)
+    assert not set(names) & {m.name for m in modules_in("test")}
+    assert corpus["train_hash"] == corpus_hash(modules_in("train")[: TINY.train_module_limit])
+
+
+def test_second_call_is_a_fast_cache_hit(tiny_zoo: Zoo) -> None:
+    again = ensure_zoo(tiny_zoo.root, recipe=TINY)
+    assert again.cache_hit
+    assert again.seconds < 5.0
+    assert again.metadata == tiny_zoo.metadata
+    assert "cache hit" in zoo_summary_table(again).caption
+
+
+def test_other_recipe_on_existing_cache_is_refused(tiny_zoo: Zoo) -> None:
+    with pytest.raises(ValueError, match="another recipe"):
+        ensure_zoo(tiny_zoo.root, recipe=ZooRecipe())
+
+
+def test_rebuild_into_empty_dir_is_byte_identical(tiny_zoo: Zoo, tmp_path: Path) -> None:
+    other = ensure_zoo(tmp_path / "tiny", recipe=TINY)
+    assert not other.cache_hit
+    assert _role_files(other) == _role_files(tiny_zoo)
+
+
+def test_interrupted_build_leaves_no_complete_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import data_gen.zoo.training as training
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(training, "distil_students", crash)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        ensure_zoo(tmp_path / "tiny", recipe=TINY)
+    assert not (tmp_path / "tiny").exists()
+    assert [p.name for p in tmp_path.iterdir()] == [".tiny.lock"]  # staging directory removed
+
+
+def test_concurrent_callers_build_once(tmp_path: Path) -> None:
+    results: list[Zoo] = []
+    threads = [threading.Thread(target=lambda: results.append(ensure_zoo(tmp_path / "z", recipe=TINY))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(zoo.cache_hit for zoo in results) == [False, True]
+
+
+def test_env_var_overrides_default_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCEPT_HEADS_ZOO_DIR", str(tmp_path / "elsewhere"))
+    assert default_cache_dir() == tmp_path / "elsewhere"
+    monkeypatch.delenv("ACCEPT_HEADS_ZOO_DIR")
+    assert default_cache_dir().parts[-3:] == ("accept-heads", "zoo", "v1")
+
+
+def test_cli_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "--cache-dir" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_default_zoo_meets_its_required_properties() -> None:
+    """Builds the real zoo if it is not cached yet (ten to fifteen minutes on two cores)."""
+    zoo = ensure_zoo()
+    models = zoo.metadata["models"]
+    assert zoo.metadata["recipe"] == ZooRecipe().to_dict()
+    assert models["target"]["held_out_loss"] <= models["draft"]["held_out_loss"] - 0.2
+    assert models["draft"]["acceptance_vs_target"] >= 0.7
+    assert all(split_of(name) == "train" for name in zoo.metadata["corpus"]["train_modules"])
