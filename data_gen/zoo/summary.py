@@ -11,7 +11,8 @@ from .recipe import ROLES
 def zoo_summary_table(zoo: Zoo) -> Table:
     """Per model: layers, hidden size, params, held-out loss and acceptance vs the target."""
     meta = zoo.metadata
-    timing = f"cache hit ({zoo.seconds:.1f} s)" if zoo.cache_hit else f"built in {zoo.seconds:.1f} s"
+    built = f"built in {meta['build_seconds']:.1f} s with {meta['threads']} threads"
+    timing = f"cache hit ({zoo.seconds:.2f} s; {built})" if zoo.cache_hit else built
     table = Table(
         title=f"{meta['name']} zoo {meta['zoo_version']} at {zoo.root}",
         caption=f"{timing}; held-out loss in nats/token on dev-split modules; "
