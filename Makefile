@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
+# The main job on the embedded default: build (or reuse) the tiny-code zoo, then collect data.
 demo: setup
 	$(OFFLINE) $(PY) -m data_gen.zoo
+	$(OFFLINE) $(PY) -m data_gen.collect
 
 test: setup
 	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)
