@@ -43,3 +43,19 @@ def test_dtype_names():
     assert resolve_dtype("auto") == "auto"
     with pytest.raises(ValueError, match="unknown dtype"):
         resolve_dtype("int3")
+
+
+def test_cli_with_unreachable_hub_id_exits_nonzero_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "data_gen.collect", "models.target.id=no-such-org/no-such-model",
+         f"paths.root={tmp_path}"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: cannot load model 'no-such-org/no-such-model'")
+    assert "Traceback" not in result.stderr
