@@ -17,16 +17,25 @@ register_configs()
 
 def user_errors() -> tuple[type[Exception], ...]:
     """Exception types that describe bad input: shown as one line, never as a traceback."""
+    from data_gen.prompts import PromptSourceError
     from decode.hub import ModelLoadError
 
-    errors: list[type[Exception]] = [ConfigError, ModelLoadError, FileNotFoundError]
+    return (ConfigError, ModelLoadError, FileNotFoundError, PromptSourceError)
+
+
+def check_prompt_choices(config: Config) -> None:
+    """Prompt source, splits, style, template and out-of-distribution sets exist (no data is read)."""
+    from data_gen.prompts import parse_source, validate
+
+    prompts = config.prompts
     try:
-        from data_gen.prompts import PromptSourceError
-    except ImportError:  # the prompts package is optional for config-only commands
-        pass
-    else:
-        errors.append(PromptSourceError)
-    return tuple(errors)
+        for split in config.collect.splits:
+            validate(prompts.source, split, prompts.style, prompts.template)
+        for spec in prompts.ood:
+            source, style = parse_source(spec)
+            validate(source, "test", style)
+    except ValueError as error:
+        raise ConfigError(f"prompts: {error}") from error
 
 
 def to_config(cfg: DictConfig) -> Config:
@@ -54,6 +63,7 @@ def run_entry(cfg: DictConfig, command: str, task: Callable[[Config], Any]) -> A
     quiet_library_output()
     try:
         config = to_config(cfg)
+        check_prompt_choices(config)
         if config.dry_run:
             print(OmegaConf.to_yaml(cfg, resolve=True), end="")
             print(f"[{command}] dry run: config '{config.exp_name}' is valid; nothing was loaded.")

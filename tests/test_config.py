@@ -89,6 +89,17 @@ def test_invalid_values_fail_validation_naming_the_key(override, key):
         to_config(_compose(override))
 
 
+@pytest.mark.parametrize("override, message", [("prompts.source=alpacca", "unknown prompt source"),
+                                               ("prompts.style=poem", "no style 'poem'")])
+def test_dry_run_rejects_unknown_prompt_choices(override, message, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "data_gen.collect", override, "dry_run=true", f"paths.root={tmp_path}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
 def test_wrong_type_fails_at_compose_time():
     with pytest.raises(ConfigCompositionException, match="depth"):
         _compose("head.depth=three")
