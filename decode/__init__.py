@@ -5,6 +5,9 @@ Imports only torch, transformers, safetensors and the standard library.
 
 from decode import policies, rules
 from decode.decoder import DecodeOutput, SpeculativeDecoder
+from decode.ensemble import EnsembleDecoder, EnsembleOutput
+from decode.ensemble_fn import EnsembleFn
+from decode.ensemble_stats import EnsembleStats
 from decode.export import load_head, load_profile, save_head, save_profile
 from decode.head import AcceptanceHead, HeadConfig
 from decode.profile import SVProfile
@@ -15,6 +18,10 @@ __all__ = [
     "AcceptanceHead",
     "DecodeOutput",
     "DecodeStats",
+    "EnsembleDecoder",
+    "EnsembleFn",
+    "EnsembleOutput",
+    "EnsembleStats",
     "HeadConfig",
     "SVProfile",
     "Sampling",

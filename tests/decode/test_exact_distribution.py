@@ -11,14 +11,14 @@ judged against an ensemble's ``r``) must exceed the same bound.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
+from decode import EnsembleDecoder, HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.head import PRE_FEATURES, AcceptanceHead
 
 PROMPT = torch.tensor([[0, 1]])
@@ -31,15 +31,21 @@ def exact_distribution(
     models: dict[str, PreTrainedModel], mix: Callable[[Tensor, Tensor], Tensor], sampling: Sampling
 ) -> Tensor:
     """Probability of each of the V**LENGTH continuations; ``mix(p_logits, q_logits)`` gives the conditionals."""
-    vocab = models["target"].config.vocab_size
+    return exact_mixture_distribution([models["target"], models["draft"]], lambda logits: mix(*logits), sampling)
+
+
+def exact_mixture_distribution(
+    models: Sequence[PreTrainedModel], mix: Callable[[list[Tensor]], Tensor], sampling: Sampling
+) -> Tensor:
+    """As :func:`exact_distribution` for any number of models: ``mix([warped logits of each model])``."""
+    vocab = models[0].config.vocab_size
     conts = torch.tensor(list(itertools.product(range(vocab), repeat=LENGTH)))
     ids = torch.cat([PROMPT.expand(len(conts), -1), conts], dim=1)
     start = PROMPT.shape[1] - 1
-    with torch.no_grad():
-        p = models["target"](ids).logits[:, start : start + LENGTH].double()
-        q = models["draft"](ids).logits[:, start : start + LENGTH].double()
     warp = _reference_warp(sampling)
-    probs = mix(warp(p), warp(q))
+    with torch.no_grad():
+        logits = [warp(model(ids).logits[:, start : start + LENGTH].double()) for model in models]
+    probs = mix(logits)
     return probs.gather(-1, conts.unsqueeze(-1)).squeeze(-1).prod(-1)
 
 
@@ -68,8 +74,8 @@ def contrastive(mu: float) -> Callable[[Tensor, Tensor], Tensor]:
     return lambda p, q: (p - mu * q).softmax(-1)
 
 
-def empirical(decoder: SpeculativeDecoder, n: int) -> Tensor:
-    vocab = decoder.target.config.vocab_size
+def empirical(decoder: SpeculativeDecoder | EnsembleDecoder, n: int) -> Tensor:
+    vocab = decoder.vocab
     counts = torch.zeros(vocab**LENGTH, dtype=torch.float64)
     weights = torch.tensor([vocab ** (LENGTH - 1 - j) for j in range(LENGTH)])
     for seed in range(n):

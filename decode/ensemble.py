@@ -1,0 +1,343 @@
+"""Speculative Ensemble (DESIGN §4): lossless, accelerated decoding of an n-model ensemble.
+
+The output follows ``r = E(l_1, …, l_n)`` (:class:`~decode.ensemble_fn.EnsembleFn`) exactly, in
+every mode; at temperature 0 it is the argmax of ``r``. Modes (batch size 1):
+
+``plain``
+    The vanilla ensemble: every model is called once per token and the token is sampled from ``r``.
+``sd``
+    Speculative-based ensemble: ``models[0]`` (pass the smallest first) proposes ``γ_1`` tokens,
+    every other model scores them in one call each, and each proposal ``y ~ q`` is accepted with
+    probability ``min(1, r(y)/q(y))``, else replaced by a sample of ``norm(max(0, r − q))``. After a
+    fully accepted round the others have already scored the next position, and the proposer's
+    next call (the one that consumes its last proposal) completes ``r`` there: that token is
+    sampled from ``r`` directly (when a ``post`` head stopped drafting after feeding the last
+    proposal, that row already exists and costs no call). A length policy (e.g. a :class:`~decode.policies.Head` loaded
+    with :func:`~decode.export.load_head`, trained for ``models[0]``) may drive ``γ_1``.
+``alternate``
+    The alternate-proposal framework and its n-model generalisation (SE paper, Alg. 1 and 2).
+    Each proposal remembers its proposer ``k``; its proposal distribution is ``k``'s own
+    distribution at that position. A call of model ``i`` scores every pending position it has not
+    scored yet plus the next one, in one forward. A pending token is verified (against ``r``, with
+    its proposer's distribution as ``q``) once every model has scored it; then the caller samples a
+    bonus token from its own distribution at the next position and proposes ``γ_i − 1`` more.
+    The next caller is the model with the fewest stored scores (lowest index on ties). A
+    rejection emits the residual sample, clears every pending token and score, and ``models[0]``
+    (the default proposer) proposes ``γ_1`` new tokens. With every ``γ_i = 1`` no generation uses
+    more model calls than ``plain`` (paper Cor. 3.7).
+
+Each model keeps its own KV cache (:class:`~decode.runner.ModelRunner`), rolled back on
+rejection; no model ever scores the same position of the same prefix twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Generator, Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from decode.ensemble_fn import EnsembleFn
+from decode.ensemble_stats import EnsembleStats
+from decode.export import check_compatibility
+from decode.policies import Decision, DraftRound, Fixed, Head, Policy
+from decode.rules import Ensemble
+from decode.runner import ModelRunner, vocab_size
+from decode.sampling import Sampling
+
+MODES = ("plain", "sd", "alternate")
+_AUTO = "auto"
+#: Acceptance ``min(1, r(y)/q(y))`` and residual ``norm(max(0, r − q))``: the ensemble rule of rules.py.
+_RULE = Ensemble()
+
+
+@dataclass
+class EnsembleOutput:
+    """Result of :meth:`EnsembleDecoder.generate`."""
+
+    sequences: Tensor
+    stats: EnsembleStats
+    text: str | None = None
+
+
+class EnsembleDecoder:
+    """Decode the ensemble of ``models`` in ``mode`` (see the module docstring).
+
+    ``ensemble``: an :class:`EnsembleFn` (default: uniform weights) or, for two models ``[q, p]``,
+    a :class:`~decode.rules.Ensemble` rule. ``proposal_lengths``: ``γ_i`` per model (default all 1;
+    ``sd`` uses ``γ_1`` only, ``plain`` none). ``policy``: ``sd`` only, instead of
+    ``proposal_lengths``; policies that need a companion (pre heads with companion features, SV)
+    or a lookahead (oracle) are not supported. ``eos_token_id`` defaults to the union of the
+    models' generation configs; ``None`` decodes without EOS.
+    """
+
+    def __init__(
+        self,
+        models: Sequence[PreTrainedModel],
+        ensemble: EnsembleFn | Ensemble | None = None,
+        proposal_lengths: Sequence[int] | None = None,
+        mode: str = "alternate",
+        sampling: Sampling | None = None,
+        policy: Policy | None = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        eos_token_id: int | Sequence[int] | None | str = _AUTO,
+    ) -> None:
+        self.models = list(models)
+        n = len(self.models)
+        if isinstance(ensemble, Ensemble):
+            if n != 2:
+                raise ValueError(f"a rules.Ensemble describes two models [q, p]; got {n} models: pass an EnsembleFn")
+            ensemble = EnsembleFn.from_rule(ensemble)
+        self.ensemble = ensemble if ensemble is not None else EnsembleFn("weighted")
+        self.ensemble.check(n)
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        self.mode = mode
+        self.sampling = sampling if sampling is not None else Sampling()
+        self.tokenizer = tokenizer
+        self.proposal_lengths = [1] * n if proposal_lengths is None else [int(g) for g in proposal_lengths]
+        if len(self.proposal_lengths) != n or min(self.proposal_lengths) < 1:
+            raise ValueError(f"proposal_lengths needs one length >= 1 per model, got {self.proposal_lengths}")
+        self.device = self.models[0].device
+        self.policy = self._check_policy(policy, proposal_lengths is not None)
+        self.vocab = min(vocab_size(model) for model in self.models)
+        if eos_token_id == _AUTO:
+            eos_token_id = [i for model in self.models for i in _as_ids(model.generation_config.eos_token_id)]
+        self.eos: frozenset[int] = frozenset(_as_ids(eos_token_id))
+
+    def _check_policy(self, policy: Policy | None, explicit_lengths: bool) -> Policy:
+        """The ``sd`` proposer's length policy (``Fixed(γ_1)`` by default); refuse unsupported ones."""
+        if policy is None:
+            return Fixed(self.proposal_lengths[0])
+        if self.mode != "sd":
+            raise ValueError(f"a length policy drives the proposer in mode='sd' only, not mode={self.mode!r}")
+        if explicit_lengths:
+            raise ValueError("pass either proposal_lengths or policy, not both")
+        if not isinstance(policy, Policy):
+            raise TypeError(f"policy must be a decode.policies.Policy, got {type(policy).__name__}")
+        if policy.companion is not None or policy.needs_lookahead:
+            raise ValueError(f"policy {policy!r} needs a companion or a lookahead: not supported by EnsembleDecoder")
+        if isinstance(policy, Head) and policy.head.metadata:
+            doc = policy.head.metadata
+            rule = self.ensemble.as_rule(len(self.models))
+            if rule is None:
+                raise ValueError(
+                    f"the policy's head was trained with rule {doc.get('rule')}; {self.ensemble!r} over "
+                    f"{len(self.models)} models has no two-model rule equivalent, so its labels do not apply"
+                )
+            check_compatibility(doc, "the policy's head", sampling=self.sampling, rule=rule)
+            hidden = self.models[0].config.get_text_config(decoder=True).hidden_size
+            if doc.get("hidden_size", hidden) != hidden:
+                raise ValueError(f"the policy's head expects hidden size {doc['hidden_size']}; the proposer has {hidden}")
+        policy.to(self.device)
+        return policy
+
+    def _prompt(self, prompt: Tensor | str | Sequence[int]) -> Tensor:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("a text prompt needs a tokenizer: pass tokenizer=... to EnsembleDecoder")
+            prompt = self.tokenizer(prompt, return_tensors="pt").input_ids
+        ids = torch.as_tensor(prompt, dtype=torch.long)
+        if ids.dim() == 1:
+            ids = ids.unsqueeze(0)
+        if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
+            raise ValueError(f"EnsembleDecoder needs one non-empty prompt (batch size 1); got shape {tuple(ids.shape)}")
+        return ids.to(self.device)
+
+    @torch.inference_mode()
+    def generate(
+        self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0
+    ) -> EnsembleOutput:
+        """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        ids = self._prompt(input_ids)
+        start = time.perf_counter()
+        n = ids.shape[1]
+        tokens = torch.zeros(1, n + max_new_tokens, dtype=torch.long, device=self.device)
+        tokens[:, :n] = ids
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        capture = self.mode == "sd" and self.policy.needs_hidden
+        runners = [ModelRunner(m, self.vocab, capture_hidden=capture and i == 0) for i, m in enumerate(self.models)]
+        self.policy.reset()
+        engine = _Engine(self, tokens, n, n + max_new_tokens, generator, runners)
+        try:
+            {"plain": engine.run_plain, "sd": engine.run_sd, "alternate": engine.run_alternate}[self.mode]()
+        finally:
+            runners[0].close()
+        stats = engine.stats
+        stats.calls = [runner.calls for runner in runners]
+        stats.wall_time_s = time.perf_counter() - start
+        sequences = tokens[:, : engine.cur]
+        text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
+        return EnsembleOutput(sequences=sequences, stats=stats, text=text)
+
+
+class _Engine:
+    """State of one generation: committed length ``cur``, pending proposals and per-model scores.
+
+    ``rows[i][j]`` are model ``i``'s logits for position ``cur + j``; pending tokens sit in
+    ``tokens[cur : cur + m]`` and ``proposers[j]`` is the model that sampled ``tokens[cur + j]``.
+    Invariant: a called model has consumed ``cur − 1 + len(rows[i])`` tokens.
+    """
+
+    def __init__(
+        self, decoder: EnsembleDecoder, tokens: Tensor, start: int, limit: int, generator: Generator,
+        runners: list[ModelRunner],
+    ) -> None:
+        self.fn, self.sampling, self.eos = decoder.ensemble, decoder.sampling, decoder.eos
+        self.policy, self.gammas = decoder.policy, decoder.proposal_lengths
+        self.tokens, self.cur, self.limit, self.generator = tokens, start, limit, generator
+        self.runners = runners
+        self.rows: list[list[Tensor]] = [[] for _ in runners]
+        self.proposers: list[int] = []
+        self.stats = EnsembleStats.empty(decoder.mode, len(runners))
+        self.finished = limit <= start
+
+    # --- primitives -------------------------------------------------------------------------------
+    def _open_slot(self) -> bool:
+        """Whether the position after the pending tokens may still be emitted (budget, pending EOS)."""
+        end = self.cur + len(self.proposers)
+        return end < self.limit and not (self.proposers and int(self.tokens[0, end - 1]) in self.eos)
+
+    def _room(self, first: bool) -> bool:
+        """Whether a proposal may take the open slot. Later proposals of a burst leave the last budget
+        position to the token the scoring call emits anyway (as SpeculativeDecoder drafts ≤ remaining − 1)."""
+        return self._open_slot() and (first or self.cur + len(self.proposers) < self.limit - 1)
+
+    def call(self, i: int) -> None:
+        """Model ``i`` scores every pending position it lacks, and the open slot, in one forward."""
+        frontier = self.cur + len(self.proposers) - (0 if self._open_slot() else 1)
+        keep = frontier - self.cur - len(self.rows[i]) + 1
+        assert keep > 0, "scheduled a call with nothing to score"
+        logits = self.runners[i].feed(self.tokens, frontier, keep=keep)
+        self.rows[i].extend(logits.unbind(0))
+        self.stats.scored[i] += keep
+
+    def propose(self, i: int) -> Tensor:
+        """Sample a proposal for the open slot from model ``i``'s own distribution there."""
+        m = len(self.proposers)
+        y = _RULE.propose(self.rows[i][m], self.sampling, self.generator)
+        self.tokens[0, self.cur + m] = y
+        self.proposers.append(i)
+        self.stats.proposed[i] += 1
+        return y
+
+    def _sample(self, probs: Tensor) -> int:
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def _commit(self, token: int) -> None:
+        self.cur += 1
+        self.stats.generated += 1
+        for rows in self.rows:
+            if rows:
+                rows.pop(0)
+        if token in self.eos or self.cur >= self.limit:
+            self.finished = True
+            self.stats.discarded += len(self.proposers)
+            self.proposers.clear()
+
+    def resolve(self) -> tuple[int, bool]:
+        """Emit positions scored by every model; return ``(accepted proposals, rejected?)``."""
+        accepted = 0
+        while not self.finished and all(self.rows):
+            r = self.fn.probs(torch.stack([rows[0] for rows in self.rows]), self.sampling).unsqueeze(0)
+            if not self.proposers:
+                token = self._sample(r[0])
+                self.tokens[0, self.cur] = token
+                self.stats.from_r += 1
+                self._commit(token)
+                continue
+            k = self.proposers.pop(0)
+            y = self.tokens[0, self.cur : self.cur + 1]
+            q = self.sampling.probs(self.rows[k][0]).unsqueeze(0)
+            if float(torch.rand((), generator=self.generator)) < float(_RULE.accept_probs(r, q, y)):
+                accepted += 1
+                self.stats.accepted_by[k] += 1
+                self._commit(int(y))
+                continue
+            token = self._sample(_RULE.reject_probs(r, q)[0])
+            self.tokens[0, self.cur] = token
+            self.stats.rejected_by[k] += 1
+            self.stats.discarded += len(self.proposers)
+            self.proposers.clear()
+            for rows in self.rows:
+                rows.clear()
+            self._commit(token)
+            for runner in self.runners:
+                runner.rollback(self.cur - 1)
+            return accepted, True
+        return accepted, False
+
+    # --- modes ------------------------------------------------------------------------------------
+    def run_plain(self) -> None:
+        """Every model scores each position once; sample it from ``r``."""
+        while not self.finished:
+            for i in range(len(self.runners)):
+                self.call(i)
+            self.resolve()
+
+    def run_sd(self) -> None:
+        """``models[0]`` drafts under the policy; the others score the round in one call each."""
+        policy = self.policy
+        while not self.finished:
+            if any(self.rows):  # a fully accepted round: the proposer completes r at the next position
+                self.call(0)
+                self.resolve()
+                continue
+            policy.start_round()
+            state = self._draft(min(policy.k_cap(), max(1, self.limit - self.cur - 1)))
+            for i in range(1, len(self.runners)):
+                self.call(i)
+            accepted, _ = self.resolve()
+            policy.end_round(state.i, state.i, accepted)
+
+    def _draft(self, k: int) -> DraftRound:
+        """Up to ``k`` proposals of ``models[0]``, stopped early by a dynamic policy, EOS or the budget."""
+        policy, state = self.policy, DraftRound(self.sampling)
+        for i in range(1, k + 1):
+            self.call(0)
+            state.q_logits.append(self.rows[0][-1])
+            state.hidden.append(self.runners[0].hidden[-1] if policy.needs_hidden else None)
+            if i > 1 and policy.dynamic and policy.after_feed(state) is Decision.STOP:
+                break
+            state.tokens.append(self.propose(0))
+            if policy.dynamic and policy.after_propose(state) is Decision.STOP:
+                break
+            if not self._open_slot():
+                break
+        return state
+
+    def run_alternate(self) -> None:
+        """Alternate proposals (SE Alg. 2): the least-scored model scores, verifies, and adds its bonus."""
+        n = len(self.runners)
+        while not self.finished:
+            if not any(self.rows):  # start, or restart after a rejection: the default proposer drafts
+                for j in range(self.gammas[0]):
+                    if not self._room(first=j == 0):
+                        break
+                    self.call(0)
+                    self.propose(0)
+                continue
+            i = min(range(n), key=lambda j: len(self.rows[j]))
+            self.call(i)
+            _, rejected = self.resolve()
+            if rejected:
+                continue
+            for j in range(self.gammas[i]):
+                if self.finished or not self._room(first=j == 0):
+                    break
+                if j:
+                    self.call(i)
+                self.propose(i)
+
+
+def _as_ids(value: int | Iterable[int] | None) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
