@@ -151,6 +151,11 @@ class HeadConfig:
     x_bins: int = 20  # SV profile bins on X
     y_bins: int = 10  # SV profile bins on Y
     min_bin_count: int = 20  # sparser SV bins back off to their row marginal
+    a_bins: int = 10  # equal-width bins of the acceptance A for H(A) and H(A | X, Y)
+    latency_repeats: int = 5  # SV latency profile: median of this many timed verifications per L
+    calibration_prompts: int = 8  # threshold sweep: this many dev prompts ...
+    calibration_tokens: int = 64  # ... decoded for this many new tokens each (0 prompts = no sweep)
+    name: Optional[str] = None  # artifact subdirectory under paths.head_dir (multirun: set per job); null = head_dir
 
     def __post_init__(self) -> None:
         _choice("head.kind", self.kind, HEAD_KINDS)
@@ -165,6 +170,10 @@ class HeadConfig:
             raise ConfigError("need 1 <= head.k_min <= head.k_max")
         if any(not 0 < h < 1 for h in self.thresholds):
             raise ConfigError("head.thresholds must lie in (0, 1)")
+        if min(self.x_bins, self.y_bins, self.a_bins, self.latency_repeats) < 1:
+            raise ConfigError("head.x_bins, y_bins, a_bins and latency_repeats must be >= 1")
+        if self.calibration_prompts < 0 or self.calibration_tokens < 1:
+            raise ConfigError("need head.calibration_prompts >= 0 and head.calibration_tokens >= 1")
 
 
 @dataclass
@@ -173,6 +182,10 @@ class LossConfig:
 
     w_acc: float = 1.0
     w_rej: float = 6.0
+
+    def __post_init__(self) -> None:
+        if self.w_acc <= 0 or self.w_rej <= 0:
+            raise ConfigError("loss.w_acc and loss.w_rej must be > 0")
 
 
 @dataclass
@@ -183,6 +196,11 @@ class OptimConfig:
     weight_decay: float = 0.01
     warmup_steps: int = 50
     batch_size: int = 32  # sequences per optimiser step before accumulation
+    min_lr_ratio: float = 0.0  # the cosine decays to lr * min_lr_ratio at the last step
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.batch_size < 1 or self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError("need optim.lr > 0, batch_size >= 1, warmup_steps >= 0, 0 <= min_lr_ratio <= 1")
 
 
 @dataclass
@@ -201,8 +219,16 @@ class TrainerConfig:
     log_every_n_steps: int = 10
     val_check_interval: Optional[float] = None
     fast_dev_run: bool = False
-    early_stopping_patience: Optional[int] = None
+    early_stopping_patience: Optional[int] = None  # validations without val/binary_kl improvement; null = off
     num_workers: int = 0
+    checkpoint_every_n_steps: Optional[int] = None  # also write last.ckpt every N optimiser steps (null: at validation)
+    draft_dtype: str = "auto"  # frozen draft's dtype: auto = bfloat16 on GPU, float32 on CPU
+    feature_cache: bool = False  # precompute draft states for one fixed mixing draw under <data_dir>/feature_cache/
+
+    def __post_init__(self) -> None:
+        _choice("trainer.draft_dtype", self.draft_dtype, ("auto", "float32", "bfloat16", "float16"))
+        if self.checkpoint_every_n_steps is not None and self.checkpoint_every_n_steps < 1:
+            raise ConfigError("trainer.checkpoint_every_n_steps must be >= 1 or null")
 
 
 @dataclass
@@ -223,6 +249,50 @@ class CostConfig:
 
     t_draft: float = 0.0236
     t_target: float = 0.112
+
+
+@dataclass
+class EvaluateConfig:
+    """``python -m accept_heads.evaluate``: every policy × rule × prompt set; defaults sized for the tiny trio.
+
+    Selection (best fixed K, confidence τ, head threshold h) is made on the dev prompts only and
+    then applied to test and the out-of-distribution sets.
+    """
+
+    out_dir: str = "${paths.run_dir}/eval"
+    rules: Optional[List[str]] = None  # rules to decode with; null = rules.names
+    prompts: Dict[str, int] = field(default_factory=lambda: {"dev": 5, "test": 8, "ood": 5})  # per set
+    max_new_tokens: int = 40
+    fixed_k: List[int] = field(default_factory=lambda: list(range(1, 11)))
+    confidence_taus: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
+    thresholds: Optional[List[float]] = None  # head stop thresholds h swept on dev; null = head.thresholds
+    sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
+    fuzzy_thresholds: List[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])  # FSD sweep (test)
+    hf_baselines: bool = True  # HF assisted generation: constant K, heuristic, confidence 0.4
+    hf_k: Optional[List[int]] = None  # HF constant-K baselines; null = the fixed K chosen on dev (per rule)
+    hf_sets: List[str] = field(default_factory=lambda: ["test"])  # test and/or ood
+    se_gammas: List[int] = field(default_factory=lambda: [1, 4])  # SE runs (test): draft proposal lengths γ
+    calibration_rows: int = 32  # dev rows scored for the heads' reliability diagrams (0 = skip)
+    figures: bool = True
+    threads: Optional[int] = 1  # torch CPU threads: 1 suits small models on a shared CPU; null = torch's default
+
+    def __post_init__(self) -> None:
+        for name in self.rules or []:
+            _choice("evaluate.rules", name, RULE_NAMES)
+        if set(self.prompts) != {"dev", "test", "ood"}:
+            raise ConfigError(f"evaluate.prompts needs a count for each of dev, test, ood; got {dict(self.prompts)}")
+        for key in self.hf_sets:
+            _choice("evaluate.hf_sets", key, ("test", "ood"))
+        if self.max_new_tokens < 1 or any(n < 1 for n in self.prompts.values()):
+            raise ConfigError("evaluate.max_new_tokens and every evaluate.prompts count must be >= 1")
+        if not self.fixed_k or min(self.fixed_k + (self.hf_k or []) + self.se_gammas) < 1:
+            raise ConfigError("evaluate.fixed_k needs at least one K; every K, hf_k and se_gammas value must be >= 1")
+        if any(not 0 <= t <= 1 for t in self.confidence_taus) or any(not 0 < h < 1 for h in self.thresholds or []):
+            raise ConfigError("evaluate.confidence_taus must lie in [0, 1] and evaluate.thresholds in (0, 1)")
+        if self.calibration_rows < 0 or any(t < 0 for t in self.fuzzy_thresholds):
+            raise ConfigError("evaluate.calibration_rows and evaluate.fuzzy_thresholds must be >= 0")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError("evaluate.threads must be >= 1 or null")
 
 
 @dataclass
@@ -255,6 +325,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
 
 

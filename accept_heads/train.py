@@ -1,23 +1,329 @@
-"""``python -m accept_heads.train [+exp=NAME] [overrides]``: train acceptance heads / SV profiles."""
+"""``python -m accept_heads.train [+exp=NAME] [overrides]``: train acceptance heads / SV profiles.
+
+``head=specdecpp`` (default): a SpecDec++ head on the frozen draft (:mod:`accept_heads.module`),
+trained on the collected data with token mixing, checkpointed (head weights only), calibrated
+(stop threshold ``h``) and exported to ``<head_dir>/head.safetensors``. ``head=sv_profile``: an
+SV binning profile with a latency table, exported to ``<head_dir>/profile.safetensors``.
+``ckpt_path=last`` resumes from the job's ``last.ckpt``. In a multirun (``-m``) every job writes
+under its own ``<head_dir>/<job>`` (see :func:`job_name`).
+"""
 
 from __future__ import annotations
 
+import re
+import sys
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
 import hydra
+import lightning as L
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from accept_heads.calibrate import best_threshold, sweep_thresholds
 from accept_heads.cli import CONF_DIR, run_entry
-from accept_heads.config import Config, ConfigError
+from accept_heads.config import Config, ConfigError, ModelSpec
+from accept_heads.data import AcceptanceDataModule, check_rule_in_manifest, load_positions, read_manifest, training_rule
+from accept_heads.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
+from accept_heads.features import DraftFeatures
+from accept_heads.loggers import make_logger
+from accept_heads.metrics import information_gain
+from accept_heads.module import HeadModule
+from accept_heads.profile_fit import (
+    ProfileFitter,
+    build_profile,
+    device_description,
+    equal_frequency_edges,
+    position_loader,
+    verification_latency,
+)
+from accept_heads.report import print_head_summary, print_profile_summary
+from data_gen.models import resolve_model_id
+from decode.export import load_head, load_profile, save_head, save_profile
+from decode.head import PRE_FEATURES, AcceptanceHead
+from decode.head import HeadConfig as ArchConfig
+from decode.hub import load_causal_lm, load_tokenizer, tokenizer_hash
+from decode.rules import Rule
+from decode.sampling import Sampling
 
 
-def train(config: Config) -> dict:
-    """Train the configured acceptance predictor and export it (implemented in issue [4/6])."""
-    raise ConfigError(
-        "training is not available yet in this version; run with dry_run=true to validate a config"
+@dataclass
+class DataContext:
+    """The collected data a run trains on, and the rule and sampling transform its labels follow."""
+
+    manifest: dict[str, Any]
+    manifest_sha256: str
+    rule: Rule
+    sampling: Sampling
+
+
+def data_context(config: Config) -> DataContext:
+    """Read the manifest; refuse data made with another draft, sampling transform or rule parameters."""
+    manifest, sha = read_manifest(config.paths.data_dir)
+    sampling = Sampling.from_dict(manifest["sampling"])
+    if sampling.to_dict() != asdict(config.sampling):
+        raise ConfigError(
+            f"the data at {config.paths.data_dir} was collected under sampling {sampling.to_dict()} but the config "
+            f"says {asdict(config.sampling)}; a head is only valid for the transform of its labels"
+        )
+    stored_draft = manifest.get("models", {}).get("draft", {})
+    if (stored_draft.get("id"), stored_draft.get("revision")) != (config.models.draft.id, config.models.draft.revision):
+        raise ConfigError(
+            f"the data at {config.paths.data_dir} was collected with draft {stored_draft.get('id')!r} "
+            f"but models.draft.id={config.models.draft.id!r}; train with the draft that made the data"
+        )
+    rule = training_rule(config.head, config.rules)
+    check_rule_in_manifest(manifest, rule)
+    return DataContext(manifest, sha, rule, sampling)
+
+
+def load_model(spec: ModelSpec, zoo_dir: str | None, dtype: str | None = None) -> tuple[PreTrainedModel, str]:
+    """A configured model (``dtype`` overrides the spec's) and its resolved path."""
+    path = resolve_model_id(spec, zoo_dir)
+    return load_causal_lm(path, revision=spec.revision, dtype=dtype or spec.dtype, device_map=spec.device_map), path
+
+
+def draft_dtype(config: Config) -> str:
+    """``trainer.draft_dtype``, with ``auto`` = bfloat16 on GPU and float32 on CPU."""
+    if config.trainer.draft_dtype != "auto":
+        return config.trainer.draft_dtype
+    gpu = config.trainer.accelerator in ("gpu", "cuda") or (
+        config.trainer.accelerator == "auto" and torch.cuda.is_available()
     )
+    return "bfloat16" if gpu else "float32"
+
+
+def load_draft(config: Config, manifest: dict[str, Any]) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The frozen draft and its tokenizer, which must be the one the data was collected with."""
+    draft, path = load_model(config.models.draft, config.paths.zoo_dir, draft_dtype(config))
+    tokenizer = load_tokenizer(path, revision=config.models.draft.revision)
+    if tokenizer_hash(tokenizer) != manifest["tokenizer_hash"]:
+        raise ConfigError(f"the draft's tokenizer ({path}) differs from the one the data was collected with")
+    return draft, tokenizer
+
+
+def resolve_checkpoint(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
+    """``last`` → this job's ``last.ckpt`` (a fresh start, with a warning, when there is none yet)."""
+    if ckpt_path is None:
+        return None
+    if ckpt_path == "last":
+        last = checkpoint_dir / "last.ckpt"
+        if last.is_file():
+            return str(last)
+        warnings.warn(f"ckpt_path=last: no {last} yet; starting from scratch", stacklevel=2)
+        return None
+    if not Path(ckpt_path).is_file():
+        raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint")
+    return ckpt_path
+
+
+def build_trainer(config: Config, out_dir: Path, callbacks: list[Callback], **overrides: Any) -> L.Trainer:
+    """A Lightning Trainer from ``config.trainer`` writing logs under ``out_dir``."""
+    t = config.trainer
+    kwargs: dict[str, Any] = dict(
+        accelerator=t.accelerator, devices=t.devices, strategy=t.strategy, num_nodes=t.num_nodes,
+        precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
+        accumulate_grad_batches=t.accumulate_grad_batches, gradient_clip_val=t.gradient_clip_val,
+        log_every_n_steps=t.log_every_n_steps, fast_dev_run=t.fast_dev_run,
+        logger=make_logger(config.logger, out_dir, config.head.name or config.exp_name),
+        callbacks=callbacks, default_root_dir=str(out_dir), enable_model_summary=False,
+    )
+    if t.val_check_interval is not None:
+        kwargs["val_check_interval"] = t.val_check_interval
+    kwargs.update(overrides)
+    return L.Trainer(**kwargs)
+
+
+def head_architecture(config: Config, hidden_size: int) -> ArchConfig:
+    """The decode-side head config for ``head.timing`` / ``head.use_companion``."""
+    head = config.head
+    if head.timing == "post" and head.use_companion:
+        raise ConfigError("head.use_companion=true needs head.timing=pre (a post head reads the hidden state only)")
+    pre = head.timing == "pre"
+    return ArchConfig(hidden_size=hidden_size, depth=head.depth, timing=head.timing,
+                      features=PRE_FEATURES if pre else (), companion_features=pre and head.use_companion)
+
+
+def load_head_weights(head: AcceptanceHead, checkpoint: str) -> None:
+    """Copy the head's weights from a Lightning checkpoint of :class:`HeadModule` (``weights_only`` load)."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+    head.load_state_dict({k.removeprefix("head."): v for k, v in state.items() if k.startswith("head.")})
+
+
+def calibrate(config: Config, ctx: DataContext, draft: PreTrainedModel, head: AcceptanceHead, device: torch.device,
+              dev_prompts: list[list[int]]) -> tuple[list[dict[str, Any]], float | None]:
+    """Threshold sweep on the first ``head.calibration_prompts`` dev prompts (empty when 0)."""
+    if config.head.calibration_prompts == 0:
+        return [], None
+    target, _ = load_model(config.models.target, config.paths.zoo_dir)
+    companion = None
+    if head.config.companion_features:
+        companion, _ = load_model(config.models.companion, config.paths.zoo_dir)
+    for model in (target, companion):
+        if model is not None and getattr(model, "hf_device_map", None) is None:
+            model.to(device)
+    rows = sweep_thresholds(
+        target, draft, head.to(draft.device), rule=ctx.rule, sampling=ctx.sampling,
+        prompts=dev_prompts[: config.head.calibration_prompts], thresholds=list(config.head.thresholds),
+        k_min=config.head.k_min, k_max=config.head.k_max, max_new_tokens=config.head.calibration_tokens,
+        cost=config.cost, companion=companion,
+    )
+    return [row.to_dict() for row in rows], best_threshold(rows)
+
+
+@dataclass
+class HeadRun:
+    """Everything a head training job builds before fitting."""
+
+    ctx: DataContext
+    draft: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    head: AcceptanceHead
+    encoder: DraftFeatures
+    datamodule: AcceptanceDataModule
+    module: HeadModule
+
+
+def prepare_head_run(config: Config) -> HeadRun:
+    """Load data context and draft, build the head (seeded), the datamodule and the LightningModule."""
+    ctx = data_context(config)
+    L.seed_everything(config.seed, workers=True, verbose=False)
+    draft, tokenizer = load_draft(config, ctx.manifest)
+    arch = head_architecture(config, draft.config.get_text_config(decoder=True).hidden_size)
+    head = AcceptanceHead(arch)
+    feature_sampling = ctx.rule.transform(ctx.sampling)
+    encoder = DraftFeatures(draft, arch, feature_sampling)
+    cache = None
+    if config.trainer.feature_cache:
+        cache = {"draft": config.models.draft.id, "revision": config.models.draft.revision,
+                 "dtype": draft_dtype(config), "arch": {**arch.to_dict(), "depth": None},
+                 "feature_sampling": feature_sampling.to_dict(), "candidate_rule": ctx.rule.name,
+                 "mixing_r": config.head.mixing_r, "seed": config.seed, "data": ctx.manifest_sha256}
+    datamodule = AcceptanceDataModule(
+        config.paths.data_dir, ctx.rule, config.head, seed=config.seed, batch_size=config.optim.batch_size,
+        num_workers=config.trainer.num_workers, cache_description=cache, encoder=encoder,
+    )
+    module = HeadModule(head, None if cache else encoder, config.loss, config.optim, datamodule.mean_train_label())
+    return HeadRun(ctx, draft, tokenizer, head, encoder, datamodule, module)
+
+
+def train_head(config: Config) -> dict[str, Any]:
+    """Train, calibrate and export a SpecDec++ head; returns paths, dev metrics and ``h`` (rank 0)."""
+    run = prepare_head_run(config)
+    ctx, draft, head, encoder, datamodule, module = run.ctx, run.draft, run.head, run.encoder, run.datamodule, run.module
+    out_dir = work_dir(config)
+    checkpoint_dir = out_dir / "checkpoints"
+    best = ModelCheckpoint(dirpath=checkpoint_dir, filename="step_{step:06d}", auto_insert_metric_name=False,
+                           monitor="val/binary_kl", mode="min", save_top_k=1)
+    last = ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
+                           every_n_train_steps=config.trainer.checkpoint_every_n_steps)
+    callbacks: list[Callback] = [best, last]
+    if config.trainer.early_stopping_patience is not None:
+        callbacks.append(EarlyStopping("val/binary_kl", patience=config.trainer.early_stopping_patience))
+    trainer = build_trainer(config, out_dir, callbacks)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_checkpoint(config.ckpt_path, checkpoint_dir))
+    if best.best_model_path:
+        load_head_weights(head, best.best_model_path)
+    dev_metrics = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
+    if not trainer.is_global_zero:
+        return {}
+    device = trainer.strategy.root_device
+    encoder.to(device)
+    head.eval()
+    dev_prompts = [p.tolist() for p in datamodule.table("dev").prompts]
+    calibration, threshold = calibrate(config, ctx, draft, head, device, dev_prompts)
+    common = common_metadata(config, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
+    path = artifact_dir(config) / "head.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_head(head.cpu(), path, head_metadata(common, config, dev_metrics, calibration, threshold))
+    load_head(path, draft=draft, tokenizer=run.tokenizer, sampling=ctx.sampling, rule=ctx.rule)
+    result = {
+        "name": config.head.name or config.exp_name, "head_path": str(path), "checkpoint_dir": str(checkpoint_dir),
+        "timing": head.config.timing, "depth": head.config.depth, "rule": ctx.rule.spec(), "dev_metrics": dev_metrics,
+        "threshold": threshold, "calibration": calibration, "global_step": trainer.global_step,
+        "best_checkpoint": best.best_model_path or None,
+    }
+    print_head_summary(result)
+    return result
+
+
+def fit_profile(config: Config) -> dict[str, Any]:
+    """Fit, measure and export an SV profile; returns paths, bins and information gain (rank 0)."""
+    ctx = data_context(config)
+    if config.models.companion is None or "companion" not in ctx.manifest.get("models", {}):
+        raise ConfigError("head=sv_profile needs data collected with a companion model (models.companion)")
+    head = config.head
+    tables = {s: load_positions(config.paths.data_dir, s, ctx.rule, seed=config.seed, with_companion=True)
+              for s in ("train", "dev")}
+    x_edges = equal_frequency_edges(tables["train"].companion[:, 0], head.x_bins)
+    y_edges = equal_frequency_edges(tables["train"].companion[:, 1], head.y_bins)
+    fitter = ProfileFitter(x_edges, y_edges, head.a_bins)
+    out_dir = work_dir(config)
+    trainer = build_trainer(config, out_dir, [], enable_checkpointing=False)
+    trainer.validate(fitter, dataloaders=[position_loader(tables["train"]), position_loader(tables["dev"])],
+                     verbose=False)
+    information = {split: information_gain(metric.compute()["joint"])
+                   for split, metric in (("train", fitter.train_bins), ("dev", fitter.dev_bins))}
+    if not trainer.is_global_zero:
+        return {}
+    target, _ = load_model(config.models.target, config.paths.zoo_dir)
+    device = trainer.strategy.root_device
+    if getattr(target, "hf_device_map", None) is None:
+        target.to(device)
+    prompts = sorted(tables["dev"].prompts, key=len)
+    typical = prompts[len(prompts) // 2].tolist()
+    latency = verification_latency(target, typical, head.k_max, head.latency_repeats)
+    profile = build_profile(fitter, head.min_bin_count, latency)
+    latency_device = device_description(target.device) + f", prompt of {len(typical)} tokens"
+    common = common_metadata(config, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
+    path = artifact_dir(config) / "profile.safetensors"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_profile(profile, path, profile_metadata(common, config, information, latency_device))
+    load_profile(path, sampling=ctx.sampling, rule=ctx.rule)
+    result = {
+        "name": config.head.name or config.exp_name, "profile_path": str(path),
+        "bins": [profile.x_edges.numel() - 1, profile.y_edges.numel() - 1],
+        "requested_bins": [head.x_bins, head.y_bins],
+        "backed_off_bins": int((profile.counts < head.min_bin_count).sum()),
+        "information": information, "latency": profile.latency.tolist(), "latency_device": latency_device,
+    }
+    print_profile_summary(result)
+    return result
+
+
+def train(config: Config) -> dict[str, Any]:
+    """Train the configured acceptance predictor and export it; ``{}`` on ranks other than 0."""
+    if config.head.kind == "sv_profile":
+        return fit_profile(config)
+    return train_head(config)
+
+
+def swept_keys(arguments: list[str]) -> set[str]:
+    """Keys that a multirun command line sweeps (``a=1,2``, ``choice(...)``, ``range(...)``)."""
+    parser = OverridesParser.create()
+    overrides = parser.parse_overrides([a for a in arguments if not a.startswith("-")])
+    return {o.key_or_group for o in overrides if o.is_sweep_override()}
+
+
+def job_name(num: int, job_overrides: list[str], swept: set[str]) -> str:
+    """Artifact directory of a multirun job: its number and its values of the swept keys."""
+    kept = [o for o in job_overrides if o.split("=", 1)[0].lstrip("+~") in swept]
+    text = re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(sorted(kept)))[:120]
+    return f"{num:03d}_{text}" if text else f"{num:03d}"
 
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode == RunMode.MULTIRUN and cfg.head.name is None:
+        cfg.head.name = job_name(hydra_cfg.job.num, list(hydra_cfg.overrides.task), swept_keys(sys.argv[1:]))
     run_entry(cfg, "accept_heads.train", train)
 
 

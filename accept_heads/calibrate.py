@@ -1,0 +1,81 @@
+"""Stop-threshold calibration: decode dev prompts with ``policies.Head`` for each ``h``, keep the fastest.
+
+Speed is the cost model of DESIGN §5: modelled throughput = generated tokens / ``t_d·N_d + t_t·N_t``
+(companion calls cost ``t_d``), summed over the prompts. Every threshold decodes the same prompts
+with the same seeds (common random numbers), so the comparison is paired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from transformers import PreTrainedModel
+
+from accept_heads.config import CostConfig
+from decode import SpeculativeDecoder, policies
+from decode.head import AcceptanceHead
+from decode.rules import Rule
+from decode.sampling import Sampling
+from decode.stats import DecodeStats
+
+
+@dataclass
+class SweepRow:
+    """Totals of one threshold over the calibration prompts."""
+
+    threshold: float
+    generated: int
+    draft_calls: int
+    target_calls: int
+    discarded: int
+    modelled_time: float
+    throughput: float  # generated / modelled_time (tokens per modelled second)
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+def sweep_thresholds(
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    head: AcceptanceHead,
+    *,
+    rule: Rule,
+    sampling: Sampling,
+    prompts: list[list[int]],
+    thresholds: list[float],
+    k_min: int,
+    k_max: int,
+    max_new_tokens: int,
+    cost: CostConfig,
+    companion: PreTrainedModel | None = None,
+) -> list[SweepRow]:
+    """Decode every prompt once per threshold; one :class:`SweepRow` per threshold."""
+    rows = []
+    for threshold in thresholds:
+        policy = policies.Head(head, threshold=threshold, k_min=k_min, k_max=k_max)
+        use_companion = companion if head.config.companion_features else None
+        decoder = SpeculativeDecoder(target, draft, rule=rule, policy=policy, companion=use_companion, sampling=sampling)
+        totals = DecodeStats()
+        for seed, prompt in enumerate(prompts):
+            stats = decoder.generate(prompt, max_new_tokens=max_new_tokens, seed=seed).stats
+            for name in ("generated", "draft_calls", "target_calls", "companion_calls", "rejected", "unverified"):
+                setattr(totals, name, getattr(totals, name) + getattr(stats, name))
+        time = totals.modelled_time(cost.t_draft, cost.t_target)
+        rows.append(
+            SweepRow(
+                threshold=threshold,
+                generated=totals.generated,
+                draft_calls=totals.draft_calls,
+                target_calls=totals.target_calls,
+                discarded=totals.discarded,
+                modelled_time=time,
+                throughput=totals.generated / time if time > 0 else 0.0,
+            )
+        )
+    return rows
+
+
+def best_threshold(rows: list[SweepRow]) -> float:
+    """The threshold with the highest modelled throughput (the lowest threshold on ties)."""
+    return max(rows, key=lambda row: (row.throughput, -row.threshold)).threshold

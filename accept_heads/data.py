@@ -1,0 +1,369 @@
+"""Training data for acceptance heads: collected splits → labelled positions → mixed batches.
+
+**Labels.** The label of response position ``t`` is the training rule's column (``label_<rule>``;
+fuzzy: ``1[div_t < T]`` on the stored divergence column). Greedy labels belong to the candidate
+``argmax q_t`` (column ``draft_argmax``); every other rule's candidate is the sample ``y_t``
+(column ``draft_token``). Labels are the acceptance at the *true* prefix (target tokens).
+
+**Outcomes.** AUROC needs binary outcomes: ``o_t = 1[u_t < a_t]`` with ``u_t ~ U(0, 1)`` drawn once
+per split from ``seed`` (hard labels give ``o_t = a_t``). Fixed across epochs and ranks.
+
+**Token mixing** (DESIGN §2). The head's input sequence replaces each response token ``x_t`` by
+the candidate ``y_t`` with probability ``1 - r``; the loss is taken at exactly those positions. The
+draw of row ``i`` is a pure function of ``(seed, split, epoch, i)``: train rows are redrawn every
+epoch (``epoch`` = the trainer's current epoch), dev rows use one fixed draw (``epoch = 0``). So
+mixing is reproducible, independent of batch composition, workers and DDP sharding. The mixed
+prefix holds draft tokens while the label was computed on the target's prefix: the paper's
+approximation, kept on purpose.
+
+**Feature cache** (``trainer.feature_cache=true``): the draft's head inputs for one fixed mixing
+draw (``epoch = 0`` for train too) are stored under ``<data_dir>/feature_cache/<key>/<split>.safetensors``
+so that many heads train without running the draft. Disk cost per labelled position (≈ ``1 - r``
+of all response tokens): ``hidden_size × 2`` bytes (bfloat16 draft) or ``× 4`` (float32), plus
+``4 × (F + 2)`` bytes of features and indices — e.g. 8 KiB per position for Llama-2-7B in bfloat16.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import pyarrow as pa
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from accept_heads.config import ConfigError, HeadConfig, RulesConfig
+from data_gen.labels import label_column
+from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
+from decode import rules as rule_defs
+
+SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
+
+
+def training_rule(head: HeadConfig, rules: RulesConfig) -> rule_defs.Rule:
+    """The rule whose acceptance the head learns (``head.rule``; ensemble kind and λ / μ from ``rules``)."""
+    if head.rule == "fuzzy":
+        return rule_defs.Fuzzy(head.fuzzy_divergence, head.fuzzy_threshold)
+    if head.rule == "ensemble":
+        if rules.ensemble_kind == "weighted":
+            return rule_defs.Ensemble("weighted", weight=rules.ensemble_weight)
+        return rule_defs.Ensemble("contrastive", mu=rules.ensemble_mu)
+    return rule_defs.from_spec(head.rule)
+
+
+def candidate_column(rule: rule_defs.Rule) -> str:
+    """Column holding the candidate the rule's draft proposes: ``argmax q`` (greedy) or ``y ~ q``."""
+    return "draft_argmax" if isinstance(rule, rule_defs.Greedy) else "draft_token"
+
+
+def read_manifest(data_dir: str | Path) -> tuple[dict[str, Any], str]:
+    """The collection manifest and the SHA-256 of its bytes (recorded in exported artifacts)."""
+    path = Path(data_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no collected data at {data_dir} ({MANIFEST_FILE} missing); run `python -m data_gen.collect` first"
+        )
+    raw = path.read_bytes()
+    return json.loads(raw), hashlib.sha256(raw).hexdigest()
+
+
+def check_rule_in_manifest(manifest: dict[str, Any], rule: rule_defs.Rule) -> None:
+    """Refuse a rule whose labels the data does not hold (or holds with other parameters)."""
+    if isinstance(rule, rule_defs.Fuzzy):
+        return
+    column = label_column(rule)
+    stored = manifest.get("rules", {}).get(column)
+    if stored != rule.spec():
+        have = ", ".join(f"{c}={s}" for c, s in manifest.get("rules", {}).items()) or "none"
+        raise ConfigError(
+            f"head.rule={rule.name} needs labels {rule.spec()} (column {column}) but the data holds: {have}; "
+            "collect with that rule in rules.names (and the same ensemble λ / μ) or pick another head.rule"
+        )
+
+
+@dataclass
+class PositionTable:
+    """One split flattened to per-position arrays; row ``i`` owns ``[offsets[i], offsets[i+1])``."""
+
+    prompts: list[np.ndarray]
+    offsets: np.ndarray  # [R + 1]
+    response: np.ndarray  # [N] target tokens x_t
+    candidate: np.ndarray  # [N] the rule's draft candidate y_t
+    label: np.ndarray  # [N] acceptance target a_t
+    outcome: np.ndarray  # [N] sampled 0/1 outcome for AUROC
+    companion: np.ndarray | None  # [N, 2] SV indicators (X_t, Y_t) at the true prefix
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    @property
+    def positions(self) -> int:
+        return int(self.offsets[-1])
+
+    def row(self, index: int) -> slice:
+        return slice(int(self.offsets[index]), int(self.offsets[index + 1]))
+
+
+def _flat(table: pa.Table, name: str, dtype: type) -> np.ndarray:
+    return table.column(name).combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(dtype)
+
+
+def load_positions(
+    data_dir: str | Path, split: str, rule: rule_defs.Rule, *, seed: int, with_companion: bool
+) -> PositionTable:
+    """Read ``split`` and flatten it; labels per :func:`training_rule`, outcomes drawn from ``seed``."""
+    dataset = load_split(data_dir, split)
+    table = dataset.data.table
+    column = label_column(rule)
+    missing = [c for c in (column, candidate_column(rule)) if c not in dataset.column_names]
+    if with_companion and "sv_x" not in dataset.column_names:
+        missing.append("sv_x / sv_y (collect with a companion model)")
+    if missing:
+        raise ConfigError(f"the {split} data at {data_dir} lacks columns {missing}")
+    lengths = np.asarray([len(r) for r in dataset["response_ids"]], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    label = _flat(table, column, np.float32)
+    if isinstance(rule, rule_defs.Fuzzy):
+        label = (label < rule.threshold).astype(np.float32)
+    rng = np.random.default_rng([seed, SPLIT_CODES[split]])
+    outcome = (rng.random(label.shape[0]) < label).astype(np.float32)
+    companion = None
+    if with_companion:
+        companion = np.stack([_flat(table, "sv_x", np.float32), _flat(table, "sv_y", np.float32)], axis=1)
+    prompts = [np.asarray(p, dtype=np.int64) for p in dataset["prompt_ids"]]
+    if any(p.size == 0 for p in prompts):
+        raise ConfigError(f"the {split} data holds an empty prompt; a head input needs at least one prompt token")
+    return PositionTable(
+        prompts=prompts,
+        offsets=offsets,
+        response=_flat(table, "response_ids", np.int64),
+        candidate=_flat(table, candidate_column(rule), np.int64),
+        label=label,
+        outcome=outcome,
+        companion=companion,
+    )
+
+
+def mixing_mask(length: int, r: float, seed: int, split: str, epoch: int, row: int) -> np.ndarray:
+    """``True`` where ``z_t = y_t`` (a loss position): probability ``1 - r``, seeded per row and epoch."""
+    return np.random.default_rng([seed, SPLIT_CODES[split], epoch, row]).random(length) >= r
+
+
+class SequenceDataset(Dataset):
+    """Rows of a :class:`PositionTable` as unmixed sequences (mixing happens per batch)."""
+
+    def __init__(self, table: PositionTable) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        t, span = self.table, self.table.row(index)
+        return {
+            "row": index,
+            "prompt": t.prompts[index],
+            "response": t.response[span],
+            "candidate": t.candidate[span],
+            "label": t.label[span],
+            "outcome": t.outcome[span],
+            "companion": None if t.companion is None else t.companion[span],
+        }
+
+
+def collate_sequences(items: list[dict[str, Any]]) -> dict[str, Tensor]:
+    """Right-pad ``[prompt, response]`` rows; per-token tensors are aligned with ``input_ids``."""
+    width = max(len(i["prompt"]) + len(i["response"]) for i in items)
+    batch = len(items)
+    input_ids = torch.zeros(batch, width, dtype=torch.long)
+    attention_mask = torch.zeros(batch, width, dtype=torch.long)
+    is_response = torch.zeros(batch, width, dtype=torch.bool)
+    candidate = torch.zeros(batch, width, dtype=torch.long)
+    label = torch.zeros(batch, width)
+    outcome = torch.zeros(batch, width)
+    companion = torch.zeros(batch, width, 2)
+    for b, item in enumerate(items):
+        p, n = len(item["prompt"]), len(item["response"])
+        input_ids[b, :p] = torch.from_numpy(item["prompt"])
+        input_ids[b, p : p + n] = torch.from_numpy(item["response"])
+        attention_mask[b, : p + n] = 1
+        is_response[b, p : p + n] = True
+        candidate[b, p : p + n] = torch.from_numpy(item["candidate"])
+        label[b, p : p + n] = torch.from_numpy(item["label"])
+        outcome[b, p : p + n] = torch.from_numpy(item["outcome"])
+        if item["companion"] is not None:
+            companion[b, p : p + n] = torch.from_numpy(item["companion"])
+    return {
+        "row": torch.tensor([i["row"] for i in items], dtype=torch.long),
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "is_response": is_response,
+        "candidate": candidate,
+        "label": label,
+        "outcome": outcome,
+        "companion": companion,
+    }
+
+
+def mix_batch(batch: dict[str, Tensor], r: float, seed: int, split: str, epoch: int) -> dict[str, Tensor]:
+    """Token mixing in place: put ``y_t`` into ``input_ids`` where drawn; ``loss_mask`` marks those positions."""
+    loss_mask = torch.zeros_like(batch["is_response"])
+    for b, row in enumerate(batch["row"].tolist()):
+        positions = batch["is_response"][b].nonzero().squeeze(-1)
+        draws = torch.from_numpy(mixing_mask(positions.numel(), r, seed, split, epoch, row))
+        loss_mask[b, positions[draws]] = True
+    batch["input_ids"] = torch.where(loss_mask, batch["candidate"], batch["input_ids"])
+    batch["loss_mask"] = loss_mask
+    return batch
+
+
+class CachedDataset(Dataset):
+    """Rows of precomputed head inputs: item ``i`` is every cached loss position of row ``i``."""
+
+    def __init__(self, tensors: dict[str, Tensor], table: PositionTable) -> None:
+        self.hidden, self.features = tensors["hidden"], tensors.get("features")
+        flat = tensors["flat_index"]
+        self.label = torch.from_numpy(table.label)[flat]
+        self.outcome = torch.from_numpy(table.outcome)[flat]
+        self.offsets = tensors["row_offsets"].tolist()
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int) -> dict[str, Tensor]:
+        span = slice(self.offsets[index], self.offsets[index + 1])
+        item = {"hidden": self.hidden[span].float(), "label": self.label[span], "outcome": self.outcome[span]}
+        if self.features is not None:
+            item["features"] = self.features[span]
+        return item
+
+
+def collate_cached(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """Concatenate the positions of several rows (the batch size still counts sequences)."""
+    return {key: torch.cat([i[key] for i in items]) for key in items[0]}
+
+
+def cache_key(description: dict[str, Any]) -> str:
+    """Directory name of a feature cache: a hash of everything its tensors depend on."""
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class AcceptanceDataModule(L.LightningDataModule):
+    """Train / dev loaders over the collected data, with seeded per-epoch token mixing.
+
+    ``encoder`` (only with a feature cache) turns a mixed batch into head inputs; the cache is
+    built once in :meth:`prepare_data` (global rank 0 of each node) and read by every rank.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        rule: rule_defs.Rule,
+        head: HeadConfig,
+        *,
+        seed: int,
+        batch_size: int,
+        num_workers: int = 0,
+        cache_description: dict[str, Any] | None = None,
+        encoder: Any = None,
+    ) -> None:
+        super().__init__()
+        self.data_dir = Path(data_dir)
+        self.rule, self.head, self.seed = rule, head, seed
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.cache_description, self.encoder = cache_description, encoder
+        self.tables: dict[str, PositionTable] = {}
+
+    def table(self, split: str) -> PositionTable:
+        """The split's positions (read once)."""
+        if split not in self.tables:
+            self.tables[split] = load_positions(
+                self.data_dir, split, self.rule, seed=self.seed, with_companion=self.head.use_companion
+            )
+        return self.tables[split]
+
+    @property
+    def cache_dir(self) -> Path | None:
+        if self.cache_description is None:
+            return None
+        return self.data_dir / "feature_cache" / cache_key(self.cache_description)
+
+    def prepare_data(self) -> None:
+        cache = self.cache_dir
+        if cache is None:
+            return
+        if self.trainer is not None:
+            self.encoder.to(self.trainer.strategy.root_device)
+        for split in ("train", "dev"):
+            if not (cache / f"{split}.safetensors").is_file():
+                build_feature_cache(self, split, cache)
+        write_json_atomic(cache / "cache.json", self.cache_description or {})
+
+    def mean_train_label(self) -> float:
+        """Mean acceptance target on train: the constant predictor's prediction."""
+        return float(self.table("train").label.mean())
+
+    def _dataset(self, split: str) -> Dataset:
+        cache = self.cache_dir
+        if cache is None:
+            return SequenceDataset(self.table(split))
+        return CachedDataset(load_file(str(cache / f"{split}.safetensors")), self.table(split))
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        collate = collate_sequences if self.cache_dir is None else collate_cached
+        generator = torch.Generator().manual_seed(self.seed)
+        return DataLoader(
+            self._dataset(split), batch_size=self.batch_size, shuffle=shuffle, collate_fn=collate,
+            num_workers=self.num_workers, generator=generator if shuffle else None,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("dev", shuffle=False)
+
+    def on_before_batch_transfer(self, batch: dict[str, Tensor], dataloader_idx: int) -> dict[str, Tensor]:
+        if "input_ids" not in batch:  # cached head inputs: mixed when the cache was built
+            return batch
+        training = self.trainer is not None and self.trainer.training
+        split, epoch = ("train", self.trainer.current_epoch) if training else ("dev", 0)
+        return mix_batch(batch, self.head.mixing_r, self.seed, split, epoch)
+
+
+@torch.no_grad()
+def build_feature_cache(datamodule: AcceptanceDataModule, split: str, cache: Path) -> None:
+    """Run the draft once over ``split`` with the fixed ``epoch = 0`` mixing and store the head inputs."""
+    table = datamodule.table(split)
+    loader = DataLoader(SequenceDataset(table), batch_size=datamodule.batch_size, collate_fn=collate_sequences)
+    hidden, features, flat_index, counts = [], [], [], [0] * len(table)
+    for batch in loader:
+        batch = mix_batch(batch, datamodule.head.mixing_r, datamodule.seed, split, 0)
+        h, f = datamodule.encoder(batch)
+        rows, positions = batch["loss_mask"].nonzero(as_tuple=True)
+        starts = torch.from_numpy(table.offsets)[batch["row"][rows]]
+        first = batch["attention_mask"].sum(-1)[rows] - batch["is_response"].sum(-1)[rows]
+        flat_index.append(starts + positions - first)
+        for row in batch["row"][rows].tolist():
+            counts[row] += 1
+        hidden.append(h.cpu())
+        if f is not None:
+            features.append(f.cpu())
+    tensors = {
+        "hidden": torch.cat(hidden),
+        "flat_index": torch.cat(flat_index),
+        "row_offsets": torch.tensor(np.concatenate([[0], np.cumsum(counts)]), dtype=torch.long),
+    }
+    if features:
+        tensors["features"] = torch.cat(features)
+    cache.mkdir(parents=True, exist_ok=True)
+    partial = cache / f".{split}.safetensors.tmp"
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(partial))
+    partial.replace(cache / f"{split}.safetensors")

@@ -1,0 +1,90 @@
+"""Where a training run's artifacts go, and the metadata written into exported heads and profiles.
+
+Layout (``<name>`` = ``head.name``, set per job in a multirun; absent otherwise)::
+
+    <paths.head_dir>[/<name>]/head.safetensors         the head (decode.load_head validates it)
+    <paths.head_dir>[/<name>]/profile.safetensors      an SV profile (decode.load_profile)
+    <paths.run_dir>/train/<kind>[/<name>]/checkpoints/ last.ckpt + the best step_XXXXXX.ckpt (head only)
+    <paths.run_dir>/train/<kind>[/<name>]/csv/         logs (or tensorboard/, wandb/)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from accept_heads.config import Config
+from decode.rules import Rule
+from decode.sampling import Sampling
+
+
+def artifact_dir(config: Config) -> Path:
+    """Directory of the exported head / profile."""
+    root = Path(config.paths.head_dir)
+    return root / config.head.name if config.head.name else root
+
+
+def work_dir(config: Config) -> Path:
+    """Directory of checkpoints and logs of this training job."""
+    root = Path(config.paths.run_dir) / "train" / config.head.kind
+    return root / config.head.name if config.head.name else root
+
+
+def common_metadata(
+    config: Config, manifest: dict[str, Any], manifest_sha256: str, rule: Rule, sampling: Sampling
+) -> dict[str, Any]:
+    """Keys shared by heads and profiles: models, tokenizer, rule, sampling, training data."""
+    models = manifest.get("models", {})
+    return {
+        "draft": models.get("draft", {}).get("id", config.models.draft.id),
+        "draft_revision": models.get("draft", {}).get("revision"),
+        "companion": models.get("companion", {}).get("id"),
+        "target": models.get("target", {}).get("id"),
+        "tokenizer_hash": manifest["tokenizer_hash"],
+        "rule": rule.spec(),
+        "sampling": sampling.to_dict(),
+        "training_data": {
+            "manifest_sha256": manifest_sha256,
+            "data_dir": str(config.paths.data_dir),
+            "exp_name": manifest.get("exp_name"),
+            "positions": {s: v.get("labelled_positions") for s, v in manifest.get("splits", {}).items()},
+        },
+        "seed": config.seed,
+    }
+
+
+def head_metadata(
+    common: dict[str, Any],
+    config: Config,
+    dev_metrics: dict[str, float],
+    calibration: list[dict[str, Any]],
+    threshold: float | None,
+) -> dict[str, Any]:
+    """Everything ``decode.load_head`` validates plus the training recipe, dev metrics and calibrated ``h``."""
+    return {
+        **common,
+        "train_config": {"head": asdict(config.head), "loss": asdict(config.loss), "optim": asdict(config.optim)},
+        "dev_metrics": dev_metrics,
+        "threshold": threshold,
+        "k_min": config.head.k_min,
+        "k_max": config.head.k_max,
+        "calibration": {"cost": asdict(config.cost), "table": calibration,
+                        "prompts": config.head.calibration_prompts, "max_new_tokens": config.head.calibration_tokens},
+    }
+
+
+def profile_metadata(
+    common: dict[str, Any], config: Config, information: dict[str, Any], latency_device: str
+) -> dict[str, Any]:
+    """Profile keys: requested bins, back-off rule, dev information gain, where latency was measured."""
+    head = config.head
+    return {
+        **common,
+        "requested_bins": [head.x_bins, head.y_bins],
+        "min_bin_count": head.min_bin_count,
+        "a_bins": head.a_bins,
+        "information": information,
+        "latency_device": latency_device,
+        "k_max": head.k_max,
+    }

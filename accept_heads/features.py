@@ -1,0 +1,73 @@
+"""The frozen draft model turned into head inputs at the loss positions of a mixed batch.
+
+The hidden state is the draft's final hidden state after its final norm — the input of its LM
+head, the same tensor :class:`decode.runner.ModelRunner` captures at decode time. It is read as
+``last_hidden_state`` of the draft's decoder (``get_decoder()``), so full-vocabulary logits are
+only computed where a ``pre`` head needs ``q_t``.
+
+* ``post``: ``e_t`` = state at sequence position of ``z_t = y_t`` (the forward that consumed ``y_t``).
+* ``pre``: the state at the position before (it produced ``q_t`` on the mixed prefix), plus
+  :func:`decode.head.head_features` of ``y_t`` under that ``q_t`` — transformed exactly as the
+  decoder does (``rule.transform(sampling).feature_probs``) — and, with ``head.use_companion``,
+  the stored companion indicators ``X_t, Y_t``. Those were computed at the *unmixed* (true)
+  prefix during collection: an approximation on top of token mixing.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from decode.head import HeadConfig as ArchConfig
+from decode.head import head_features
+from decode.sampling import Sampling
+
+
+class DraftFeatures:
+    """Frozen draft → ``(hidden [M, H], features [M, F] | None)`` for the ``loss_mask`` positions.
+
+    Not an ``nn.Module`` on purpose: a LightningModule holding it neither trains, checkpoints nor
+    DDP-wraps the draft.
+    """
+
+    def __init__(self, draft: PreTrainedModel, arch: ArchConfig, feature_sampling: Sampling) -> None:
+        self.draft = draft.eval().requires_grad_(False)
+        self.arch = arch
+        self.feature_sampling = feature_sampling
+        self.softcap = getattr(draft.config, "final_logit_softcapping", None)
+
+    @property
+    def device(self) -> torch.device:
+        return self.draft.device
+
+    def to(self, device: torch.device | str) -> DraftFeatures:
+        """Move the draft (no-op when it is already there)."""
+        if self.draft.device != torch.device(device):
+            self.draft.to(device)
+        return self
+
+    def q_logits(self, hidden: Tensor) -> Tensor:
+        """Float logits of the draft's LM head (with its final soft-capping, if any) for ``hidden``."""
+        logits = self.draft.get_output_embeddings()(hidden).float()
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+    @torch.no_grad()
+    def __call__(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+        device = self.device
+        states = self.draft.get_decoder()(
+            input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
+        ).last_hidden_state
+        rows, positions = batch["loss_mask"].to(device).nonzero(as_tuple=True)
+        if self.arch.timing == "post":
+            return states[rows, positions].float(), None
+        hidden = states[rows, positions - 1]
+        q = self.feature_sampling.feature_probs(self.q_logits(hidden))
+        candidates = batch["candidate"].to(device)[rows, positions]
+        companion = None
+        if self.arch.companion_features:
+            stored = batch["companion"].to(device)[rows, positions]
+            companion = (stored[:, 0], stored[:, 1])
+        return hidden.float(), head_features(q, candidates, self.arch.features, companion)

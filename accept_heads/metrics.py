@@ -1,0 +1,136 @@
+"""Losses and metrics of acceptance predictors (DESIGN §2, §3), DDP-safe via torchmetrics.
+
+Predictions ``s_t = σ(logit_t)`` against soft targets ``a_t ∈ [0, 1]``:
+
+* ``weighted_bce``: ``-Σ[w_acc a log s + w_rej (1-a) log(1-s)] / Σ[w_acc a + w_rej (1-a)]``;
+* ``binary_kl``: mean ``KL(Bern(a) ‖ Bern(s))`` (unweighted; the paper's evaluation metric), and
+  the same for the constant predictor ``s = mean train label``;
+* ``auroc``: of ``s_t`` against sampled outcomes ``o_t = 1[u_t < a_t]`` (fixed seed, see
+  :mod:`accept_heads.data`), which in expectation equals the AUROC with ``a_t`` as soft weights;
+* ``ece``: expected calibration error over 15 equal-width bins of ``s``, against the soft ``a``
+  (``Σ_b |Σ_{t∈b} s_t − Σ_{t∈b} a_t| / N``; the expected gap w.r.t. sampled outcomes);
+* ``mean_pred`` / ``mean_label``.
+
+Information measures of the SV profile use bits.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn.functional import logsigmoid
+from torchmetrics import MeanMetric, Metric, SumMetric
+from torchmetrics.classification import BinaryAUROC
+
+
+def weighted_bce(logits: Tensor, labels: Tensor, w_acc: float, w_rej: float) -> Tensor:
+    """Weighted binary cross-entropy with soft labels (DESIGN §2), numerically stable in logits."""
+    weights = w_acc * labels + w_rej * (1 - labels)
+    nll = -(w_acc * labels * logsigmoid(logits) + w_rej * (1 - labels) * logsigmoid(-logits))
+    return nll.sum() / weights.sum().clamp_min(1e-12)
+
+
+def binary_kl(labels: Tensor, logits: Tensor) -> Tensor:
+    """Per-element ``KL(Bern(a) ‖ Bern(σ(logit)))`` in nats (``0 log 0 = 0``)."""
+    return (
+        torch.xlogy(labels, labels)
+        + torch.xlogy(1 - labels, 1 - labels)
+        - labels * logsigmoid(logits)
+        - (1 - labels) * logsigmoid(-logits)
+    )
+
+
+class SoftCalibrationError(Metric):
+    """Binned expected calibration error of probabilities against soft targets."""
+
+    full_state_update = False
+
+    def __init__(self, n_bins: int = 15) -> None:
+        super().__init__()
+        self.n_bins = n_bins
+        for name in ("pred_sum", "label_sum", "count"):
+            self.add_state(name, default=torch.zeros(n_bins, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, probs: Tensor, labels: Tensor) -> None:
+        bins = (probs.detach() * self.n_bins).long().clamp(0, self.n_bins - 1)
+        self.pred_sum += torch.bincount(bins, probs.detach().double(), self.n_bins)
+        self.label_sum += torch.bincount(bins, labels.double(), self.n_bins)
+        self.count += torch.bincount(bins, minlength=self.n_bins).double()
+
+    def compute(self) -> Tensor:
+        return ((self.pred_sum - self.label_sum).abs().sum() / self.count.sum().clamp_min(1)).float()
+
+
+class AcceptanceMetrics(nn.Module):
+    """All head metrics of one split; ``compute()`` returns ``{prefix + name: value}``.
+
+    ``constant`` (the mean train label) adds ``binary_kl_constant``; ``auroc_thresholds=None``
+    keeps every prediction for an exact AUROC, an int bins it (constant memory).
+    """
+
+    def __init__(
+        self, prefix: str, w_acc: float, w_rej: float, constant: float | None = None, auroc_thresholds: int | None = None
+    ) -> None:
+        super().__init__()
+        self.prefix, self.w_acc, self.w_rej, self.constant = prefix, w_acc, w_rej, constant
+        self.bce_num, self.bce_den = SumMetric(), SumMetric()
+        self.kl, self.kl_constant = MeanMetric(), MeanMetric()
+        self.mean_pred, self.mean_label = MeanMetric(), MeanMetric()
+        self.auroc = BinaryAUROC(thresholds=auroc_thresholds)
+        self.ece = SoftCalibrationError()
+
+    @torch.no_grad()
+    def update(self, logits: Tensor, labels: Tensor, outcomes: Tensor) -> None:
+        """Add a batch of logits with their soft labels and sampled 0/1 outcomes."""
+        if logits.numel() == 0:
+            return
+        logits, labels = logits.detach().float(), labels.float()
+        weights = self.w_acc * labels + self.w_rej * (1 - labels)
+        self.bce_num.update(weighted_bce(logits, labels, self.w_acc, self.w_rej) * weights.sum())
+        self.bce_den.update(weights.sum())
+        self.kl.update(binary_kl(labels, logits))
+        if self.constant is not None:
+            constant_logit = torch.logit(torch.tensor(self.constant, device=logits.device).clamp(1e-6, 1 - 1e-6))
+            self.kl_constant.update(binary_kl(labels, constant_logit.expand_as(labels)))
+        probs = torch.sigmoid(logits)
+        self.mean_pred.update(probs)
+        self.mean_label.update(labels)
+        self.auroc.update(probs, outcomes.long())
+        self.ece.update(probs, labels)
+
+    def compute(self) -> dict[str, Tensor]:
+        values = {
+            "weighted_bce": self.bce_num.compute() / self.bce_den.compute().clamp_min(1e-12),
+            "binary_kl": self.kl.compute(),
+            "auroc": self.auroc.compute(),
+            "ece": self.ece.compute(),
+            "mean_pred": self.mean_pred.compute(),
+            "mean_label": self.mean_label.compute(),
+        }
+        if self.constant is not None:
+            values["binary_kl_constant"] = self.kl_constant.compute()
+        return {self.prefix + name: value.float() for name, value in values.items()}
+
+    def reset(self) -> None:
+        for metric in self.children():
+            metric.reset()
+
+
+def entropy_bits(counts: Tensor) -> Tensor:
+    """Shannon entropy (bits) of the distribution proportional to ``counts`` along the last dim."""
+    probs = counts.double() / counts.double().sum(-1, keepdim=True).clamp_min(1e-300)
+    return -(torch.xlogy(probs, probs).sum(-1)) / torch.log(torch.tensor(2.0, dtype=torch.float64))
+
+
+def information_gain(joint: Tensor) -> dict[str, float]:
+    """``H(A)``, ``H(A | X, Y)`` (bits) and the gain from a count table ``[..., A-bins]`` (plug-in estimates).
+
+    All leading dimensions together form the conditioning variable (e.g. ``[x-bin, y-bin]``).
+    """
+    cells = joint.double().reshape(-1, joint.shape[-1])
+    total = cells.sum()
+    h_a = float(entropy_bits(cells.sum(0)))
+    weights = cells.sum(-1) / total.clamp_min(1e-300)
+    h_a_xy = float((weights * entropy_bits(cells)).sum())
+    gain = h_a - h_a_xy
+    return {"h_a": h_a, "h_a_given_xy": h_a_xy, "gain": gain, "gain_fraction": gain / h_a if h_a > 0 else 0.0}

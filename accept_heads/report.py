@@ -1,0 +1,67 @@
+"""End-of-run summary tables (rich) for trained heads and fitted SV profiles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def print_head_summary(result: dict[str, Any]) -> None:
+    """Artifacts, dev metrics against the constant predictor, and the threshold sweep."""
+    dev = result["dev_metrics"]
+    table = Table(title=f"accept_heads.train — {result['name']}", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("head", result["head_path"])
+    table.add_row("checkpoints", result["checkpoint_dir"])
+    table.add_row("head", f"timing={result['timing']} depth={result['depth']} rule={result['rule']['name']}")
+    kl, kl_constant = dev.get("val/binary_kl"), dev.get("val/binary_kl_constant")
+    gain = ""
+    if kl is not None and kl_constant is not None and kl_constant > 1e-6:
+        change = 100 * (kl / kl_constant - 1)
+        gain = f" ({abs(change):.1f}% {'lower' if change < 0 else 'higher'})"
+    table.add_row("dev binary KL", f"{_fmt(kl)} vs constant predictor {_fmt(kl_constant)}{gain}")
+    table.add_row("dev AUROC", _fmt(dev.get("val/auroc"), 3))
+    table.add_row("dev ECE", _fmt(dev.get("val/ece")))
+    table.add_row("dev mean pred / label", f"{_fmt(dev.get('val/mean_pred'), 3)} / {_fmt(dev.get('val/mean_label'), 3)}")
+    table.add_row("dev weighted BCE", _fmt(dev.get("val/weighted_bce")))
+    table.add_row("calibrated h", _fmt(result["threshold"], 2))
+    console = Console()
+    console.print(table)
+    if result["calibration"]:
+        sweep = Table(title="threshold sweep (modelled throughput = tokens / (t_d·N_d + t_t·N_t))")
+        for column in ("h", "tokens", "draft calls", "target calls", "discarded", "tokens / modelled s"):
+            sweep.add_column(column, justify="right")
+        for row in result["calibration"]:
+            mark = " *" if row["threshold"] == result["threshold"] else ""
+            sweep.add_row(f"{row['threshold']:.2f}{mark}", str(row["generated"]), str(row["draft_calls"]),
+                          str(row["target_calls"]), str(row["discarded"]), f"{row['throughput']:.2f}")
+        console.print(sweep)
+
+
+def print_profile_summary(result: dict[str, Any]) -> None:
+    """Artifact, bins, information gain on dev and the latency profile."""
+    info = result["information"]["dev"]
+    table = Table(title=f"accept_heads.train — SV profile {result['name']}", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    table.add_row("profile", result["profile_path"])
+    table.add_row("bins (X × Y)", f"{result['bins'][0]} × {result['bins'][1]} "
+                  f"(requested {result['requested_bins'][0]} × {result['requested_bins'][1]})")
+    table.add_row("backed-off bins", str(result["backed_off_bins"]))
+    table.add_row("dev H(A)", f"{info['h_a']:.4f} bits")
+    table.add_row("dev H(A | X, Y)", f"{info['h_a_given_xy']:.4f} bits")
+    table.add_row("dev information gain", f"{info['gain']:.4f} bits ({100 * info['gain_fraction']:.1f}% of H(A))")
+    latency = ", ".join(f"{1000 * t:.2f}" for t in result["latency"])
+    table.add_row("latency L=1.. (ms)", f"{latency} on {result['latency_device']}")
+    Console().print(table)

@@ -1,0 +1,129 @@
+"""accept_heads.train end to end on micro models: export round trip, resume, feature cache, SV profile."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from accept_heads.data import mix_batch, collate_sequences, SequenceDataset
+from accept_heads.train import load_head_weights, prepare_head_run, train
+from decode.export import load_head, load_profile
+from decode.hub import load_causal_lm, load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def trained(make_config, train_overrides, tmp_path_factory):
+    """One trained + calibrated + exported head (its own paths.root, sharing the collected data)."""
+    root = tmp_path_factory.mktemp("trained")
+    data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
+    config = make_config(*train_overrides, f"paths.root={root}", f"paths.data_dir={data_dir}")
+    return config, train(config)
+
+
+def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micro_trio):
+    config, result = trained
+    assert result["threshold"] in (0.5, 0.9) and len(result["calibration"]) == 2
+    assert result["dev_metrics"]["val/binary_kl_constant"] > 0
+    draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
+    head = load_head(result["head_path"], draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
+    meta = head.metadata
+    assert meta["threshold"] == result["threshold"] and meta["rule"] == {"name": "speculative", "params": {}}
+    assert meta["hidden_size"] == 32 and len(meta["training_data"]["manifest_sha256"]) == 64
+    assert meta["dev_metrics"]["val/auroc"] == pytest.approx(result["dev_metrics"]["val/auroc"])
+
+    run = prepare_head_run(config)  # a fresh module, weights from the best checkpoint
+    load_head_weights(run.head, result["best_checkpoint"])
+    run.module.eval()
+    batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
+                      config.head.mixing_r, config.seed, "dev", 0)
+    with torch.no_grad():
+        logits, _, _ = run.module(batch)
+        hidden, features = run.encoder(batch)
+        exported = head(hidden, features)
+    assert logits.numel() > 0
+    torch.testing.assert_close(torch.sigmoid(exported), torch.sigmoid(logits), atol=1e-6, rtol=0)
+
+
+def test_a_mismatched_draft_or_tokenizer_is_refused(trained, micro_trio, tmp_path):
+    _, result = trained
+    other = load_causal_lm(str(micro_trio["companion"]), dtype="float32")  # hidden size 24, not 32
+    with pytest.raises(ValueError, match="hidden size 32"):
+        load_head(result["head_path"], draft=other)
+    tokenizer = load_tokenizer(str(micro_trio["draft"]))
+    tokenizer.add_tokens(["<not-in-the-training-vocabulary>"])
+    with pytest.raises(ValueError, match="tokenizer hash"):
+        load_head(result["head_path"], tokenizer=tokenizer)
+
+
+def test_checkpoints_hold_only_the_head_and_load_with_weights_only(trained):
+    _, result = trained
+    checkpoint = torch.load(Path(result["checkpoint_dir"]) / "last.ckpt", map_location="cpu", weights_only=True)
+    assert checkpoint["state_dict"] and all(k.startswith("head.") for k in checkpoint["state_dict"])
+
+
+def test_a_run_stopped_mid_epoch_resumes_from_last_ckpt(make_config, train_overrides, tmp_path):
+    data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
+    common = [*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
+              "trainer.checkpoint_every_n_steps=1", "head.calibration_prompts=0"]
+    stopped = train(make_config(*common, "trainer.max_steps=3"))  # 4 batches per epoch: stops mid-epoch
+    assert stopped["global_step"] == 3
+    last = Path(stopped["checkpoint_dir"]) / "last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 3
+    resumed = train(make_config(*common, "ckpt_path=last"))
+    assert resumed["global_step"] == 8  # 4 batches x 2 epochs, as without the interruption
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == resumed["global_step"]
+
+
+def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_path):
+    data_dir = tmp_path / "data"
+    shutil.copytree(Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data", data_dir)
+    config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
+                         "trainer.feature_cache=true", "trainer.max_epochs=1", "head.calibration_prompts=0")
+    result = train(config)
+    caches = list((data_dir / "feature_cache").glob("*/dev.safetensors"))
+    assert len(caches) == 1 and result["dev_metrics"]["val/binary_kl"] > 0
+    run = prepare_head_run(config)
+    first = next(iter(run.datamodule.val_dataloader()))
+    run.datamodule.cache_description = None  # the same datamodule, reading the data without the cache
+    live = mix_batch(next(iter(run.datamodule.val_dataloader())), config.head.mixing_r, config.seed, "dev", 0)
+    hidden, features = run.encoder(live)
+    torch.testing.assert_close(first["hidden"], hidden)
+    torch.testing.assert_close(first["features"], features)
+    torch.testing.assert_close(first["label"], live["label"][live["loss_mask"]])
+
+
+def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, tmp_path):
+    data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
+    config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head=sv_profile",
+                         "head.x_bins=4", "head.y_bins=3", "head.min_bin_count=4", "head.k_max=3",
+                         "head.latency_repeats=2")
+    result = train(config)
+    profile = load_profile(result["profile_path"])
+    assert tuple(profile.table.shape) == tuple(result["bins"]) and profile.latency.numel() == 3
+    assert profile.counts.sum() == profile.metadata["training_data"]["positions"]["train"]
+    dev = result["information"]["dev"]
+    assert dev["h_a"] > 0 and 0 <= dev["h_a_given_xy"] <= dev["h_a"] + 1e-9
+    assert profile.metadata["information"]["dev"]["gain"] == pytest.approx(dev["gain"])
+    assert 1 <= profile.verification_length(torch.tensor([0.9, 0.9, 0.1]), torch.tensor([1.0, 1.0, 0.1])) <= 3
+
+
+def test_draft_features_are_the_lm_head_input_and_its_logits(make_config, train_overrides, micro_trio):
+    """The head sees exactly what decode.runner.ModelRunner captures: the LM head's input."""
+    config = make_config(*train_overrides)
+    run = prepare_head_run(config)
+    batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[0]]), 0.15, 0, "dev", 0)
+    captured = {}
+    hook = run.draft.get_output_embeddings().register_forward_hook(lambda m, a, o: captured.update(x=a[0][0], y=o[0]))
+    with torch.no_grad():
+        run.draft(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    hook.remove()
+    hidden, features = run.encoder(batch)
+    positions = batch["loss_mask"][0].nonzero().squeeze(-1) - 1  # pre: the state that produced q_t
+    torch.testing.assert_close(hidden, captured["x"][positions])
+    q = captured["y"][positions].float().softmax(-1)
+    y = batch["input_ids"][0, positions + 1]
+    torch.testing.assert_close(features[:, 0], q.gather(-1, y[:, None]).squeeze(-1).log())
+    torch.testing.assert_close(features[:, 2], q.max(-1).values)

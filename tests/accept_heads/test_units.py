@@ -1,0 +1,131 @@
+"""Unit checks: weighted BCE, token mixing, head blocks, information gain, profile back-off, loggers."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from accept_heads.config import ConfigError, LoggerConfig
+from accept_heads.data import collate_sequences, mix_batch, mixing_mask
+from accept_heads.loggers import make_logger
+from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain, weighted_bce
+from accept_heads.module import warmup_cosine
+from accept_heads.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
+from accept_heads.train import head_architecture
+from decode.head import AcceptanceHead
+
+
+def test_weighted_bce_matches_a_hand_computation():
+    logits = torch.tensor([0.0, 2.0, -1.0])
+    labels = torch.tensor([1.0, 0.25, 0.0])
+    w_acc, w_rej = 1.0, 6.0
+    s = [0.5, 1 / (1 + math.exp(-2)), 1 / (1 + math.exp(1))]
+    a = [1.0, 0.25, 0.0]
+    num = -sum(w_acc * ai * math.log(si) + w_rej * (1 - ai) * math.log(1 - si) for ai, si in zip(a, s))
+    den = sum(w_acc * ai + w_rej * (1 - ai) for ai in a)
+    assert float(weighted_bce(logits, labels, w_acc, w_rej)) == pytest.approx(num / den, rel=1e-6)
+    kl = binary_kl(labels, logits)
+    by_hand = 0.25 * math.log(0.25 / s[1]) + 0.75 * math.log(0.75 / (1 - s[1]))
+    assert float(kl[1]) == pytest.approx(by_hand, rel=1e-5)
+    assert float(kl[0]) == pytest.approx(-math.log(0.5), rel=1e-6)
+
+
+def test_metrics_of_a_perfect_and_a_constant_predictor():
+    labels = torch.tensor([0.0, 1.0, 0.0, 1.0])
+    metrics = AcceptanceMetrics("val/", 1.0, 1.0, constant=0.5)
+    metrics.update(torch.tensor([-30.0, 30.0, -30.0, 30.0]), labels, labels)
+    values = metrics.compute()
+    assert float(values["val/auroc"]) == pytest.approx(1.0)
+    assert float(values["val/binary_kl"]) < 1e-6 and float(values["val/ece"]) < 1e-6
+    assert float(values["val/binary_kl_constant"]) == pytest.approx(math.log(2), rel=1e-5)
+
+
+def test_token_mixing_is_seeded_and_keeps_about_r_target_tokens():
+    r = 0.15
+    first = mixing_mask(20000, r, seed=3, split="train", epoch=0, row=7)
+    assert np.array_equal(first, mixing_mask(20000, r, seed=3, split="train", epoch=0, row=7))
+    assert not np.array_equal(first, mixing_mask(20000, r, seed=3, split="train", epoch=1, row=7))
+    assert not np.array_equal(first, mixing_mask(20000, r, seed=3, split="train", epoch=0, row=8))
+    assert first.mean() == pytest.approx(1 - r, abs=0.01)
+
+
+def test_mix_batch_puts_candidates_exactly_at_loss_positions():
+    items = [
+        {"row": row, "prompt": np.array([1, 2, 3][: row + 1]), "response": np.arange(100, 100 + n),
+         "candidate": np.arange(200, 200 + n), "label": np.full(n, 0.5, dtype=np.float32),
+         "outcome": np.ones(n, dtype=np.float32), "companion": None}
+        for row, n in ((0, 50), (1, 30))
+    ]
+    batch = mix_batch(collate_sequences(items), r=0.3, seed=0, split="dev", epoch=0)
+    mask, ids = batch["loss_mask"], batch["input_ids"]
+    assert not (mask & ~batch["is_response"]).any()
+    assert (ids[mask] >= 200).all() and (ids[batch["is_response"] & ~mask] < 200).all()
+    again = mix_batch(collate_sequences(items), r=0.3, seed=0, split="dev", epoch=0)
+    assert torch.equal(again["input_ids"], ids)
+    assert mask.sum() == sum(mixing_mask(n, 0.3, 0, "dev", 0, row).sum() for row, n in ((0, 50), (1, 30)))
+
+
+def test_head_blocks_have_independent_parameters(make_config):
+    config = make_config("head.depth=3")
+    head = AcceptanceHead(head_architecture(config, hidden_size=16))
+    weights = [block.weight for block in head.blocks]
+    assert len(weights) == 3
+    assert len({w.data_ptr() for w in weights}) == 3
+    assert not torch.equal(weights[0], weights[1]) and not torch.equal(weights[1], weights[2])
+
+
+def test_warmup_then_cosine_schedule():
+    assert warmup_cosine(0, 4, 20, 0.0) == pytest.approx(0.25)
+    assert warmup_cosine(4, 4, 20, 0.0) == pytest.approx(1.0)
+    assert warmup_cosine(20, 4, 20, 0.1) == pytest.approx(0.1)
+
+
+def _joint(x: torch.Tensor, a: torch.Tensor, bins: int = 10) -> torch.Tensor:
+    metric = BinnedAcceptance(torch.linspace(0, 1, bins + 1, dtype=torch.float64), torch.tensor([0.0, 1.0]), bins)
+    metric.update(x, torch.zeros_like(x), a)
+    return metric.compute()["joint"]
+
+
+def test_information_gain_is_h_a_when_x_determines_a_and_zero_when_independent():
+    generator = torch.Generator().manual_seed(0)
+    centres = (torch.randint(0, 10, (50000,), generator=generator).double() + 0.5) / 10
+    determined = information_gain(_joint(centres, centres))
+    assert determined["h_a"] == pytest.approx(math.log2(10), abs=0.01)
+    assert determined["gain"] == pytest.approx(determined["h_a"], abs=1e-9)
+    assert determined["gain_fraction"] == pytest.approx(1.0)
+    independent = information_gain(_joint(centres, torch.rand(50000, generator=generator, dtype=torch.float64)))
+    assert independent["gain"] == pytest.approx(0.0, abs=0.01)
+
+
+def test_equal_frequency_edges_merge_point_masses():
+    values = np.concatenate([np.linspace(0, 0.9, 500), np.ones(500)])
+    edges = equal_frequency_edges(values, 10)
+    assert edges[0] == 0 and edges[-1] == 1
+    assert len(edges) - 1 < 10  # the repeated quantile 1.0 collapses into one bin
+    assert torch.all(edges[1:] >= edges[:-1])
+
+
+def test_sparse_bins_back_off_to_their_row_mean():
+    sums = torch.tensor([[9.0, 0.5], [0.0, 0.0]], dtype=torch.float64)
+    counts = torch.tensor([[10.0, 1.0], [0.0, 0.0]], dtype=torch.float64)
+    table = backed_off_table(sums, counts, min_count=5)
+    assert table[0, 0] == pytest.approx(0.9)
+    assert table[0, 1] == pytest.approx(9.5 / 11)
+    assert table[1, 0] == pytest.approx(9.5 / 11)  # empty row: the global mean
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) for m in ("tensorboard", "tensorboardX")),
+                    reason="tensorboard is installed")
+def test_tensorboard_without_the_package_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="pip install tensorboard"):
+        make_logger(LoggerConfig(kind="tensorboard"), tmp_path, "x")
+
+
+def test_wandb_logger_runs_without_network(tmp_path):
+    logger = make_logger(LoggerConfig(kind="wandb"), tmp_path, "unit")
+    logger.log_metrics({"val/binary_kl": 0.1}, step=0)  # WANDB_MODE=disabled (tests/conftest.py)
+    logger.experiment.finish()
