@@ -21,10 +21,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-# The main job on the embedded default: build (or reuse) the tiny-code zoo, then collect data.
+# The main job on the embedded default: build (or reuse) the tiny-code zoo, collect labelled data,
+# train the acceptance head and the SV profile (exported under runs/tiny/heads/).
 demo: setup
 	$(OFFLINE) $(PY) -m data_gen.zoo
 	$(OFFLINE) $(PY) -m data_gen.collect
+	$(OFFLINE) $(PY) -m accept_heads.train
+	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
 
 test: setup
 	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)
