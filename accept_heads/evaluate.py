@@ -1,0 +1,172 @@
+"""``python -m accept_heads.evaluate [+exp=NAME] [overrides]``: every length policy × rule × prompt set.
+
+Decodes the dev, test and out-of-distribution (``prompts.ood``) prompt sets with ``Fixed(K)``,
+``Heuristic``, ``Confidence(τ)``, every exported head (under ``paths.head_dir``) over the ``h`` grid,
+the SV profile and the greedy oracle, for each rule of ``evaluate.rules`` (default ``rules.names``),
+plus HF assisted generation. K, τ and h are chosen on dev and then applied to test / OOD. The
+forward times ``t_d``, ``t_t`` are fitted on the measured calls, and every run is costed at the
+fitted pair and at ``cost.*`` (the paper's pair). Writes the table, metadata and figures under
+``evaluate.out_dir`` (see :mod:`accept_heads.evaluation.results`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pandas as pd
+import torch
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from accept_heads.cli import CONF_DIR, run_entry
+from accept_heads.config import Config, ConfigError
+from accept_heads.evaluation import baselines, ensemble
+from accept_heads.evaluation.artifacts import Artifacts, discover
+from accept_heads.evaluation.calibration import head_predictions
+from accept_heads.evaluation.costs import CostFit, fit_costs
+from accept_heads.evaluation.figures import draw_all
+from accept_heads.evaluation.plan import Choice, after_selection, eval_rules, sweep, unique, unmatched
+from accept_heads.evaluation.report import print_report
+from accept_heads.evaluation.results import Results, save_results
+from accept_heads.evaluation.runs import Decoding, RunSpec
+from accept_heads.evaluation.sets import PromptSet, load_sets
+from accept_heads.evaluation.table import add_comparisons, add_costs, aggregate, mark_dev_choices, select, sort_rows
+from data_gen.models import Trio, load_trio
+from decode.sampling import Sampling
+from decode.version import code_version
+
+
+def execute(specs: list[RunSpec], sets: dict[str, PromptSet], decoding: Decoding, config: Config,
+            description: str) -> list[dict[str, Any]]:
+    """Decode every run (a progress bar over runs); one record per generation."""
+    records: list[dict[str, Any]] = []
+    bar = tqdm(specs, desc=description, unit="run", dynamic_ncols=True)
+    for spec in bar:
+        bar.set_postfix_str(f"{spec.set} {spec.rule} {spec.label}", refresh=False)
+        prompts = sets[spec.set]
+        with_quality = prompts.role != "dev"
+        if spec.family.startswith("hf-"):
+            records += baselines.run_hf(spec, decoding.trio, prompts, decoding.sampling, decoding.max_new_tokens,
+                                        decoding.seed, with_quality)
+        elif spec.family.startswith("se-"):
+            records += ensemble.run_se(spec, decoding.trio, prompts, decoding.sampling, config.rules,
+                                       decoding.max_new_tokens, decoding.seed, with_quality)
+        else:
+            records += decoding.run(spec, prompts, with_quality)
+    return records
+
+
+def calibration_frame(config: Config, artifacts: Artifacts, trio: Trio, notes: dict[str, str]) -> pd.DataFrame:
+    """Every head's dev predictions vs labels (empty when there is no head, no data or ``calibration_rows=0``)."""
+    frames = []
+    rows = config.evaluate.calibration_rows
+    for name, head in artifacts.heads.items() if rows else ():
+        try:
+            frame = head_predictions(head, trio.draft, config.paths.data_dir, rows, config.head.mixing_r, config.seed)
+        except (FileNotFoundError, ConfigError) as error:
+            notes[f"calibration[{name}]"] = f"no reliability diagram for head[{name}]: {error}"
+            continue
+        frames.append(frame.assign(head=name))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"pred": [], "label": [], "head": []})
+
+
+def cost_tuples(table: pd.DataFrame) -> pd.DataFrame:
+    """Runs whose wall time is model calls only: our decoder, no oracle lookahead, no companion."""
+    ok = ((table["source"] == "decode") & (table["family"] != "oracle")
+          & (table["companion_calls"] == 0) & (table["generated"] > 0))
+    return table[ok]
+
+
+def place(trio: Trio) -> str:
+    """Move the models to the GPU when there is one (unless a device map placed them); returns the device."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for model in (trio.target, trio.draft, trio.companion):
+        if model is not None:
+            model.eval()
+            if getattr(model, "hf_device_map", None) is None:
+                model.to(device)
+    return device
+
+
+def results_table(generations: pd.DataFrame, config: Config) -> tuple[pd.DataFrame, CostFit]:
+    """One row per run, costed at ``cost.*`` and at the pair fitted on the runs' measured wall time."""
+    table = aggregate(generations)
+    tuples = cost_tuples(table)
+    fit = fit_costs(tuples["draft_calls"], tuples["target_calls"], tuples["wall_s"])
+    add_costs(table, "cost", config.cost.t_draft, config.cost.t_target)
+    add_costs(table, "fitted", fit.t_draft, fit.t_target)
+    for name in ("cost", "fitted"):
+        add_comparisons(table, name)
+    return sort_rows(table), fit
+
+
+def describe(config: Config, trio: Trio, device: str, rules: list[str], sets: list[PromptSet],
+             choices: list[Choice], fit: CostFit) -> dict[str, Any]:
+    """Metadata of the run: models, sampling, rules, prompt sets and seeds, selection, costs, settings."""
+    return {
+        "command": "accept_heads.evaluate", "exp_name": config.exp_name, "code_version": code_version(),
+        "models": trio.description, "device": device, "torch_threads": torch.get_num_threads(),
+        "sampling": asdict(config.sampling), "rules": asdict(config.rules), "eval_rules": rules,
+        "seed": config.seed, "seeding": "each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
+        "max_new_tokens": config.evaluate.max_new_tokens, "sets": [s.describe() for s in sets],
+        "selection_set": "dev", "selection": [asdict(c) for c in choices],
+        "selection_criterion": "max modelled throughput at cost.* on the dev prompts; ties: smaller value",
+        "cost": asdict(config.cost), "cost_fit": fit.to_dict(),
+        "cost_fit_tuples": "per run (draft calls, target calls, wall s) of our decoder; oracle and companion runs excluded",
+        "hf": baselines.describe(), "evaluate": asdict(config.evaluate),
+    }
+
+
+def evaluate(config: Config) -> Results:
+    """Run the whole evaluation, save the results and figures, print the report; returns the results."""
+    start = time.perf_counter()
+    e = config.evaluate
+    if e.threads is not None:
+        torch.set_num_threads(e.threads)
+    rules = eval_rules(config)
+    trio = load_trio(config.models, config.paths.zoo_dir)
+    device = place(trio)
+    sampling = Sampling(**asdict(config.sampling))
+    notes: dict[str, str] = {}
+    artifacts, described = discover(config, trio, sampling, notes)
+    if "ensemble" in rules and not ensemble.available():
+        notes["se"] = "decode.EnsembleDecoder is not available: no SE runs (se-plain / se-sd / se-alternate)"
+    unused = unmatched(config, artifacts, rules)
+    if unused:
+        notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
+    sets = load_sets(config, trio.tokenizer, trio.target.config.max_position_embeddings)
+    by_name = {s.name: s for s in sets}
+    decoding = Decoding(trio, sampling, config.rules, artifacts, e.max_new_tokens, config.seed,
+                        config.head.k_min, config.head.k_max)
+
+    dev_specs = unique(spec for rule in rules for spec in sweep(config, artifacts, "dev", rule))
+    records = execute(dev_specs, by_name, decoding, config, "dev sweeps")
+    dev_table = aggregate(pd.DataFrame(records))
+    add_costs(dev_table, "cost", config.cost.t_draft, config.cost.t_target)
+    choices = select(dev_table, "throughput_cost")  # the only place where K, τ and h are chosen
+    records += execute(after_selection(config, artifacts, sets, rules, choices), by_name, decoding, config,
+                       "test / OOD")
+
+    generations = mark_dev_choices(pd.DataFrame(records), choices)
+    table, fit = results_table(generations, config)
+    calibration = calibration_frame(config, artifacts, trio, notes)
+    metadata = {**describe(config, trio, device, rules, sets, choices, fit), **described, "notes": notes}
+    results = Results(Path(e.out_dir), table, generations, calibration, metadata)
+    figures = draw_all(results) if e.figures else {}
+    metadata["seconds"] = time.perf_counter() - start
+    files = save_results(results)
+    print_report(results.table, metadata, files, figures)
+    return results
+
+
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_entry(cfg, "accept_heads.evaluate", evaluate)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Terminal output of an evaluation (rich): results per set, the dev selection, the cost fit, the files."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+WIDTH = 180
+
+
+def _num(value: Any, digits: int = 2, suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.{digits}f}{suffix}"
+
+
+def _positions(values: list[float], shown: int = 4) -> str:
+    return " ".join(_num(v, 2) for v in list(values)[:shown]) or "—"
+
+
+def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, float]) -> Table:
+    """One set's rows (the grid points of a sweep are left to the saved table and the figures)."""
+    rows = table[(table["set"] == set_name) & (table["chosen_on"] != "grid")]
+    out = Table(title=f"{set_name} — modelled at t_d={cost['t_draft']:g}, t_t={cost['t_target']:g} (cost) "
+                      "and at the fitted pair", title_justify="left")
+    for column in ("rule", "policy", "chosen on", "discard", "verif.", "acc. len", "accept @1..4",
+                   "×target", "×target fit", "×best K", "oracle gap"):
+        out.add_column(column, justify="left" if column in ("rule", "policy", "accept @1..4") else "right")
+    for _, row in rows.iterrows():
+        rule = row["rule"] if pd.isna(row["rule_param"]) else f"{row['rule']} ({row['rule_param']:g})"
+        out.add_row(
+            rule, escape(row["policy"]), row["chosen_on"] or "—", _num(row["discard_rate"]), _num(row["verification_rate"]),
+            _num(row["mean_accepted_length"]), _positions(row["per_position_acceptance"]),
+            _num(row["speedup_target_cost"], suffix="×"), _num(row["speedup_target_fitted"], suffix="×"),
+            _num(row["speedup_fixed_cost"], 3, "×"), _num(100 * row["oracle_gap_share_cost"], 0, "%"),
+        )
+    return out
+
+
+def selection_table(selection: list[dict[str, Any]]) -> Table:
+    """The parameters chosen on dev."""
+    out = Table(title="chosen on the dev split (max modelled throughput at the cost pair)", title_justify="left")
+    for column in ("rule", "family", "artifact", "value", "chosen on", "dev tokens / modelled s"):
+        out.add_column(column)
+    for choice in selection:
+        rule = choice["rule"] if choice["rule_param"] is None else f"{choice['rule']} ({choice['rule_param']:g})"
+        out.add_row(rule, choice["family"], escape(choice["artifact"] or "—"), f"{choice['value']:g}", choice["chosen_on"],
+                    _num(choice["dev_throughput"]))
+    return out
+
+
+def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str, Path],
+                 figures: dict[str, Path | None]) -> None:
+    """Everything the user needs at the end of a run."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=WIDTH)  # logs and pipes: do not squeeze the table into 80 columns
+    console.print(selection_table(metadata["selection"]))
+    for set_name in dict.fromkeys(table.loc[table["role"] != "dev", "set"]):
+        console.print(results_table(table, set_name, metadata["cost"]))
+    fit = metadata["cost_fit"]
+    ratio = fit["t_draft"] / fit["t_target"] if fit["t_target"] > 0 else math.nan
+    console.print(f"cost fit (least squares on {fit['n']} runs): t_d = {1000 * fit['t_draft']:.2f} ms, "
+                  f"t_t = {1000 * fit['t_target']:.2f} ms (t_d/t_t = {_num(ratio, 3)}), R² = {fit['r2']:.3f}")
+    for note in metadata["notes"].values():
+        console.print(f"note: {note}", markup=False)
+    console.print("results: " + ", ".join(str(p) for p in files.values()), markup=False)
+    for name, path in figures.items():
+        console.print(f"figure {name}: {path if path else 'skipped (no data)'}", markup=False)
+    console.print(f"evaluation took {metadata['seconds']:.0f} s")

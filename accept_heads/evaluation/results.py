@@ -1,0 +1,87 @@
+"""Saving and loading an evaluation's results (pandas / pyarrow only: the notebooks start here).
+
+Layout of ``evaluate.out_dir``::
+
+    results.parquet      the table; the metadata JSON is also in the Parquet schema (key ``accept_heads``)
+    results.csv          the same table (list columns as JSON), a ``#`` header line naming the sidecar
+    results.json         metadata sidecar: models, heads, profile, prompt sets, seeds, cost fit, selection
+    generations.parquet  one row per generated sequence (the cost fit's tuples)
+    calibration.parquet  heads' dev predictions vs labels (reliability diagrams)
+    figures/*.png
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+RESULTS_ENV = "ACCEPT_HEADS_RESULTS"
+DEFAULT_ROOT = "runs/tiny/eval"
+METADATA_KEY = b"accept_heads"
+LIST_COLUMNS = ("per_position_acceptance", "position_offered", "position_accepted")
+
+
+@dataclass
+class Results:
+    """One evaluation's table, per-generation records, calibration predictions and metadata."""
+
+    root: Path
+    table: pd.DataFrame
+    generations: pd.DataFrame
+    calibration: pd.DataFrame
+    metadata: dict[str, Any]
+
+    @property
+    def figure_dir(self) -> Path:
+        return self.root / "figures"
+
+
+def _json(payload: Any) -> str:
+    return json.dumps(payload, indent=2, sort_keys=True, default=str)
+
+
+def save_results(results: Results) -> dict[str, Path]:
+    """Write every file of the layout above; returns their paths by name."""
+    root = results.root
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {name: root / name for name in ("results.parquet", "results.csv", "results.json",
+                                            "generations.parquet", "calibration.parquet")}
+    text = _json(results.metadata)
+    arrow = pa.Table.from_pandas(results.table, preserve_index=False)
+    pq.write_table(arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), METADATA_KEY: text.encode()}),
+                   paths["results.parquet"])
+    flat = results.table.copy()
+    for column in LIST_COLUMNS:
+        if column in flat:
+            flat[column] = flat[column].map(json.dumps)
+    with paths["results.csv"].open("w") as handle:
+        handle.write("# accept_heads.evaluate results; metadata in results.json (and in results.parquet)\n")
+        flat.to_csv(handle, index=False)
+    paths["results.json"].write_text(text + "\n")
+    results.generations.to_parquet(paths["generations.parquet"], index=False)
+    results.calibration.to_parquet(paths["calibration.parquet"], index=False)
+    return paths
+
+
+def results_root(root: str | Path | None = None) -> Path:
+    """``root``, else ``$ACCEPT_HEADS_RESULTS``, else ``runs/tiny/eval``."""
+    return Path(root or os.environ.get(RESULTS_ENV) or DEFAULT_ROOT)
+
+
+def load_results(root: str | Path | None = None) -> Results:
+    """Load what :func:`save_results` wrote (see :func:`results_root` for the default location)."""
+    root = results_root(root)
+    if not (root / "results.parquet").is_file():
+        raise FileNotFoundError(f"no evaluation results at {root}; run `python -m accept_heads.evaluate` first "
+                                f"or set {RESULTS_ENV}")
+    table = pq.read_table(root / "results.parquet")
+    metadata = json.loads(table.schema.metadata[METADATA_KEY])
+    return Results(root, table.to_pandas(), pd.read_parquet(root / "generations.parquet"),
+                   pd.read_parquet(root / "calibration.parquet"), metadata)
