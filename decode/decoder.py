@@ -13,6 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.export import check_compatibility
 from decode.hub import load_causal_lm, load_tokenizer
+from decode.inputs import prompt_ids
 from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.runner import GreedyLookahead, ModelRunner, vocab_size
@@ -105,20 +106,6 @@ class SpeculativeDecoder:
         kwargs.setdefault("tokenizer", load_tokenizer(target_id, revision=revision))
         return cls(load(target_id), load(draft_id), companion=companion, **kwargs)  # type: ignore[arg-type]
 
-    def _prompt(self, prompt: Tensor | str | Sequence[int]) -> Tensor:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("a text prompt needs a tokenizer: pass tokenizer=... to SpeculativeDecoder")
-            prompt = self.tokenizer(prompt, return_tensors="pt").input_ids
-        ids = torch.as_tensor(prompt, dtype=torch.long)
-        if ids.dim() == 1:
-            ids = ids.unsqueeze(0)
-        if ids.dim() != 2 or ids.shape[0] != 1:
-            raise ValueError(f"SpeculativeDecoder supports batch size 1 only; got input_ids of shape {tuple(ids.shape)}")
-        if ids.shape[1] == 0:
-            raise ValueError("empty prompt: input_ids must hold at least one token")
-        return ids.to(self.device)
-
     @torch.inference_mode()
     def generate(
         self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0
@@ -126,7 +113,7 @@ class SpeculativeDecoder:
         """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        ids = self._prompt(input_ids)
+        ids = prompt_ids(input_ids, self.tokenizer, self.device, "SpeculativeDecoder")
         start = time.perf_counter()
         n = ids.shape[1]
         tokens = torch.zeros(1, n + max_new_tokens + 2, dtype=torch.long, device=self.device)

@@ -43,6 +43,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from decode.ensemble_fn import EnsembleFn
 from decode.ensemble_stats import EnsembleStats
 from decode.export import check_compatibility
+from decode.inputs import prompt_ids
 from decode.policies import Decision, DraftRound, Fixed, Head, Policy
 from decode.rules import Ensemble
 from decode.runner import ModelRunner, vocab_size
@@ -135,18 +136,6 @@ class EnsembleDecoder:
         policy.to(self.device)
         return policy
 
-    def _prompt(self, prompt: Tensor | str | Sequence[int]) -> Tensor:
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise ValueError("a text prompt needs a tokenizer: pass tokenizer=... to EnsembleDecoder")
-            prompt = self.tokenizer(prompt, return_tensors="pt").input_ids
-        ids = torch.as_tensor(prompt, dtype=torch.long)
-        if ids.dim() == 1:
-            ids = ids.unsqueeze(0)
-        if ids.dim() != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
-            raise ValueError(f"EnsembleDecoder needs one non-empty prompt (batch size 1); got shape {tuple(ids.shape)}")
-        return ids.to(self.device)
-
     @torch.inference_mode()
     def generate(
         self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0
@@ -154,7 +143,7 @@ class EnsembleDecoder:
         """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        ids = self._prompt(input_ids)
+        ids = prompt_ids(input_ids, self.tokenizer, self.device, "EnsembleDecoder")
         start = time.perf_counter()
         n = ids.shape[1]
         tokens = torch.zeros(1, n + max_new_tokens, dtype=torch.long, device=self.device)

@@ -1,0 +1,30 @@
+"""Turning what a user passes as a prompt into ``[1, n]`` token ids, with clear refusals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase
+
+
+def prompt_ids(
+    prompt: Tensor | str | Sequence[int],
+    tokenizer: PreTrainedTokenizerBase | None,
+    device: torch.device,
+    owner: str,
+) -> Tensor:
+    """One prompt as ``[1, n]`` ids; text needs a tokenizer; batch > 1 and empty prompts are refused."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise ValueError(f"a text prompt needs a tokenizer: pass tokenizer=... to {owner}")
+        prompt = tokenizer(prompt, return_tensors="pt").input_ids
+    ids = torch.as_tensor(prompt, dtype=torch.long)
+    if ids.dim() == 1:
+        ids = ids.unsqueeze(0)
+    if ids.dim() != 2 or ids.shape[0] != 1:
+        raise ValueError(f"{owner} supports batch size 1 only; got input_ids of shape {tuple(ids.shape)}")
+    if ids.shape[1] == 0:
+        raise ValueError("empty prompt: input_ids must hold at least one token")
+    return ids.to(device)
