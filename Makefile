@@ -22,12 +22,14 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # The main job on the embedded default: build (or reuse) the tiny-code zoo, collect labelled data,
-# train the acceptance head and the SV profile (exported under runs/tiny/heads/), then evaluate every
-# length policy (results table and figures under runs/tiny/eval/).
+# train the `pre` acceptance heads for the speculative and the greedy rule and the SV profile
+# (exported under runs/tiny/heads/), then evaluate every length policy (results table and figures
+# under runs/tiny/eval/). README "Scaling up" lists the extra heads (post, companion features).
+HEADS := trainer.feature_cache=true 'head.name=$${head.rule}-$${head.timing}'
 demo: setup
 	$(OFFLINE) $(PY) -m data_gen.zoo
 	$(OFFLINE) $(PY) -m data_gen.collect
-	$(OFFLINE) $(PY) -m accept_heads.train
+	$(OFFLINE) $(PY) -m accept_heads.train -m head.rule=speculative,greedy $(HEADS)
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate
 

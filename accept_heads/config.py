@@ -142,9 +142,9 @@ class HeadConfig:
     rule: str = "speculative"  # which label column to train on
     fuzzy_divergence: str = "js"
     fuzzy_threshold: float = 0.3
-    mixing_r: float = 0.15  # probability of keeping the target token in token mixing
+    mixing_r: float = 0.15  # probability of keeping the target token in token mixing (pre: 1 = true prefix)
     thresholds: List[float] = field(
-        default_factory=lambda: [0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99]
+        default_factory=lambda: [0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99]
     )
     k_min: int = 1
     k_max: int = 20
@@ -166,6 +166,9 @@ class HeadConfig:
             raise ConfigError("head.depth must be >= 1")
         if not 0 <= self.mixing_r <= 1:
             raise ConfigError("head.mixing_r must be in [0, 1]")
+        if self.kind == "specdecpp" and self.timing == "post" and self.mixing_r == 1:
+            raise ConfigError("head.timing=post takes its loss at draft-token positions (probability 1 - r); "
+                              "head.mixing_r=1 leaves none: use r < 1 (paper: 0.15)")
         if not 1 <= self.k_min <= self.k_max:
             raise ConfigError("need 1 <= head.k_min <= head.k_max")
         if any(not 0 < h < 1 for h in self.thresholds):

@@ -9,12 +9,15 @@ fuzzy: ``1[div_t < T]`` on the stored divergence column). Greedy labels belong t
 per split from ``seed`` (hard labels give ``o_t = a_t``). Fixed across epochs and ranks.
 
 **Token mixing** (DESIGN §2). The head's input sequence replaces each response token ``x_t`` by
-the candidate ``y_t`` with probability ``1 - r``; the loss is taken at exactly those positions. The
-draw of row ``i`` is a pure function of ``(seed, split, epoch, i)``: train rows are redrawn every
-epoch (``epoch`` = the trainer's current epoch), dev rows use one fixed draw (``epoch = 0``). So
-mixing is reproducible, independent of batch composition, workers and DDP sharding. The mixed
-prefix holds draft tokens while the label was computed on the target's prefix: the paper's
-approximation, kept on purpose.
+the candidate ``y_t`` with probability ``1 - r``. A ``post`` head (the paper's) takes its loss at
+exactly those positions, since its input consumes ``z_t = y_t``. A ``pre`` head's input at ``t`` reads
+only the prefix ``z_<t`` (and features of ``y_t`` under the ``q_t`` it produces), so it takes its loss at
+every response position and ``r`` only shapes the prefix; with ``r = 1`` the prefix is the target's
+own, exactly where ``y_t`` was sampled and ``a_t`` computed. The draw of row ``i`` is a pure function
+of ``(seed, split, epoch, i)``: train rows are redrawn every epoch (``epoch`` = the trainer's current
+epoch), dev rows use one fixed draw (``epoch = 0``). So mixing is reproducible, independent of batch
+composition, workers and DDP sharding. A mixed prefix holds draft tokens while the label was
+computed on the target's prefix: the paper's approximation.
 
 **Feature cache** (``trainer.feature_cache=true``): the draft's head inputs for one fixed mixing
 draw (``epoch = 0`` for train too) are stored under ``<data_dir>/feature_cache/<key>/<split>.safetensors``
@@ -212,16 +215,28 @@ def collate_sequences(items: list[dict[str, Any]]) -> dict[str, Tensor]:
     }
 
 
-def mix_batch(batch: dict[str, Tensor], r: float, seed: int, split: str, epoch: int) -> dict[str, Tensor]:
-    """Token mixing in place: put ``y_t`` into ``input_ids`` where drawn; ``loss_mask`` marks those positions."""
-    loss_mask = torch.zeros_like(batch["is_response"])
+def mix_batch(
+    batch: dict[str, Tensor], r: float, seed: int, split: str, epoch: int, *, every_position: bool = False
+) -> dict[str, Tensor]:
+    """Token mixing in place: put ``y_t`` into ``input_ids`` where drawn.
+
+    ``loss_mask`` marks the drawn positions (``post`` heads, whose input consumes ``z_t = y_t``), or
+    every response position with ``every_position`` (``pre`` heads, whose input at ``t`` reads only
+    the prefix ``z_<t``; mixing then only shapes that prefix).
+    """
+    mixed = torch.zeros_like(batch["is_response"])
     for b, row in enumerate(batch["row"].tolist()):
         positions = batch["is_response"][b].nonzero().squeeze(-1)
         draws = torch.from_numpy(mixing_mask(positions.numel(), r, seed, split, epoch, row))
-        loss_mask[b, positions[draws]] = True
-    batch["input_ids"] = torch.where(loss_mask, batch["candidate"], batch["input_ids"])
-    batch["loss_mask"] = loss_mask
+        mixed[b, positions[draws]] = True
+    batch["input_ids"] = torch.where(mixed, batch["candidate"], batch["input_ids"])
+    batch["loss_mask"] = batch["is_response"].clone() if every_position else mixed
     return batch
+
+
+def loss_everywhere(timing: str) -> bool:
+    """Whether a head of this input ``timing`` takes its loss at every response position (``pre``)."""
+    return timing == "pre"
 
 
 class CachedDataset(Dataset):
@@ -335,7 +350,8 @@ class AcceptanceDataModule(L.LightningDataModule):
             return batch
         training = self.trainer is not None and self.trainer.training
         split, epoch = ("train", self.trainer.current_epoch) if training else ("dev", 0)
-        return mix_batch(batch, self.head.mixing_r, self.seed, split, epoch)
+        return mix_batch(batch, self.head.mixing_r, self.seed, split, epoch,
+                         every_position=loss_everywhere(self.head.timing))
 
 
 @torch.no_grad()
@@ -345,7 +361,8 @@ def build_feature_cache(datamodule: AcceptanceDataModule, split: str, cache: Pat
     loader = DataLoader(SequenceDataset(table), batch_size=datamodule.batch_size, collate_fn=collate_sequences)
     hidden, features, flat_index, counts = [], [], [], [0] * len(table)
     for batch in loader:
-        batch = mix_batch(batch, datamodule.head.mixing_r, datamodule.seed, split, 0)
+        batch = mix_batch(batch, datamodule.head.mixing_r, datamodule.seed, split, 0,
+                          every_position=loss_everywhere(datamodule.head.timing))
         h, f = datamodule.encoder(batch)
         rows, positions = batch["loss_mask"].nonzero(as_tuple=True)
         starts = torch.from_numpy(table.offsets)[batch["row"][rows]]

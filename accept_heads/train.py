@@ -30,7 +30,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from accept_heads.calibrate import best_threshold, sweep_thresholds
 from accept_heads.cli import CONF_DIR, run_entry
 from accept_heads.config import Config, ConfigError, ModelSpec
-from accept_heads.data import AcceptanceDataModule, check_rule_in_manifest, load_positions, read_manifest, training_rule
+from accept_heads.data import (
+    AcceptanceDataModule, check_rule_in_manifest, load_positions, loss_everywhere, read_manifest, training_rule,
+)
 from accept_heads.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
 from accept_heads.features import DraftFeatures
 from accept_heads.loggers import make_logger
@@ -205,7 +207,8 @@ def prepare_head_run(config: Config) -> HeadRun:
         cache = {"draft": config.models.draft.id, "revision": config.models.draft.revision,
                  "dtype": draft_dtype(config), "arch": {**arch.to_dict(), "depth": None},
                  "feature_sampling": feature_sampling.to_dict(), "candidate_rule": ctx.rule.name,
-                 "mixing_r": config.head.mixing_r, "seed": config.seed, "data": ctx.manifest_sha256}
+                 "mixing_r": config.head.mixing_r, "loss_everywhere": loss_everywhere(arch.timing),
+                 "seed": config.seed, "data": ctx.manifest_sha256}
     datamodule = AcceptanceDataModule(
         config.paths.data_dir, ctx.rule, config.head, seed=config.seed, batch_size=config.optim.batch_size,
         num_workers=config.trainer.num_workers, cache_description=cache, encoder=encoder,

@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from accept_heads.data import SequenceDataset, collate_sequences, load_positions, mix_batch
+from accept_heads.data import SequenceDataset, collate_sequences, load_positions, loss_everywhere, mix_batch
 from accept_heads.features import DraftFeatures
 from decode import rules as rule_defs
 from decode.head import AcceptanceHead
@@ -35,7 +35,8 @@ def head_predictions(head: AcceptanceHead, draft: PreTrainedModel, data_dir: str
     preds, labels = [], []
     for start in range(0, min(rows, len(dataset)), BATCH):
         items = [dataset[i] for i in range(start, min(start + BATCH, rows, len(dataset)))]
-        batch = mix_batch(collate_sequences(items), r, seed, "dev", 0)
+        batch = mix_batch(collate_sequences(items), r, seed, "dev", 0,
+                          every_position=loss_everywhere(head.config.timing))
         hidden, features = encoder(batch)
         preds.append(head.predict(hidden, features).cpu().numpy())
         labels.append(batch["label"][batch["loss_mask"]].numpy())

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from accept_heads.data import mix_batch, collate_sequences, SequenceDataset
+from accept_heads.data import SequenceDataset, collate_sequences, loss_everywhere, mix_batch
 from accept_heads.train import load_head_weights, prepare_head_run, train
 from decode.export import load_head, load_profile
 from decode.hub import load_causal_lm, load_tokenizer
@@ -38,12 +38,33 @@ def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micr
     load_head_weights(run.head, result["best_checkpoint"])
     run.module.eval()
     batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
-                      config.head.mixing_r, config.seed, "dev", 0)
+                      config.head.mixing_r, config.seed, "dev", 0, every_position=loss_everywhere(config.head.timing))
     with torch.no_grad():
         logits, _, _ = run.module(batch)
         hidden, features = run.encoder(batch)
         exported = head(hidden, features)
     assert logits.numel() > 0
+    torch.testing.assert_close(torch.sigmoid(exported), torch.sigmoid(logits), atol=1e-6, rtol=0)
+
+
+def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config, train_overrides, micro_trio, tmp_path):
+    data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
+    config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head.timing=post",
+                         "head.mixing_r=0.5", "trainer.max_epochs=1", "head.calibration_prompts=0")
+    result = train(config)
+    draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
+    head = load_head(result["head_path"], draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
+    assert head.config.timing == "post" and head.metadata["train_config"]["head"]["mixing_r"] == 0.5
+    run = prepare_head_run(config)
+    load_head_weights(run.head, result["best_checkpoint"])
+    batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
+                      0.5, config.seed, "dev", 0, every_position=loss_everywhere("post"))
+    mask = batch["loss_mask"]
+    assert 0 < mask.sum() < batch["is_response"].sum()  # only the draft-token positions ...
+    assert torch.equal(batch["input_ids"][mask], batch["candidate"][mask])  # ... whose input is y_t
+    with torch.no_grad():
+        logits, _, _ = run.module.eval()(batch)
+        exported = head(*run.encoder(batch))
     torch.testing.assert_close(torch.sigmoid(exported), torch.sigmoid(logits), atol=1e-6, rtol=0)
 
 
@@ -88,7 +109,8 @@ def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_
     run = prepare_head_run(config)
     first = next(iter(run.datamodule.val_dataloader()))
     run.datamodule.cache_description = None  # the same datamodule, reading the data without the cache
-    live = mix_batch(next(iter(run.datamodule.val_dataloader())), config.head.mixing_r, config.seed, "dev", 0)
+    live = mix_batch(next(iter(run.datamodule.val_dataloader())), config.head.mixing_r, config.seed, "dev", 0,
+                     every_position=loss_everywhere(config.head.timing))
     hidden, features = run.encoder(live)
     torch.testing.assert_close(first["hidden"], hidden)
     torch.testing.assert_close(first["features"], features)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from accept_heads.config import ConfigError, LoggerConfig
-from accept_heads.data import collate_sequences, mix_batch, mixing_mask
+from accept_heads.data import collate_sequences, loss_everywhere, mix_batch, mixing_mask
 from accept_heads.loggers import make_logger
 from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain, weighted_bce
 from accept_heads.module import warmup_cosine
@@ -67,6 +67,10 @@ def test_mix_batch_puts_candidates_exactly_at_loss_positions():
     again = mix_batch(collate_sequences(items), r=0.3, seed=0, split="dev", epoch=0)
     assert torch.equal(again["input_ids"], ids)
     assert mask.sum() == sum(mixing_mask(n, 0.3, 0, "dev", 0, row).sum() for row, n in ((0, 50), (1, 30)))
+    pre = mix_batch(collate_sequences(items), r=0.3, seed=0, split="dev", epoch=0, every_position=True)
+    assert torch.equal(pre["input_ids"], ids)  # the same mixed prefix ...
+    assert torch.equal(pre["loss_mask"], batch["is_response"])  # ... with the loss at every response position
+    assert loss_everywhere("pre") and not loss_everywhere("post")
 
 
 def test_head_blocks_have_independent_parameters(make_config):
