@@ -21,15 +21,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-# The main job on the embedded default: build (or reuse) the tiny-code zoo, collect labelled data,
-# train the `pre` acceptance heads for the speculative and the greedy rule and the SV profile
-# (exported under runs/tiny/heads/), then evaluate every length policy (results table and figures
-# under runs/tiny/eval/). README "Scaling up" lists the extra heads (post, companion features).
-HEADS := trainer.feature_cache=true 'head.name=$${head.rule}-$${head.timing}'
+# The main job on the embedded default: build (or reuse) the tiny-code zoo; collect labelled data
+# from the target's sampled (T = 1) responses and, for the greedy rule, from its greedy responses;
+# train a `pre` acceptance head on each (speculative and greedy rule) and the SV profile (exported
+# under runs/tiny/heads/); then evaluate every length policy (results table and figures under
+# runs/tiny/eval/). README "Training" lists the extra heads (post, companion features).
+GREEDY_DATA := sampling=greedy 'paths.data_dir=$${paths.run_dir}/data-greedy'
 demo: setup
 	$(OFFLINE) $(PY) -m data_gen.zoo
 	$(OFFLINE) $(PY) -m data_gen.collect
-	$(OFFLINE) $(PY) -m accept_heads.train -m head.rule=speculative,greedy $(HEADS)
+	$(OFFLINE) $(PY) -m data_gen.collect $(GREEDY_DATA) 'prompts.sizes={train: 400, dev: 100, test: 100}'
+	$(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true head.name=speculative-pre
+	$(OFFLINE) $(PY) -m accept_heads.train $(GREEDY_DATA) head.rule=greedy trainer.feature_cache=true head.name=greedy-pre
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate
 

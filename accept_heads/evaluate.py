@@ -36,6 +36,7 @@ from accept_heads.evaluation.runs import Decoding, RunSpec
 from accept_heads.evaluation.sets import PromptSet, load_sets
 from accept_heads.evaluation.table import add_comparisons, add_costs, aggregate, mark_dev_choices, select, sort_rows
 from data_gen.models import Trio, load_trio
+from decode.head import AcceptanceHead
 from decode.sampling import Sampling
 from decode.version import code_version
 
@@ -60,13 +61,20 @@ def execute(specs: list[RunSpec], sets: dict[str, PromptSet], decoding: Decoding
     return records
 
 
+def head_data_dir(head: AcceptanceHead, default: str) -> str:
+    """The collected data a head was trained on (its dev split feeds its reliability diagram), else ``default``."""
+    recorded = head.metadata.get("training_data", {}).get("data_dir")
+    return recorded if recorded and Path(recorded).is_dir() else default
+
+
 def calibration_frame(config: Config, artifacts: Artifacts, trio: Trio, notes: dict[str, str]) -> pd.DataFrame:
     """Every head's dev predictions vs labels (empty when there is no head, no data or ``calibration_rows=0``)."""
     frames = []
     rows = config.evaluate.calibration_rows
     for name, head in artifacts.heads.items() if rows else ():
         try:
-            frame = head_predictions(head, trio.draft, config.paths.data_dir, rows, config.head.mixing_r, config.seed)
+            frame = head_predictions(head, trio.draft, head_data_dir(head, config.paths.data_dir), rows,
+                                     config.head.mixing_r, config.seed)
         except (FileNotFoundError, ConfigError) as error:
             notes[f"calibration[{name}]"] = f"no reliability diagram for head[{name}]: {error}"
             continue

@@ -20,6 +20,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from decode.head import AcceptanceHead, HeadConfig
 from decode.hub import tokenizer_hash
 from decode.profile import SVProfile
+from decode import rules
 from decode.rules import Rule
 from decode.sampling import Sampling
 from decode.version import code_version
@@ -84,12 +85,26 @@ def check_compatibility(
             f"{source} was made with tokenizer hash {doc.get('tokenizer_hash')} but the given tokenizer hashes to "
             f"{tokenizer_hash(tokenizer)}; use the tokenizer of draft {doc.get('draft')!r}"
         )
-    if sampling is not None and doc.get("sampling") != sampling.to_dict():
+    if sampling is None:
+        return
+    decoding = decoding_transform(doc, sampling, rule)
+    if doc.get("sampling") != decoding.to_dict():
         warnings.warn(
-            f"{source} was fitted under sampling {doc.get('sampling')} but decoding uses {sampling.to_dict()}; "
-            "its acceptance estimates may be off",
+            f"{source} was fitted on data sampled under {doc.get('sampling')} but decoding generates under "
+            f"{decoding.to_dict()}; its acceptance estimates may be off",
             stacklevel=3,
         )
+
+
+def decoding_transform(doc: dict[str, Any], sampling: Sampling, rule: Rule | None) -> Sampling:
+    """The transform text is generated under when decoding with ``sampling`` and the artifact's rule
+    (the greedy rule always generates greedily, whatever ``sampling`` says)."""
+    if rule is None and isinstance(doc.get("rule"), dict):
+        try:
+            rule = rules.from_spec(doc["rule"]["name"], **doc["rule"].get("params", {}))
+        except (KeyError, TypeError, ValueError):
+            return sampling
+    return rule.transform(sampling) if rule is not None else sampling
 
 
 def save_head(head: AcceptanceHead, path: str | Path, metadata: dict[str, Any]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -67,8 +69,17 @@ def test_head_mismatches(tmp_path, wide, make_tokenizer):
         load_head(path, tokenizer=make_tokenizer(95))
     with pytest.raises(ValueError, match=r"rule .*fuzzy.* but the decoder uses .*speculative"):
         load_head(path, rule=rules.Speculative())
-    with pytest.warns(UserWarning, match="sampling"):
+    with pytest.warns(UserWarning, match="sampled under"):
         load_head(path, sampling=Sampling())
+    greedy_data = tmp_path / "greedy.safetensors"  # a greedy-rule head fitted on greedily generated data ...
+    save_head(head, greedy_data, metadata(tokenizer, rule=rules.Greedy(), sampling=Sampling(temperature=0.0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_head(greedy_data, sampling=Sampling(temperature=1.0))  # ... matches greedy decoding at any T
+    sampled_data = tmp_path / "sampled.safetensors"  # ... but one fitted on T = 1 responses does not
+    save_head(head, sampled_data, metadata(tokenizer, rule=rules.Greedy(), sampling=Sampling(temperature=1.0)))
+    with pytest.warns(UserWarning, match="sampled under"):
+        load_head(sampled_data, sampling=Sampling(temperature=1.0))
     with pytest.raises(ValueError, match="lacks"):
         save_head(head, tmp_path / "bad.safetensors", {"draft": "x"})
     right = AcceptanceHead(HeadConfig(hidden_size=wide["draft"].config.hidden_size))
