@@ -13,7 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.export import check_compatibility
 from decode.hub import load_causal_lm, load_tokenizer
-from decode.inputs import prompt_ids
+from decode.inputs import token_buffer
 from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.runner import GreedyLookahead, ModelRunner, vocab_size
@@ -111,13 +111,8 @@ class SpeculativeDecoder:
         self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0
     ) -> DecodeOutput:
         """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        ids = prompt_ids(input_ids, self.tokenizer, self.device, "SpeculativeDecoder")
+        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "SpeculativeDecoder", max_new_tokens, slack=2)
         start = time.perf_counter()
-        n = ids.shape[1]
-        tokens = torch.zeros(1, n + max_new_tokens + 2, dtype=torch.long, device=self.device)
-        tokens[:, :n] = ids
         generator = torch.Generator(device=self.device).manual_seed(seed)
         policy = self.policy
         policy.reset()

@@ -43,7 +43,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from decode.ensemble_fn import EnsembleFn
 from decode.ensemble_stats import EnsembleStats
 from decode.export import check_compatibility
-from decode.inputs import prompt_ids
+from decode.inputs import token_buffer
 from decode.policies import Decision, DraftRound, Fixed, Head, Policy
 from decode.rules import Ensemble
 from decode.runner import ModelRunner, vocab_size
@@ -141,13 +141,8 @@ class EnsembleDecoder:
         self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0
     ) -> EnsembleOutput:
         """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        ids = prompt_ids(input_ids, self.tokenizer, self.device, "EnsembleDecoder")
+        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "EnsembleDecoder", max_new_tokens)
         start = time.perf_counter()
-        n = ids.shape[1]
-        tokens = torch.zeros(1, n + max_new_tokens, dtype=torch.long, device=self.device)
-        tokens[:, :n] = ids
         generator = torch.Generator(device=self.device).manual_seed(seed)
         capture = self.mode == "sd" and self.policy.needs_hidden
         runners = [ModelRunner(m, self.vocab, capture_hidden=capture and i == 0) for i, m in enumerate(self.models)]

@@ -28,3 +28,21 @@ def prompt_ids(
     if ids.shape[1] == 0:
         raise ValueError("empty prompt: input_ids must hold at least one token")
     return ids.to(device)
+
+
+def token_buffer(
+    prompt: Tensor | str | Sequence[int],
+    tokenizer: PreTrainedTokenizerBase | None,
+    device: torch.device,
+    owner: str,
+    max_new_tokens: int,
+    slack: int = 0,
+) -> tuple[Tensor, int]:
+    """A ``[1, n + max_new_tokens + slack]`` id buffer holding the prompt (see :func:`prompt_ids`), and ``n``."""
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    ids = prompt_ids(prompt, tokenizer, device, owner)
+    n = ids.shape[1]
+    tokens = torch.zeros(1, n + max_new_tokens + slack, dtype=torch.long, device=device)
+    tokens[:, :n] = ids
+    return tokens, n
