@@ -8,6 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from . import ENV_VAR, ensure_zoo, zoo_summary_table
+from .precision import PRECISIONS
+from .recipe import ZooRecipe
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,8 +25,15 @@ def main(argv: list[str] | None = None) -> None:
         help=f"zoo directory (default: ${ENV_VAR} or ~/.cache/accept-heads/zoo/<version>)",
     )
     parser.add_argument("--rebuild", action="store_true", help="rebuild even if the cache is complete")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="training precision: bf16 autocast or fp32; auto = bf16 only where the CPU runs it natively "
+        "(a non-default choice is part of the recipe: give it its own --cache-dir)",
+    )
     args = parser.parse_args(argv)
-    zoo = ensure_zoo(args.cache_dir, rebuild=args.rebuild)
+    zoo = ensure_zoo(args.cache_dir, rebuild=args.rebuild, recipe=ZooRecipe(precision=args.precision))
     Console().print(zoo_summary_table(zoo))
 
 

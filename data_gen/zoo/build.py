@@ -134,20 +134,24 @@ def _build_into(staging: Path, recipe: ZooRecipe, started: float) -> dict[str, A
     from .data import spaced_windows, token_stream
     from .evaluation import held_out_loss, line_start_prompts, mean_acceptance, sample_responses
     from .models import build_model, parameter_count
+    from .precision import resolve_precision
     from .tokenizer import train_tokenizer
     from .training import distil_students, train_target
 
     train_modules = modules_in("train")[: recipe.train_module_limit]
     dev_modules = modules_in("dev")
     threads = len(os.sched_getaffinity(0))
+    precision = resolve_precision(recipe.precision)
     with _torch_threads(threads):
         tokenizer = train_tokenizer([m.read() for m in train_modules], recipe.vocab_size, recipe.context)
         train_stream = token_stream(tokenizer, train_modules)
         dev_windows = spaced_windows(token_stream(tokenizer, dev_modules), recipe.eval_windows, recipe.context)
 
         models = {role: build_model(recipe.shape(role), tokenizer, recipe.context) for role in ROLES}
-        target_loss = train_target(models["target"], train_stream, recipe)
-        distil_losses = distil_students(models["target"], {r: models[r] for r in STUDENT_ROLES}, train_stream, recipe)
+        target_loss = train_target(models["target"], train_stream, recipe, precision.autocast_bf16)
+        distil_losses = distil_students(
+            models["target"], {r: models[r] for r in STUDENT_ROLES}, train_stream, recipe, precision.autocast_bf16
+        )
 
         prompts = line_start_prompts(
             tokenizer, dev_modules, recipe.accept_prompts, recipe.accept_prompt_tokens, recipe.eval_seed
@@ -173,6 +177,7 @@ def _build_into(staging: Path, recipe: ZooRecipe, started: float) -> dict[str, A
             "tokenizers": tokenizers.__version__,
         },
         "threads": threads,
+        "precision": {"training": precision.name, "reason": precision.reason},
         "corpus": {
             "train_modules": [m.name for m in train_modules],
             "train_module_count": len(train_modules),

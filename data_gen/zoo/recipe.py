@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-ZOO_VERSION = "v1"  # bump whenever the default recipe or the build procedure changes
+ZOO_VERSION = "v2"  # bump whenever the default recipe or the build procedure changes
 ROLES: tuple[str, ...] = ("target", "draft", "companion")
 STUDENT_ROLES: tuple[str, ...] = ("draft", "companion")
 
@@ -40,7 +40,8 @@ class ZooRecipe:
     distil_lr: float = 3e-3
     distil_kl_weight: float = 0.9  # loss = w * KL(target || student) + (1 - w) * CE
     warmup_fraction: float = 0.05
-    bf16_autocast: bool = True  # bfloat16 autocast for training forwards (weights stay float32)
+    precision: str = "auto"  # auto | bf16 | fp32: bf16 autocast of training forwards (weights stay float32);
+    # auto = bf16 only where the CPU runs it natively (data_gen.zoo.precision)
     weight_decay: float = 0.1
     data_seed: int = 0
     # Evaluation on dev-split modules.

@@ -11,7 +11,8 @@ from .recipe import ROLES
 def zoo_summary_table(zoo: Zoo) -> Table:
     """Per model: layers, hidden size, params, held-out loss and acceptance vs the target."""
     meta = zoo.metadata
-    built = f"built in {meta['build_seconds']:.1f} s with {meta['threads']} threads"
+    precision = meta.get("precision", {}).get("training", "bf16-autocast")
+    built = f"built in {meta['build_seconds']:.1f} s with {meta['threads']} threads, {precision} training"
     timing = f"cache hit ({zoo.seconds:.2f} s; {built})" if zoo.cache_hit else built
     table = Table(
         title=f"{meta['name']} zoo {meta['zoo_version']} at {zoo.root}",

@@ -49,7 +49,7 @@ def next_token_loss(logits: torch.Tensor, windows: torch.Tensor) -> torch.Tensor
     return F.cross_entropy(logits[:, :-1].float().reshape(-1, vocab), windows[:, 1:].reshape(-1))
 
 
-def train_target(model: LlamaForCausalLM, stream: torch.Tensor, recipe: ZooRecipe) -> float:
+def train_target(model: LlamaForCausalLM, stream: torch.Tensor, recipe: ZooRecipe, autocast_bf16: bool) -> float:
     """Train ``model`` with next-token cross-entropy; returns the final training loss."""
     generator = torch.Generator().manual_seed(recipe.data_seed)
     optimizer = _optimizer(model, recipe.target_lr, recipe.weight_decay)
@@ -58,7 +58,7 @@ def train_target(model: LlamaForCausalLM, stream: torch.Tensor, recipe: ZooRecip
     bar = tqdm(range(recipe.target_steps), desc="zoo: train target", unit="step")
     for step in bar:
         windows = random_windows(stream, recipe.target_batch, recipe.context, generator)
-        with _autocast(recipe.bf16_autocast):
+        with _autocast(autocast_bf16):
             logits = model(input_ids=windows).logits
         loss = next_token_loss(logits, windows)
         _step(optimizer, model, loss, recipe.target_lr * lr_factor(step, recipe.target_steps, recipe.warmup_fraction))
@@ -69,7 +69,11 @@ def train_target(model: LlamaForCausalLM, stream: torch.Tensor, recipe: ZooRecip
 
 
 def distil_students(
-    teacher: LlamaForCausalLM, students: dict[str, LlamaForCausalLM], stream: torch.Tensor, recipe: ZooRecipe
+    teacher: LlamaForCausalLM,
+    students: dict[str, LlamaForCausalLM],
+    stream: torch.Tensor,
+    recipe: ZooRecipe,
+    autocast_bf16: bool,
 ) -> dict[str, float]:
     """Distil every student from ``teacher`` on shared batches (one teacher forward per step).
 
@@ -85,12 +89,12 @@ def distil_students(
     bar = tqdm(range(recipe.distil_steps), desc="zoo: distil students", unit="step")
     for step in bar:
         windows = random_windows(stream, recipe.distil_batch, recipe.context, generator)
-        with torch.no_grad(), _autocast(recipe.bf16_autocast):
+        with torch.no_grad(), _autocast(autocast_bf16):
             teacher_logits = teacher(input_ids=windows).logits
         teacher_logp = F.log_softmax(teacher_logits.float(), dim=-1).flatten(0, 1)
         lr = recipe.distil_lr * lr_factor(step, recipe.distil_steps, recipe.warmup_fraction)
         for role, model in students.items():
-            with _autocast(recipe.bf16_autocast):
+            with _autocast(autocast_bf16):
                 logits = model(input_ids=windows).logits
             student_logp = F.log_softmax(logits.float(), dim=-1).flatten(0, 1)
             kl = F.kl_div(student_logp, teacher_logp, log_target=True, reduction="batchmean")

@@ -9,7 +9,9 @@ import pytest
 
 from data_gen.corpus import corpus_hash, modules_in, split_of
 from data_gen.zoo import ROLES, ModelShape, Zoo, ZooRecipe, default_cache_dir, ensure_zoo, zoo_summary_table
+from data_gen.zoo.recipe import ZOO_VERSION
 from data_gen.zoo.__main__ import main
+from data_gen.zoo.precision import resolve_precision
 
 TINY = ZooRecipe(
     vocab_size=320,
@@ -127,7 +129,7 @@ def test_env_var_overrides_default_cache_dir(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setenv("ACCEPT_HEADS_ZOO_DIR", str(tmp_path / "elsewhere"))
     assert default_cache_dir() == tmp_path / "elsewhere"
     monkeypatch.delenv("ACCEPT_HEADS_ZOO_DIR")
-    assert default_cache_dir().parts[-3:] == ("accept-heads", "zoo", "v1")
+    assert default_cache_dir().parts[-3:] == ("accept-heads", "zoo", ZOO_VERSION)
 
 
 def test_cli_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,3 +149,18 @@ def test_default_zoo_meets_its_required_properties() -> None:
     assert models["target"]["held_out_loss"] <= models["draft"]["held_out_loss"] - 0.2
     assert models["draft"]["acceptance_vs_target"] >= 0.7
     assert all(split_of(name) == "train" for name in zoo.metadata["corpus"]["train_modules"])
+
+
+def test_auto_precision_trains_in_float32_without_native_bf16() -> None:
+    zen3 = {"avx2", "fma", "avx512f"}  # AVX-512 without its bf16 extension still emulates bf16
+    assert resolve_precision("auto", flags=zen3).autocast_bf16 is False
+    assert resolve_precision("auto", flags=zen3 | {"avx512_bf16"}).autocast_bf16 is True
+    assert resolve_precision("auto", flags={"amx_bf16"}).autocast_bf16 is True
+    assert resolve_precision("fp32", flags={"amx_bf16"}).autocast_bf16 is False
+    with pytest.raises(ValueError, match="unknown zoo precision 'half'"):
+        resolve_precision("half")
+
+
+def test_zoo_json_records_the_training_precision(tiny_zoo: Zoo) -> None:
+    expected = resolve_precision(TINY.precision)
+    assert tiny_zoo.metadata["precision"] == {"training": expected.name, "reason": expected.reason}
