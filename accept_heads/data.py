@@ -5,6 +5,11 @@ fuzzy: ``1[div_t < T]`` on the stored divergence column). Greedy labels belong t
 ``argmax q_t`` (column ``draft_argmax``); every other rule's candidate is the sample ``y_t``
 (column ``draft_token``). Labels are the acceptance at the *true* prefix (target tokens).
 
+**Companion indicators** (SV profiles, ``pre`` heads with ``head.use_companion``): the training
+rule's own columns ``sv_x_<rule>``, ``sv_y_<rule>`` (:func:`data_gen.labels.companion_columns`),
+i.e. :func:`decode.profile.companion_indicators` under that rule's transform and of its candidate,
+as its SV policy or head computes them at decode time.
+
 **Outcomes.** AUROC needs binary outcomes: ``o_t = 1[u_t < a_t]`` with ``u_t ~ U(0, 1)`` drawn once
 per split from ``seed`` (hard labels give ``o_t = a_t``). Fixed across epochs and ranks.
 
@@ -43,7 +48,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from accept_heads.config import ConfigError, HeadConfig, RulesConfig
-from data_gen.labels import label_column
+from data_gen.labels import candidate_column, companion_columns, label_column
 from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
 from decode import rules as rule_defs
 
@@ -59,11 +64,6 @@ def training_rule(head: HeadConfig, rules: RulesConfig) -> rule_defs.Rule:
             return rule_defs.Ensemble("weighted", weight=rules.ensemble_weight)
         return rule_defs.Ensemble("contrastive", mu=rules.ensemble_mu)
     return rule_defs.from_spec(head.rule)
-
-
-def candidate_column(rule: rule_defs.Rule) -> str:
-    """Column holding the candidate the rule's draft proposes: ``argmax q`` (greedy) or ``y ~ q``."""
-    return "draft_argmax" if isinstance(rule, rule_defs.Greedy) else "draft_token"
 
 
 def read_manifest(data_dir: str | Path) -> tuple[dict[str, Any], str]:
@@ -101,7 +101,7 @@ class PositionTable:
     candidate: np.ndarray  # [N] the rule's draft candidate y_t
     label: np.ndarray  # [N] acceptance target a_t
     outcome: np.ndarray  # [N] sampled 0/1 outcome for AUROC
-    companion: np.ndarray | None  # [N, 2] SV indicators (X_t, Y_t) at the true prefix
+    companion: np.ndarray | None  # [N, 2] the rule's SV indicators (X_t, Y_t) at the true prefix
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -121,13 +121,18 @@ def _flat(table: pa.Table, name: str, dtype: type) -> np.ndarray:
 def load_positions(
     data_dir: str | Path, split: str, rule: rule_defs.Rule, *, seed: int, with_companion: bool
 ) -> PositionTable:
-    """Read ``split`` and flatten it; labels per :func:`training_rule`, outcomes drawn from ``seed``."""
+    """Read ``split`` and flatten it; labels per :func:`training_rule`, outcomes drawn from ``seed``.
+
+    ``with_companion`` also reads ``rule``'s companion indicators (see the module docstring).
+    """
     dataset = load_split(data_dir, split)
     table = dataset.data.table
     column = label_column(rule)
     missing = [c for c in (column, candidate_column(rule)) if c not in dataset.column_names]
-    if with_companion and "sv_x" not in dataset.column_names:
-        missing.append("sv_x / sv_y (collect with a companion model)")
+    indicators = companion_columns(rule)
+    if with_companion and not {indicators["x"], indicators["y"]} <= set(dataset.column_names):
+        missing.append(f"{indicators['x']} / {indicators['y']} (collect with a companion model and "
+                       f"'{rule.name}' in rules.names)")
     if missing:
         raise ConfigError(f"the {split} data at {data_dir} lacks columns {missing}")
     lengths = np.asarray([len(r) for r in dataset["response_ids"]], dtype=np.int64)
@@ -139,7 +144,8 @@ def load_positions(
     outcome = (rng.random(label.shape[0]) < label).astype(np.float32)
     companion = None
     if with_companion:
-        companion = np.stack([_flat(table, "sv_x", np.float32), _flat(table, "sv_y", np.float32)], axis=1)
+        companion = np.stack([_flat(table, indicators["x"], np.float32), _flat(table, indicators["y"], np.float32)],
+                             axis=1)
     prompts = [np.asarray(p, dtype=np.int64) for p in dataset["prompt_ids"]]
     if any(p.size == 0 for p in prompts):
         raise ConfigError(f"the {split} data holds an empty prompt; a head input needs at least one prompt token")

@@ -9,8 +9,10 @@ only computed where a ``pre`` head needs ``q_t``.
 * ``pre``: the state at the position before (it produced ``q_t`` on the mixed prefix), plus
   :func:`decode.head.head_features` of ``y_t`` under that ``q_t`` — transformed exactly as the
   decoder does (``rule.transform(sampling).feature_probs``) — and, with ``head.use_companion``,
-  the stored companion indicators ``X_t, Y_t``. Those were computed at the *unmixed* (true)
-  prefix during collection: an approximation on top of token mixing.
+  the head's rule's stored companion indicators ``X_t, Y_t`` (columns ``sv_x_<rule>``,
+  ``sv_y_<rule>``: :func:`decode.profile.companion_indicators` under the same transform, of the
+  same candidate). Those were computed at the *unmixed* (true) prefix during collection: an
+  approximation on top of token mixing.
 """
 
 from __future__ import annotations

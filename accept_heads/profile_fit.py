@@ -1,6 +1,7 @@
 """Speculative Verification profile (DESIGN §3): binning fit, information gain, latency profile.
 
-* Bins: equal-frequency edges of the companion indicators ``X`` and ``Y`` on the train split.
+* Bins: equal-frequency edges of the companion indicators ``X`` and ``Y`` on the train split —
+  those of the head's rule (columns ``sv_x_<rule>``, ``sv_y_<rule>``; see :mod:`accept_heads.data`).
   Repeated quantiles (e.g. the mass of ``Y = 1``) are merged, so a profile can hold fewer bins
   than requested; the point mass then gets a bin of its own.
 * Table: per (X-bin, Y-bin) mean train acceptance under the head's rule, with counts; bins with
@@ -86,9 +87,9 @@ class ProfileFitter(L.LightningModule):
 
 
 def position_loader(table: PositionTable, batch_size: int = 65536) -> DataLoader:
-    """``(X, Y, a)`` triples of every position of a split."""
+    """``(X, Y, a)`` triples of every position of a split (the table's rule's indicators and labels)."""
     if table.companion is None:
-        raise ValueError("an SV profile needs the companion indicators sv_x / sv_y")
+        raise ValueError("an SV profile needs the rule's companion indicators (load_positions with_companion=True)")
     tensors = [torch.from_numpy(table.companion[:, 0]), torch.from_numpy(table.companion[:, 1]),
                torch.from_numpy(table.label)]
     return DataLoader(TensorDataset(*tensors), batch_size=batch_size)

@@ -2,8 +2,10 @@
 
 One target pass per prompt: the target samples a response and its per-step logits are kept; the
 draft (and the companion) run once over the same tokens; every position gets the draft's sample,
-divergences, SV indicators and one label per configured rule. Output: HF ``datasets`` Arrow shards
-per split plus ``manifest.json`` (see :mod:`data_gen.shards`). Safe to kill and re-run.
+divergences, one label per configured rule and, with a companion, each configured rule's SV
+indicators (:mod:`data_gen.labels`). Every model's logits are sliced to the shared vocabulary
+(:attr:`data_gen.models.Trio.vocab`), as the decoder slices them. Output: HF ``datasets`` Arrow
+shards per split plus ``manifest.json`` (see :mod:`data_gen.shards`). Safe to kill and re-run.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from accept_heads.config import Config, ConfigError
 from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.generation import generate_responses, teacher_forced_logits
-from data_gen.labels import draft_candidates, label_rules, position_columns
-from data_gen.manifest import build_manifest, print_summary
+from data_gen.labels import draft_candidates, indicator_rules, label_rules, position_columns
+from data_gen.manifest import MANIFEST_VERSION, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import load_prompts
 from data_gen.shards import claim_directory, complete_shards, write_json_atomic, write_shard, MANIFEST_FILE
@@ -72,8 +74,12 @@ def features_for(column_names: list[str]) -> datasets.Features:
 
 
 def fingerprint(config: Config, trio_description: dict[str, Any]) -> dict[str, Any]:
-    """Everything that changes the collected data; a directory never mixes two fingerprints."""
+    """Everything that changes the collected data; a directory never mixes two fingerprints.
+
+    ``manifest_version`` stands for the column schema: shards of an older schema are never resumed.
+    """
     return {
+        "manifest_version": MANIFEST_VERSION,
         "models": trio_description,
         "prompts": asdict(config.prompts),
         "sampling": asdict(config.sampling),
@@ -98,9 +104,10 @@ def collect_batch(trio: Trio, batch: list[EncodedPrompt], config: Config, label_
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=pad,
         generators=generators,
+        vocab=trio.vocab,
     )
-    q_logits = teacher_forced_logits(trio.draft, generated)
-    c_logits = teacher_forced_logits(trio.companion, generated) if trio.companion is not None else None
+    q_logits = teacher_forced_logits(trio.draft, generated, trio.vocab)
+    c_logits = teacher_forced_logits(trio.companion, generated, trio.vocab) if trio.companion is not None else None
     lengths = generated.response_lengths
     valid = generated.attention_mask[:, generated.prompt_width :].bool()
     y = draft_candidates(q_logits, lengths, sampling, generators)
@@ -111,6 +118,7 @@ def collect_batch(trio: Trio, batch: list[EncodedPrompt], config: Config, label_
         y,
         sampling=sampling,
         label_columns=label_columns,
+        companion_rules=indicator_rules(config.rules),
     )
     per_row = {name: values.split(lengths) for name, values in columns.items()}
     rows = []

@@ -4,6 +4,13 @@ The target samples responses under the run's sampling transform with left paddin
 its raw logits at every step are kept, so the target never runs a second time. The draft and the
 companion are then run once over ``[prompt, response]`` (teacher forcing) to get their logits at
 the same positions.
+
+**Vocabulary.** Checkpoints of one family may pad their output layers to different sizes (e.g.
+152,064 rows for Qwen2.5-72B, 151,936 for 0.5B). Every logit tensor here is sliced to the shared
+``vocab`` (:attr:`data_gen.models.Trio.vocab`, the minimum over the models, as
+:class:`decode.decoder.SpeculativeDecoder` computes it), and the target *samples* its response from
+the sliced logits too: the decoder's output is distributed as the sliced ``p``, so that is the
+distribution the labels describe. The padding rows beyond it are never tokens of the tokenizer.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ class Batch:
     input_ids: Tensor  # [B, P + T]: pads | prompt | response | pads
     attention_mask: Tensor  # [B, P + T]
     prompt_width: int  # P
-    target_logits: Tensor  # [B, T, V] raw target logits predicting response token t
+    target_logits: Tensor  # [B, T, V] raw target logits (shared vocabulary) predicting response token t
 
     @property
     def response_width(self) -> int:
@@ -84,9 +91,11 @@ def generate_responses(
     eos_token_id: int | None,
     pad_token_id: int,
     generators: list[Generator],
+    vocab: int,
 ) -> Batch:
     """Sample one response per prompt from ``target`` and keep its raw logits at every step.
 
+    Logits are sliced to the first ``vocab`` entries before sampling (see the module docstring).
     Each row draws from its own generator, so a prompt's response does not depend on which other
     prompts share its batch. A row stops after EOS; afterwards it is padded and masked.
     """
@@ -98,7 +107,7 @@ def generate_responses(
     cache = DynamicCache(config=target.config)
     out = target(input_ids=ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
                  past_key_values=cache, use_cache=True, logits_to_keep=1)
-    logits = out.logits[:, -1]
+    logits = out.logits[:, -1, :vocab]
     noise = _GumbelNoise(generators, logits.shape[-1], device)
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     lengths = torch.zeros(len(prompts), dtype=torch.long, device=device)
@@ -119,7 +128,7 @@ def generate_responses(
         out = target(input_ids=tokens[:, None], attention_mask=mask[:, : width + step + 1], position_ids=position,
                      past_key_values=cache, use_cache=True)
         position = position + 1
-        logits = out.logits[:, -1]
+        logits = out.logits[:, -1, :vocab]
     responses = torch.stack(steps_tokens, dim=1)
     response_mask = torch.arange(responses.shape[1], device=device)[None, :] < lengths[:, None]
     return Batch(
@@ -133,10 +142,10 @@ def generate_responses(
 
 
 @torch.inference_mode()
-def teacher_forced_logits(model: PreTrainedModel, batch: Batch) -> Tensor:
-    """``[B, T, V]`` logits of ``model`` predicting each response token from its true prefix."""
+def teacher_forced_logits(model: PreTrainedModel, batch: Batch, vocab: int) -> Tensor:
+    """``[B, T, vocab]`` logits of ``model`` predicting each response token from its true prefix."""
     ids = batch.input_ids.to(model.device)
     mask = batch.attention_mask.to(model.device)
     width = batch.response_width
     out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), logits_to_keep=width + 1)
-    return out.logits[:, :-1]
+    return out.logits[:, :-1, :vocab]

@@ -12,15 +12,16 @@ from rich.console import Console
 from rich.table import Table
 
 from accept_heads.config import Config
-from data_gen.labels import label_rules
+from data_gen.labels import candidate_column, companion_columns, indicator_rules, label_rules
 from data_gen.shards import complete_shards, load_split
+from decode.sampling import Sampling
 from decode.version import code_version
 
 if TYPE_CHECKING:
     from data_gen.collect import SplitProgress
     from data_gen.models import Trio
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: companion indicators per rule (sv_*_<rule>), logits sliced to the shared vocabulary
 
 
 def _mean(table, column: str) -> float | None:
@@ -30,12 +31,30 @@ def _mean(table, column: str) -> float | None:
     return float(values.mean()) if values.size else None
 
 
-def split_stats(root: Path, split: str, label_columns: list[str]) -> dict[str, Any]:
-    """Counts and means recomputed from the complete shards of ``split`` (zeros when it has none)."""
+def companion_schema(config: Config) -> dict[str, dict[str, Any]]:
+    """Per configured rule: its indicator columns, the transform and the candidate column they use.
+
+    What :func:`decode.profile.companion_indicators` is called with at decode time, recorded so
+    that the stored ``sv_*_<rule>`` columns describe themselves.
+    """
+    sampling = Sampling(**asdict(config.sampling))
+    return {
+        rule.name: {"columns": companion_columns(rule), "transform": rule.transform(sampling).to_dict(),
+                    "candidate": candidate_column(rule)}
+        for rule in indicator_rules(config.rules)
+    }
+
+
+def split_stats(root: Path, split: str, label_columns: list[str], indicator_columns: dict[str, dict[str, str]]
+                ) -> dict[str, Any]:
+    """Counts and means recomputed from the complete shards of ``split`` (zeros when it has none).
+
+    ``indicator_columns``: rule name → its companion columns (empty without a companion).
+    """
     if not complete_shards(root, split):
         return {"responses": 0, "response_tokens": 0, "labelled_positions": 0, "finished_with_eos": 0,
                 "mean_label": dict.fromkeys(label_columns), "mean_divergence": dict.fromkeys(("js", "kl", "tv")),
-                "mean_sv_x": None, "mean_sv_y": None}
+                "mean_sv": {rule: {"x": None, "y": None} for rule in indicator_columns}}
     table = load_split(root, split)
     response_tokens = int(sum(len(r) for r in table["response_ids"]))
     return {
@@ -45,8 +64,8 @@ def split_stats(root: Path, split: str, label_columns: list[str]) -> dict[str, A
         "finished_with_eos": int(sum(table["finished"])),
         "mean_label": {c: _mean(table, c) for c in label_columns},
         "mean_divergence": {d: _mean(table, d) for d in ("js", "kl", "tv")},
-        "mean_sv_x": _mean(table, "sv_x"),
-        "mean_sv_y": _mean(table, "sv_y"),
+        "mean_sv": {rule: {"x": _mean(table, c["x"]), "y": _mean(table, c["y"])}
+                    for rule, c in indicator_columns.items()},
     }
 
 
@@ -55,10 +74,12 @@ def build_manifest(
 ) -> dict[str, Any]:
     """Everything needed to know what the dataset is and to regenerate it."""
     label_columns = label_rules(config.rules)
+    companion = companion_schema(config) if trio.companion is not None else {}
+    indicator_columns = {rule: schema["columns"] for rule, schema in companion.items()}
     splits = {}
     for split, done in progress.items():
         splits[split] = {
-            **split_stats(root, split, list(label_columns)),
+            **split_stats(root, split, list(label_columns), indicator_columns),
             "prompts_available": done.prompts_available,
             "prompts_skipped": done.skipped,
             "shards": done.shards_total,
@@ -73,6 +94,7 @@ def build_manifest(
         "sampling": asdict(config.sampling),
         "rules": {column: rule.spec() for column, rule in label_columns.items()},
         "fuzzy": "labels are 1[divergence < T] on the stored js / kl / tv columns, for any T",
+        "companion_indicators": companion,
         "prompts": asdict(config.prompts),
         "max_new_tokens": config.collect.max_new_tokens,
         "seed": config.seed,
@@ -106,8 +128,8 @@ def print_summary(manifest: dict[str, Any]) -> None:
         row(f"mean {column}", lambda s, c=column: fmt(s["mean_label"][c]))
     for name in ("js", "tv"):
         row(f"mean {name}(p, q)", lambda s, n=name: fmt(s["mean_divergence"][n]))
-    row("mean SV X", lambda s: fmt(s["mean_sv_x"]))
-    row("mean SV Y", lambda s: fmt(s["mean_sv_y"]))
+    for rule in manifest["companion_indicators"]:
+        row(f"mean SV X / Y ({rule})", lambda s, r=rule: f"{fmt(s['mean_sv'][r]['x'])} / {fmt(s['mean_sv'][r]['y'])}")
     row("this run: seconds", lambda s: f"{s['this_run']['seconds']:.1f}")
     row(
         "this run: tokens/s",

@@ -9,6 +9,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accept_heads.config import ZOO_PREFIX, ModelsConfig, ModelSpec
 from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, tokenizer_hash
+from decode.runner import vocab_size
 
 
 @dataclass
@@ -20,6 +21,11 @@ class Trio:
     companion: PreTrainedModel | None
     tokenizer: PreTrainedTokenizerBase
     description: dict[str, Any]
+
+    @property
+    def vocab(self) -> int:
+        """The shared vocabulary every model's logits are sliced to: the decoder's ``min`` of :func:`vocab_size`."""
+        return min(vocab_size(m) for m in (self.target, self.draft, self.companion) if m is not None)
 
 
 def resolve_model_id(spec: ModelSpec, zoo_dir: str | None = None) -> str:
@@ -69,7 +75,9 @@ def load_trio(models: ModelsConfig, zoo_dir: str | None = None, *, with_companio
         },
     }
     for role, model in (("target", target), ("draft", draft), ("companion", companion)):
-        if model is not None and model.config.vocab_size < len(tokenizer):
+        if model is not None and vocab_size(model) < len(tokenizer):
             raise ModelLoadError(f"the {role}'s vocabulary is smaller than its tokenizer's; the checkpoint is inconsistent")
-    return Trio(target, draft, companion, tokenizer, description)
+    trio = Trio(target, draft, companion, tokenizer, description)
+    description["vocab_size"] = trio.vocab
+    return trio
 

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from decode.sampling import Sampling
+
 
 def sv_indicators(q: Tensor, c: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """``X = Σ_v min(q, c)`` and ``Y = min(1, c(y)/q(y))`` for distributions ``[..., V]`` (vectorised)."""
@@ -16,6 +18,39 @@ def sv_indicators(q: Tensor, c: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     cy = c.gather(-1, y.unsqueeze(-1)).squeeze(-1)
     ratio = torch.where(qy > 0, (cy / qy.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(qy))
     return x, ratio
+
+
+@dataclass(frozen=True)
+class CompanionIndicators:
+    """SV indicators of candidates (DESIGN §3), every field ``[...]`` (one value per candidate).
+
+    ``x = Σ_v min(q, c)``; ``y = min(1, c(y)/q(y))``; ``log_ratio = log c(y) − log q(y)``
+    unclipped (floored at ``log 1e-30`` per probability), which keeps what the clipping drops.
+    """
+
+    x: Tensor
+    y: Tensor
+    log_ratio: Tensor
+
+
+def companion_indicators(
+    rule_sampling: Sampling, q_logits: Tensor, c_logits: Tensor, candidates: Tensor
+) -> CompanionIndicators:
+    """The indicators a rule sees at decode time, from raw logits ``[..., V]`` and its candidates ``[...]``.
+
+    ``rule_sampling`` is the rule's own transform (``rule.transform(sampling)``): distributions are
+    its :meth:`~decode.sampling.Sampling.feature_probs` (the untempered softmax under greedy, where
+    one-hot distributions carry nothing), and ``candidates`` are the rule's own proposals (``argmax q``
+    for greedy). Collection stores exactly these, per rule; the SV policy and ``pre`` heads compute
+    them here at decode time.
+    """
+    q = rule_sampling.feature_probs(q_logits)
+    c = rule_sampling.feature_probs(c_logits)
+    x, y = sv_indicators(q, c, candidates)
+    qy = q.gather(-1, candidates.unsqueeze(-1)).squeeze(-1)
+    cy = c.gather(-1, candidates.unsqueeze(-1)).squeeze(-1)
+    log_ratio = cy.clamp_min(1e-30).log() - qy.clamp_min(1e-30).log()
+    return CompanionIndicators(x=x, y=y, log_ratio=log_ratio)
 
 
 def expected_accepted(alpha: Tensor) -> Tensor:

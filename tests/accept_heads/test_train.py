@@ -5,11 +5,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from accept_heads.data import SequenceDataset, collate_sequences, loss_everywhere, mix_batch
+from accept_heads.profile_fit import equal_frequency_edges
 from accept_heads.train import load_head_weights, prepare_head_run, train
+from data_gen.shards import load_split
 from decode.export import load_head, load_profile
 from decode.hub import load_causal_lm, load_tokenizer
 
@@ -130,6 +133,24 @@ def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, t
     assert dev["h_a"] > 0 and 0 <= dev["h_a_given_xy"] <= dev["h_a"] + 1e-9
     assert profile.metadata["information"]["dev"]["gain"] == pytest.approx(dev["gain"])
     assert 1 <= profile.verification_length(torch.tensor([0.9, 0.9, 0.1]), torch.tensor([1.0, 1.0, 0.1])) <= 3
+
+
+def test_sv_profile_for_the_greedy_rule_bins_the_greedy_indicators(make_config, train_overrides, tmp_path):
+    data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
+    config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head=sv_profile",
+                         "head.rule=greedy", "head.x_bins=4", "head.y_bins=3", "head.min_bin_count=4", "head.k_max=2",
+                         "head.latency_repeats=1")
+    profile = load_profile(train(config)["profile_path"])
+    assert profile.metadata["rule"] == {"name": "greedy", "params": {}}
+    table = load_split(data_dir, "train")
+
+    def edges(column: str, bins: int) -> torch.Tensor:
+        return equal_frequency_edges(np.concatenate([np.asarray(v, dtype=np.float32) for v in table[column]]),
+                                     bins).float()
+
+    torch.testing.assert_close(profile.x_edges, edges("sv_x_greedy", 4))
+    torch.testing.assert_close(profile.y_edges, edges("sv_y_greedy", 3))
+    assert not torch.equal(profile.y_edges, edges("sv_y_speculative", 3)), "the rules' Y must differ on this data"
 
 
 def test_draft_features_are_the_lm_head_input_and_its_logits(make_config, train_overrides, micro_trio):

@@ -10,12 +10,15 @@ import pytest
 import torch
 
 from accept_heads.config import ConfigError, LoggerConfig
-from accept_heads.data import collate_sequences, loss_everywhere, mix_batch, mixing_mask
+from accept_heads.data import collate_sequences, load_positions, loss_everywhere, mix_batch, mixing_mask
 from accept_heads.loggers import make_logger
 from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain, weighted_bce
 from accept_heads.module import warmup_cosine
 from accept_heads.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
 from accept_heads.train import head_architecture
+from data_gen.collect import features_for
+from data_gen.shards import write_shard
+from decode import rules
 from decode.head import AcceptanceHead
 
 
@@ -71,6 +74,18 @@ def test_mix_batch_puts_candidates_exactly_at_loss_positions():
     assert torch.equal(pre["input_ids"], ids)  # the same mixed prefix ...
     assert torch.equal(pre["loss_mask"], batch["is_response"])  # ... with the loss at every response position
     assert loss_everywhere("pre") and not loss_everywhere("post")
+
+
+def test_positions_read_the_companion_columns_of_their_rule(tmp_path):
+    columns = {"label_speculative": [0.5, 1.0], "draft_token": [7, 8], "label_greedy": [1.0, 0.0],
+               "draft_argmax": [7, 9], "sv_x_speculative": [0.1, 0.2], "sv_y_speculative": [0.3, 0.4]}
+    rows = [{"prompt_id": "a", "prompt_ids": [1, 2], "response_ids": [3, 4], "finished": False, **columns}]
+    write_shard(tmp_path, "dev", 0, rows, features_for(list(columns)))
+    table = load_positions(tmp_path, "dev", rules.Speculative(), seed=0, with_companion=True)
+    np.testing.assert_allclose(table.companion, [[0.1, 0.3], [0.2, 0.4]], rtol=1e-6)
+    with pytest.raises(ConfigError, match=r"sv_x_greedy / sv_y_greedy .*'greedy' in rules.names"):
+        load_positions(tmp_path, "dev", rules.Greedy(), seed=0, with_companion=True)
+    assert load_positions(tmp_path, "dev", rules.Greedy(), seed=0, with_companion=False).companion is None
 
 
 def test_head_blocks_have_independent_parameters(make_config):

@@ -1,4 +1,5 @@
-"""data_gen.collect on micro models: labels vs brute force, kept target logits, resume, torchrun."""
+"""data_gen.collect on micro models: labels vs brute force, decode-time SV indicators, vocabulary alignment,
+kept target logits, resume, torchrun."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,10 @@ from accept_heads.cli import CONF_DIR, to_config
 from data_gen.collect import collect
 from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.shards import MANIFEST_FILE, CollectionDirError, load_split
-from decode.hub import load_causal_lm
+from decode import rules
+from decode.hub import load_causal_lm, load_tokenizer
+from decode.profile import companion_indicators
+from decode.runner import ModelRunner, vocab_size
 from decode.sampling import Sampling
 
 LAMBDA, MU = 0.3, 0.2
@@ -75,9 +80,9 @@ def test_every_label_column_equals_a_brute_force_recomputation(collected, micro_
     checked = 0
     for row in table:
         logits = {role: _brute_force_logits(m, row["prompt_ids"], row["response_ids"]) for role, m in models.items()}
-        p, q, c = (sampling.probs(logits[r]) for r in ("target", "draft", "companion"))
+        p, q = (sampling.probs(logits[r]) for r in ("target", "draft"))
         y = torch.tensor(row["draft_token"])
-        py, qy, cy = (d.gather(-1, y[:, None]).squeeze(-1) for d in (p, q, c))
+        py, qy = (d.gather(-1, y[:, None]).squeeze(-1) for d in (p, q))
         r_weighted = LAMBDA * q + (1 - LAMBDA) * p
         r_contrastive = sampling.probs(logits["target"] - MU * logits["draft"])
         m = 0.5 * (p + q)
@@ -91,8 +96,6 @@ def test_every_label_column_equals_a_brute_force_recomputation(collected, micro_
             "label_ensemble_contrastive": (r_contrastive.gather(-1, y[:, None]).squeeze(-1) / qy).clamp(max=1),
             "tv": 0.5 * (p - q).abs().sum(-1),
             "js": 0.5 * kl(p, m) + 0.5 * kl(q, m),
-            "sv_x": torch.minimum(q, c).sum(-1),
-            "sv_y": (cy / qy).clamp(max=1),
         }
         for column, values in expected.items():
             torch.testing.assert_close(torch.tensor(row[column]), values.float(), atol=1e-5, rtol=1e-5,
@@ -103,13 +106,84 @@ def test_every_label_column_equals_a_brute_force_recomputation(collected, micro_
     assert checked == len(table) >= 8
 
 
+def _runner_logits(model, vocab: int, prompt_ids: list[int], response_ids: list[int]) -> torch.Tensor:
+    """Logits predicting each response token, from decode's own ModelRunner (sliced to ``vocab``)."""
+    tokens = torch.tensor([prompt_ids + response_ids])
+    with torch.inference_mode():
+        return ModelRunner(model, vocab).feed(tokens, len(prompt_ids) + len(response_ids) - 1, keep=len(response_ids))
+
+
+def test_stored_companion_indicators_are_what_each_rule_sees_at_decode_time(collected, micro_trio):
+    config, manifest, data_dir = collected
+    sampling = Sampling(**asdict(config.sampling))
+    draft, companion = (load_causal_lm(str(micro_trio[r]), dtype="float32") for r in ("draft", "companion"))
+    vocab = min(vocab_size(m) for m in (draft, companion))
+    table = load_split(data_dir, "train")
+    assert set(manifest["companion_indicators"]) == set(config.rules.names) == {"speculative", "greedy", "fuzzy",
+                                                                                 "ensemble"}
+    assert not {"sv_x", "sv_y"} & set(table.column_names)
+    greedy_candidate_differs = 0
+    for row in table:
+        q_logits = _runner_logits(draft, vocab, row["prompt_ids"], row["response_ids"])
+        c_logits = _runner_logits(companion, vocab, row["prompt_ids"], row["response_ids"])
+        sample = torch.tensor(row["draft_token"])
+        for name in config.rules.names:
+            rule = rules.from_spec(name)
+            transform = rule.transform(sampling)
+            candidates = q_logits.argmax(-1) if transform.greedy else sample  # Rule.propose, same draw as collection
+            seen = companion_indicators(transform, q_logits, c_logits, candidates)
+            for field in ("x", "y", "log_ratio"):
+                column = f"sv_{field}_{name}"
+                assert manifest["companion_indicators"][name]["columns"][field] == column
+                torch.testing.assert_close(torch.tensor(row[column]), getattr(seen, field), atol=1e-6, rtol=1e-6,
+                                           msg=f"column {column}")
+        greedy_candidate_differs += int((q_logits.argmax(-1) != sample).sum())
+    assert greedy_candidate_differs > 0, "the greedy rule's candidate must differ from the sample somewhere"
+
+
+@pytest.mark.parametrize("padding, temperature", [("copies", 0.8), ("zeros", 0.0)])
+def test_collection_aligns_a_target_with_a_padded_vocabulary(micro_trio, tmp_path, padding, temperature):
+    """A target with extra (padding) output rows, as Qwen2.5-72B has over 0.5B: sliced like the decoder slices it.
+
+    ``copies``: padding rows as likely as real tokens, so sampling over the full vocabulary would
+    draw them; ``zeros``: never the argmax, so only the logits' shapes disagree.
+    """
+    tokenizer = load_tokenizer(str(micro_trio["target"]))
+    target = load_causal_lm(str(micro_trio["target"]), dtype="float32")
+    vocab = vocab_size(target)
+    target.resize_token_embeddings(vocab + 8)
+    with torch.no_grad():
+        rows = target.get_output_embeddings().weight
+        rows[vocab:] = rows[:8] if padding == "copies" else 0.0
+    padded = tmp_path / "padded_target"
+    target.save_pretrained(padded)
+    tokenizer.save_pretrained(padded)
+    config = _config({**micro_trio, "target": padded}, tmp_path, "collect.splits=[dev]",
+                     f"sampling.temperature={temperature}")
+    manifest = collect(config)
+    assert manifest["models"]["vocab_size"] == vocab == len(tokenizer)
+    table = load_split(config.paths.data_dir, "dev")
+    sampling = Sampling(temperature=temperature)
+    draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
+    responses = 0
+    for row in table:
+        assert max(row["response_ids"]) < vocab
+        p = sampling.probs(_brute_force_logits(target, row["prompt_ids"], row["response_ids"])[:, :vocab])
+        q = sampling.probs(_brute_force_logits(draft, row["prompt_ids"], row["response_ids"]))
+        y = torch.tensor(row["draft_token"])
+        ratio = (p.gather(-1, y[:, None]) / q.gather(-1, y[:, None])).squeeze(-1).clamp(max=1)
+        torch.testing.assert_close(torch.tensor(row["label_speculative"]), ratio, atol=1e-5, rtol=1e-5)
+        responses += len(row["response_ids"])
+    assert responses > 0
+
+
 def test_kept_target_logits_equal_teacher_forced_distribution(micro_trio):
     target = load_causal_lm(str(micro_trio["target"]), dtype="float32")
     prompts = [[5, 9, 33, 47, 80, 12], [7, 7], [100, 101, 102, 103]]  # different lengths: left padding
     generators = [torch.Generator().manual_seed(i) for i in range(len(prompts))]
     batch = generate_responses(target, prompts, sampling=Sampling(), max_new_tokens=10, eos_token_id=None,
-                               pad_token_id=0, generators=generators)
-    forced = teacher_forced_logits(target, batch)
+                               pad_token_id=0, generators=generators, vocab=vocab_size(target))
+    forced = teacher_forced_logits(target, batch, vocab_size(target))
     torch.testing.assert_close(batch.target_logits, forced, atol=1e-4, rtol=1e-4)
     for row, prompt in enumerate(prompts):
         alone = _brute_force_logits(target, prompt, batch.response_ids(row).tolist())
