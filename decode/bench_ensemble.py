@@ -23,7 +23,7 @@ from transformers import PreTrainedModel
 
 from decode.bench import make_prompts
 from decode.ensemble import EnsembleDecoder
-from decode.ensemble_fn import EnsembleFn
+from decode.ensemble_fn import DEFAULT_MU, EnsembleFn
 from decode.hub import load_causal_lm
 from decode.sampling import Sampling
 
@@ -96,7 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=4, help="number of prompts")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--gammas", default="1,5", help="comma-separated draft proposal lengths for sd / alternate")
-    parser.add_argument("--mu", type=float, default=0.1, help="contrastive coefficient of every non-target model")
+    parser.add_argument(
+        "--mu", type=float, default=DEFAULT_MU, help="contrastive coefficient of every non-target model"
+    )
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")

@@ -197,6 +197,7 @@ class _Loop:
                 decision = policy.after_propose(state)
                 if decision is Decision.DROP:
                     state.tokens.pop()
+                    self.draft.uncount_last_call()  # the forward that produced q_i: hindsight (see Oracle)
                     break
                 if decision is Decision.STOP or int(y) in self.eos:
                     break

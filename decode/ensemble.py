@@ -91,7 +91,7 @@ class EnsembleDecoder:
         if isinstance(ensemble, Ensemble):
             if n != 2:
                 raise ValueError(f"a rules.Ensemble describes two models [q, p]; got {n} models: pass an EnsembleFn")
-            ensemble = EnsembleFn.from_rule(ensemble)
+            ensemble = ensemble.function()
         self.ensemble = ensemble if ensemble is not None else EnsembleFn("weighted")
         self.ensemble.check(n)
         if mode not in MODES:
@@ -123,7 +123,7 @@ class EnsembleDecoder:
             raise ValueError(f"policy {policy!r} needs a companion or a lookahead: not supported by EnsembleDecoder")
         if isinstance(policy, Head) and policy.head.metadata:
             doc = policy.head.metadata
-            rule = self.ensemble.as_rule(len(self.models))
+            rule = Ensemble.from_function(self.ensemble, len(self.models))
             if rule is None:
                 raise ValueError(
                     f"the policy's head was trained with rule {doc.get('rule')}; {self.ensemble!r} over "

@@ -7,9 +7,11 @@
   ``i ≠ e`` with coefficients ``μ_i``: ``r = transform(l_e − Σ_{i≠e} μ_i l_i)``. The transform acts
   on the combined logits, so greedy is its argmax.
 
-For two models ``[q, p]`` (proposer first) these are exactly :class:`decode.rules.Ensemble`:
-``weighted`` with ``weights=(λ, 1−λ)`` and ``contrastive`` with expert ``p`` and ``μ``
-(see :meth:`EnsembleFn.as_rule` / :meth:`EnsembleFn.from_rule`).
+This is the one definition of the ensemble distribution: the two-model rule
+:class:`decode.rules.Ensemble` (``weighted`` with ``weights=(λ, 1−λ)``, ``contrastive`` with expert
+``p`` and ``μ``, for models ``[q, p]``) computes its ``r`` here (see :meth:`decode.rules.Ensemble.function`
+and :meth:`decode.rules.Ensemble.from_function`). :data:`DEFAULT_MU` and :data:`DEFAULT_WEIGHT` are
+the project-wide defaults.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from decode.rules import Ensemble
 from decode.sampling import Sampling, one_hot_argmax
+
+#: Default contrastive coefficient ``μ`` of every amateur.
+DEFAULT_MU = 0.1
+#: Default weight ``λ`` of the proposer ``q`` in the two-model weighted ensemble ``λ q + (1−λ) p``.
+DEFAULT_WEIGHT = 0.5
 
 
 class EnsembleFn:
@@ -46,20 +51,13 @@ class EnsembleFn:
         self.kind = kind
         self.weights = None if weights is None else tuple(float(w) for w in weights)
         if kind == "contrastive":
-            mu = 0.1 if mu is None else mu
+            mu = DEFAULT_MU if mu is None else mu
             self.mu: float | tuple[float, ...] | None = (
                 float(mu) if isinstance(mu, (int, float)) else tuple(float(m) for m in mu)
             )
         else:
             self.mu = None
         self.expert = int(expert)
-
-    @classmethod
-    def from_rule(cls, rule: Ensemble) -> EnsembleFn:
-        """The two-model function of ``rule`` for models ``[q, p]`` (proposer ``q`` first)."""
-        if rule.kind == "weighted":
-            return cls("weighted", weights=(rule.weight, 1.0 - rule.weight))
-        return cls("contrastive", mu=rule.mu, expert=1)
 
     def check(self, n: int) -> None:
         """Raise ``ValueError`` unless the function is defined for ``n`` models."""
@@ -89,23 +87,13 @@ class EnsembleFn:
 
     def probs(self, logits: Tensor, sampling: Sampling) -> Tensor:
         """``r`` from stacked raw logits ``[n, ..., V]`` (float32, post-transform, one-hot when greedy)."""
-        coef = torch.tensor(self.coefficients(logits.shape[0]), dtype=torch.float32, device=logits.device)
-        coef = coef.view(-1, *([1] * (logits.dim() - 1)))
+        coef = self.coefficients(logits.shape[0])
         logits = logits.float()
         if self.kind == "contrastive":
-            return sampling.probs((coef * logits).sum(0))
+            return sampling.probs(_combine(coef, logits))
         if sampling.greedy:
-            return one_hot_argmax((coef * logits.softmax(-1)).sum(0))
-        return (coef * sampling.probs(logits)).sum(0)
-
-    def as_rule(self, n: int) -> Ensemble | None:
-        """The equivalent two-model :class:`~decode.rules.Ensemble` for models ``[q, p]``, or ``None``."""
-        coef = self.coefficients(n)
-        if n != 2:
-            return None
-        if self.kind == "weighted":
-            return Ensemble("weighted", weight=coef[0])
-        return Ensemble("contrastive", mu=-coef[0]) if self.expert % 2 == 1 else None
+            return one_hot_argmax(_combine(coef, logits.softmax(-1)))
+        return _combine(coef, sampling.probs(logits))
 
     def spec(self) -> dict[str, Any]:
         """JSON-ready description."""
@@ -116,3 +104,11 @@ class EnsembleFn:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.spec().items())
         return f"EnsembleFn({args})"
+
+
+def _combine(coef: list[float], stacked: Tensor) -> Tensor:
+    """``Σ_i coef[i] · stacked[i]`` with Python-float coefficients (no host-to-device copy)."""
+    total = coef[0] * stacked[0]
+    for c, member in zip(coef[1:], stacked[1:]):
+        total = total + c * member
+    return total

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from decode.head import AcceptanceHead, head_features
-from decode.profile import SVProfile, sv_indicators
+from decode.profile import SVProfile, companion_indicators
 from decode.rules import Greedy, Rule
 from decode.sampling import Sampling
 
@@ -30,7 +30,7 @@ class Decision(enum.Enum):
 
     CONTINUE = "continue"
     STOP = "stop"  # keep y_i, stop drafting
-    DROP = "drop"  # stop drafting and withdraw y_i (oracle only)
+    DROP = "drop"  # stop drafting, withdraw y_i and uncharge the draft call that produced q_i (oracle only)
 
 
 @dataclass
@@ -217,8 +217,8 @@ class Head(Policy):
         q = state.sampling.feature_probs(state.q_logits[i - 1])
         companion = None
         if config.companion_features:
-            c = state.sampling.feature_probs(state.companion_logits[i - 1])
-            companion = sv_indicators(q, c, y)
+            indicators = companion_indicators(state.sampling, state.q_logits[i - 1], state.companion_logits[i - 1], y)
+            companion = (indicators.x, indicators.y)
         features = head_features(q, y, config.features, companion)
         return self._decide(state, state.hidden[i - 1], features)
 
@@ -235,9 +235,12 @@ class Head(Policy):
 
 
 class SV(Policy):
-    """Speculative Verification: draft ``k``, score with the companion, verify the goodput-optimal prefix.
+    """Speculative Verification: draft ``k``, score with the companion, verify a goodput-optimal prefix.
 
-    Candidates beyond the chosen length are discarded unverified.
+    Candidates beyond the chosen length are discarded unverified. The length is a stopping time
+    (DESIGN §1 pitfalls): whether ``y_{L+1}`` is verified uses the full ``α = profile(X, Y)`` of
+    ``y_1..y_L`` but only ``X_{L+1}`` for ``y_{L+1}`` (:meth:`SVProfile.verification_length`), so
+    lossless rules stay lossless.
     """
 
     name = "sv"
@@ -255,10 +258,13 @@ class SV(Policy):
         n = state.i
         if n == 0:
             return 0
-        q = state.sampling.feature_probs(torch.stack(state.q_logits[:n]))
-        c = state.sampling.feature_probs(torch.stack(state.companion_logits[:n]))
-        x, y = sv_indicators(q, c, torch.stack(state.tokens))
-        return self.profile.verification_length(x, y)
+        indicators = companion_indicators(
+            state.sampling,
+            torch.stack(state.q_logits[:n]),
+            torch.stack(state.companion_logits[:n]),
+            torch.stack(state.tokens),
+        )
+        return self.profile.verification_length(indicators.x, indicators.y)
 
     def __repr__(self) -> str:
         return f"SV(k={self.k})"
@@ -268,7 +274,11 @@ class Oracle(Policy):
     """Greedy-only hindsight bound: stop exactly before the first draft/target disagreement.
 
     The decoder supplies the target's greedy continuation from a lookahead whose target calls
-    are not counted. No candidate is ever rejected, so there are no discards.
+    are not counted. No candidate is ever rejected, so there are no discards. Draft calls follow
+    SpecDec++ Thm 4.1 (DESIGN §5): the decoder drafts ``y_i`` and only then drops it, but the
+    draft forward that produced ``q_i`` is hindsight lookahead as well and is not charged — an
+    oracle that stops before ``y_i`` never needs ``q_i``, and the token that forward consumed is
+    fed with the next round's tokens in one call. So ``draft_calls = accepted = N − N_t``.
     """
 
     name = "oracle"

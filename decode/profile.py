@@ -1,4 +1,8 @@
-"""Speculative Verification (DESIGN §3): companion indicators, the (X, Y) profile, goodput length."""
+"""Speculative Verification (DESIGN §3): companion indicators, the (X, Y) profile, goodput length.
+
+The verification length is a stopping time (DESIGN §1 pitfalls): the step from ``L`` to ``L + 1``
+candidates uses the full ``α(X, Y)`` of ``y_1..y_L`` and, for ``y_{L+1}``, only its X-row marginal.
+"""
 
 from __future__ import annotations
 
@@ -53,28 +57,28 @@ def companion_indicators(
     return CompanionIndicators(x=x, y=y, log_ratio=log_ratio)
 
 
-def expected_accepted(alpha: Tensor) -> Tensor:
-    """``E[N | L] = Σ_{k≤L} Π_{i≤k} α_i`` for every ``L = 1..K`` (shape ``[K]``)."""
-    return torch.cumprod(alpha, 0).cumsum(0)
+def goodput_length(alpha: Tensor, alpha_next: Tensor, latency: Tensor) -> int:
+    """Goodput-optimal verification length as a stopping time (DESIGN §3, §1 pitfalls).
 
-
-def goodput_length(alpha: Tensor, latency: Tensor) -> int:
-    """Goodput-optimal verification length: grow ``L`` from 1 while ``(E[N|L]+1)/latency(L)`` improves.
-
-    ``latency[j]`` is the verification time for ``L = j + 1`` candidates; lengths beyond the table
-    reuse its last entry.
+    ``alpha[i]`` is candidate ``i+1``'s full ``α`` (from its own ``X, Y``); ``alpha_next[i]`` its
+    prediction from information available before it was drawn (the X-row marginal). ``L`` starts at
+    1 and grows to ``L + 1`` iff ``goodput(L + 1) > goodput(L)`` with ``goodput(L) = (E[N|L] + 1) /
+    latency(L)`` and ``E[N|L+1] = E[N|L] + Π_{i≤L} α_i · alpha_next[L]``: the step to ``L + 1``
+    reads full ``α`` of candidates ``≤ L`` only. ``latency[j]`` is the verification time for
+    ``L = j + 1`` candidates; lengths beyond the table reuse its last entry.
     """
     k = alpha.shape[0]
     if k == 0:
         return 0
-    lat = latency.double()
-    if lat.shape[0] < k:
-        lat = torch.cat([lat, lat[-1:].expand(k - lat.shape[0])])
-    goodput = ((expected_accepted(alpha.double()) + 1) / lat[:k]).tolist()
-    best = 1
-    while best < k and goodput[best] > goodput[best - 1]:
-        best += 1
-    return best
+    lat = latency.double().tolist()
+    lat += lat[-1:] * (k - len(lat))
+    full, ahead = alpha.double().tolist(), alpha_next.double().tolist()
+    length, reach, expected = 1, full[0], full[0]  # reach = Π_{i≤L} α_i, expected = E[N|L]
+    while length < k and (expected + reach * ahead[length] + 1) / lat[length] > (expected + 1) / lat[length - 1]:
+        reach *= full[length]
+        expected += reach
+        length += 1
+    return length
 
 
 @dataclass
@@ -109,9 +113,27 @@ class SVProfile:
         iy = torch.bucketize(y.float().cpu(), self.y_edges[1:-1].float(), right=True)
         return self.table.float()[ix, iy]
 
+    def alpha_given_x(self, x: Tensor) -> Tensor:
+        """Predicted acceptance from ``x`` alone: the X-row mean over Y-bins weighted by ``counts``.
+
+        Needs nothing of the candidate itself, so it may decide whether that candidate is verified.
+        Rows without counts fall back to the count-weighted mean of the whole table.
+        """
+        table, counts = self.table.double(), self.counts.double()
+        total = counts.sum()
+        overall = (table * counts).sum() / total if total > 0 else table.mean()
+        row_counts = counts.sum(-1)
+        rows = torch.where(row_counts > 0, (table * counts).sum(-1) / row_counts.clamp_min(1e-30), overall)
+        ix = torch.bucketize(x.float().cpu(), self.x_edges[1:-1].float(), right=True)
+        return rows.float()[ix]
+
     def verification_length(self, x: Tensor, y: Tensor) -> int:
-        """Goodput-optimal number of the drafted candidates to verify, given their ``X``, ``Y``."""
-        return goodput_length(self.alpha(x, y), self.latency)
+        """Goodput-optimal number of drafted candidates to verify, given their ``X``, ``Y`` (shape ``[K]``).
+
+        A stopping time: see :func:`goodput_length` (``Y_{L+1}`` never decides whether ``y_{L+1}``
+        is verified).
+        """
+        return goodput_length(self.alpha(x, y), self.alpha_given_x(x), self.latency)
 
     def tensors(self) -> dict[str, Tensor]:
         """The tensors stored in a profile file."""

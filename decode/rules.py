@@ -20,7 +20,8 @@ import torch
 from torch import Generator, Tensor
 
 from decode.divergence import DIVERGENCES
-from decode.sampling import Sampling, one_hot_argmax
+from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT, EnsembleFn
+from decode.sampling import Sampling
 
 
 def _positive_part_normalised(v: Tensor, q: Tensor) -> Tensor:
@@ -190,8 +191,10 @@ class Ensemble(Rule):
     ``kind="weighted"``: ``r = λ q + (1−λ) p`` on transformed distributions;
     ``kind="contrastive"``: ``r = transform(l_p − μ l_q)`` on raw logits. Under a greedy
     transform ``r`` is the one-hot argmax of the untempered ensemble (never the argmax of one
-    member). The bonus after K accepted candidates is a tentative ``b ~ p`` that the draft checks
-    against ``r`` in its next forward (the alternate proposal of DESIGN §4 with ``γ_p = 1``).
+    member). ``r`` is :meth:`function`'s :class:`~decode.ensemble_fn.EnsembleFn` over ``[q, p]``,
+    with its defaults ``λ = DEFAULT_WEIGHT``, ``μ = DEFAULT_MU``. The bonus after K accepted
+    candidates is a tentative ``b ~ p`` that the draft checks against ``r`` in its next forward
+    (the alternate proposal of DESIGN §4 with ``γ_p = 1``).
     """
 
     name = "ensemble"
@@ -205,13 +208,13 @@ class Ensemble(Rule):
         if kind == "weighted":
             if mu is not None:
                 raise ValueError("Ensemble(kind='weighted') takes weight=λ, not mu")
-            weight = 0.5 if weight is None else float(weight)
+            weight = DEFAULT_WEIGHT if weight is None else float(weight)
             if not 0.0 <= weight <= 1.0:
                 raise ValueError(f"ensemble weight λ must be in [0, 1], got {weight}")
         else:
             if weight is not None:
                 raise ValueError("Ensemble(kind='contrastive') takes mu=μ, not weight")
-            mu = 0.5 if mu is None else float(mu)
+            mu = DEFAULT_MU if mu is None else float(mu)
         self.kind, self.weight, self.mu = kind, weight, mu
 
     def params(self) -> dict[str, Any]:
@@ -219,13 +222,24 @@ class Ensemble(Rule):
             return {"kind": "weighted", "weight": self.weight}
         return {"kind": "contrastive", "mu": self.mu}
 
+    def function(self) -> EnsembleFn:
+        """The two-model ensemble function of this rule for models ``[q, p]`` (proposer ``q`` first)."""
+        if self.kind == "weighted":
+            return EnsembleFn("weighted", weights=(self.weight, 1.0 - self.weight))
+        return EnsembleFn("contrastive", mu=self.mu, expert=1)
+
+    @classmethod
+    def from_function(cls, fn: EnsembleFn, n: int) -> Ensemble | None:
+        """The rule equivalent to ``fn`` over ``n`` models ``[q, p]``, or ``None`` when there is none."""
+        coef = fn.coefficients(n)
+        if n != 2:
+            return None
+        if fn.kind == "weighted":
+            return cls("weighted", weight=coef[0])
+        return cls("contrastive", mu=-coef[0]) if fn.expert % 2 == 1 else None
+
     def verifier_probs(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling) -> Tensor:
-        if self.kind == "contrastive":
-            return sampling.probs(p_logits.float() - self.mu * q_logits.float())
-        if sampling.greedy:
-            mix = self.weight * q_logits.float().softmax(-1) + (1 - self.weight) * p_logits.float().softmax(-1)
-            return one_hot_argmax(mix)
-        return self.weight * sampling.probs(q_logits) + (1 - self.weight) * sampling.probs(p_logits)
+        return self.function().probs(torch.stack([q_logits.float(), p_logits.float()]), sampling)
 
 
 RULES: dict[str, type[Rule]] = {cls.name: cls for cls in (Speculative, Greedy, Fuzzy, Ensemble)}

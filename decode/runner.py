@@ -17,7 +17,8 @@ def vocab_size(model: PreTrainedModel) -> int:
 class ModelRunner:
     """Feeds a model the unseen part of a token buffer and keeps its ``DynamicCache`` in step.
 
-    ``consumed`` is the number of buffer tokens in the cache; :meth:`rollback` crops it. With
+    ``consumed`` is the number of buffer tokens in the cache; :meth:`rollback` crops it. ``calls``
+    counts the forwards charged to the cost model (see :meth:`uncount_last_call`). With
     ``capture_hidden`` the final hidden states (the LM head's input) of the kept positions are
     recorded in :attr:`hidden` by a forward hook.
     """
@@ -28,6 +29,7 @@ class ModelRunner:
         self.cache = DynamicCache(config=model.config)
         self.consumed = 0
         self.calls = 0
+        self._last_charged = False
         self.hidden: Tensor | None = None
         self._hook = (
             model.get_output_embeddings().register_forward_hook(self._capture) if capture_hidden else None
@@ -46,7 +48,15 @@ class ModelRunner:
         )
         self.consumed = end
         self.calls += 1
+        self._last_charged = True
         return out.logits[0, :, : self.vocab].float()
+
+    def uncount_last_call(self) -> None:
+        """Stop charging the latest :meth:`feed`: it served as hindsight lookahead (oracle policy only)."""
+        if not self._last_charged:
+            raise RuntimeError("no charged call to uncount: none yet, or the latest is already uncounted")
+        self.calls -= 1
+        self._last_charged = False
 
     def rollback(self, length: int) -> None:
         """Drop cached tokens beyond ``length``."""

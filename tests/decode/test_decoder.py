@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -141,6 +142,34 @@ def test_oracle_bounds_fixed_k(wide):
             fixed = decoder(wide, rules.Greedy(), policies.Fixed(k), eos_token_id=None).generate(prompt, 32).stats
             assert fixed.generated == oracle.generated
             assert oracle.verification_rate <= fixed.verification_rate
+
+
+def noisy_copy(model: torch.nn.Module, scale: float, seed: int) -> torch.nn.Module:
+    """``model`` with Gaussian noise on its LM head: a draft that agrees with it about half the time."""
+    draft = copy.deepcopy(model)
+    head = draft.get_output_embeddings().weight
+    with torch.no_grad():
+        head.add_(scale * torch.randn(head.shape, generator=torch.Generator().manual_seed(seed)))
+    return draft
+
+
+@pytest.mark.parametrize("k_max", [None, 3])
+@pytest.mark.parametrize("draft_name", ["wide_draft", "noisy_target"])
+def test_oracle_pays_one_draft_call_per_accepted_token(wide, draft_name, k_max):
+    """SpecDec++ Thm 4.1: ``N_d = N − N_t``; the draft call that produced a dropped candidate is not charged."""
+    draft = wide["draft"] if draft_name == "wide_draft" else noisy_copy(wide["target"], 0.1, seed=0)
+    dec = SpeculativeDecoder(
+        wide["target"], draft, rule=rules.Greedy(), policy=policies.Oracle(k_max), eos_token_id=None
+    )
+    generator = torch.Generator().manual_seed(10)
+    for _ in range(3):
+        prompt = torch.randint(0, 96, (1, 4), generator=generator)
+        out = dec.generate(prompt, 32)
+        reference = wide["target"].generate(prompt, max_new_tokens=32, do_sample=False, min_new_tokens=32)
+        assert torch.equal(out.sequences, reference)
+        s = out.stats
+        assert s.target_calls > 3 and s.accepted > 0  # drafts were both dropped and accepted
+        assert s.draft_calls == s.generated - s.target_calls == s.accepted
 
 
 def test_fuzzy_huge_threshold_accepts_everything(wide):

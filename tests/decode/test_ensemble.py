@@ -168,7 +168,7 @@ def test_two_models_match_speculative_decoder(wide, kind):
     theirs = SpeculativeDecoder(wide["target"], wide["draft"], rule, policies.Fixed(4), sampling=greedy, eos_token_id=None)
     alternate = EnsembleDecoder(members(wide, 2), rule, [4, 1], "alternate", greedy, eos_token_id=None)
     sd = EnsembleDecoder(members(wide, 2), rule, [4, 1], "sd", greedy, eos_token_id=None)
-    assert EnsembleFn.from_rule(rule).as_rule(2) == rule
+    assert rules.Ensemble.from_function(rule.function(), 2) == rule
     for seed in range(3):
         prompt = WIDE_PROMPT + seed
         reference = theirs.generate(prompt, 24)

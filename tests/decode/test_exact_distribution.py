@@ -212,3 +212,43 @@ def test_negative_controls_exceed_bound(tiny, control, n):
     bound = tv_bound(exact, n)
     report(f"NEGATIVE {control} n={n}", tv, bound)
     assert tv > bound, f"negative control {control} is indistinguishable: TV {tv:.4f} <= {bound:.4f}"
+
+
+def adversarial_sv_profile() -> SVProfile:
+    """Acceptance 0.95 only in the top Y-bin (``Y ≥ 0.9``), 0.05 below; one X-bin (marginal 0.5).
+
+    With latency ``[1, 1.03]`` a second verified candidate pays off, by the full ``α_2``, exactly
+    when ``α_2 = 0.95`` — i.e. when ``c(y_2)/q(y_2) ≥ 0.9``, a function of ``y_2`` itself.
+    """
+    return SVProfile(
+        x_edges=torch.tensor([0.0, 1.0]),
+        y_edges=torch.tensor([0.0, 0.9, 1.0]),
+        table=torch.tensor([[0.05, 0.95]]),
+        counts=torch.ones(1, 2),
+        latency=torch.tensor([1.0, 1.03]),
+    )
+
+
+@pytest.mark.parametrize("rule_name", ["speculative", "weighted"])
+def test_sv_is_lossless_with_a_y_dependent_profile(make_lm, rule_name):
+    """SV's verification length must be a stopping time (DESIGN §1 pitfalls).
+
+    With 3 new tokens the first round drafts 2 candidates, so position 2 carries SV's whole
+    effect: we compare the (t_1, t_2) marginal (16 cells, a tighter bound than all 64). These
+    models and this profile were chosen so that letting ``Y_2`` decide whether ``y_2`` is verified
+    moves that marginal by TV ≈ 0.13 (speculative) / 0.17 (weighted), well above the bound.
+    """
+    models = {
+        "target": make_lm(4, seed=53, init=0.3),
+        "draft": make_lm(4, seed=51, init=0.3),
+        "companion": make_lm(4, seed=52, init=0.3),
+    }
+    make_rule, mix = RULES[rule_name]
+    sampling = Sampling()
+    decoder = decoder_for(models, make_rule(), policies.SV(adversarial_sv_profile(), k=4), sampling)
+    cells = decoder.vocab ** (LENGTH - 1)
+    exact = exact_distribution(models, mix, sampling).view(cells, -1).sum(-1)
+    tv = float(0.5 * (empirical(decoder, N_DEFAULT).view(cells, -1).sum(-1) - exact).abs().sum())
+    bound = tv_bound(exact, N_DEFAULT)
+    report(f"{rule_name}-sv(adversarial) (t1, t2) n={N_DEFAULT}", tv, bound)
+    assert tv <= bound, f"{rule_name}: TV {tv:.4f} exceeds {bound:.4f}"

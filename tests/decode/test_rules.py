@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from decode import Sampling, rules
+from decode import EnsembleFn, Sampling, rules
 from decode.divergence import js, kl, tv
+from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT
 from decode.profile import SVProfile, goodput_length, sv_indicators
 
 
@@ -69,6 +70,25 @@ def test_ensemble_greedy_takes_argmax_of_r():
     assert r.argmax(-1).item() == 1 and r.max() == 1.0  # neither member's argmax
 
 
+def test_one_ensemble_definition():
+    """rules.Ensemble, EnsembleFn and the training config share μ, λ and the two-model ``r``."""
+    from accept_heads.config import RulesConfig  # the training stack takes its defaults from decode
+
+    config = RulesConfig()
+    assert rules.Ensemble("contrastive").mu == EnsembleFn("contrastive").mu == config.ensemble_mu == DEFAULT_MU
+    assert rules.Ensemble("weighted").weight == config.ensemble_weight == DEFAULT_WEIGHT
+    p_logits, q_logits = random_logits(seed=11), random_logits(seed=12)
+    pairs = [
+        (rules.Ensemble("weighted", weight=0.3), EnsembleFn("weighted", weights=(0.3, 0.7))),
+        (rules.Ensemble("contrastive", mu=0.4), EnsembleFn("contrastive", mu=0.4)),
+        (rules.Ensemble("contrastive"), EnsembleFn("contrastive")),
+    ]
+    for sampling in [Sampling(), Sampling(temperature=0.7, top_k=5), Sampling(temperature=0)]:
+        for rule, fn in pairs:
+            expected = fn.probs(torch.stack([q_logits, p_logits]), sampling)
+            assert torch.allclose(rule.verifier_probs(p_logits, q_logits, sampling), expected), (rule, sampling)
+
+
 def test_from_spec_round_trip_and_errors():
     for rule in [rules.Speculative(), rules.Greedy(), rules.Fuzzy("kl", 0.2), rules.Ensemble("contrastive", mu=0.3)]:
         spec = rule.spec()
@@ -104,5 +124,27 @@ def test_sv_indicators_and_profile():
     assert profile.alpha(torch.tensor([0.2, 0.7, 1.0]), torch.tensor([0.9, 0.1, 1.0])).tolist() == pytest.approx(
         [0.2, 0.3, 0.9]
     )
-    assert goodput_length(torch.tensor([0.9, 0.9, 0.9]), torch.tensor([1.0, 1.0, 1.0])) == 3
-    assert goodput_length(torch.tensor([0.9, 0.05, 0.9]), torch.tensor([1.0, 1.5, 2.0])) == 1
+    high, low, flat = torch.tensor([0.9, 0.9, 0.9]), torch.tensor([0.05, 0.05, 0.05]), torch.ones(3)
+    assert goodput_length(high, high, flat) == 3
+    mixed = torch.tensor([0.9, 0.05, 0.9])
+    assert goodput_length(mixed, mixed, torch.tensor([1.0, 1.5, 2.0])) == 1
+    # Extending to L + 1 reads alpha_next[L] (not alpha[L]); candidates <= L use their full alpha.
+    latency = torch.tensor([1.0, 1.1, 1.2])
+    assert goodput_length(low, high, latency) == 1 and goodput_length(high, low, latency) == 1
+    assert goodput_length(mixed, high, latency) == 2
+
+
+def test_sv_alpha_given_x_is_the_count_weighted_row_mean():
+    profile = SVProfile(
+        x_edges=torch.tensor([0.0, 0.3, 0.6, 1.0]), y_edges=torch.tensor([0.0, 0.5, 1.0]),
+        table=torch.tensor([[0.1, 0.7], [0.4, 0.8], [0.5, 0.5]]),
+        counts=torch.tensor([[3.0, 1.0], [0.0, 0.0], [2.0, 0.0]]),
+        latency=torch.tensor([1.0]),
+    )
+    overall = (0.1 * 3 + 0.7 * 1 + 0.5 * 2) / 6
+    assert profile.alpha_given_x(torch.tensor([0.1, 0.4, 0.9])).tolist() == pytest.approx([0.25, overall, 0.5])
+    # The full alpha of y_2 is high but its X-row marginal is not: y_2 stays unverified.
+    x, y = torch.tensor([0.1, 0.1]), torch.tensor([0.9, 0.9])
+    assert profile.alpha(x, y).tolist() == pytest.approx([0.7, 0.7])
+    latency = torch.tensor([1.0, 1.2])
+    assert SVProfile(**{**profile.tensors(), "latency": latency}).verification_length(x, y) == 1
