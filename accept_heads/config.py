@@ -13,6 +13,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT
+
 ZOO_PREFIX = "zoo:"
 RULE_NAMES = ("speculative", "greedy", "fuzzy", "ensemble")
 DIVERGENCES = ("js", "kl", "tv")
@@ -102,8 +104,8 @@ class RulesConfig:
     fuzzy_divergence: str = "js"  # divergence used when decoding with the fuzzy rule
     fuzzy_threshold: float = 0.3
     ensemble_kind: str = "weighted"  # weighted | contrastive
-    ensemble_weight: float = 0.5  # λ of r = λ q + (1 - λ) p
-    ensemble_mu: float = 0.1  # μ of r = softmax(l_p - μ l_q)
+    ensemble_weight: float = DEFAULT_WEIGHT  # λ of r = λ q + (1 - λ) p
+    ensemble_mu: float = DEFAULT_MU  # μ of r = softmax(l_p - μ l_q)
 
     def __post_init__(self) -> None:
         for name in self.names:
@@ -258,8 +260,8 @@ class CostConfig:
 class EvaluateConfig:
     """``python -m accept_heads.evaluate``: every policy × rule × prompt set; defaults sized for the tiny trio.
 
-    Selection (best fixed K, confidence τ, head threshold h) is made on the dev prompts only and
-    then applied to test and the out-of-distribution sets.
+    Selection (best fixed K, confidence τ, head threshold h, SE proposal length γ, FSD threshold T)
+    is made on the dev prompts only and then applied to test and the out-of-distribution sets.
     """
 
     out_dir: str = "${paths.run_dir}/eval"
@@ -270,12 +272,14 @@ class EvaluateConfig:
     confidence_taus: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
     thresholds: Optional[List[float]] = None  # head stop thresholds h swept on dev; null = head.thresholds
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
-    fuzzy_thresholds: List[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])  # FSD sweep (test)
+    fuzzy_thresholds: List[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])  # FSD T sweep (dev; test)
     hf_baselines: bool = True  # HF assisted generation: constant K, heuristic, confidence 0.4
     hf_k: Optional[List[int]] = None  # HF constant-K baselines; null = the fixed K chosen on dev (per rule)
     hf_sets: List[str] = field(default_factory=lambda: ["test"])  # test and/or ood
-    se_gammas: List[int] = field(default_factory=lambda: [1, 4])  # SE runs (test): draft proposal lengths γ
+    se_gammas: List[int] = field(default_factory=lambda: [1, 4])  # SE draft proposal lengths γ swept on dev
     calibration_rows: int = 32  # dev rows scored for the heads' reliability diagrams (0 = skip)
+    latency_lengths: int = 20  # target verification latency measured for L = 1..this (longer: extrapolated)
+    latency_repeats: int = 5  # timed forwards per length (median; after one warm-up)
     figures: bool = True
     threads: Optional[int] = 1  # torch CPU threads: 1 suits small models on a shared CPU; null = torch's default
 
@@ -294,6 +298,8 @@ class EvaluateConfig:
             raise ConfigError("evaluate.confidence_taus must lie in [0, 1] and evaluate.thresholds in (0, 1)")
         if self.calibration_rows < 0 or any(t < 0 for t in self.fuzzy_thresholds):
             raise ConfigError("evaluate.calibration_rows and evaluate.fuzzy_thresholds must be >= 0")
+        if self.latency_lengths < 1 or self.latency_repeats < 1:
+            raise ConfigError("evaluate.latency_lengths and evaluate.latency_repeats must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise ConfigError("evaluate.threads must be >= 1 or null")
 

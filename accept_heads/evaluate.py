@@ -3,10 +3,12 @@
 Decodes the dev, test and out-of-distribution (``prompts.ood``) prompt sets with ``Fixed(K)``,
 ``Heuristic``, ``Confidence(τ)``, every exported head (under ``paths.head_dir``) over the ``h`` grid,
 the SV profile and the greedy oracle, for each rule of ``evaluate.rules`` (default ``rules.names``),
-plus HF assisted generation. K, τ and h are chosen on dev and then applied to test / OOD. The
-forward times ``t_d``, ``t_t`` are fitted on the measured calls, and every run is costed at the
-fitted pair and at ``cost.*`` (the paper's pair). Writes the table, metadata and figures under
-``evaluate.out_dir`` (see :mod:`accept_heads.evaluation.results`).
+plus the FSD threshold sweep, Speculative Ensemble and HF assisted generation. K, τ, h, SE's γ and
+then (at the fuzzy rule's chosen K) FSD's T are chosen on dev and applied to test / OOD. Every run
+is costed with two cost models (:mod:`accept_heads.evaluation.costs`): ``cost.*`` (the paper's pair)
+and ``t_d``, ``t_c``, ``t_t`` fitted on the measured calls with the target's latency shape measured
+at the start. Writes the table, metadata and figures under ``evaluate.out_dir`` (see
+:mod:`accept_heads.evaluation.results`).
 """
 
 from __future__ import annotations
@@ -27,15 +29,17 @@ from accept_heads.config import Config, ConfigError
 from accept_heads.evaluation import baselines, ensemble
 from accept_heads.evaluation.artifacts import Artifacts, discover
 from accept_heads.evaluation.calibration import head_predictions
-from accept_heads.evaluation.costs import CostFit, fit_costs
+from accept_heads.evaluation.costs import CostFit, Latency, fit_costs, measure_latency, paper_model
 from accept_heads.evaluation.figures import draw_all
-from accept_heads.evaluation.plan import Choice, after_selection, eval_rules, sweep, unique, unmatched
+from accept_heads.evaluation.plan import Choice, after_selection, dev_sweeps, eval_rules, fsd_sweep, unmatched
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
 from accept_heads.evaluation.runs import Decoding, RunSpec
 from accept_heads.evaluation.sets import PromptSet, load_sets
-from accept_heads.evaluation.table import add_comparisons, add_costs, aggregate, mark_dev_choices, select, sort_rows
+from accept_heads.evaluation.table import (add_comparisons, add_costs, aggregate, mark_dev_choices, select,
+                                           select_threshold, sort_rows, verification_units)
 from data_gen.models import Trio, load_trio
+from decode.costs import CostModel, LatencyShape
 from decode.head import AcceptanceHead
 from decode.sampling import Sampling
 from decode.version import code_version
@@ -82,11 +86,17 @@ def calibration_frame(config: Config, artifacts: Artifacts, trio: Trio, notes: d
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"pred": [], "label": [], "head": []})
 
 
+def costed(records: list[dict[str, Any]], cost: CostModel) -> pd.DataFrame:
+    """The runs of ``records`` with their modelled throughput under ``cost`` (column suffix ``_cost``)."""
+    table = aggregate(pd.DataFrame(records))
+    add_costs(table, "cost", cost)
+    return table
+
+
 def cost_tuples(table: pd.DataFrame) -> pd.DataFrame:
-    """Runs whose wall time is model calls only: our decoder, no oracle lookahead, no companion."""
-    ok = ((table["source"] == "decode") & (table["family"] != "oracle")
-          & (table["companion_calls"] == 0) & (table["generated"] > 0))
-    return table[ok]
+    """Runs whose wall time is counted model calls only: our decoder (companion runs included), no oracle
+    (its lookahead calls the target uncounted)."""
+    return table[(table["source"] == "decode") & (table["family"] != "oracle") & (table["generated"] > 0)]
 
 
 def place(trio: Trio) -> str:
@@ -100,20 +110,30 @@ def place(trio: Trio) -> str:
     return device
 
 
-def results_table(generations: pd.DataFrame, config: Config) -> tuple[pd.DataFrame, CostFit]:
-    """One row per run, costed at ``cost.*`` and at the pair fitted on the runs' measured wall time."""
+def results_table(generations: pd.DataFrame, paper: CostModel, shape: LatencyShape) -> tuple[pd.DataFrame, CostFit]:
+    """One row per run, costed with ``paper`` (``cost``) and with the model fitted on the runs' wall time."""
     table = aggregate(generations)
     tuples = cost_tuples(table)
-    fit = fit_costs(tuples["draft_calls"], tuples["target_calls"], tuples["wall_s"])
-    add_costs(table, "cost", config.cost.t_draft, config.cost.t_target)
-    add_costs(table, "fitted", fit.t_draft, fit.t_target)
-    for name in ("cost", "fitted"):
+    fit = fit_costs(tuples["draft_calls"], tuples["companion_calls"], verification_units(tuples, shape),
+                    tuples["wall_s"])
+    for name, model in (("cost", paper), ("fitted", fit.model(shape))):
+        add_costs(table, name, model)
         add_comparisons(table, name)
     return sort_rows(table), fit
 
 
+def cost_models(paper: CostModel, fit: CostFit, latency: Latency) -> dict[str, Any]:
+    """Metadata: the model behind each ``*_cost`` / ``*_fitted`` column, and what it assumes."""
+    return {
+        "cost": {**paper.to_dict(), "assumes": "cost.* pair; t_companion = cost.t_draft x latency.companion_ratio "
+                 "(the paper measures no companion); verification latency flat in L (latency_shape [1])"},
+        "fitted": {**fit.model(latency.shape).to_dict(), "assumes": "t_d, t_c, t_t fitted (cost_fit); "
+                   "latency_shape measured on this device at the start (latency)"},
+    }
+
+
 def describe(config: Config, trio: Trio, device: str, rules: list[str], sets: list[PromptSet],
-             choices: list[Choice], fit: CostFit) -> dict[str, Any]:
+             choices: list[Choice], paper: CostModel, fit: CostFit, latency: Latency) -> dict[str, Any]:
     """Metadata of the run: models, sampling, rules, prompt sets and seeds, selection, costs, settings."""
     return {
         "command": "accept_heads.evaluate", "exp_name": config.exp_name, "code_version": code_version(),
@@ -122,9 +142,12 @@ def describe(config: Config, trio: Trio, device: str, rules: list[str], sets: li
         "seed": config.seed, "seeding": "each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
         "max_new_tokens": config.evaluate.max_new_tokens, "sets": [s.describe() for s in sets],
         "selection_set": "dev", "selection": [asdict(c) for c in choices],
-        "selection_criterion": "max modelled throughput at cost.* on the dev prompts; ties: smaller value",
-        "cost": asdict(config.cost), "cost_fit": fit.to_dict(),
-        "cost_fit_tuples": "per run (draft calls, target calls, wall s) of our decoder; oracle and companion runs excluded",
+        "selection_criterion": "max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
+                               "FSD T at the fuzzy rule's chosen K",
+        "cost": asdict(config.cost), "cost_models": cost_models(paper, fit, latency), "cost_fit": fit.to_dict(),
+        "cost_fit_tuples": "per run of our decoder, companion runs included, oracle excluded: (draft calls, "
+                           "companion calls, sum over rounds of latency_shape(verified length), wall s)",
+        "latency": latency.to_dict(),
         "hf": baselines.describe(), "evaluate": asdict(config.evaluate),
     }
 
@@ -151,18 +174,22 @@ def evaluate(config: Config) -> Results:
     decoding = Decoding(trio, sampling, config.rules, artifacts, e.max_new_tokens, config.seed,
                         config.head.k_min, config.head.k_max)
 
-    dev_specs = unique(spec for rule in rules for spec in sweep(config, artifacts, "dev", rule))
-    records = execute(dev_specs, by_name, decoding, config, "dev sweeps")
-    dev_table = aggregate(pd.DataFrame(records))
-    add_costs(dev_table, "cost", config.cost.t_draft, config.cost.t_target)
-    choices = select(dev_table, "throughput_cost")  # the only place where K, τ and h are chosen
+    latency = measure_latency(trio, by_name["dev"].prompts[0].token_ids, e.latency_lengths, e.latency_repeats)
+    paper = paper_model(config.cost, latency)
+
+    records = execute(dev_sweeps(config, artifacts, rules), by_name, decoding, config, "dev sweeps")
+    choices = select(costed(records, paper), "throughput_cost")  # K, τ, h and γ here, T below: dev rows only
+    if "fuzzy" in rules:
+        records += execute(fsd_sweep(config, "dev", choices), by_name, decoding, config, "dev FSD sweep")
+        choices += select_threshold(costed(records, paper), "throughput_cost", choices)
     records += execute(after_selection(config, artifacts, sets, rules, choices), by_name, decoding, config,
                        "test / OOD")
 
     generations = mark_dev_choices(pd.DataFrame(records), choices)
-    table, fit = results_table(generations, config)
+    table, fit = results_table(generations, paper, latency.shape)
     calibration = calibration_frame(config, artifacts, trio, notes)
-    metadata = {**describe(config, trio, device, rules, sets, choices, fit), **described, "notes": notes}
+    metadata = {**describe(config, trio, device, rules, sets, choices, paper, fit, latency), **described,
+                "notes": notes}
     results = Results(Path(e.out_dir), table, generations, calibration, metadata)
     figures = draw_all(results) if e.figures else {}
     metadata["seconds"] = time.perf_counter() - start

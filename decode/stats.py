@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from decode.costs import CostModel
+
 
 @dataclass
 class DecodeStats:
@@ -24,6 +26,7 @@ class DecodeStats:
     unverified: int = 0
     target_emitted: int = 0
     accepted_per_round: list[int] = field(default_factory=list)
+    verified_per_round: list[int] = field(default_factory=list)  # candidates the target verified, per round
     position_offered: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
     wall_time_s: float = 0.0
@@ -59,9 +62,12 @@ class DecodeStats:
         return self.generated / self.target_calls if self.target_calls else 0.0
 
     def modelled_time(self, t_draft: float, t_target: float, t_companion: float | None = None) -> float:
-        """Cost-model time ``t_d·N_d + t_t·N_t + t_c·N_c`` (``t_c`` defaults to ``t_draft``)."""
-        t_companion = t_draft if t_companion is None else t_companion
-        return t_draft * self.draft_calls + t_target * self.target_calls + t_companion * self.companion_calls
+        """``CostModel(t_draft, t_target, t_companion).time(self)``: flat verification latency.
+
+        ``t_companion`` defaults to ``t_draft`` (the DESIGN §5 pair measures no companion); with a
+        measured companion cost or latency shape build a :class:`~decode.costs.CostModel`.
+        """
+        return CostModel(t_draft, t_target, t_draft if t_companion is None else t_companion).time(self)
 
     def record_round(self, verified: int, accepted: int) -> None:
         """Per-position counts for a round whose first ``verified`` candidates met the target."""
@@ -74,3 +80,4 @@ class DecodeStats:
             self.position_offered[index] += 1
             self.position_accepted[index] += index < accepted
         self.accepted_per_round.append(accepted)
+        self.verified_per_round.append(verified)

@@ -3,7 +3,8 @@
 ``target.generate(assistant_model=draft)`` with the draft's generation config set per schedule
 (HF defaults otherwise: 20 assistant tokens to start). Target and draft forwards are counted with
 forward hooks. HF does not report acceptances, so ``accepted`` is estimated as generated − target
-calls (one target-emitted token per verification) and ``drafted`` as the draft's forward count.
+calls (one target-emitted token per verification) and ``drafted`` as the draft's forward count,
+which is also the verified total (per-round lengths are not recorded).
 Without scikit-learn HF keeps the confidence threshold fixed (with it, HF adapts it online).
 """
 
@@ -95,7 +96,8 @@ def run_hf(spec: RunSpec, trio: Trio, prompts: PromptSet, sampling: Sampling, ma
                 "generated": generated,
                 "target_calls": target_calls, "draft_calls": draft_calls, "companion_calls": 0,
                 "drafted": draft_calls, "accepted": accepted, "discarded": max(0, draft_calls - accepted),
-                "rounds": target_calls, "position_offered": [], "position_accepted": [], "wall_s": wall,
+                "rounds": target_calls, "position_offered": [], "position_accepted": [], "verified": draft_calls,
+                "verified_per_round": [], "wall_s": wall,
                 "target_agreement": agreement, "target_nll": nll,
             })
     finally:

@@ -1,36 +1,109 @@
-"""Forward-time regression of the cost model ``T ≈ t_d·N_d + t_t·N_t`` (DESIGN §5)."""
+"""The evaluation's two cost models (DESIGN §5): the latency measurement behind them and the forward-time fit.
+
+* ``cost`` (``cost.*``, default the paper's 7B/70B pair): ``t_d``, ``t_t`` as configured; the paper
+  measured no companion, so ``t_c = t_d · (t_c/t_d measured here)`` (one-call latencies of our
+  companion and draft); verification latency flat in ``L`` (the paper's ``t_t`` is per target call, at
+  batch size 1 where latency is nearly flat, DESIGN §3).
+* ``fitted``: ``t_d``, ``t_c``, ``t_t`` fitted on the measured wall times of our decoder's runs, with the
+  latency shape measured at the start of the evaluation on this device (:func:`measure_latency`, the
+  SV profile's :func:`~accept_heads.profile_fit.verification_latency`; a profile's own table may come
+  from another device and stops at its ``k_max``).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
+from transformers import PreTrainedModel
+
+from accept_heads.config import CostConfig
+from accept_heads.profile_fit import device_description, verification_latency
+from data_gen.models import Trio
+from decode.costs import CostModel, LatencyShape
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Forward times measured on this device before decoding (median of ``repeats`` after a warm-up)."""
+
+    target_s: list[float]  # [L_max] target forward over L + 1 tokens on a cached prompt, L = 1..L_max
+    draft_s: float  # draft forward over 2 tokens on the same cache
+    companion_s: float | None  # the same for the companion (None: no companion)
+    device: str
+    prompt_tokens: int
+    repeats: int
+
+    @property
+    def shape(self) -> LatencyShape:
+        """``latency(L) / latency(1)``: the fitted model's latency shape."""
+        return LatencyShape(tuple(t / self.target_s[0] for t in self.target_s))
+
+    @property
+    def companion_ratio(self) -> float | None:
+        """``t_c / t_d`` of one call each (None without a companion)."""
+        return None if self.companion_s is None else self.companion_s / self.draft_s
+
+    def to_dict(self) -> dict[str, object]:
+        return {"source": "measured at the start of the evaluation (accept_heads.profile_fit.verification_latency)",
+                "device": self.device, "prompt_tokens": self.prompt_tokens, "repeats": self.repeats,
+                "target_s": self.target_s, "shape": list(self.shape.values), "draft_s": self.draft_s,
+                "companion_s": self.companion_s, "companion_ratio": self.companion_ratio}
+
+
+def _step(model: PreTrainedModel, prompt: list[int], repeats: int) -> float:
+    return float(verification_latency(model, prompt, 1, repeats)[0])
+
+
+def measure_latency(trio: Trio, prompt: list[int], lengths: int, repeats: int) -> Latency:
+    """Target verification latency for ``L = 1..lengths`` and one draft / companion call on ``prompt``."""
+    target = verification_latency(trio.target, prompt, lengths, repeats).tolist()
+    companion = _step(trio.companion, prompt, repeats) if trio.companion is not None else None
+    return Latency(target, _step(trio.draft, prompt, repeats), companion, device_description(trio.target.device),
+                   len(prompt), repeats)
+
+
+def paper_model(cost: CostConfig, latency: Latency) -> CostModel:
+    """The ``cost`` model: the configured pair, ``t_c`` at our measured ratio to ``t_d``, flat latency."""
+    ratio = latency.companion_ratio
+    return CostModel(cost.t_draft, cost.t_target, cost.t_draft * (1.0 if ratio is None else ratio))
 
 
 @dataclass(frozen=True)
 class CostFit:
-    """Least-squares ``t_d``, ``t_t`` (seconds per call, no intercept) and the fit's R² over ``n`` tuples."""
+    """No-intercept least squares of ``seconds ≈ t_d·N_d + t_c·N_c + t_t·Σ_r shape(L_r)`` over ``n`` runs.
+
+    ``r2`` is uncentred (``1 − SS_res / Σ seconds²``), the R² of a fit without intercept.
+    ``companion_runs``: runs with companion calls; with none ``t_companion`` is not identified (0).
+    """
 
     t_draft: float
+    t_companion: float
     t_target: float
     r2: float
     n: int
+    companion_runs: int
 
-    def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
+    def model(self, latency: LatencyShape) -> CostModel:
+        """The fitted cost model (with the shape its verification regressor was built from)."""
+        return CostModel(self.t_draft, self.t_target, self.t_companion, latency)
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        return {"t_draft": self.t_draft, "t_companion": self.t_companion, "t_target": self.t_target, "r2": self.r2,
+                "r2_definition": "uncentred (no intercept): 1 - SS_res / sum(seconds^2)", "n": self.n,
+                "companion_runs": self.companion_runs}
 
 
-def fit_costs(draft_calls: np.ndarray, target_calls: np.ndarray, seconds: np.ndarray) -> CostFit:
-    """Fit ``seconds ≈ t_d·draft_calls + t_t·target_calls`` by least squares.
-
-    R² is ``1 − SS_res / SS_tot`` with ``SS_tot`` taken around the mean time.
-    """
-    x = np.stack([np.asarray(draft_calls, float), np.asarray(target_calls, float)], axis=1)
+def fit_costs(draft_calls: np.ndarray, companion_calls: np.ndarray, verification_units: np.ndarray,
+              seconds: np.ndarray) -> CostFit:
+    """Fit ``t_d``, ``t_c``, ``t_t`` (``verification_units``: each run's ``Σ_r shape(L_r)``)."""
+    x = np.stack([np.asarray(v, float) for v in (draft_calls, companion_calls, verification_units)], axis=1)
     y = np.asarray(seconds, float)
-    if y.size < 2:
-        raise ValueError(f"the cost fit needs at least 2 (draft calls, target calls, time) tuples, got {y.size}")
-    (t_draft, t_target), *_ = np.linalg.lstsq(x, y, rcond=None)
-    residual = float(((y - x @ np.array([t_draft, t_target])) ** 2).sum())
-    total = float(((y - y.mean()) ** 2).sum())
+    if y.size < 3:
+        raise ValueError(f"the cost fit needs at least 3 runs (draft, companion, verification, time), got {y.size}")
+    coefficients, *_ = np.linalg.lstsq(x, y, rcond=None)  # minimum norm: t_c = 0 when no run calls the companion
+    residual = float(((y - x @ coefficients) ** 2).sum())
+    total = float((y**2).sum())
     r2 = 1.0 - residual / total if total > 0 else float(residual == 0)
-    return CostFit(float(t_draft), float(t_target), r2, int(y.size))
+    t_draft, t_companion, t_target = (float(c) for c in coefficients)
+    return CostFit(t_draft, t_companion, t_target, r2, int(y.size), int((x[:, 1] > 0).sum()))

@@ -3,6 +3,8 @@
 Families: ``se-plain`` (both models every token: the baseline), ``se-sd`` (the draft proposes γ,
 the target scores) and ``se-alternate`` (SE's alternate proposals, γ for the draft, 1 for the
 target). The ensemble is the configured ``ensemble`` rule's ``r`` (weighted λ or contrastive μ).
+Per-call lengths are not recorded: ``verified`` is the positions the target scored beyond one per
+call (the cost model charges the mean length, :func:`accept_heads.evaluation.table.verification_units`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ def run_se(spec: RunSpec, trio: Trio, prompts: PromptSet, sampling: Sampling, ru
             "generated": stats.generated, "target_calls": stats.calls[1], "draft_calls": stats.calls[0],
             "companion_calls": 0, "drafted": sum(stats.proposed), "accepted": stats.accepted,
             "discarded": stats.rejected + stats.discarded, "rounds": stats.calls[1], "position_offered": [],
-            "position_accepted": [], "wall_s": stats.wall_time_s, "target_agreement": agreement, "target_nll": nll,
+            "position_accepted": [], "verified": stats.scored[1] - stats.calls[1], "verified_per_round": [],
+            "wall_s": stats.wall_time_s, "target_agreement": agreement, "target_nll": nll,
         })
     return records

@@ -213,8 +213,9 @@ def draw_sv_profile(results: Results) -> Figure | None:
 def draw_fsd(results: Results) -> Figure | None:
     """FSD: divergence threshold T vs mean accepted length and vs agreement with the target's greedy token."""
     table = results.table
+    k = next((c["param"] for c in results.metadata["selection"] if c["swept"] == "rule_param"), None)
     fuzzy = table[(table["rule"] == "fuzzy") & (table["role"] != "dev") & (table["family"] == "fixed")
-                  & (table["source"] == "decode")]
+                  & (table["source"] == "decode") & (table["param"] == k)]
     fuzzy = fuzzy[fuzzy["set"] == (fuzzy["set"].iloc[0] if not fuzzy.empty else None)].sort_values("rule_param")
     if fuzzy["rule_param"].nunique() < 2:
         return None
@@ -247,10 +248,11 @@ def se_expected_speedup(alpha: float, gamma: np.ndarray, c: float) -> np.ndarray
 
 
 def draw_se(results: Results) -> Figure | None:
-    """Speculative Ensemble: speed-up over the plain ensemble (both models every token) vs the proposal length γ."""
-    table = results.table[results.table["rule"] == "ensemble"]
+    """Speculative Ensemble: speed-up over the plain ensemble (both models every token) vs the proposal length γ,
+    on the sweep set (dev)."""
+    table = results.table[(results.table["rule"] == "ensemble") & (results.table["set"] == _sweep_set(results))]
     se = table[table["family"].isin(["se-sd", "se-alternate"])]
-    fixed = table[(table["set"] == _sweep_set(results)) & (table["family"] == "fixed")].sort_values("param")
+    fixed = table[table["family"] == "fixed"].sort_values("param")
     if se.empty and fixed.empty:
         return None
     cost = results.metadata["cost"]

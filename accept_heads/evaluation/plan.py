@@ -1,8 +1,10 @@
 """Which runs an evaluation decodes: the dev sweeps (for selection), then test / OOD with the dev choices.
 
-A choice (best fixed K, confidence τ, head threshold h) is keyed by rule, rule parameter, policy
-family and artifact; it is only ever made from dev rows (:func:`accept_heads.evaluation.table.select`)
-and applied here to the other sets.
+A choice (best fixed K, confidence τ, head threshold h, SE proposal length γ, and, at the fuzzy
+rule's chosen K, the FSD threshold T) is only ever made from dev rows
+(:func:`accept_heads.evaluation.table.select`) and applied here to the other sets. Every other
+point of a swept grid that is decoded on test (``evaluate.sweep_test``; the FSD T grid on test,
+which the quality-vs-T figure needs) is marked ``grid``.
 """
 
 from __future__ import annotations
@@ -17,15 +19,22 @@ from accept_heads.evaluation.artifacts import Artifacts
 from accept_heads.evaluation.runs import RunSpec, build_rule, rule_param
 from accept_heads.evaluation.sets import PromptSet
 
+#: Speculative Ensemble modes whose proposal length γ is chosen on dev.
+SE_TUNED = ("se-sd", "se-alternate")
 #: Families whose parameter is chosen on dev.
-TUNED = ("fixed", "confidence", "head")
+TUNED = ("fixed", "confidence", "head", *SE_TUNED)
 #: HF's default assistant confidence threshold.
 HF_CONFIDENCE = 0.4
 
 
 @dataclass(frozen=True)
 class Choice:
-    """A parameter value selected on the dev split."""
+    """A parameter value selected on the dev split.
+
+    ``swept="param"``: ``value`` is the policy parameter (K, τ, h, γ) of the runs with this rule,
+    ``rule_param``, family and artifact. ``swept="rule_param"``: ``value`` is the rule parameter (the
+    FSD threshold T) of the runs with this rule, family, artifact and policy parameter ``param``.
+    """
 
     rule: str
     rule_param: float | None
@@ -34,9 +43,12 @@ class Choice:
     value: float
     dev_throughput: float
     chosen_on: str = "dev"
+    swept: str = "param"
+    param: float | None = None
 
-    def key(self) -> tuple:
-        return self.rule, self.rule_param, self.family, self.artifact
+    def run_params(self) -> tuple[float | None, float | None]:
+        """``(param, rule_param)`` of the run this choice picks."""
+        return (self.value, self.rule_param) if self.swept == "param" else (self.param, self.value)
 
 
 def eval_rules(config: Config) -> list[str]:
@@ -79,27 +91,36 @@ def sweep(config: Config, artifacts: Artifacts, set_name: str, rule: str) -> lis
 
 def mark_chosen(specs: Iterable[RunSpec], choices: list[Choice]) -> list[RunSpec]:
     """Label the grid points that the dev selection picked ``chosen_on='dev'``."""
-    picked = {c.key(): c.value for c in choices}
-    return [replace(s, chosen_on="dev") if s.family in TUNED and picked.get((s.rule, s.rule_param, s.family,
-            s.artifact)) == s.param else s for s in specs]
+    picked = {(c.rule, c.family, c.artifact, *c.run_params()) for c in choices}
+    return [replace(s, chosen_on="dev") if s.family in TUNED and (s.rule, s.family, s.artifact, s.param,
+            s.rule_param) in picked else s for s in specs]
 
 
-def applied(config: Config, artifacts: Artifacts, set_name: str, rule: str, choices: list[Choice]) -> list[RunSpec]:
-    """The policies of ``rule`` on a test / OOD set: each tuned family at its dev choice only
-    (the whole grid with ``evaluate.sweep_test``)."""
-    specs = mark_chosen(sweep(config, artifacts, set_name, rule), choices)
+def applied(config: Config, specs: list[RunSpec], choices: list[Choice]) -> list[RunSpec]:
+    """A dev sweep's runs on a test / OOD set: each tuned one at its dev choice only (the whole grid,
+    marked ``grid``, with ``evaluate.sweep_test``)."""
+    specs = mark_chosen(specs, choices)
     if config.evaluate.sweep_test:
         return specs
-    return [s for s in specs if s.family not in TUNED or s.chosen_on == "dev"]
+    return [s for s in specs if s.chosen_on != "grid"]
+
+
+def fsd_k(choices: list[Choice]) -> float | None:
+    """The fixed K chosen on dev for the fuzzy rule (at its configured T); None without fuzzy runs."""
+    return next((c.value for c in choices if c.rule == "fuzzy" and c.family == "fixed" and c.swept == "param"),
+                None)
 
 
 def fsd_sweep(config: Config, set_name: str, choices: list[Choice]) -> list[RunSpec]:
-    """Fuzzy rule at each ``evaluate.fuzzy_thresholds`` T with the fixed K chosen on dev for fuzzy."""
-    k = next((c.value for c in choices if c.rule == "fuzzy" and c.family == "fixed"), None)
+    """Fuzzy rule at each ``evaluate.fuzzy_thresholds`` T with the fixed K chosen on dev for fuzzy (``grid``).
+
+    The configured T is left out: the fuzzy rule's own sweep decodes it at that K.
+    """
+    k = fsd_k(choices)
     if k is None:
         return []
-    return [RunSpec(set=set_name, rule="fuzzy", family="fixed", param=k, rule_param=float(t), chosen_on="dev")
-            for t in config.evaluate.fuzzy_thresholds]
+    return [RunSpec(set=set_name, rule="fuzzy", family="fixed", param=k, rule_param=float(t), chosen_on="grid")
+            for t in config.evaluate.fuzzy_thresholds if t != config.rules.fuzzy_threshold]
 
 
 def hf_specs(config: Config, set_name: str, rules: list[str], choices: list[Choice]) -> list[RunSpec]:
@@ -123,22 +144,35 @@ def unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
     return list(dict.fromkeys(specs))
 
 
-def se_specs(config: Config, set_name: str) -> list[RunSpec]:
-    """Speculative Ensemble of draft + target: the plain ensemble, then SD and alternate proposals per γ."""
-    base = RunSpec(set=set_name, rule="ensemble", family="se-plain", rule_param=rule_param("ensemble", config.rules))
-    return [base] + [replace(base, family=family, param=float(g))
-                     for family in ("se-sd", "se-alternate") for g in config.evaluate.se_gammas]
+def se_sweep(config: Config, set_name: str) -> list[RunSpec]:
+    """Speculative Ensemble of draft + target: SD and alternate proposals at each ``evaluate.se_gammas`` γ."""
+    base = RunSpec(set=set_name, rule="ensemble", family="se-sd", rule_param=rule_param("ensemble", config.rules))
+    return [replace(base, family=family, param=float(g), chosen_on="grid")
+            for family in SE_TUNED for g in config.evaluate.se_gammas]
+
+
+def dev_sweeps(config: Config, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:
+    """The dev runs decoded before any choice: every rule's policy sweep and the SE γ sweep."""
+    specs = [spec for rule in rules for spec in sweep(config, artifacts, "dev", rule)]
+    if "ensemble" in rules and ensemble.available():
+        specs += se_sweep(config, "dev")
+    return unique(specs)
 
 
 def after_selection(config: Config, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
                     choices: list[Choice]) -> list[RunSpec]:
-    """Everything decoded once the dev choices are made: every test / OOD set, FSD, SE and HF runs."""
-    specs = [spec for s in sets if s.role != "dev" for rule in rules
-             for spec in applied(config, artifacts, s.name, rule, choices)]
-    if "fuzzy" in rules:
-        specs += fsd_sweep(config, "test", choices)
-    if "ensemble" in rules and ensemble.available():
-        specs += se_specs(config, "test")
+    """Everything decoded once the dev choices are made, on every test / OOD set: the policies, FSD
+    (its whole T grid on test), SE (with the plain ensemble) and HF runs."""
+    specs = []
+    for s in (s for s in sets if s.role != "dev"):
+        specs += [spec for rule in rules for spec in applied(config, sweep(config, artifacts, s.name, rule), choices)]
+        if "fuzzy" in rules:
+            fsd = mark_chosen(fsd_sweep(config, s.name, choices), choices)
+            specs += fsd if s.role == "test" else applied(config, fsd, choices)
+        if "ensemble" in rules and ensemble.available():
+            specs.append(RunSpec(set=s.name, rule="ensemble", family="se-plain",
+                                 rule_param=rule_param("ensemble", config.rules)))
+            specs += applied(config, se_sweep(config, s.name), choices)
     if config.evaluate.hf_baselines:
         specs += [spec for s in sets if s.role in config.evaluate.hf_sets for spec in hf_specs(config, s.name, rules, choices)]
     return unique(specs)

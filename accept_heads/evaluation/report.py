@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from accept_heads.evaluation.runs import SYMBOLS
+
 WIDTH = 180
 
 
@@ -24,11 +26,11 @@ def _positions(values: list[float], shown: int = 4) -> str:
     return " ".join(_num(v, 2) for v in list(values)[:shown]) or "—"
 
 
-def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, float]) -> Table:
+def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> Table:
     """One set's rows (the grid points of a sweep are left to the saved table and the figures)."""
     rows = table[(table["set"] == set_name) & (table["chosen_on"] != "grid")]
-    out = Table(title=f"{set_name} — modelled at t_d={cost['t_draft']:g}, t_t={cost['t_target']:g} (cost) "
-                      "and at the fitted pair", title_justify="left")
+    out = Table(title=f"{set_name} — modelled at t_d={cost['t_draft']:g}, t_t={cost['t_target']:g}, "
+                      f"t_c={cost['t_companion']:.4g} (cost) and at the fitted t_d, t_c, t_t(L)", title_justify="left")
     for column in ("rule", "policy", "chosen on", "discard", "verif.", "acc. len", "accept @1..4",
                    "×target", "×target fit", "×best K", "oracle gap"):
         out.add_column(column, justify="left" if column in ("rule", "policy", "accept @1..4") else "right")
@@ -50,9 +52,30 @@ def selection_table(selection: list[dict[str, Any]]) -> Table:
         out.add_column(column)
     for choice in selection:
         rule = choice["rule"] if choice["rule_param"] is None else f"{choice['rule']} ({choice['rule_param']:g})"
-        out.add_row(rule, choice["family"], escape(choice["artifact"] or "—"), f"{choice['value']:g}", choice["chosen_on"],
+        if choice["swept"] == "param":
+            value = f"{SYMBOLS[choice['family']]}={choice['value']:g}"
+        else:
+            value = f"T={choice['value']:g} at K={choice['param']:g}"
+        out.add_row(rule, choice["family"], escape(choice["artifact"] or "—"), value, choice["chosen_on"],
                     _num(choice["dev_throughput"]))
     return out
+
+
+def cost_lines(metadata: dict[str, Any]) -> list[str]:
+    """The fitted ``t_d``, ``t_c``, ``t_t(L)`` and R², and what the cost pair assumes."""
+    fit, fitted, paper = metadata["cost_fit"], metadata["cost_models"]["fitted"], metadata["cost_models"]["cost"]
+    t_c = (f"{1000 * fit['t_companion']:.2f} ms" if fit["companion_runs"]
+           else "not identified (no companion run)")
+    ratio = fit["t_draft"] / fit["t_target"] if fit["t_target"] > 0 else math.nan
+    lengths = " ".join(f"{1000 * fit['t_target'] * v:.2f}" for v in fitted["latency_shape"])
+    return [
+        f"cost fit (least squares, no intercept, on {fit['n']} runs, {fit['companion_runs']} with the companion): "
+        f"t_d = {1000 * fit['t_draft']:.2f} ms, t_c = {t_c}, t_t(L=1) = {1000 * fit['t_target']:.2f} ms "
+        f"(t_d/t_t = {_num(ratio, 3)}), R² (uncentred) = {fit['r2']:.3f}",
+        f"fitted t_t(L) for L = 1..{len(fitted['latency_shape'])} (ms, measured latency shape): {lengths}",
+        f"cost pair: t_d = {paper['t_draft']:g} s, t_t = {paper['t_target']:g} s (flat in L), "
+        f"t_c = {paper['t_companion']:.4g} s (t_d × measured t_c/t_d)",
+    ]
 
 
 def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str, Path],
@@ -63,11 +86,9 @@ def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str,
         console = Console(width=WIDTH)  # logs and pipes: do not squeeze the table into 80 columns
     console.print(selection_table(metadata["selection"]))
     for set_name in dict.fromkeys(table.loc[table["role"] != "dev", "set"]):
-        console.print(results_table(table, set_name, metadata["cost"]))
-    fit = metadata["cost_fit"]
-    ratio = fit["t_draft"] / fit["t_target"] if fit["t_target"] > 0 else math.nan
-    console.print(f"cost fit (least squares on {fit['n']} runs): t_d = {1000 * fit['t_draft']:.2f} ms, "
-                  f"t_t = {1000 * fit['t_target']:.2f} ms (t_d/t_t = {_num(ratio, 3)}), R² = {fit['r2']:.3f}")
+        console.print(results_table(table, set_name, metadata["cost_models"]["cost"]))
+    for line in cost_lines(metadata):
+        console.print(line, markup=False)
     for note in metadata["notes"].values():
         console.print(f"note: {note}", markup=False)
     console.print("results: " + ", ".join(str(p) for p in files.values()), markup=False)

@@ -4,8 +4,9 @@ Layout of ``evaluate.out_dir``::
 
     results.parquet      the table; the metadata JSON is also in the Parquet schema (key ``accept_heads``)
     results.csv          the same table (list columns as JSON), a ``#`` header line naming the sidecar
-    results.json         metadata sidecar: models, heads, profile, prompt sets, seeds, cost fit, selection
-    generations.parquet  one row per generated sequence (the cost fit's tuples)
+    results.json         metadata sidecar: models, heads, profile, prompt sets, seeds, cost models, latency,
+                         cost fit, selection
+    generations.parquet  one row per generated sequence (counts, verified length of every round)
     calibration.parquet  heads' dev predictions vs labels (reliability diagrams)
     figures/*.png
 """
@@ -25,7 +26,7 @@ import pyarrow.parquet as pq
 RESULTS_ENV = "ACCEPT_HEADS_RESULTS"
 DEFAULT_ROOT = "runs/tiny/eval"
 METADATA_KEY = b"accept_heads"
-LIST_COLUMNS = ("per_position_acceptance", "position_offered", "position_accepted")
+LIST_COLUMNS = ("per_position_acceptance", "position_offered", "position_accepted", "rounds_by_length")
 
 
 @dataclass

@@ -22,6 +22,9 @@ from accept_heads.evaluation.sets import PromptSet
 
 #: Length-policy families of :mod:`decode.policies`, in table order.
 DECODE_FAMILIES = ("fixed", "heuristic", "confidence", "head", "sv", "oracle")
+#: The symbol of each family's ``param``.
+SYMBOLS = {"fixed": "K", "hf-constant": "K", "confidence": "τ", "hf-confidence": "τ", "head": "h",
+           "se-sd": "γ", "se-alternate": "γ"}
 
 
 @dataclass(frozen=True)
@@ -30,8 +33,9 @@ class RunSpec:
 
     ``param``: K (fixed, hf-constant), τ (confidence, hf-confidence), h (head) or γ (se-sd,
     se-alternate). ``rule_param``: the fuzzy threshold T or the ensemble λ / μ. ``chosen_on``:
-    ``dev`` when ``param`` was selected on the dev split, ``grid`` for another point of a swept
-    grid, ``""`` when nothing is chosen (no parameter, or one fixed by the config).
+    ``dev`` when the swept parameter (``param``; ``rule_param`` in the FSD T sweep) was selected on
+    the dev split, ``grid`` for another point of a swept grid, ``""`` when nothing is chosen (no
+    parameter, or one fixed by the config).
     """
 
     set: str
@@ -48,8 +52,7 @@ class RunSpec:
         name = self.family + (f"[{self.artifact}]" if self.artifact else "")
         if self.param is None:
             return name
-        symbol = {"fixed": "K", "hf-constant": "K", "confidence": "τ", "hf-confidence": "τ", "head": "h",
-                  "se-sd": "γ", "se-alternate": "γ"}[self.family]
+        symbol = SYMBOLS[self.family]
         value = int(self.param) if symbol in ("K", "γ") else self.param
         return f"{name}({symbol}={value})"
 
@@ -89,12 +92,13 @@ def quality(target: PreTrainedModel, sequences: torch.Tensor, prompt_length: int
 
 
 def stats_record(stats: DecodeStats) -> dict[str, Any]:
-    """Counts of one generation (plus its per-position offers / acceptances) as a flat record."""
+    """Counts of one generation (plus its per-position offers / acceptances and verified lengths) as a flat record."""
     return {
         "generated": stats.generated, "target_calls": stats.target_calls, "draft_calls": stats.draft_calls,
         "companion_calls": stats.companion_calls, "drafted": stats.drafted, "accepted": stats.accepted,
         "discarded": stats.discarded, "rounds": stats.rounds, "position_offered": list(stats.position_offered),
-        "position_accepted": list(stats.position_accepted), "wall_s": stats.wall_time_s,
+        "position_accepted": list(stats.position_accepted), "verified": sum(stats.verified_per_round),
+        "verified_per_round": list(stats.verified_per_round), "wall_s": stats.wall_time_s,
     }
 
 

@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 
 from accept_heads.config import RULE_NAMES
-from accept_heads.evaluation.plan import TUNED, Choice
+from accept_heads.evaluation.plan import TUNED, Choice, fsd_k
+from decode.costs import CostModel, LatencyShape
 
 #: Columns identifying a run (one table row each).
 KEYS = ["set", "role", "split", "rule", "rule_param", "family", "param", "artifact", "chosen_on", "policy", "source"]
 COUNTS = ["generated", "target_calls", "draft_calls", "companion_calls", "drafted", "accepted", "discarded",
-          "rounds", "wall_s"]
+          "rounds", "verified", "wall_s"]
 
 
 def _position_sum(lists: pd.Series) -> list[int]:
@@ -39,6 +40,8 @@ def aggregate(generations: pd.DataFrame) -> pd.DataFrame:
         row["prompts"] = len(group)
         offered, accepted = _position_sum(group["position_offered"]), _position_sum(group["position_accepted"])
         row["per_position_acceptance"] = [a / o if o else math.nan for a, o in zip(accepted, offered)]
+        row["rounds_by_length"] = _position_sum(group["verified_per_round"].map(
+            lambda lengths: np.bincount(np.asarray(lengths, dtype=np.int64))))
         row["target_agreement"] = _weighted(group["target_agreement"], group["generated"])
         row["target_nll"] = _weighted(group["target_nll"], group["generated"])
         rows.append(row)
@@ -54,29 +57,51 @@ def aggregate(generations: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def add_costs(table: pd.DataFrame, name: str, t_draft: float, t_target: float) -> None:
-    """Modelled throughput ``N / (t_d·(N_d + N_c) + t_t·N_t)`` and speed-up over the target alone (``1/t_t``)."""
-    time = t_draft * (table["draft_calls"] + table["companion_calls"]) + t_target * table["target_calls"]
+def verification_units(table: pd.DataFrame, shape: LatencyShape) -> np.ndarray:
+    """Each run's ``Σ_r shape(L_r)``: exact from ``rounds_by_length`` (our decoder); HF and SE runs record
+    only their total ``verified`` and are charged ``N_t·shape(mean L)``."""
+    exact = table["rounds_by_length"].map(shape.units).to_numpy(float)
+    mean = shape.mean_units(table["target_calls"], table["verified"])
+    return np.where(table["rounds_by_length"].map(len).to_numpy() > 0, exact, mean)
+
+
+def add_costs(table: pd.DataFrame, name: str, cost: CostModel) -> None:
+    """Modelled throughput ``N / T`` under ``cost`` and speed-up over the target alone (``t_t`` per token)."""
+    units = verification_units(table, cost.latency)
+    time = pd.Series(cost.times(table["draft_calls"], table["companion_calls"], units), index=table.index)
     table[f"throughput_{name}"] = table["generated"] / time.where(time > 0)
-    table[f"speedup_target_{name}"] = table[f"throughput_{name}"] * t_target
-    plain = table["generated"] * (t_draft + t_target)  # a plain ensemble calls both models once per token
+    table[f"speedup_target_{name}"] = table[f"throughput_{name}"] * cost.t_target
+    plain = table["generated"] * (cost.t_draft + cost.t_target)  # a plain ensemble calls both models once per token
     table[f"speedup_plain_ensemble_{name}"] = (plain / time.where(time > 0)).where(table["rule"] == "ensemble")
 
 
-def select(table: pd.DataFrame, column: str) -> list[Choice]:
-    """Best K / τ / h per rule, rule parameter and artifact by ``column``, from the dev rows only.
+def select(table: pd.DataFrame, column: str, swept: str = "param") -> list[Choice]:
+    """Best value of ``swept`` by ``column`` per run (the other key columns), from the dev rows only.
 
-    Ties go to the smaller parameter value.
+    ``swept="param"``: K / τ / h / γ per rule, rule parameter, family and artifact.
+    ``swept="rule_param"``: the rule parameter (the FSD threshold T) per rule, family, artifact and
+    policy parameter (pass the rows of that sweep only). Ties go to the smaller value.
     """
+    held = "rule_param" if swept == "param" else "param"
     dev = table[(table["role"] == "dev") & table["family"].isin(TUNED) & table[column].notna()]
     choices = []
-    for (rule, param, family, artifact), group in dev.groupby(["rule", "rule_param", "family", "artifact"],
+    for (rule, fixed, family, artifact), group in dev.groupby(["rule", held, "family", "artifact"],
                                                               dropna=False, sort=True):
-        best = group.assign(neg=-group["param"]).sort_values([column, "neg"], ascending=False).iloc[0]
-        choices.append(Choice(rule=rule, rule_param=None if pd.isna(param) else float(param), family=family,
-                              artifact=None if pd.isna(artifact) else artifact, value=float(best["param"]),
-                              dev_throughput=float(best[column])))
+        best = group.assign(neg=-group[swept]).sort_values([column, "neg"], ascending=False).iloc[0]
+        held_values = {"rule_param": None, "param": None, held: None if pd.isna(fixed) else float(fixed)}
+        choices.append(Choice(rule=rule, family=family, artifact=None if pd.isna(artifact) else artifact,
+                              value=float(best[swept]), dev_throughput=float(best[column]), swept=swept,
+                              **held_values))
     return choices
+
+
+def select_threshold(table: pd.DataFrame, column: str, choices: list[Choice]) -> list[Choice]:
+    """The FSD threshold T chosen on dev by ``column`` among the fuzzy runs at the fuzzy rule's chosen K."""
+    k = fsd_k(choices)
+    if k is None:
+        return []
+    return select(table[(table["rule"] == "fuzzy") & (table["family"] == "fixed") & (table["param"] == k)], column,
+                  swept="rule_param")
 
 
 def _reference(table: pd.DataFrame, mask: pd.Series, column: str) -> pd.Series:
@@ -113,13 +138,17 @@ def sort_rows(table: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
+def _matches(column: pd.Series, value: Any) -> pd.Series:
+    return column.isna() if value is None else column == value
+
+
 def mark_dev_choices(generations: pd.DataFrame, choices: list[Choice]) -> pd.DataFrame:
     """Label the dev records of the chosen grid points ``chosen_on='dev'`` (they were decoded as ``grid``)."""
     frame = generations.copy()
     for c in choices:
-        same_param = frame["rule_param"].isna() if c.rule_param is None else frame["rule_param"] == c.rule_param
-        same_artifact = frame["artifact"].isna() if c.artifact is None else frame["artifact"] == c.artifact
-        mask = ((frame["role"] == "dev") & (frame["rule"] == c.rule) & same_param & (frame["family"] == c.family)
-                & same_artifact & (frame["param"] == c.value))
+        param, rule_param = c.run_params()
+        mask = ((frame["role"] == "dev") & (frame["rule"] == c.rule) & _matches(frame["rule_param"], rule_param)
+                & (frame["family"] == c.family) & _matches(frame["artifact"], c.artifact)
+                & _matches(frame["param"], param))
         frame.loc[mask, "chosen_on"] = "dev"
     return frame

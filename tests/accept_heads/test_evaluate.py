@@ -14,9 +14,11 @@ import torch
 from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.costs import fit_costs
 from accept_heads.evaluation.figures import FIGURES
+from accept_heads.evaluation.plan import SE_TUNED
 from accept_heads.evaluation.results import load_results
-from accept_heads.evaluation.table import select
-from decode import AcceptanceHead, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
+from accept_heads.evaluation.table import KEYS, add_costs, aggregate, select, verification_units
+from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
+from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES
 from decode.hub import load_tokenizer, tokenizer_hash
 
@@ -30,6 +32,8 @@ EVAL_OVERRIDES = [
     "evaluate.thresholds=[0.5,0.9]",
     "evaluate.fuzzy_thresholds=[0.1,0.6]",
     "evaluate.calibration_rows=2",
+    "evaluate.latency_lengths=5",
+    "evaluate.latency_repeats=2",
     "head.k_max=4",
 ]
 
@@ -87,14 +91,67 @@ def test_end_to_end_writes_table_and_figures(evaluated):
     assert loaded.metadata["selection_set"] == "dev"
 
 
-def test_cost_fit_recovers_known_forward_times():
+#: A latency shape that grows with the verified length L (L = 1..4, extrapolated beyond).
+GROWING = LatencyShape((1.0, 1.2, 1.5, 1.9))
+
+
+def generation(run: int, draft_calls: int, companion_calls: int, verified_per_round: list[int],
+               wall_s: float) -> dict:
+    """A per-generation record of our decoder, as :func:`accept_heads.evaluation.runs.stats_record` builds it."""
+    keys = dict.fromkeys(KEYS, None) | {"set": "dev", "role": "dev", "split": "dev", "rule": "greedy",
+                                        "family": "fixed", "param": float(run), "chosen_on": "grid",
+                                        "policy": f"run{run}", "source": "decode"}
+    rounds = len(verified_per_round)
+    return {**keys, "generated": rounds + 1, "target_calls": rounds, "draft_calls": draft_calls,
+            "companion_calls": companion_calls, "drafted": sum(verified_per_round), "accepted": 1, "discarded": 0,
+            "rounds": rounds, "verified": sum(verified_per_round), "verified_per_round": verified_per_round,
+            "position_offered": [1], "position_accepted": [1], "wall_s": wall_s, "target_agreement": np.nan,
+            "target_nll": np.nan}
+
+
+def test_cost_fit_recovers_draft_companion_and_target_times():
     rng = np.random.default_rng(0)
-    draft, target = rng.integers(1, 200, 50), rng.integers(1, 60, 50)
-    fit = fit_costs(draft, target, 0.0236 * draft + 0.112 * target)
-    assert fit.t_draft == pytest.approx(0.0236) and fit.t_target == pytest.approx(0.112)
-    assert fit.r2 == pytest.approx(1.0) and fit.n == 50
-    noisy = fit_costs(draft, target, 0.0236 * draft + 0.112 * target + rng.normal(0, 0.5, 50))
-    assert noisy.r2 < 1.0
+    truth = CostModel(t_draft=0.0236, t_target=0.112, t_companion=0.04, latency=GROWING)
+    records = []
+    for run in range(40):
+        lengths = rng.integers(0, 7, rng.integers(3, 30)).tolist()  # beyond the table's L = 4 too
+        draft, companion = int(rng.integers(1, 200)), int(rng.integers(1, 80)) if run % 2 else 0
+        seconds = float(truth.times(draft, companion, GROWING.units(np.bincount(lengths))))
+        records += [generation(run, draft, companion, lengths, seconds)] * 2  # two prompts per run
+    table = aggregate(pd.DataFrame(records))
+    assert table["verified"].tolist() == [2 * sum(r["verified_per_round"]) for r in records[::2]]
+    fit = fit_costs(table["draft_calls"], table["companion_calls"], verification_units(table, GROWING), table["wall_s"])
+    assert (fit.t_draft, fit.t_companion, fit.t_target) == pytest.approx((0.0236, 0.04, 0.112))
+    assert fit.r2 == pytest.approx(1.0) and (fit.n, fit.companion_runs) == (40, 20)
+    noisy = table["wall_s"] + rng.normal(0, 0.5, len(table))
+    fit = fit_costs(table["draft_calls"], table["companion_calls"], verification_units(table, GROWING), noisy)
+    residual = noisy - fit.model(GROWING).times(table["draft_calls"], table["companion_calls"],
+                                                verification_units(table, GROWING))
+    assert fit.r2 == pytest.approx(1 - (residual**2).sum() / (noisy**2).sum())  # uncentred: about zero
+    assert fit.r2 < 1.0
+
+
+def test_companion_calls_are_charged_t_companion_not_t_draft():
+    table = aggregate(pd.DataFrame([generation(0, draft_calls=10, companion_calls=5, verified_per_round=[2, 2, 2],
+                                               wall_s=1.0)]))
+    add_costs(table, "x", CostModel(t_draft=0.01, t_target=0.1, t_companion=0.5))
+    assert table["throughput_x"].iloc[0] == pytest.approx(4 / (10 * 0.01 + 5 * 0.5 + 3 * 0.1))
+
+
+def test_shorter_verification_is_cheaper_when_latency_grows_with_length():
+    def stats(verified: int) -> DecodeStats:
+        s = DecodeStats(draft_calls=12, target_calls=2)
+        for _ in range(2):
+            s.record_round(verified, 1)
+        return s
+
+    short, long = stats(2), stats(6)
+    assert short.verified_per_round == [2, 2] and long.verified_per_round == [6, 6]
+    shaped = CostModel(0.01, 0.1, 0.02, GROWING)
+    assert shaped.time(short) == pytest.approx(0.12 + 0.1 * 2 * 1.2)
+    assert shaped.time(short) < shaped.time(long) == pytest.approx(0.12 + 0.1 * 2 * (1.9 + 2 * 0.3))
+    flat = CostModel(0.01, 0.1, 0.02)
+    assert flat.time(short) == flat.time(long) == pytest.approx(short.modelled_time(0.01, 0.1, 0.02))
 
 
 def test_selection_uses_dev_rows_only():
@@ -107,29 +164,75 @@ def test_selection_uses_dev_rows_only():
     assert (choice.value, choice.chosen_on, choice.dev_throughput) == (2.0, "dev", 10.0)
 
 
+def choice_rows(table: pd.DataFrame, choice: dict) -> pd.DataFrame:
+    """The runs a choice was made among: same rule, family, artifact and held parameter, any swept value."""
+    rows = table[(table["rule"] == choice["rule"]) & (table["family"] == choice["family"])]
+    if choice["artifact"] is not None:
+        rows = rows[rows["artifact"] == choice["artifact"]]
+    held = "rule_param" if choice["swept"] == "param" else "param"
+    return rows if choice[held] is None else rows[rows[held] == choice[held]]
+
+
 def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
     _, results = evaluated
     table = results.table
     dev = table[table["role"] == "dev"]
     for choice in results.metadata["selection"]:
         assert choice["chosen_on"] == "dev"
-        rows = dev[(dev["rule"] == choice["rule"]) & (dev["family"] == choice["family"])]
-        if choice["artifact"] is not None:
-            rows = rows[rows["artifact"] == choice["artifact"]]
-        if choice["rule_param"] is not None:
-            rows = rows[rows["rule_param"] == choice["rule_param"]]
+        rows = choice_rows(dev, choice)
         assert rows["throughput_cost"].max() == pytest.approx(choice["dev_throughput"])
-        assert rows.loc[rows["chosen_on"] == "dev", "param"].tolist() == [choice["value"]]
-    applied = table[(table["role"] != "dev") & table["family"].isin(["fixed", "confidence", "head"])]
+        marked = rows.loc[rows["chosen_on"] == "dev", choice["swept"]].tolist()
+        if choice["swept"] == "param":
+            assert marked == [choice["value"]]
+        else:  # the T sweep's row at the configured T also has its K from dev
+            assert choice["value"] in marked and set(marked) <= {choice["value"], 0.3}
+    applied = table[(table["role"] != "dev") & table["family"].isin(["fixed", "confidence", "head"])
+                    & (table["rule"] != "fuzzy")]
     assert (applied["chosen_on"] == "dev").all()
     picked = {(c["rule"], c["family"], c["artifact"]): c["value"] for c in results.metadata["selection"]}
-    for _, row in applied[applied["rule"] != "fuzzy"].iterrows():
+    for _, row in applied.iterrows():
         assert picked[(row["rule"], row["family"], row["artifact"])] == row["param"]
     hf = table[table["family"] == "hf-constant"]
     assert set(hf["rule"]) == {"speculative", "greedy"} and (hf["chosen_on"] == "dev").all()
     for _, row in hf.iterrows():  # HF's constant schedule runs at the K chosen on dev for our decoder
         assert picked[(row["rule"], "fixed", None)] == row["param"]
     assert {"fixed", "confidence", "head"} <= {c["family"] for c in results.metadata["selection"]}
+
+
+def test_test_rows_are_marked_dev_only_when_their_parameter_was_chosen_on_dev(evaluated):
+    _, results = evaluated
+    table, selection = results.table, results.metadata["selection"]
+    chosen = {(c["rule"], c["family"], c["artifact"], *((c["value"], c["rule_param"]) if c["swept"] == "param"
+                                                         else (c["param"], c["value"]))) for c in selection}
+    fixed_k = {c["rule"]: c["value"] for c in selection if c["family"] == "fixed" and c["swept"] == "param"}
+    marked = table[(table["role"] != "dev") & (table["chosen_on"] == "dev")]
+    assert not marked.empty
+    for _, row in marked.iterrows():
+        rule_param = None if pd.isna(row["rule_param"]) else row["rule_param"]
+        if row["family"] == "hf-constant":
+            assert row["param"] == fixed_k[row["rule"]]
+        else:
+            assert (row["rule"], row["family"], row["artifact"], row["param"], rule_param) in chosen, row["policy"]
+    t_chosen = next(c["value"] for c in selection if c["swept"] == "rule_param")
+    fsd = table[(table["set"] == "test") & (table["rule"] == "fuzzy") & (table["family"] == "fixed")]
+    assert set(fsd.loc[fsd["chosen_on"] == "grid", "rule_param"]) == {0.1, 0.6} - {t_chosen}  # the FSD T grid
+
+
+def test_se_gamma_and_fsd_threshold_are_chosen_on_dev(evaluated):
+    _, results = evaluated
+    table, selection = results.table, results.metadata["selection"]
+    se = [c for c in selection if c["family"] in SE_TUNED]
+    assert sorted(c["family"] for c in se) == sorted(SE_TUNED)
+    (fsd,) = [c for c in selection if c["swept"] == "rule_param"]
+    assert (fsd["rule"], fsd["family"], fsd["param"]) == ("fuzzy", "fixed", next(
+        c["value"] for c in selection if c["rule"] == "fuzzy" and c["family"] == "fixed" and c["swept"] == "param"))
+    dev = table[table["role"] == "dev"]
+    assert set(choice_rows(dev, fsd)["rule_param"]) == {0.1, 0.3, 0.6}  # the T grid and the configured T
+    for choice in se:
+        assert set(choice_rows(dev, choice)["param"]) == {1.0, 4.0}  # evaluate.se_gammas
+        for set_name in ("test", "builtin:module"):
+            rows = choice_rows(table[table["set"] == set_name], choice)
+            assert rows[["param", "chosen_on"]].values.tolist() == [[choice["value"], "dev"]]
 
 
 def test_results_carry_metadata(evaluated, micro_trio):
@@ -144,6 +247,13 @@ def test_results_carry_metadata(evaluated, micro_trio):
     assert (sets["dev"]["split"], sets["test"]["split"], sets["builtin:module"]["role"]) == ("dev", "test", "ood")
     assert all(s["count"] == 2 and len(s["prompt_ids"]) == 2 for s in sets.values())
     assert meta["cost"] == {"t_draft": 0.0236, "t_target": 0.112} and meta["cost_fit"]["n"] > 0
+    assert meta["cost_fit"]["companion_runs"] > 0  # the SV runs are fitted too
+    latency = meta["latency"]
+    assert len(latency["target_s"]) == len(latency["shape"]) == 5 and latency["shape"][0] == 1.0
+    paper, fitted = meta["cost_models"]["cost"], meta["cost_models"]["fitted"]
+    assert paper["latency_shape"] == [1.0] and paper["t_companion"] == pytest.approx(
+        0.0236 * latency["companion_s"] / latency["draft_s"])
+    assert fitted["latency_shape"] == latency["shape"] and fitted["t_companion"] == meta["cost_fit"]["t_companion"]
     assert set(results.calibration["head"]) == {"pre", "post"}
 
 
