@@ -1,7 +1,7 @@
 """Stop-threshold calibration: decode dev prompts with ``policies.Head`` for each ``h``, keep the fastest.
 
-Speed is the cost model of DESIGN §5: modelled throughput = generated tokens / ``t_d·N_d + t_t·N_t``
-(companion calls cost ``t_d``), summed over the prompts. Every threshold decodes the same prompts
+Speed is the cost model of DESIGN §5 (:class:`decode.costs.CostModel`, companion calls at ``t_c``):
+modelled throughput = generated tokens / modelled time, summed over the prompts. Every threshold decodes the same prompts
 with the same seeds (common random numbers), so the comparison is paired.
 """
 
@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 
 from transformers import PreTrainedModel
 
-from accept_heads.config import CostConfig
 from decode import SpeculativeDecoder, policies
+from decode.costs import CostModel
 from decode.head import AcceptanceHead
 from decode.rules import Rule
 from decode.sampling import Sampling
@@ -47,7 +47,7 @@ def sweep_thresholds(
     k_min: int,
     k_max: int,
     max_new_tokens: int,
-    cost: CostConfig,
+    cost: CostModel,
     companion: PreTrainedModel | None = None,
 ) -> list[SweepRow]:
     """Decode every prompt once per threshold; one :class:`SweepRow` per threshold."""
@@ -61,7 +61,8 @@ def sweep_thresholds(
             stats = decoder.generate(prompt, max_new_tokens=max_new_tokens, seed=seed).stats
             for name in ("generated", "draft_calls", "target_calls", "companion_calls", "rejected", "unverified"):
                 setattr(totals, name, getattr(totals, name) + getattr(stats, name))
-        time = totals.modelled_time(cost.t_draft, cost.t_target)
+            totals.verified_per_round.extend(stats.verified_per_round)
+        time = cost.time(totals)
         rows.append(
             SweepRow(
                 threshold=threshold,

@@ -250,10 +250,14 @@ class LoggerConfig:
 
 @dataclass
 class CostConfig:
-    """Cost model T = t_d N_d + t_t N_t (DESIGN §5); defaults: the paper's 7B/70B pair."""
+    """Cost model T = t_d N_d + t_c N_c + t_t N_t (DESIGN §5); defaults: the paper's 7B/70B pair.
+
+    ``t_companion`` null: ``t_d`` times the companion/draft one-call latency ratio measured on this device.
+    """
 
     t_draft: float = 0.0236
     t_target: float = 0.112
+    t_companion: Optional[float] = None
 
 
 @dataclass

@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accept_heads.calibrate import best_threshold, sweep_thresholds
+from accept_heads.evaluation.costs import configured_model, one_call_seconds
 from accept_heads.cli import CONF_DIR, run_entry
 from accept_heads.config import Config, ConfigError, ModelSpec
 from accept_heads.data import (
@@ -171,11 +172,15 @@ def calibrate(config: Config, ctx: DataContext, draft: PreTrainedModel, head: Ac
     for model in (target, companion):
         if model is not None and getattr(model, "hf_device_map", None) is None:
             model.to(device)
+    prompts = dev_prompts[: config.head.calibration_prompts]
+    ratio = None
+    if companion is not None and config.cost.t_companion is None:
+        ratio = one_call_seconds(companion, prompts[0], repeats=5) / one_call_seconds(draft, prompts[0], repeats=5)
     rows = sweep_thresholds(
         target, draft, head.to(draft.device), rule=ctx.rule, sampling=ctx.sampling,
-        prompts=dev_prompts[: config.head.calibration_prompts], thresholds=list(config.head.thresholds),
+        prompts=prompts, thresholds=list(config.head.thresholds),
         k_min=config.head.k_min, k_max=config.head.k_max, max_new_tokens=config.head.calibration_tokens,
-        cost=config.cost, companion=companion,
+        cost=configured_model(config.cost, ratio), companion=companion,
     )
     return [row.to_dict() for row in rows], best_threshold(rows)
 

@@ -93,7 +93,8 @@ def fingerprint(config: Config, trio_description: dict[str, Any]) -> dict[str, A
 def collect_batch(trio: Trio, batch: list[EncodedPrompt], config: Config, label_columns: dict) -> list[dict]:
     """Generate, score and label one batch of prompts; one row per prompt."""
     sampling = Sampling(**asdict(config.sampling))
-    generators = [torch.Generator().manual_seed(prompt_seed(config.seed, p.prompt_id)) for p in batch]
+    device = trio.target.device  # generators live where the draws are made (decode.rules.sample)
+    generators = [torch.Generator(device=device).manual_seed(prompt_seed(config.seed, p.prompt_id)) for p in batch]
     tokenizer = trio.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     generated = generate_responses(

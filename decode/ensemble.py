@@ -45,7 +45,7 @@ from decode.ensemble_stats import EnsembleStats
 from decode.export import check_compatibility
 from decode.inputs import token_buffer
 from decode.policies import Decision, DraftRound, Fixed, Head, Policy
-from decode.rules import Ensemble
+from decode.rules import Ensemble, sample, uniform
 from decode.runner import ModelRunner, vocab_size
 from decode.sampling import Sampling
 
@@ -211,7 +211,7 @@ class _Engine:
         return y
 
     def _sample(self, probs: Tensor) -> int:
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+        return int(sample(probs, self.generator))
 
     def _commit(self, token: int) -> None:
         self.cur += 1
@@ -238,7 +238,7 @@ class _Engine:
             k = self.proposers.pop(0)
             y = self.tokens[0, self.cur : self.cur + 1]
             q = self.sampling.probs(self.rows[k][0]).unsqueeze(0)
-            if float(torch.rand((), generator=self.generator)) < float(_RULE.accept_probs(r, q, y)):
+            if float(uniform((), self.generator, r)) < float(_RULE.accept_probs(r, q, y)):
                 accepted += 1
                 self.stats.accepted_by[k] += 1
                 self._commit(int(y))

@@ -38,8 +38,22 @@ def _ratio_accept(v: Tensor, q: Tensor, y: Tensor) -> Tensor:
     return torch.where(qy > 0, (vy / qy.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(vy))
 
 
-def _sample(probs: Tensor, generator: Generator | None) -> Tensor:
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+def sample(probs: Tensor, generator: Generator | None) -> Tensor:
+    """One token per row of ``probs`` ``[..., V]``, drawn on the generator's device.
+
+    The project's one convention for randomness: every draw is made on the device of the generator
+    that seeds it (the decoders create theirs on the target's device, collection on the models'),
+    and tensors elsewhere (``device_map`` shards) are moved there for the draw and the result moved
+    back. The same seed gives the same tokens on a given device.
+    """
+    device = probs.device if generator is None else generator.device
+    return torch.multinomial(probs.to(device), 1, generator=generator).squeeze(-1).to(probs.device)
+
+
+def uniform(shape: tuple[int, ...], generator: Generator | None, like: Tensor) -> Tensor:
+    """``U(0, 1)`` draws of ``shape`` on the generator's device (see :func:`sample`), placed like ``like``."""
+    device = like.device if generator is None else generator.device
+    return torch.rand(shape, generator=generator, device=device).to(like.device)
 
 
 class Rule:
@@ -97,7 +111,7 @@ class Rule:
         sampling = self.transform(sampling)
         if sampling.greedy:
             return q_logits.argmax(-1)
-        return _sample(sampling.probs(q_logits), generator)
+        return sample(sampling.probs(q_logits), generator)
 
     def verify(
         self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling, generator: Generator | None
@@ -114,11 +128,11 @@ class Rule:
         rows = min(n + 1, q_logits.shape[0])
         v = self.verifier_probs(p_logits[:rows], q_logits[:rows], sampling)
         q = sampling.probs(q_logits[:n])
-        accept = torch.rand(n, generator=generator, device=p_logits.device) < self.accept_probs(v[:n], q, y)
+        accept = uniform((n,), generator, p_logits) < self.accept_probs(v[:n], q, y)
         n_accepted = accept.long().cumprod(0).sum()
         bonus = v[n:] if rows > n else sampling.probs(p_logits[n:])
         emit = torch.cat([self.reject_probs(v[:n], q), bonus])
-        return n_accepted, _sample(emit[n_accepted], generator)
+        return n_accepted, sample(emit[n_accepted], generator)
 
     def settle(
         self, p_logits: Tensor, q_logits: Tensor, token: Tensor, sampling: Sampling, generator: Generator | None
@@ -130,8 +144,8 @@ class Rule:
         sampling = self.transform(sampling)
         p = sampling.probs(p_logits)
         v = self.verifier_probs(p_logits, q_logits, sampling)
-        accepted = torch.rand((), generator=generator, device=p.device) < _ratio_accept(v, p, token)
-        replacement = _sample(_positive_part_normalised(v, p), generator)
+        accepted = uniform((), generator, p) < _ratio_accept(v, p, token)
+        replacement = sample(_positive_part_normalised(v, p), generator)
         return accepted, torch.where(accepted, token, replacement)
 
 

@@ -51,22 +51,31 @@ class Latency:
                 "companion_s": self.companion_s, "companion_ratio": self.companion_ratio}
 
 
-def _step(model: PreTrainedModel, prompt: list[int], repeats: int) -> float:
+def one_call_seconds(model: PreTrainedModel, prompt: list[int], repeats: int) -> float:
+    """Median seconds of one decoding call (2 new tokens on a cached ``prompt``)."""
     return float(verification_latency(model, prompt, 1, repeats)[0])
 
 
 def measure_latency(trio: Trio, prompt: list[int], lengths: int, repeats: int) -> Latency:
     """Target verification latency for ``L = 1..lengths`` and one draft / companion call on ``prompt``."""
     target = verification_latency(trio.target, prompt, lengths, repeats).tolist()
-    companion = _step(trio.companion, prompt, repeats) if trio.companion is not None else None
-    return Latency(target, _step(trio.draft, prompt, repeats), companion, device_description(trio.target.device),
+    companion = one_call_seconds(trio.companion, prompt, repeats) if trio.companion is not None else None
+    return Latency(target, one_call_seconds(trio.draft, prompt, repeats), companion, device_description(trio.target.device),
                    len(prompt), repeats)
 
 
+def configured_model(cost: CostConfig, companion_ratio: float | None) -> CostModel:
+    """The ``cost`` model: the configured pair, flat latency, and ``cost.t_companion`` — when null,
+    ``t_d`` times the measured ``companion_ratio`` (``t_c/t_d``; ``t_d`` without a companion)."""
+    t_companion = cost.t_companion
+    if t_companion is None:
+        t_companion = cost.t_draft * (1.0 if companion_ratio is None else companion_ratio)
+    return CostModel(cost.t_draft, cost.t_target, t_companion)
+
+
 def paper_model(cost: CostConfig, latency: Latency) -> CostModel:
-    """The ``cost`` model: the configured pair, ``t_c`` at our measured ratio to ``t_d``, flat latency."""
-    ratio = latency.companion_ratio
-    return CostModel(cost.t_draft, cost.t_target, cost.t_draft * (1.0 if ratio is None else ratio))
+    """:func:`configured_model` with the companion ratio measured at the start of the evaluation."""
+    return configured_model(cost, latency.companion_ratio)
 
 
 @dataclass(frozen=True)

@@ -246,7 +246,7 @@ def test_results_carry_metadata(evaluated, micro_trio):
     sets = {s["name"]: s for s in meta["sets"]}
     assert (sets["dev"]["split"], sets["test"]["split"], sets["builtin:module"]["role"]) == ("dev", "test", "ood")
     assert all(s["count"] == 2 and len(s["prompt_ids"]) == 2 for s in sets.values())
-    assert meta["cost"] == {"t_draft": 0.0236, "t_target": 0.112} and meta["cost_fit"]["n"] > 0
+    assert meta["cost"] == {"t_draft": 0.0236, "t_target": 0.112, "t_companion": None} and meta["cost_fit"]["n"] > 0
     assert meta["cost_fit"]["companion_runs"] > 0  # the SV runs are fitted too
     latency = meta["latency"]
     assert len(latency["target_s"]) == len(latency["shape"]) == 5 and latency["shape"][0] == 1.0

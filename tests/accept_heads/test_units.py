@@ -145,6 +145,7 @@ def test_tensorboard_without_the_package_is_a_clear_error(tmp_path):
 
 
 def test_wandb_logger_runs_without_network(tmp_path):
+    pytest.importorskip("wandb", reason="wandb is a project dependency; some GPU images lack it")
     logger = make_logger(LoggerConfig(kind="wandb"), tmp_path, "unit")
     logger.log_metrics({"val/binary_kl": 0.1}, step=0)  # WANDB_MODE=disabled (tests/conftest.py)
     logger.experiment.finish()

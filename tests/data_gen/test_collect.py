@@ -258,7 +258,8 @@ def test_two_process_torchrun_collects_the_same_prompts(micro_trio, reference_id
     command = _command(micro_trio, tmp_path)
     command[1:3] = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517", "-m",
                     "data_gen.collect"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    cpu_only = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # two ranks on gloo: also on a one-GPU machine
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=cpu_only)
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((tmp_path / "tiny" / "data" / MANIFEST_FILE).read_text())
     assert manifest["world_size"] == 2
