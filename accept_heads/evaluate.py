@@ -28,6 +28,7 @@ from accept_heads.cli import CONF_DIR, run_entry
 from accept_heads.config import Config, ConfigError
 from accept_heads.evaluation import baselines, ensemble
 from accept_heads.evaluation.artifacts import Artifacts, discover
+from accept_heads.evaluation.bootstrap import add_intervals
 from accept_heads.evaluation.calibration import head_predictions
 from accept_heads.evaluation.costs import CostFit, Latency, fit_costs, measure_latency, paper_model
 from accept_heads.evaluation.figures import draw_all
@@ -110,8 +111,10 @@ def place(trio: Trio) -> str:
     return device
 
 
-def results_table(generations: pd.DataFrame, paper: CostModel, shape: LatencyShape) -> tuple[pd.DataFrame, CostFit]:
-    """One row per run, costed with ``paper`` (``cost``) and with the model fitted on the runs' wall time."""
+def results_table(generations: pd.DataFrame, paper: CostModel, shape: LatencyShape,
+                  seed: int) -> tuple[pd.DataFrame, CostFit]:
+    """One row per run, costed with ``paper`` (``cost``) and with the model fitted on the runs' wall time;
+    comparisons with their 95 % paired-bootstrap interval over prompts (draws seeded by ``seed``)."""
     table = aggregate(generations)
     tuples = cost_tuples(table)
     fit = fit_costs(tuples["draft_calls"], tuples["companion_calls"], verification_units(tuples, shape),
@@ -119,6 +122,7 @@ def results_table(generations: pd.DataFrame, paper: CostModel, shape: LatencySha
     for name, model in (("cost", paper), ("fitted", fit.model(shape))):
         add_costs(table, name, model)
         add_comparisons(table, name)
+        add_intervals(table, generations, name, model, seed)
     return sort_rows(table), fit
 
 
@@ -186,7 +190,7 @@ def evaluate(config: Config) -> Results:
                        "test / OOD")
 
     generations = mark_dev_choices(pd.DataFrame(records), choices)
-    table, fit = results_table(generations, paper, latency.shape)
+    table, fit = results_table(generations, paper, latency.shape, config.seed)
     calibration = calibration_frame(config, artifacts, trio, notes)
     metadata = {**describe(config, trio, device, rules, sets, choices, paper, fit, latency), **described,
                 "notes": notes}

@@ -26,13 +26,22 @@ def _positions(values: list[float], shown: int = 4) -> str:
     return " ".join(_num(v, 2) for v in list(values)[:shown]) or "—"
 
 
+def _with_interval(row: pd.Series, column: str, digits: int, suffix: str, scale: float = 1.0) -> str:
+    """``value [lo, hi]`` with the 95 % paired-bootstrap interval when the table has one."""
+    value = _num(scale * row[column], digits, suffix) if pd.notna(row[column]) else _num(None)
+    low, high = row.get(f"{column}_lo"), row.get(f"{column}_hi")
+    if low is None or pd.isna(low) or pd.isna(high):
+        return value
+    return f"{value} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+
+
 def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> Table:
     """One set's rows (the grid points of a sweep are left to the saved table and the figures)."""
     rows = table[(table["set"] == set_name) & (table["chosen_on"] != "grid")]
     out = Table(title=f"{set_name} — modelled at t_d={cost['t_draft']:g}, t_t={cost['t_target']:g}, "
                       f"t_c={cost['t_companion']:.4g} (cost) and at the fitted t_d, t_c, t_t(L)", title_justify="left")
     for column in ("rule", "policy", "chosen on", "discard", "verif.", "acc. len", "accept @1..4",
-                   "×target", "×target fit", "×best K", "oracle gap"):
+                   "×target", "×target fit", "×best K [95% CI]", "oracle gap [95% CI]"):
         out.add_column(column, justify="left" if column in ("rule", "policy", "accept @1..4") else "right")
     for _, row in rows.iterrows():
         rule = row["rule"] if pd.isna(row["rule_param"]) else f"{row['rule']} ({row['rule_param']:g})"
@@ -40,7 +49,7 @@ def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> T
             rule, escape(row["policy"]), row["chosen_on"] or "—", _num(row["discard_rate"]), _num(row["verification_rate"]),
             _num(row["mean_accepted_length"]), _positions(row["per_position_acceptance"]),
             _num(row["speedup_target_cost"], suffix="×"), _num(row["speedup_target_fitted"], suffix="×"),
-            _num(row["speedup_fixed_cost"], 3, "×"), _num(100 * row["oracle_gap_share_cost"], 0, "%"),
+            _with_interval(row, "speedup_fixed_cost", 3, "×"), _with_interval(row, "oracle_gap_share_cost", 0, "%", 100),
         )
     return out
 

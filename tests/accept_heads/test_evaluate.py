@@ -91,6 +91,19 @@ def test_end_to_end_writes_table_and_figures(evaluated):
     assert loaded.metadata["selection_set"] == "dev"
 
 
+def test_comparisons_carry_paired_bootstrap_intervals(evaluated):
+    _, results = evaluated
+    table = results.table
+    compared = table[table["speedup_fixed_cost"].notna() & table["set"].eq("test")]
+    low, high = compared["speedup_fixed_cost_lo"], compared["speedup_fixed_cost_hi"]
+    assert low.notna().all() and (low <= compared["speedup_fixed_cost"] + 1e-9).all()
+    assert (compared["speedup_fixed_cost"] <= high + 1e-9).all()
+    reference = compared[(compared["family"] == "fixed") & (compared["chosen_on"] == "dev")]
+    assert np.allclose(reference[["speedup_fixed_cost_lo", "speedup_fixed_cost_hi"]].to_numpy(), 1.0)
+    oracle = table[(table["family"] == "oracle") & table["oracle_gap_share_cost"].notna()]
+    assert np.allclose(oracle[["oracle_gap_share_cost_lo", "oracle_gap_share_cost_hi"]].to_numpy(), 1.0)
+
+
 #: A latency shape that grows with the verified length L (L = 1..4, extrapolated beyond).
 GROWING = LatencyShape((1.0, 1.2, 1.5, 1.9))
 

@@ -1,0 +1,132 @@
+"""95 % paired-bootstrap intervals over prompts for the table's comparisons (speed-up over the best
+fixed K, share of the greedy oracle's gap).
+
+Every policy decodes the same prompts with the same per-prompt seeds, so a comparison is paired:
+one bootstrap draw resamples prompt ids with replacement and recomputes both runs' throughput
+``Σ generated / Σ modelled seconds`` on the same draw. Draws are seeded (``seed``), so the
+intervals are reproducible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from accept_heads.evaluation.table import KEYS, verification_units
+from decode.costs import CostModel
+
+DRAWS = 2000
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class PromptCosts:
+    """Per-prompt totals of one run, aligned on prompt ids: ``generated[P]``, ``seconds[P]`` (modelled)."""
+
+    prompt_ids: tuple[str, ...]
+    generated: np.ndarray
+    seconds: np.ndarray
+
+
+def generation_seconds(generations: pd.DataFrame, cost: CostModel) -> np.ndarray:
+    """Modelled seconds of each generation under ``cost`` (the table's cost model, per row)."""
+    frame = generations.assign(rounds_by_length=generations["verified_per_round"].map(
+        lambda lengths: np.bincount(np.asarray(lengths, dtype=np.int64)).tolist()))
+    units = verification_units(frame, cost.latency)
+    return cost.times(frame["draft_calls"], frame["companion_calls"], units)
+
+
+def run_costs(generations: pd.DataFrame, seconds: np.ndarray) -> dict[tuple, PromptCosts]:
+    """Run key (the table's :data:`KEYS`) → its per-prompt generated tokens and modelled seconds."""
+    frame = generations[KEYS + ["prompt_id", "generated"]].assign(_seconds=seconds)
+    runs = {}
+    for key, group in frame.groupby(KEYS, dropna=False, sort=False):
+        group = group.sort_values("prompt_id")
+        runs[key] = PromptCosts(tuple(group["prompt_id"]), group["generated"].to_numpy(float),
+                                group["_seconds"].to_numpy(float))
+    return runs
+
+
+def _resampled_throughput(run: PromptCosts, draws: np.ndarray) -> np.ndarray:
+    """Throughput of ``run`` on each bootstrap draw (``draws[D, P]`` prompt indices)."""
+    seconds = run.seconds[draws].sum(1)
+    return np.divide(run.generated[draws].sum(1), seconds, out=np.full(len(draws), np.nan), where=seconds > 0)
+
+
+def paired_draws(prompts: int, seed: int, draws: int = DRAWS) -> np.ndarray:
+    """``[draws, prompts]`` prompt indices, the same for every comparison of a prompt set."""
+    return np.random.default_rng(seed).integers(0, prompts, size=(draws, prompts))
+
+
+def _interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return float("nan"), float("nan")
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def ratio_interval(run: PromptCosts, reference: PromptCosts, draws: np.ndarray) -> tuple[float, float]:
+    """Interval of ``throughput(run) / throughput(reference)`` over paired draws (same prompt ids)."""
+    if run.prompt_ids != reference.prompt_ids:
+        raise ValueError("a paired comparison needs both runs on the same prompts")
+    return _interval(_resampled_throughput(run, draws) / _resampled_throughput(reference, draws))
+
+
+def gap_share_interval(run: PromptCosts, fixed: PromptCosts, oracle: PromptCosts,
+                       draws: np.ndarray) -> tuple[float, float]:
+    """Interval of ``(x − fixed) / (oracle − fixed)`` throughputs over paired draws (undefined draws dropped)."""
+    x, f, o = (_resampled_throughput(r, draws) for r in (run, fixed, oracle))
+    gap = o - f
+    share = np.divide(x - f, gap, out=np.full(len(draws), np.nan), where=gap > 0)
+    return _interval(share)
+
+
+def add_intervals(table: pd.DataFrame, generations: pd.DataFrame, name: str, cost: CostModel, seed: int) -> None:
+    """Columns ``speedup_fixed_{name}_lo/_hi`` and ``oracle_gap_share_{name}_lo/_hi`` (95 %, paired over prompts).
+
+    The reference of a row is the same one :func:`~accept_heads.evaluation.table.add_comparisons`
+    uses: the fixed K chosen on dev (and the oracle) in the same set, rule and rule parameter.
+    """
+    runs = run_costs(generations, generation_seconds(generations, cost))
+    keyed = table.assign(_key=[tuple(row) for row in table[KEYS].itertuples(index=False)])
+    columns = {f"{metric}_{name}_{end}": np.full(len(table), np.nan)
+               for metric in ("speedup_fixed", "oracle_gap_share") for end in ("lo", "hi")}
+    for (_, rule, _), group in keyed.groupby(["set", "rule", "rule_param"], dropna=False, sort=False):
+        fixed = group[(group["family"] == "fixed") & (group["chosen_on"] == "dev")]
+        if fixed.empty:
+            continue
+        reference = runs[_lookup(runs, fixed["_key"].iloc[0])]
+        oracle_rows = group[group["family"] == "oracle"]
+        oracle = runs[_lookup(runs, oracle_rows["_key"].iloc[0])] if not oracle_rows.empty else None
+        draws = paired_draws(len(reference.prompt_ids), seed)
+        for index, key in zip(group.index, group["_key"]):
+            run = runs[_lookup(runs, key)]
+            if run.prompt_ids != reference.prompt_ids:
+                continue  # another prompt set (cannot be paired)
+            position = table.index.get_loc(index)
+            low, high = ratio_interval(run, reference, draws)
+            columns[f"speedup_fixed_{name}_lo"][position], columns[f"speedup_fixed_{name}_hi"][position] = low, high
+            if rule == "greedy" and oracle is not None and oracle.prompt_ids == run.prompt_ids:
+                low, high = gap_share_interval(run, reference, oracle, draws)
+                columns[f"oracle_gap_share_{name}_lo"][position] = low
+                columns[f"oracle_gap_share_{name}_hi"][position] = high
+    for column, values in columns.items():
+        table[column] = values
+
+
+def _lookup(runs: dict[tuple, PromptCosts], key: tuple) -> tuple:
+    """The run key equal to ``key`` (NaN-aware: table and groupby keys carry NaN for missing values)."""
+    for candidate in runs:
+        if all(_same(a, b) for a, b in zip(candidate, key)):
+            return candidate
+    raise KeyError(f"no generations for run {key}")
+
+
+def _same(a: object, b: object) -> bool:
+    missing_a = a is None or (isinstance(a, float) and np.isnan(a))
+    missing_b = b is None or (isinstance(b, float) and np.isnan(b))
+    return (missing_a and missing_b) or (not missing_a and not missing_b and a == b)
