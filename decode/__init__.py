@@ -8,7 +8,7 @@ from decode.decoder import DecodeOutput, SpeculativeDecoder
 from decode.ensemble import EnsembleDecoder, EnsembleOutput
 from decode.ensemble_fn import EnsembleFn
 from decode.ensemble_stats import EnsembleStats
-from decode.export import load_head, load_profile, save_head, save_profile
+from decode.export import load_head, load_profile, save_head, save_profile, write_card
 from decode.head import AcceptanceHead, HeadConfig
 from decode.profile import SVProfile
 from decode.sampling import Sampling
@@ -32,4 +32,5 @@ __all__ = [
     "rules",
     "save_head",
     "save_profile",
+    "write_card",
 ]

@@ -82,6 +82,35 @@ def load_tokenizer(name_or_path: str, *, revision: str | None = None) -> PreTrai
         raise _load_error("tokenizer", str(name_or_path), revision, error) from error
 
 
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` reads as a hub repo id ``org/name`` rather than a local path (an existing path never does)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if name.count("/") != 1 or name.endswith(".safetensors") or Path(name).exists():
+        return False
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def hub_file(repo_id: str, filename: str, *, kind: str, revision: str | None = None) -> Path:
+    """Local path of ``filename`` from hub repo ``repo_id`` via ``hf_hub_download`` (the HF cache, which is all
+    it reads under ``HF_HUB_OFFLINE=1``); a :class:`ModelLoadError` of one line when it cannot be had."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, RemoteEntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(repo_id, filename, revision=revision))
+    except RemoteEntryNotFoundError as error:
+        where = f"{repo_id}@{revision}" if revision else repo_id
+        raise ModelLoadError(f"cannot load {kind} '{where}': the hub repo has no file {filename}") from error
+    except (OSError, ValueError, EntryNotFoundError) as error:
+        raise _load_error(kind, repo_id, revision, error) from error
+
+
 def quiet_hub_logs() -> None:
     """Silence the hub client's retry warnings: command-line tools report one line of their own."""
     from huggingface_hub.utils import logging as hub_logging

@@ -1,0 +1,120 @@
+"""Sharing an export: the card from the training metadata, and the upload (hub client monkeypatched, no network)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from huggingface_hub import HfApi
+
+from accept_heads.export import common_metadata, head_metadata
+from accept_heads.push_head import main
+from decode import AcceptanceHead, HeadConfig, Sampling, rules, save_head
+from decode.model_card import MARKER
+
+
+@pytest.fixture
+def export_dir(tmp_path, make_config) -> Path:
+    """A head exported with the metadata a training run writes, plus a stray file beside it."""
+    config = make_config()
+    manifest = {
+        "models": {"draft": {"id": "micro-org/draft", "revision": None}, "target": {"id": "micro-org/target"}},
+        "tokenizer_hash": "f" * 64, "exp_name": "tiny",
+        "splits": {"train": {"labelled_positions": 900}, "dev": {"labelled_positions": 120}},
+    }
+    common = common_metadata(config, manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
+    calibration = [{"threshold": 0.2, "generated": 64, "throughput": 30.0},
+                   {"threshold": 0.4, "generated": 64, "throughput": 33.5}]
+    meta = head_metadata(common, config, {"val/binary_kl": 0.25, "val/auroc": 0.8}, calibration, 0.4)
+    directory = tmp_path / "export"
+    directory.mkdir()
+    save_head(AcceptanceHead(HeadConfig(hidden_size=8, depth=1)), directory / "head.safetensors", meta)
+    (directory / "notes.txt").write_text("local only\n")
+    return directory
+
+
+@pytest.fixture
+def hub_calls(monkeypatch) -> list[tuple[str, dict]]:
+    """Record HfApi.create_repo / create_branch / upload_folder instead of calling the hub."""
+    calls: list[tuple[str, dict]] = []
+
+    def recorder(name: str):
+        def record(self, *args, **kwargs):
+            calls.append((name, {"args": args, **kwargs}))
+        return record
+
+    for name in ("create_repo", "create_branch", "upload_folder"):
+        monkeypatch.setattr(HfApi, name, recorder(name))
+    return calls
+
+
+def test_card_from_training_metadata(export_dir):
+    card = (export_dir / "README.md").read_text()
+    assert 'base_model: "micro-org/draft"' in card and "- rule-greedy" in card
+    assert "`greedy`" in card and "Sampling(temperature=0.0, top_k=None, top_p=None)" in card
+    assert "**h = 0.4**" in card and "c" * 64 in card and "| `val/auroc` | 0.8 |" in card
+    assert '"lr"' in card  # the training recipe (train_config) is part of the card
+
+
+def test_push_sends_the_artifacts_and_the_card(export_dir, hub_calls, capsys):
+    main([str(export_dir), "micro-org/shared-head", "--private", "--revision", "v1"])
+    names = [name for name, _ in hub_calls]
+    assert names == ["create_repo", "create_branch", "upload_folder"]
+    assert hub_calls[0][1]["args"] == ("micro-org/shared-head",) and hub_calls[0][1]["private"] is True
+    assert hub_calls[1][1]["branch"] == "v1"
+    upload = hub_calls[2][1]
+    assert upload["repo_id"] == "micro-org/shared-head" and upload["revision"] == "v1"
+    assert Path(upload["folder_path"]) == export_dir
+    assert upload["allow_patterns"] == ["README.md", "head.safetensors"]  # notes.txt stays local
+    card = (export_dir / "README.md").read_text()
+    assert 'decode.load_head("micro-org/shared-head", draft=draft' in card and MARKER in card
+    out = capsys.readouterr().out
+    assert "uploaded to micro-org/shared-head@v1" in out and "left out (not part of the export): notes.txt" in out
+
+
+def test_dry_run_uploads_nothing_and_keeps_the_card(export_dir, hub_calls, capsys):
+    before = (export_dir / "README.md").read_text()
+    main([str(export_dir), "micro-org/shared-head", "--dry-run"])
+    assert hub_calls == []
+    assert (export_dir / "README.md").read_text() == before
+    out = capsys.readouterr().out
+    assert "would upload to micro-org/shared-head@main" in out
+    assert "  README.md\n  head.safetensors\n" in out
+
+
+def test_hand_written_card_is_sent_unchanged(export_dir, hub_calls):
+    (export_dir / "README.md").write_text("---\nlibrary_name: accept-heads\n---\n# my words\n")
+    main([str(export_dir), "micro-org/shared-head"])
+    assert (export_dir / "README.md").read_text().endswith("# my words\n")
+    assert hub_calls[-1][1]["allow_patterns"] == ["README.md", "head.safetensors"]
+
+
+def test_refusals_are_one_line(tmp_path, hub_calls, capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main([str(tmp_path), "micro-org/x"])
+    assert excinfo.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no head or SV profile" in err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), "not a repo id!"])
+    assert "invalid repo id" in capsys.readouterr().err
+    assert hub_calls == []
+
+
+def test_upload_error_is_one_line(export_dir, monkeypatch, capsys):
+    def refuse(self, *args, **kwargs):
+        raise OSError("401 Client Error: Unauthorized\nmore detail")
+
+    monkeypatch.setattr(HfApi, "create_repo", refuse)
+    with pytest.raises(SystemExit):
+        main([str(export_dir), "micro-org/shared-head"])
+    err = capsys.readouterr().err
+    assert err == f"error: cannot push {export_dir} to 'micro-org/shared-head@main': 401 Client Error: Unauthorized\n"
+
+
+def test_cli_help(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--help"])
+    assert excinfo.value.code == 0
+    out = capsys.readouterr().out
+    assert "REPO_ID" in out and "--dry-run" in out and "--revision" in out and "upload_folder" in out
