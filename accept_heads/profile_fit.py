@@ -110,6 +110,7 @@ def verification_latency(target: PreTrainedModel, prompt: list[int], k_max: int,
     device = target.device
     ids = torch.tensor([prompt], device=device)
     cache = DynamicCache(config=target.config)
+    cache.activate_past_recording()  # crop below a sliding window (Mistral, Gemma-2/3) needs the dropped states
     target(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     vocab = target.get_output_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(0)

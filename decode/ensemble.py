@@ -27,7 +27,8 @@ every mode; at temperature 0 it is the argmax of ``r``. Modes (batch size 1):
     more model calls than ``plain`` (paper Cor. 3.7).
 
 Each model keeps its own KV cache (:class:`~decode.runner.ModelRunner`), rolled back on
-rejection; no model ever scores the same position of the same prefix twice.
+rejection (and trimmed to its sliding window, if any, once committed); no model ever scores the
+same position of the same prefix twice.
 """
 
 from __future__ import annotations
@@ -254,6 +255,9 @@ class _Engine:
             for runner in self.runners:
                 runner.rollback(self.cur - 1)
             return accepted, True
+        for runner in self.runners:  # no rollback goes below cur: sliding-window caches may forget older states
+            if runner.consumed <= self.cur:
+                runner.rollback(self.cur)
         return accepted, False
 
     # --- modes ------------------------------------------------------------------------------------

@@ -21,13 +21,23 @@ class ModelRunner:
     counts the forwards charged to the cost model (see :meth:`uncount_last_call`). With
     ``capture_hidden`` the final hidden states (the LM head's input) of the kept positions are
     recorded in :attr:`hidden` by a forward hook.
+
+    The cache is built from the model's config, so it has the model's layer types: full attention,
+    sliding window (Mistral) or both (Gemma-2/3). Past recording is on (the cache API's
+    ``activate_past_recording``): sliding-window layers keep the states that leave their window
+    until the next :meth:`rollback`, which crops them and trims them back to the window. A rollback
+    therefore cannot go below what the previous one left cached on such layers (:attr:`floor`).
     """
 
     def __init__(self, model: PreTrainedModel, vocab: int, capture_hidden: bool = False) -> None:
         self.model = model
         self.vocab = vocab
         self.cache = DynamicCache(config=model.config)
+        self.cache.activate_past_recording()
+        self._sliding = any(self.cache.is_sliding)
         self.consumed = 0
+        #: The shortest length :meth:`rollback` can restore (sliding-window layers dropped older states).
+        self.floor = 0
         self.calls = 0
         self._last_charged = False
         self.hidden: Tensor | None = None
@@ -59,10 +69,33 @@ class ModelRunner:
         self._last_charged = False
 
     def rollback(self, length: int) -> None:
-        """Drop cached tokens beyond ``length``."""
+        """Drop cached tokens beyond ``length``; sliding-window layers also forget what left their window.
+
+        What stays cached becomes the :attr:`floor` of a sliding-window cache, also where nothing is
+        dropped (``length >= consumed``: the call only trims). Raises ``RuntimeError`` below the
+        floor, or where tokens must be dropped from a cache that cannot crop them exactly (e.g.
+        recurrent linear-attention states).
+        """
+        name = type(self.model).__name__
+        if length < self.floor:
+            raise RuntimeError(
+                f"{name}: cannot roll back to {length} tokens: its sliding-window cache layers dropped the states "
+                f"before {self.floor} at the previous rollback. A rollback must not go below the previous one."
+            )
         if self.consumed > length:
+            if not self.cache.is_croppable:
+                layers = sorted({type(layer).__name__ for layer in self.cache.layers if not layer.is_croppable})
+                raise RuntimeError(
+                    f"{name}: its cache layers ({', '.join(layers)}) cannot be rolled back, which speculative "
+                    "decoding needs on every rejection. Use a model with attention-only layers (full or sliding "
+                    "window) as target, draft, companion or ensemble member."
+                )
             self.cache.crop(length - self.consumed)
             self.consumed = length
+        elif self._sliding:
+            self.cache.crop(0)
+        if self._sliding:
+            self.floor = self.consumed
 
     def close(self) -> None:
         """Remove the hidden-state hook."""
