@@ -1,10 +1,15 @@
 """Throughput of ``Fixed(k)`` speculative decoding vs HF assisted generation and the target alone.
 
-    python -m decode.bench --target PATH --draft PATH [--k 5] [--prompts N] [--max-new-tokens 128]
+    python -m decode.bench [--target PATH --draft PATH | --random-init {tiny,1b}] [--k 5]
+                           [--prompts N] [--max-new-tokens 128] [--dtype bfloat16] [--breakdown]
 
-Without ``--target/--draft`` the built-in model zoo (``data_gen.zoo``) is used. Every method
-decodes the same prompts at temperature 1 (no top-k / top-p) with the same constant K; model
-calls are counted with forward hooks.
+Without ``--target/--draft`` the built-in model zoo (``data_gen.zoo``) is used; ``--random-init``
+builds a seeded random Llama pair in code instead (no files). Every method decodes the same
+prompts at temperature 1 (no top-k / top-p) with the same constant K, the methods taking turns
+on each prompt; model calls are counted with forward hooks. ``--breakdown`` then decodes the
+prompts once more and reports where the time goes: target and draft forwards, and for our
+decoder the draft sampling (``Rule.propose``) and verification (``Rule.verify``), each bracketed
+by ``torch.cuda.synchronize()`` on CUDA.
 """
 
 from __future__ import annotations
@@ -12,16 +17,16 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import PreTrainedModel
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from decode.decoder import SpeculativeDecoder
-from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer
+from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 from decode.policies import Fixed
-from decode.rules import Speculative
+from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 
 TEXT_PROMPTS = [
@@ -34,6 +39,12 @@ TEXT_PROMPTS = [
     "try:\n    import json\nexcept ImportError:\n",
     "    def __repr__(self):\n        return ",
 ]
+
+# --random-init pairs: (vocab, target (layers, hidden, heads, intermediate), draft (...)).
+RANDOM_PAIRS: dict[str, tuple[int, tuple[int, int, int, int], tuple[int, int, int, int]]] = {
+    "tiny": (4096, (4, 256, 4, 688), (2, 128, 2, 344)),  # the zoo's target / draft shapes
+    "1b": (32000, (16, 2048, 32, 5632), (6, 768, 12, 2048)),  # ~0.95B target, ~92M draft
+}
 
 
 @dataclass
@@ -56,6 +67,22 @@ class Result:
         )
 
 
+@dataclass
+class Breakdown:
+    """Seconds per phase of one method over all prompts; ``rounds`` is its number of target calls."""
+
+    name: str
+    phases: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    tokens: int = 0
+    rounds: int = 0
+
+    def rows(self) -> list[tuple[str, float]]:
+        """``(phase, seconds)`` with the unattributed rest as ``other``, then ``total``."""
+        rest = self.seconds - sum(self.phases.values())
+        return [*self.phases.items(), ("other (bookkeeping, rollback, host syncs)", rest), ("total", self.seconds)]
+
+
 class CallCounter:
     """Counts forward calls of a module via a forward hook."""
 
@@ -70,54 +97,218 @@ class CallCounter:
         self._handle.remove()
 
 
-def make_prompts(path: str, count: int, vocab: int, device: torch.device) -> list[torch.Tensor]:
+class PhaseTimer:
+    """Accumulates wall time of module forwards and of methods, each bracketed by a device sync.
+
+    Synchronising before and after a phase charges it exactly the device work it queued; the
+    syncs slow the run down, so profiled totals exceed unprofiled ones.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self._undo: list[Callable[[], None]] = []
+
+    def now(self) -> float:
+        """``perf_counter`` after the device has finished its queued work."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def _add(self, label: str, seconds: float) -> None:
+        self.seconds[label] = self.seconds.get(label, 0.0) + seconds
+        self.calls[label] = self.calls.get(label, 0) + 1
+
+    def module(self, label: str, module: torch.nn.Module) -> None:
+        """Time every forward of ``module`` as ``label``."""
+        starts: list[float] = []
+
+        def before(*args: object) -> None:
+            starts.append(self.now())
+
+        def after(*args: object) -> None:
+            self._add(label, self.now() - starts.pop())
+
+        self.seconds.setdefault(label, 0.0)
+        handles = module.register_forward_pre_hook(before), module.register_forward_hook(after)
+        self._undo.extend(handle.remove for handle in handles)
+
+    def method(self, label: str, owner: object, name: str) -> None:
+        """Time every call of ``owner.name`` as ``label`` (an instance attribute shadows the method)."""
+        method, shadowed = getattr(owner, name), name in vars(owner)
+
+        def timed(*args: object, **kwargs: object) -> object:
+            start = self.now()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._add(label, self.now() - start)
+
+        self.seconds.setdefault(label, 0.0)
+        setattr(owner, name, timed)
+        self._undo.append(lambda: setattr(owner, name, method) if shadowed else delattr(owner, name))
+
+    def close(self) -> None:
+        """Remove every hook and wrapper."""
+        while self._undo:
+            self._undo.pop()()
+
+
+def random_pair(
+    size: str, device: torch.device, dtype: torch.dtype, seed: int = 0
+) -> tuple[PreTrainedModel, PreTrainedModel]:
+    """A seeded random-init Llama target / draft pair of :data:`RANDOM_PAIRS` ``size``, built on ``device``."""
+    vocab, *shapes = RANDOM_PAIRS[size]
+    models = []
+    for offset, (layers, hidden, heads, intermediate) in enumerate(shapes):
+        config = LlamaConfig(
+            vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+            num_key_value_heads=heads, intermediate_size=intermediate, max_position_embeddings=4096,
+        )
+        torch.manual_seed(seed + offset)
+        with device:
+            models.append(LlamaForCausalLM(config).to(dtype).eval())
+    return models[0], models[1]
+
+
+def make_prompts(path: str | None, count: int, vocab: int, device: torch.device) -> list[torch.Tensor]:
     """Tokenised built-in text prompts when ``path`` has a tokenizer, else seeded random token ids."""
-    try:
-        tokenizer = load_tokenizer(path)
-    except ModelLoadError:
+    tokenizer = None
+    if path is not None:
+        try:
+            tokenizer = load_tokenizer(path)
+        except ModelLoadError:
+            tokenizer = None
+    if tokenizer is None:
         generator = torch.Generator().manual_seed(0)
         return [torch.randint(0, vocab, (1, 16), generator=generator).to(device) for _ in range(count)]
     texts = [TEXT_PROMPTS[i % len(TEXT_PROMPTS)] for i in range(count)]
     return [tokenizer(text, return_tensors="pt").input_ids.to(device) for text in texts]
 
 
+Run = Callable[[torch.Tensor, int], torch.Tensor]
+
+
 def measure(
-    name: str, run: Callable[[torch.Tensor, int], torch.Tensor], prompts: list[torch.Tensor],
-    target: PreTrainedModel, draft: PreTrainedModel,
-) -> Result:
-    """Time ``run(prompt, seed) -> sequences`` over all prompts (after one warm-up call)."""
-    run(prompts[0], 0)
-    result = Result(name)
+    methods: list[tuple[str, Run]], prompts: list[torch.Tensor], target: PreTrainedModel, draft: PreTrainedModel
+) -> list[Result]:
+    """Time each ``run(prompt, seed) -> sequences`` over all prompts (after one warm-up call each).
+
+    The methods take turns on every prompt, so a drift of the machine's speed hits them alike.
+    """
+    for _, run in methods:
+        run(prompts[0], 0)
+    results = [Result(name) for name, _ in methods]
     counters = CallCounter(target), CallCounter(draft)
     try:
         for seed, prompt in enumerate(prompts):
-            if prompt.is_cuda:
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            sequences = run(prompt, seed)
-            if prompt.is_cuda:
-                torch.cuda.synchronize()
-            result.seconds += time.perf_counter() - start
-            result.tokens += sequences.shape[1] - prompt.shape[1]
+            for result, (_, run) in zip(results, methods):
+                calls = counters[0].calls, counters[1].calls
+                if prompt.is_cuda:
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                sequences = run(prompt, seed)
+                if prompt.is_cuda:
+                    torch.cuda.synchronize()
+                result.seconds += time.perf_counter() - start
+                result.tokens += sequences.shape[1] - prompt.shape[1]
+                result.target_calls += counters[0].calls - calls[0]
+                result.draft_calls += counters[1].calls - calls[1]
     finally:
         for counter in counters:
             counter.remove()
-    result.target_calls, result.draft_calls = counters[0].calls, counters[1].calls
+    return results
+
+
+def breakdown(
+    name: str, run: Run, prompts: list[torch.Tensor],
+    target: PreTrainedModel, draft: PreTrainedModel, rule: Rule | None = None,
+) -> Breakdown:
+    """Decode the prompts once more with every forward (and ``rule``'s propose / verify) timed."""
+    timer = PhaseTimer(prompts[0].device)
+    timer.module("target forward", target)
+    timer.module("draft forward", draft)
+    if rule is not None:
+        timer.method("draft sampling (Rule.propose)", rule, "propose")
+        timer.method("verification (Rule.verify)", rule, "verify")
+    result = Breakdown(name)
+    try:
+        for seed, prompt in enumerate(prompts):
+            start = timer.now()
+            sequences = run(prompt, seed)
+            result.seconds += timer.now() - start
+            result.tokens += sequences.shape[1] - prompt.shape[1]
+    finally:
+        timer.close()
+    result.phases = timer.seconds
+    result.rounds = timer.calls.get("target forward", 0)
     return result
 
 
+def print_breakdown(results: list[Breakdown]) -> None:
+    """One table per method: milliseconds per round (target call) and per token, and the share."""
+    print("\nwhere the time goes (phases bracketed by torch.cuda.synchronize() on CUDA; one round = one target call)")
+    for result in results:
+        rounds, tokens = max(result.rounds, 1), max(result.tokens, 1)
+        print(f"{result.name}: {result.rounds} rounds, {result.tokens / rounds:.2f} tokens/round, "
+              f"{result.tokens / result.seconds if result.seconds else 0.0:.1f} tokens/s profiled")
+        print(f"  {'phase':<44} {'ms/round':>9} {'ms/token':>9} {'share':>6}")
+        for phase, seconds in result.rows():
+            share = seconds / result.seconds if result.seconds else 0.0
+            print(f"  {phase:<44} {1e3 * seconds / rounds:9.3f} {1e3 * seconds / tokens:9.3f} {share:6.1%}")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m decode.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", help="target model (hub id or directory); default: the zoo's target")
+    parser = argparse.ArgumentParser(
+        prog="python -m decode.bench", description=__doc__.split("\n\n")[0]
+    )
+    models = parser.add_mutually_exclusive_group()
+    models.add_argument("--target", help="target model (hub id or directory); default: the zoo's target")
     parser.add_argument("--draft", help="draft model (hub id or directory); default: the zoo's draft")
-    parser.add_argument("--k", type=int, default=5, help="constant number of draft tokens per round")
-    parser.add_argument("--prompts", type=int, default=8, help="number of prompts")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
+    models.add_argument(
+        "--random-init", choices=sorted(RANDOM_PAIRS),
+        help="seeded random-init Llama pair built in code: tiny = the zoo's shapes (vocab 4096, target 4x256, "
+        "draft 2x128); 1b = vocab 32000, target 16 layers x 2048 (32 heads, MLP 5632, ~0.95B), "
+        "draft 6 layers x 768 (12 heads, MLP 2048, ~92M); prompts are random token ids",
+    )
+    parser.add_argument("--k", type=int, default=5, help="constant number of draft tokens per round (default 5)")
+    parser.add_argument("--prompts", type=int, default=8, help="number of prompts (default 8)")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    parser.add_argument(
+        "--dtype", default="auto",
+        help="auto (default: the checkpoint's dtype; float32 for --random-init), float32, bfloat16, float16",
+    )
     parser.add_argument("--stop-at-eos", action="store_true", help="stop at EOS (default: always decode the budget)")
+    parser.add_argument(
+        "--breakdown", action="store_true",
+        help="then decode the prompts once more with every phase timed and print where each method's time goes",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.random_init and args.draft:
+        parser.error("--random-init builds both models; drop --draft")
+    return args
+
+
+def load_pair(args: argparse.Namespace, device: torch.device) -> tuple[PreTrainedModel, PreTrainedModel, str]:
+    """Target, draft and a one-line description, from ``--random-init``, ``--target/--draft`` or the zoo."""
+    if args.random_init:
+        dtype = resolve_dtype(args.dtype)
+        dtype = torch.float32 if dtype == "auto" else dtype
+        target, draft = random_pair(args.random_init, device, dtype)
+        return target, draft, f"random-init {args.random_init} ({dtype})"
+    if args.target is None or args.draft is None:
+        from data_gen.zoo import ensure_zoo  # lazy: decode itself never depends on data_gen
+
+        zoo = ensure_zoo()
+        args.target = args.target or str(zoo.path("target"))
+        args.draft = args.draft or str(zoo.path("draft"))
+    target = load_causal_lm(args.target, dtype=args.dtype).to(device)
+    draft = load_causal_lm(args.draft, dtype=args.dtype).to(device)
+    return target, draft, f"target={Path(args.target).name} draft={Path(args.draft).name}"
 
 
 def main(argv: list[str] | None = None) -> list[Result]:
@@ -125,15 +316,8 @@ def main(argv: list[str] | None = None) -> list[Result]:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.target is None or args.draft is None:
-        from data_gen.zoo import ensure_zoo  # lazy: decode itself never depends on data_gen
-
-        zoo = ensure_zoo()
-        args.target = args.target or str(zoo.path("target"))
-        args.draft = args.draft or str(zoo.path("draft"))
     device = torch.device(args.device)
-    target = load_causal_lm(args.target, dtype=args.dtype).to(device)
-    draft = load_causal_lm(args.draft, dtype=args.dtype).to(device)
+    target, draft, described = load_pair(args, device)
     prompts = make_prompts(args.target, args.prompts, target.config.get_text_config().vocab_size, device)
     budget = args.max_new_tokens
     eos = target.generation_config.eos_token_id if args.stop_at_eos else None
@@ -145,9 +329,10 @@ def main(argv: list[str] | None = None) -> list[Result]:
     draft.generation_config.num_assistant_tokens_schedule = "constant"
     draft.generation_config.num_assistant_tokens = args.k
     draft.generation_config.assistant_confidence_threshold = 0.0
-    decoder = SpeculativeDecoder(target, draft, rule=Speculative(), policy=Fixed(args.k), sampling=Sampling(), eos_token_id=eos)
+    rule = Speculative()
+    decoder = SpeculativeDecoder(target, draft, rule=rule, policy=Fixed(args.k), sampling=Sampling(), eos_token_id=eos)
 
-    def hf_generate(assistant: PreTrainedModel | None) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    def hf_generate(assistant: PreTrainedModel | None) -> Run:
         def run(prompt: torch.Tensor, seed: int) -> torch.Tensor:
             torch.manual_seed(seed)
             with torch.inference_mode():
@@ -160,13 +345,13 @@ def main(argv: list[str] | None = None) -> list[Result]:
     def ours(prompt: torch.Tensor, seed: int) -> torch.Tensor:
         return decoder.generate(prompt, max_new_tokens=budget, seed=seed).sequences
 
-    results = [
-        measure("target alone (HF generate)", hf_generate(None), prompts, target, draft),
-        measure(f"HF assisted, constant K={args.k}", hf_generate(draft), prompts, target, draft),
-        measure(f"decode Fixed({args.k})", ours, prompts, target, draft),
+    methods = [
+        ("target alone (HF generate)", hf_generate(None), None),
+        (f"HF assisted, constant K={args.k}", hf_generate(draft), None),
+        (f"decode Fixed({args.k})", ours, rule),
     ]
-    print(f"target={Path(args.target).name} draft={Path(args.draft).name} device={device} "
-          f"prompts={len(prompts)} max_new_tokens={budget} K={args.k}")
+    results = measure([(name, run) for name, run, _ in methods], prompts, target, draft)
+    print(f"{described} device={device} prompts={len(prompts)} max_new_tokens={budget} K={args.k}")
     print(f"{'method':<28} {'tokens/s':>10} {'vs target':>8} {'tgt/token':>10} {'drf/token':>10} {'tokens':>8} {'seconds':>9}")
     baseline = results[0].tokens / results[0].seconds if results[0].seconds else None
     for result in results:
@@ -175,6 +360,8 @@ def main(argv: list[str] | None = None) -> list[Result]:
     if hf.seconds and ours_result.seconds:
         speedup = (ours_result.tokens / ours_result.seconds) / (hf.tokens / hf.seconds)
         print(f"decode Fixed({args.k}) / HF assisted tokens/s: {speedup:.2f}x")
+    if args.breakdown:
+        print_breakdown([breakdown(name, run, prompts, target, draft, timed) for name, run, timed in methods])
     return results
 
 

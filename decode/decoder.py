@@ -161,16 +161,19 @@ class _Loop:
         self.next_hidden = self.draft.hidden[-1] if self.capture else None
 
     def _settle(self, p_logits: Tensor, cur: int) -> bool:
-        """Check the tentative bonus at ``cur - 1`` against the draft; return True if it is EOS."""
+        """Check the tentative bonus at ``cur - 1`` against the draft (one host sync); return True if EOS."""
         logits = self.draft.feed(self.tokens, cur, keep=2)
-        accepted, token = self.rule.settle(p_logits, logits[0], self.tokens[0, cur - 1], self.sampling, self.generator)
-        if bool(accepted):
+        accepted_t, token_t = self.rule.settle(
+            p_logits, logits[0], self.tokens[0, cur - 1], self.sampling, self.generator
+        )
+        self.tokens[0, cur - 1] = token_t  # the bonus itself when accepted
+        accepted, token = torch.stack([accepted_t.to(token_t.dtype), token_t]).tolist()
+        if accepted:
             self.next_q = logits[1]
             self.next_hidden = self.draft.hidden[-1] if self.capture else None
         else:
-            self.tokens[0, cur - 1] = token
             self.draft.rollback(cur - 1)
-        return int(self.tokens[0, cur - 1]) in self.eos
+        return token in self.eos
 
     def _draft_round(self, cur: int, k: int) -> DraftRound:
         """Draft up to ``k`` candidates after position ``cur`` as the policy allows."""
@@ -199,7 +202,7 @@ class _Loop:
                     state.tokens.pop()
                     self.draft.uncount_last_call()  # the forward that produced q_i: hindsight (see Oracle)
                     break
-                if decision is Decision.STOP or int(y) in self.eos:
+                if decision is Decision.STOP or (self.eos and int(y) in self.eos):  # no sync without EOS
                     break
             if i == k:
                 break
@@ -245,7 +248,7 @@ class _Loop:
             accepted = min(n_acc, keep)
             from_target = keep - accepted
             if from_target:
-                tokens[0, cur + n_acc] = token
+                tokens[0, cur + n_acc] = token_t  # a device copy: writing the int would sync on CUDA
             stats.record_round(verify, n_acc)
             stats.drafted += drafted
             stats.accepted += accepted

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.head import PRE_FEATURES, AcceptanceHead
@@ -225,3 +226,50 @@ def test_sampling_validation_and_dict():
         Sampling(temperature=-1)
     with pytest.raises(ValueError):
         Sampling(top_p=0.0)
+
+
+class HostTransfers(TorchDispatchMode):
+    """Counts single values moved between Python and tensors: reads (``int()``, ``bool()``, ``.item()``,
+    0-d indexing) and Python numbers written into a tensor. On CUDA each one is a host sync.
+
+    ``.tolist()`` reads below the dispatcher and is not counted: the decoder's one sync per round.
+    :func:`cache_setup` bounds the transfers of HF's caches, made once per generation.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.item, torch.ops.aten._local_scalar_dense, torch.ops.aten.lift_fresh):
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def cache_setup(models: dict) -> int:
+    """Transfers a ``DynamicCache`` makes when it first sees each layer (two per layer), target and draft."""
+    return 2 * sum(models[name].config.num_hidden_layers for name in ("target", "draft"))
+
+
+@pytest.mark.parametrize("eos", [None, EOS])
+@pytest.mark.parametrize("rule", [rules.Speculative(), rules.Greedy(), rules.Ensemble("weighted", weight=1.0)])
+def test_fixed_rounds_move_no_single_values(wide, rule, eos):
+    """Fixed(k) drafting, EOS handling, emitted-token writes and the ensemble's bonus check move no single value.
+
+    Only the rule's verification may read one per round (weight 1 accepts every candidate, so the
+    ensemble checks a tentative bonus every round).
+    """
+    dec = decoder(wide, rule, policies.Fixed(4), eos_token_id=eos)
+    with HostTransfers() as moves:
+        s = dec.generate(PROMPT, 40, seed=1).stats
+    assert s.drafted >= 2 * s.rounds
+    assert moves.count <= s.rounds + cache_setup(wide)
+
+
+def test_dynamic_policy_without_eos_reads_no_token(wide):
+    """Confidence reads ``max q_i`` once per candidate; with no EOS the decoder reads no drafted token."""
+    dec = decoder(wide, rules.Speculative(), policies.Confidence(tau=0.1), eos_token_id=None)
+    with HostTransfers() as moves:
+        s = dec.generate(PROMPT, 40, seed=1).stats
+    assert s.drafted > s.rounds
+    assert moves.count <= s.drafted + s.rounds + cache_setup(wide)
