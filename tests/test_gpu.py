@@ -28,6 +28,7 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 
+SAMPLES = 4000  # decodes per exact-distribution check
 DECODE_RULES = (
     rules.Speculative(),
     rules.Greedy(),
@@ -102,15 +103,11 @@ def test_speculative_decoder_samples_the_exact_distribution_on_cuda(rule: rules.
     prompt = torch.tensor([[0, 1]], device=device)
     exact = _exact_two_token(target, draft, rule, prompt)
     decoder = SpeculativeDecoder(target, draft, rule=rule, policy=policies.Fixed(2), eos_token_id=None)
-    samples = 4000
-    counts = torch.zeros(16, dtype=torch.float64)
-    for seed in range(samples):
-        tail = decoder.generate(prompt, max_new_tokens=2, seed=seed).sequences[0, 2:].tolist()
-        counts[tail[0] * 4 + tail[1]] += 1
-    assert _tv(counts / samples, exact) < _tv_bound(exact, samples)
+    empirical = _empirical(decoder, prompt)
+    assert _tv(empirical, exact) < _tv_bound(exact, SAMPLES)
     wrong = _exact_two_token(target, draft, rules.Speculative() if rule.name == "ensemble" else
                              rules.Ensemble("weighted", weight=0.9), prompt)
-    assert _tv(counts / samples, wrong) > _tv_bound(wrong, samples), "negative control: the check can fail"
+    assert _tv(empirical, wrong) > _tv_bound(wrong, SAMPLES), "negative control: the check can fail"
 
 
 def test_ensemble_decoder_samples_the_exact_distribution_on_cuda() -> None:
@@ -121,12 +118,17 @@ def test_ensemble_decoder_samples_the_exact_distribution_on_cuda() -> None:
     exact = _exact_two_token(target, draft, rule, prompt)
     decoder = EnsembleDecoder([draft, target], ensemble=EnsembleFn("weighted", weights=[0.5, 0.5]), mode="alternate",
                               proposal_lengths=[2, 1], eos_token_id=None)
-    samples = 4000
+    empirical = _empirical(decoder, prompt)
+    assert _tv(empirical, exact) < _tv_bound(exact, SAMPLES)
+
+
+def _empirical(decoder: SpeculativeDecoder | EnsembleDecoder, prompt: torch.Tensor) -> torch.Tensor:
+    """Frequencies of the 16 two-token continuations over ``SAMPLES`` seeds."""
     counts = torch.zeros(16, dtype=torch.float64)
-    for seed in range(samples):
+    for seed in range(SAMPLES):
         tail = decoder.generate(prompt, max_new_tokens=2, seed=seed).sequences[0, 2:].tolist()
         counts[tail[0] * 4 + tail[1]] += 1
-    assert _tv(counts / samples, exact) < _tv_bound(exact, samples)
+    return counts / SAMPLES
 
 
 def _exact_two_token(target: torch.nn.Module, draft: torch.nn.Module, rule: rules.Rule, prompt: torch.Tensor) -> torch.Tensor:
