@@ -28,7 +28,7 @@ from accept_heads.config import Config, ConfigError
 from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.generation import generate_responses, teacher_forced_logits
-from data_gen.labels import draft_candidates, indicator_rules, label_rules, position_columns
+from data_gen.labels import batch_columns, draft_candidates, indicator_rules, label_rules
 from data_gen.manifest import MANIFEST_VERSION, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import load_prompts
@@ -112,11 +112,12 @@ def collect_batch(trio: Trio, batch: list[EncodedPrompt], config: Config, label_
     lengths = generated.response_lengths
     valid = generated.attention_mask[:, generated.prompt_width :].bool()
     y = draft_candidates(q_logits, lengths, sampling, generators)
-    columns = position_columns(
-        generated.target_logits[valid],
-        q_logits[valid],
-        None if c_logits is None else c_logits[valid],
+    columns = batch_columns(
+        generated.target_logits,
+        q_logits,
+        c_logits,
         y,
+        valid,
         sampling=sampling,
         label_columns=label_columns,
         companion_rules=indicator_rules(config.rules),

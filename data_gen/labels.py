@@ -9,16 +9,21 @@ exactly what that rule's SV policy or ``pre`` head computes at decode time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
+from typing import TypeVar
 
 import torch
 from torch import Generator, Tensor
 
 from accept_heads.config import RulesConfig
 from decode import rules as rule_defs
-from decode.divergence import DIVERGENCES
-from decode.profile import CompanionIndicators, companion_indicators
+from decode.divergence import divergences
+from decode.profile import CompanionIndicators, companion_indicators_from_probs
 from decode.sampling import Sampling
+
+T = TypeVar("T")
 
 
 def label_rules(config: RulesConfig) -> dict[str, rule_defs.Rule]:
@@ -69,13 +74,13 @@ def companion_columns(rule: rule_defs.Rule) -> dict[str, str]:
     return {f.name: f"sv_{f.name}_{rule.name}" for f in fields(CompanionIndicators)}
 
 
-def rule_candidates(rule: rule_defs.Rule, q_logits: Tensor, y: Tensor, sampling: Sampling) -> Tensor:
+def rule_candidates(rule: rule_defs.Rule, q_argmax: Tensor, y: Tensor, sampling: Sampling) -> Tensor:
     """The candidates ``rule`` proposes (:meth:`Rule.propose`) where the draft sampled ``y ~ q`` under ``sampling``.
 
-    ``argmax q`` under a greedy transform, else the sample ``y`` itself (every non-greedy rule
-    proposes from the run's own transform, so ``y`` is its proposal; no second draw).
+    ``q_argmax`` (``argmax q``) under a greedy transform, else the sample ``y`` itself (every
+    non-greedy rule proposes from the run's own transform, so ``y`` is its proposal; no second draw).
     """
-    return q_logits.argmax(-1) if rule.transform(sampling).greedy else y
+    return q_argmax if rule.transform(sampling).greedy else y
 
 
 def draft_candidates(q_logits: Tensor, lengths: list[int], sampling: Sampling, generators: list[Generator]) -> Tensor:
@@ -83,9 +88,90 @@ def draft_candidates(q_logits: Tensor, lengths: list[int], sampling: Sampling, g
 
     ``q_logits`` is ``[B, T, V]``; returns the flattened ``[Σ lengths]`` candidates. Each is a sample
     of the transformed ``q_t`` (``argmax q_t`` under the greedy transform), as the decoder proposes.
+    Rows are spread over CPU threads (:func:`_map`; ``torch.multinomial`` draws its exponential
+    noise serially on CPU); each row still makes the same single draw from its own generator.
     """
     propose = rule_defs.Speculative().propose
-    return torch.cat([propose(q_logits[row, :n], sampling, g) for row, (n, g) in enumerate(zip(lengths, generators))])
+
+    def candidates(row: int) -> Tensor:
+        return propose(q_logits[row, : lengths[row]], sampling, generators[row])
+
+    return torch.cat(_map(candidates, range(len(lengths)), q_logits.device))
+
+
+#: Elements of one ``[positions, V]`` tensor in a chunk of :func:`batch_columns`. On CPU, 2 MiB of
+#: float32 keeps a chunk's intermediates in cache (2× faster than one pass over a whole batch of
+#: 16 × 128 positions × 4096 entries); on an accelerator the bound only caps their memory.
+CPU_CHUNK_ELEMENTS = 2**19
+DEVICE_CHUNK_ELEMENTS = 2**25
+
+
+def chunk_positions(device: torch.device, vocab: int) -> int:
+    """Positions per chunk of :func:`batch_columns` for logits of ``vocab`` entries on ``device`` (≥ 16 on CPU)."""
+    if device.type == "cpu":
+        return max(16, CPU_CHUNK_ELEMENTS // vocab)
+    return max(1, DEVICE_CHUNK_ELEMENTS // vocab)
+
+
+def _map(fn: Callable[[int], T], items: range, device: torch.device) -> list[T]:
+    """``[fn(i) for i in items]``; on CPU spread over ``torch.get_num_threads()`` threads, each op single-threaded.
+
+    For row-wise work in many small operations (cache-sized chunks, one row's draws): split by item,
+    the cores run without the thread barrier that intra-op parallelism puts after every operation
+    (which stalls whenever a core is busy elsewhere: 18× slower on a loaded 2-core machine). Every
+    operation being row-wise, the values are those of the plain loop.
+    """
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1 or len(items) < 2:
+        return [fn(i) for i in items]
+    torch.set_num_threads(1)  # read by the workers' operations; the caller waits in pool.map meanwhile
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(fn, items))
+    finally:
+        torch.set_num_threads(threads)
+
+
+class _Distributions:
+    """Each model's distributions under each transform at one set of positions, each computed once.
+
+    ``logits`` maps a role (``p``, ``q``, ``c``) to its raw logits ``[N, V]``. Every column that
+    needs a model's distribution under a transform, or its argmax, reads it here, so a chunk pays
+    one softmax per model and transform however many columns and rules use it. Also the
+    :class:`decode.rules.SharedScores` that every rule's label reads.
+    """
+
+    def __init__(self, logits: dict[str, Tensor]) -> None:
+        self.logits = logits
+        self._memo: dict[tuple[str, Sampling | None], Tensor] = {}
+
+    def of(self, role: str, transform: Sampling) -> Tensor:
+        """``transform.probs`` of ``role``'s logits."""
+        if (role, transform) not in self._memo:
+            self._memo[role, transform] = transform.probs(self.logits[role])
+        return self._memo[role, transform]
+
+    def features(self, role: str, transform: Sampling) -> Tensor:
+        """``transform.feature_probs`` of ``role``'s logits.
+
+        By :meth:`~decode.sampling.Sampling.feature_probs`' definition these are the transform's
+        probabilities, except under greedy the untempered softmax, i.e. ``Sampling()``'s probabilities.
+        """
+        return self.of(role, Sampling() if transform.greedy else transform)
+
+    def argmax_of(self, role: str) -> Tensor:
+        """``argmax`` of ``role``'s raw logits."""
+        if (role, None) not in self._memo:
+            self._memo[role, None] = self.logits[role].argmax(-1)
+        return self._memo[role, None]
+
+    def probs(self, transform: Sampling) -> tuple[Tensor, Tensor]:
+        """:meth:`decode.rules.SharedScores.probs`."""
+        return self.of("p", transform), self.of("q", transform)
+
+    def argmax(self) -> tuple[Tensor, Tensor]:
+        """:meth:`decode.rules.SharedScores.argmax`."""
+        return self.argmax_of("p"), self.argmax_of("q")
 
 
 def position_columns(
@@ -101,30 +187,66 @@ def position_columns(
     """All per-position columns for candidates ``y[N]`` given logits ``[N, V]`` (any positions).
 
     With companion logits, the indicators of every rule in ``companion_rules`` (see
-    :func:`companion_columns`).
+    :func:`companion_columns`). Each model's distribution under each transform is computed once
+    (:class:`_Distributions`) and shared by the features, the divergences, the indicators and every
+    rule's :meth:`~decode.rules.Rule.label`.
     """
-    q = sampling.probs(q_logits)
-    p = sampling.probs(p_logits)
-    features = sampling.feature_probs(q_logits)
+    dists = _Distributions({"p": p_logits, "q": q_logits} | ({} if c_logits is None else {"c": c_logits}))
+    p, q = dists.probs(sampling)
+    features = dists.features("q", sampling)
     columns = {
         "draft_token": y,
         "draft_prob": q.gather(-1, y[:, None]).squeeze(-1),
         "target_prob": p.gather(-1, y[:, None]).squeeze(-1),
-        "draft_argmax": q_logits.argmax(-1),
-        "target_argmax": p_logits.argmax(-1),
-        "draft_entropy": -torch.xlogy(features, features).sum(-1),
+        "draft_argmax": dists.argmax_of("q"),
+        "target_argmax": dists.argmax_of("p"),
+        "draft_entropy": -torch.xlogy(features, features).sum(-1),  # as the ``pre`` head computes it (decode.head)
         "draft_top_prob": features.max(-1).values,
-        **{name: fn(p, q) for name, fn in DIVERGENCES.items()},
+        **divergences(p, q),
     }
     if c_logits is not None:
         by_transform: dict[Sampling, CompanionIndicators] = {}  # same transform: same distributions and candidate
         for rule in companion_rules:
             transform = rule.transform(sampling)
             if transform not in by_transform:
-                candidates = rule_candidates(rule, q_logits, y, sampling)
-                by_transform[transform] = companion_indicators(transform, q_logits, c_logits, candidates)
+                candidates = rule_candidates(rule, dists.argmax_of("q"), y, sampling)
+                by_transform[transform] = companion_indicators_from_probs(
+                    dists.features("q", transform), dists.features("c", transform), candidates
+                )
             for name, column in companion_columns(rule).items():
                 columns[column] = getattr(by_transform[transform], name)
     for column, rule in label_columns.items():
-        columns[column] = rule.label(p_logits, q_logits, y, sampling)
+        columns[column] = rule.label(p_logits, q_logits, y, sampling, shared=dists)
     return columns
+
+
+def batch_columns(
+    p_logits: Tensor,
+    q_logits: Tensor,
+    c_logits: Tensor | None,
+    y: Tensor,
+    valid: Tensor,
+    *,
+    sampling: Sampling,
+    label_columns: dict[str, rule_defs.Rule],
+    companion_rules: list[rule_defs.Rule],
+) -> dict[str, Tensor]:
+    """:func:`position_columns` of a batch: logits ``[B, T, V]`` at the positions ``valid[B, T]`` marks.
+
+    ``y`` holds the candidates of the valid positions in row-major order. Runs chunk by chunk of
+    :func:`chunk_positions` positions (gathered from the logits, no copy of the whole batch; on CPU
+    the chunks spread over threads, :func:`_map`): the values do not depend on the chunking, every
+    operation being row-wise.
+    """
+    rows, steps = valid.nonzero(as_tuple=True)
+    size = chunk_positions(p_logits.device, p_logits.shape[-1])
+
+    def chunk(start: int) -> dict[str, Tensor]:
+        at = rows[start : start + size], steps[start : start + size]
+        return position_columns(
+            p_logits[at], q_logits[at], None if c_logits is None else c_logits[at], y[start : start + size],
+            sampling=sampling, label_columns=label_columns, companion_rules=companion_rules,
+        )
+
+    chunks = _map(chunk, range(0, len(rows), size), p_logits.device)
+    return {name: torch.cat([values[name] for values in chunks]) for name in chunks[0]}

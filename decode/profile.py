@@ -50,6 +50,15 @@ def companion_indicators(
     """
     q = rule_sampling.feature_probs(q_logits)
     c = rule_sampling.feature_probs(c_logits)
+    return companion_indicators_from_probs(q, c, candidates)
+
+
+def companion_indicators_from_probs(q: Tensor, c: Tensor, candidates: Tensor) -> CompanionIndicators:
+    """:func:`companion_indicators` from the rule's feature distributions ``q``, ``c`` ``[..., V]``.
+
+    For callers that already hold ``rule_sampling.feature_probs`` of both models (collection
+    computes each transform's distributions once for every column).
+    """
     x, y = sv_indicators(q, c, candidates)
     qy = q.gather(-1, candidates.unsqueeze(-1)).squeeze(-1)
     cy = c.gather(-1, candidates.unsqueeze(-1)).squeeze(-1)

@@ -14,7 +14,7 @@ Decode-time use goes through :meth:`Rule.propose`, :meth:`Rule.verify` and (ense
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Generator, Tensor
@@ -36,6 +36,22 @@ def _ratio_accept(v: Tensor, q: Tensor, y: Tensor) -> Tensor:
     vy = v.gather(-1, y.unsqueeze(-1)).squeeze(-1)
     qy = q.gather(-1, y.unsqueeze(-1)).squeeze(-1)
     return torch.where(qy > 0, (vy / qy.clamp_min(1e-30)).clamp(max=1.0), torch.ones_like(vy))
+
+
+class SharedScores(Protocol):
+    """What :meth:`Rule.label` reads of ``p_logits`` and ``q_logits`` when a caller computes it once for many rules.
+
+    Data collection memoises both, so the label columns of every rule share one softmax per model
+    and transform and one argmax per model.
+    """
+
+    def probs(self, transform: Sampling) -> tuple[Tensor, Tensor]:
+        """``(transform.probs(p_logits), transform.probs(q_logits))``."""
+        ...
+
+    def argmax(self) -> tuple[Tensor, Tensor]:
+        """``(p_logits.argmax(-1), q_logits.argmax(-1))``."""
+        ...
 
 
 def sample(probs: Tensor, generator: Generator | None) -> Tensor:
@@ -69,9 +85,14 @@ class Rule:
         """The transform this rule actually applies (greedy overrides it)."""
         return sampling
 
-    def verifier_probs(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling) -> Tensor:
-        """The distribution the rule verifies against (``p`` by default)."""
-        return self.transform(sampling).probs(p_logits)
+    def verifier_probs(
+        self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling, p: Tensor | None = None
+    ) -> Tensor:
+        """The distribution the rule verifies against (``p`` by default).
+
+        ``p``: ``self.transform(sampling).probs(p_logits)`` when the caller already holds it.
+        """
+        return self.transform(sampling).probs(p_logits) if p is None else p
 
     def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
         """Probability of accepting candidate ``y`` at each row."""
@@ -100,11 +121,19 @@ class Rule:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
         return f"{type(self).__name__}({args})"
 
-    def label(self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling | None = None) -> Tensor:
-        """Training label ``a_t`` for candidates ``y[T]`` given logits ``[T, V]`` (vectorised)."""
+    def label(
+        self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling | None = None, *,
+        shared: SharedScores | None = None,
+    ) -> Tensor:
+        """Training label ``a_t`` for candidates ``y[T]`` given logits ``[T, V]`` (vectorised).
+
+        ``shared``: the distributions of these logits, already computed (:class:`SharedScores`);
+        without it they are computed here.
+        """
         sampling = self.transform(sampling or Sampling())
-        v = self.verifier_probs(p_logits, q_logits, sampling)
-        return self.accept_probs(v, sampling.probs(q_logits), y)
+        p, q = (None, sampling.probs(q_logits)) if shared is None else shared.probs(sampling)
+        v = self.verifier_probs(p_logits, q_logits, sampling, p=p)
+        return self.accept_probs(v, q, y)
 
     def propose(self, q_logits: Tensor, sampling: Sampling, generator: Generator | None) -> Tensor:
         """The draft's candidate from ``q`` logits ``[..., V]``: a sample of the transformed ``q``."""
@@ -170,8 +199,13 @@ class Greedy(Rule):
     def transform(self, sampling: Sampling) -> Sampling:
         return Sampling(temperature=0.0)
 
-    def label(self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling | None = None) -> Tensor:
-        return (p_logits.argmax(-1) == q_logits.argmax(-1)).float()
+    def label(
+        self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling | None = None, *,
+        shared: SharedScores | None = None,
+    ) -> Tensor:
+        """``1[argmax q = argmax p]`` (no probabilities needed)."""
+        p_argmax, q_argmax = (p_logits.argmax(-1), q_logits.argmax(-1)) if shared is None else shared.argmax()
+        return (p_argmax == q_argmax).float()
 
 
 class Fuzzy(Rule):
@@ -252,7 +286,10 @@ class Ensemble(Rule):
             return cls("weighted", weight=coef[0])
         return cls("contrastive", mu=-coef[0]) if fn.expert % 2 == 1 else None
 
-    def verifier_probs(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling) -> Tensor:
+    def verifier_probs(
+        self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling, p: Tensor | None = None
+    ) -> Tensor:
+        """``r`` from :meth:`function` over both members' raw logits (a precomputed ``p`` is not used)."""
         return self.function().probs(torch.stack([q_logits.float(), p_logits.float()]), sampling)
 
 

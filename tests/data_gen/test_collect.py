@@ -15,16 +15,23 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from accept_heads import train as head_training
 from accept_heads.cli import CONF_DIR, to_config
+from accept_heads.config import RulesConfig
 from data_gen.collect import collect
+from data_gen import labels
 from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.shards import MANIFEST_FILE, CollectionDirError, load_split
 from decode import rules
+from decode.export import load_head
+from decode.divergence import DIVERGENCES, divergences
 from decode.hub import load_causal_lm, load_tokenizer
 from decode.profile import companion_indicators
 from decode.runner import ModelRunner, vocab_size
 from decode.sampling import Sampling
+from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, compose_config, model_overrides
 
 LAMBDA, MU = 0.3, 0.2
 
@@ -104,6 +111,76 @@ def test_every_label_column_equals_a_brute_force_recomputation(collected, micro_
         assert bool((qy > 0).all()), "draft candidates are samples of the transformed q"
         checked += 1
     assert checked == len(table) >= 8
+
+
+TRANSFORMS = [Sampling(), Sampling(temperature=0.7, top_k=20), Sampling(temperature=1.3, top_p=0.8),
+              Sampling(temperature=0.0)]
+EVERY_RULE = [rules.Speculative(), rules.Greedy(), rules.Ensemble("weighted", weight=LAMBDA),
+              rules.Ensemble("contrastive", mu=MU)]
+
+
+def _logits(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+@pytest.mark.parametrize("sampling", TRANSFORMS, ids=str)
+def test_shared_pass_columns_equal_each_definition_computed_alone(sampling):
+    """One softmax per model and transform, shared by every column, changes no value: each column equals
+    its own definition computed from the logits alone (``rule.label``, the divergences, ``companion_indicators``)."""
+    p_logits, q_logits, c_logits = (_logits(40, 64, seed=seed) for seed in (1, 2, 3))
+    y = rules.Speculative().propose(q_logits, sampling, torch.Generator().manual_seed(4))
+    label_columns = {labels.label_column(rule): rule for rule in EVERY_RULE}
+    columns = labels.position_columns(p_logits, q_logits, c_logits, y, sampling=sampling, label_columns=label_columns,
+                                      companion_rules=EVERY_RULE)
+    for column, rule in label_columns.items():
+        assert torch.equal(columns[column], rule.label(p_logits, q_logits, y, sampling)), column
+    p, q, features = sampling.probs(p_logits), sampling.probs(q_logits), sampling.feature_probs(q_logits)
+    for name, fn in DIVERGENCES.items():
+        assert torch.equal(columns[name], fn(p, q)), name
+    assert torch.equal(columns["draft_entropy"], -torch.xlogy(features, features).sum(-1))
+    assert torch.equal(columns["draft_top_prob"], features.max(-1).values)
+    assert torch.equal(columns["draft_prob"], q.gather(-1, y[:, None]).squeeze(-1))
+    for rule in EVERY_RULE:
+        transform = rule.transform(sampling)
+        candidates = labels.rule_candidates(rule, q_logits.argmax(-1), y, sampling)
+        seen = companion_indicators(transform, q_logits, c_logits, candidates)
+        for field, column in labels.companion_columns(rule).items():
+            assert torch.equal(columns[column], getattr(seen, field)), column
+    if not sampling.greedy:
+        assert 0 < float(columns["label_speculative"].mean()) < 1  # soft labels: the ratio path ran
+        assert not torch.equal(columns["label_ensemble_weighted"], columns["label_ensemble_contrastive"])
+
+
+@pytest.mark.parametrize("sampling", TRANSFORMS[:2], ids=str)
+def test_batch_columns_in_chunks_equal_one_pass_over_the_valid_positions(sampling, monkeypatch):
+    rows, steps, vocab = 3, 11, 64
+    p_logits, q_logits, c_logits = (_logits(rows, steps, vocab, seed=seed) for seed in (5, 6, 7))
+    valid = torch.ones(rows, steps, dtype=torch.bool)
+    valid[0, 4:] = valid[2, 9:] = False  # responses that stopped early: padding between valid positions
+    y = rules.Speculative().propose(q_logits[valid], sampling, torch.Generator().manual_seed(8))
+    options = dict(sampling=sampling, label_columns=labels.label_rules(RulesConfig()), companion_rules=EVERY_RULE)
+    whole = labels.position_columns(p_logits[valid], q_logits[valid], c_logits[valid], y, **options)
+    monkeypatch.setattr(labels, "CPU_CHUNK_ELEMENTS", 1)  # 16 positions per chunk: 2 chunks, the last one partial
+    assert labels.chunk_positions(torch.device("cpu"), vocab) == 16 < int(valid.sum())
+    chunked = labels.batch_columns(p_logits, q_logits, c_logits, y, valid, **options)
+    assert list(chunked) == list(whole)
+    for name, values in whole.items():
+        assert torch.equal(chunked[name], values), name
+
+
+def test_divergences_together_equal_each_alone_and_the_xlogy_forms():
+    p = Sampling(top_k=5).probs(_logits(30, 4096, seed=9))  # zeros in p where q > 0: 0 log 0 = 0, kl finite
+    q = Sampling(temperature=0.5).probs(_logits(30, 4096, seed=10))
+    together = divergences(p, q)
+    assert list(together) == list(DIVERGENCES)
+    for name, fn in DIVERGENCES.items():
+        assert torch.equal(together[name], fn(p, q)), name
+    assert bool(torch.isfinite(together["kl"]).all()) and float(together["js"].min()) >= 0
+    xlogy_kl = lambda a, b: (torch.xlogy(a, a) - torch.xlogy(a, b)).sum(-1)  # noqa: E731 — the former definitions
+    m = 0.5 * (p + q)
+    torch.testing.assert_close(together["kl"], xlogy_kl(p, q), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(together["js"], 0.5 * xlogy_kl(p, m) + 0.5 * xlogy_kl(q, m), rtol=1e-6, atol=1e-6)
+    assert torch.isinf(divergences(q, p)["kl"]).all()  # q > 0 = p somewhere in every row
 
 
 def _runner_logits(model, vocab: int, prompt_ids: list[int], response_ids: list[int]) -> torch.Tensor:
@@ -267,3 +344,35 @@ def test_two_process_torchrun_collects_the_same_prompts(micro_trio, reference_id
         ids = _prompt_ids(tmp_path / "tiny" / "data", split)
         assert sorted(ids) == sorted(expected)
         assert len(ids) == len(set(ids))
+
+
+QWEN2_SHAPES = {"target": (2, 48, 1), "draft": (1, 32, 2), "companion": (1, 24, 3)}  # role: (layers, hidden, seed)
+
+
+def test_a_qwen2_trio_collects_and_trains_a_head(micro_trio, tmp_path):
+    """A non-Llama family end to end: collection with Qwen2 models, then a head trained for the Qwen2 draft."""
+    tokenizer = load_tokenizer(str(micro_trio["target"]))
+    # Padded like real Qwen2 checkpoints; beside a Qwen2 config the tokenizer loads as Qwen2Tokenizer, one token longer.
+    vocab = 64 * (len(tokenizer) // 64 + 1)
+    paths = {}
+    for role, (layers, hidden, seed) in QWEN2_SHAPES.items():
+        torch.manual_seed(seed)
+        config = Qwen2Config(
+            vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=192,
+            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        paths[role] = tmp_path / "models" / role
+        Qwen2ForCausalLM(config).save_pretrained(paths[role])
+        tokenizer.save_pretrained(paths[role])
+    config = compose_config(*model_overrides(paths), *DATA_OVERRIDES, *TRAIN_OVERRIDES, f"paths.root={tmp_path}")
+    manifest = collect(config)
+    train = manifest["splits"]["train"]
+    assert train["labelled_positions"] > 0 and 0 < train["mean_label"]["label_speculative"] < 1
+    result = head_training.train(config)
+    assert len(result["calibration"]) == 2 and result["dev_metrics"]["val/binary_kl_constant"] > 0
+    draft = load_causal_lm(str(paths["draft"]), dtype="float32")
+    assert isinstance(draft, Qwen2ForCausalLM)
+    head = load_head(result["head_path"], draft=draft, tokenizer=load_tokenizer(str(paths["draft"])))
+    assert head.metadata["hidden_size"] == 32
