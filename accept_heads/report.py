@@ -39,7 +39,7 @@ def print_head_summary(result: dict[str, Any]) -> None:
     console = Console()
     console.print(table)
     if result["calibration"]:
-        sweep = Table(title="threshold sweep (modelled throughput = tokens / (t_d·N_d + t_t·N_t))")
+        sweep = Table(title="threshold sweep (modelled throughput = tokens / (t_d·N_d + t_c·N_c + t_t·N_t))")
         for column in ("h", "tokens", "draft calls", "target calls", "discarded", "tokens / modelled s"):
             sweep.add_column(column, justify="right")
         for row in result["calibration"]:
