@@ -168,6 +168,24 @@ def test_batch_columns_in_chunks_equal_one_pass_over_the_valid_positions(samplin
         assert torch.equal(chunked[name], values), name
 
 
+@pytest.mark.parametrize("sampling", TRANSFORMS[:2], ids=str)
+def test_draft_candidates_on_threads_are_each_rows_own_draws(sampling):
+    """Rows drawn on two threads: each row's candidates are what its own generator gives it alone."""
+    q_logits, lengths = _logits(5, 12, 64, seed=11), [12, 3, 7, 12, 1]
+    alone = [rules.Speculative().propose(q_logits[row, :n], sampling, torch.Generator().manual_seed(row))
+             for row, n in enumerate(lengths)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        generators = [torch.Generator().manual_seed(row) for row in range(5)]
+        drawn = labels.draft_candidates(q_logits, lengths, sampling, generators)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(drawn, torch.cat(alone))
+    assert len(set(drawn.tolist())) > 5  # samples, not one repeated token
+
+
 def test_divergences_together_equal_each_alone_and_the_xlogy_forms():
     p = Sampling(top_k=5).probs(_logits(30, 4096, seed=9))  # zeros in p where q > 0: 0 log 0 = 0, kl finite
     q = Sampling(temperature=0.5).probs(_logits(30, 4096, seed=10))
