@@ -285,7 +285,8 @@ class EvaluateConfig:
     latency_lengths: int = 20  # target verification latency measured for L = 1..this (longer: extrapolated)
     latency_repeats: int = 5  # timed forwards per length (median; after one warm-up)
     figures: bool = True
-    threads: Optional[int] = 1  # torch CPU threads: 1 suits small models on a shared CPU; null = torch's default
+    threads: Optional[int] = 1  # torch CPU threads per process: 1 suits small models on a shared CPU; null = torch's default
+    workers: Optional[int] = None  # decoding processes; null = one per usable CPU core on CPU, 1 on a GPU
 
     def __post_init__(self) -> None:
         for name in self.rules or []:
@@ -306,6 +307,8 @@ class EvaluateConfig:
             raise ConfigError("evaluate.latency_lengths and evaluate.latency_repeats must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise ConfigError("evaluate.threads must be >= 1 or null")
+        if self.workers is not None and self.workers < 1:
+            raise ConfigError("evaluate.workers must be >= 1 or null (one per CPU core)")
 
 
 @dataclass

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from accept_heads.cli import CONF_DIR, run_entry
 from accept_heads.config import Config, ConfigError
 from accept_heads.evaluation import baselines, ensemble
-from accept_heads.evaluation.artifacts import Artifacts, discover
+from accept_heads.evaluation.artifacts import Artifacts
 from accept_heads.evaluation.bootstrap import add_intervals
 from accept_heads.evaluation.calibration import head_predictions
 from accept_heads.evaluation.costs import CostFit, Latency, fit_costs, measure_latency, paper_model
@@ -35,34 +35,25 @@ from accept_heads.evaluation.figures import draw_all
 from accept_heads.evaluation.plan import Choice, after_selection, dev_sweeps, eval_rules, fsd_sweep, unmatched
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
-from accept_heads.evaluation.runs import Decoding, RunSpec
-from accept_heads.evaluation.sets import PromptSet, load_sets
+from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
+from accept_heads.evaluation.runs import RunSpec
+from accept_heads.evaluation.sets import PromptSet
 from accept_heads.evaluation.table import (add_comparisons, add_costs, aggregate, mark_dev_choices, select,
                                            select_threshold, sort_rows, verification_units)
-from data_gen.models import Trio, load_trio
+from data_gen.models import Trio
 from decode.costs import CostModel, LatencyShape
 from decode.head import AcceptanceHead
-from decode.sampling import Sampling
 from decode.version import code_version
 
 
-def execute(specs: list[RunSpec], sets: dict[str, PromptSet], decoding: Decoding, config: Config,
-            description: str) -> list[dict[str, Any]]:
-    """Decode every run (a progress bar over runs); one record per generation."""
+def execute(specs: list[RunSpec], pool: WorkerPool, description: str) -> list[dict[str, Any]]:
+    """Decode every run (a progress bar over runs); one record per generation, in spec order."""
     records: list[dict[str, Any]] = []
-    bar = tqdm(specs, desc=description, unit="run", dynamic_ncols=True)
-    for spec in bar:
-        bar.set_postfix_str(f"{spec.set} {spec.rule} {spec.label}", refresh=False)
-        prompts = sets[spec.set]
-        with_quality = prompts.role != "dev"
-        if spec.family.startswith("hf-"):
-            records += baselines.run_hf(spec, decoding.trio, prompts, decoding.sampling, decoding.max_new_tokens,
-                                        decoding.seed, with_quality)
-        elif spec.family.startswith("se-"):
-            records += ensemble.run_se(spec, decoding.trio, prompts, decoding.sampling, config.rules,
-                                       decoding.max_new_tokens, decoding.seed, with_quality)
-        else:
-            records += decoding.run(spec, prompts, with_quality)
+    with tqdm(total=len(specs), desc=description, unit="run", dynamic_ncols=True) as bar:
+        for spec, run_records in zip(specs, pool.map(specs)):
+            bar.set_postfix_str(f"{spec.set} {spec.rule} {spec.label}", refresh=False)
+            bar.update()
+            records += run_records
     return records
 
 
@@ -98,17 +89,6 @@ def cost_tuples(table: pd.DataFrame) -> pd.DataFrame:
     """Runs whose wall time is counted model calls only: our decoder (companion runs included), no oracle
     (its lookahead calls the target uncounted)."""
     return table[(table["source"] == "decode") & (table["family"] != "oracle") & (table["generated"] > 0)]
-
-
-def place(trio: Trio) -> str:
-    """Move the models to the GPU when there is one (unless a device map placed them); returns the device."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    for model in (trio.target, trio.draft, trio.companion):
-        if model is not None:
-            model.eval()
-            if getattr(model, "hf_device_map", None) is None:
-                model.to(device)
-    return device
 
 
 def results_table(generations: pd.DataFrame, paper: CostModel, shape: LatencyShape,
@@ -163,37 +143,32 @@ def evaluate(config: Config) -> Results:
     if e.threads is not None:
         torch.set_num_threads(e.threads)
     rules = eval_rules(config)
-    trio = load_trio(config.models, config.paths.zoo_dir)
-    device = place(trio)
-    sampling = Sampling(**asdict(config.sampling))
     notes: dict[str, str] = {}
-    artifacts, described = discover(config, trio, sampling, notes)
+    executor = Executor.build(config, notes)
+    trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
+    workers = e.workers if e.workers is not None else default_workers(device)
     if "ensemble" in rules and not ensemble.available():
         notes["se"] = "decode.EnsembleDecoder is not available: no SE runs (se-plain / se-sd / se-alternate)"
     unused = unmatched(config, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
-    sets = load_sets(config, trio.tokenizer, trio.target.config.max_position_embeddings)
-    by_name = {s.name: s for s in sets}
-    decoding = Decoding(trio, sampling, config.rules, artifacts, e.max_new_tokens, config.seed,
-                        config.head.k_min, config.head.k_max)
-
-    latency = measure_latency(trio, by_name["dev"].prompts[0].token_ids, e.latency_lengths, e.latency_repeats)
+    latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency_lengths, e.latency_repeats)
     paper = paper_model(config.cost, latency)
+    executor.decoding.costs = paper  # the goodput head stops by the model the selection uses
 
-    records = execute(dev_sweeps(config, artifacts, rules), by_name, decoding, config, "dev sweeps")
-    choices = select(costed(records, paper), "throughput_cost")  # K, τ, h and γ here, T below: dev rows only
-    if "fuzzy" in rules:
-        records += execute(fsd_sweep(config, "dev", choices), by_name, decoding, config, "dev FSD sweep")
-        choices += select_threshold(costed(records, paper), "throughput_cost", choices)
-    records += execute(after_selection(config, artifacts, sets, rules, choices), by_name, decoding, config,
-                       "test / OOD")
+    with WorkerPool(executor, workers) as pool:
+        records = execute(dev_sweeps(config, artifacts, rules), pool, "dev sweeps")
+        choices = select(costed(records, paper), "throughput_cost")  # K, τ, h and γ here, T below: dev rows only
+        if "fuzzy" in rules:
+            records += execute(fsd_sweep(config, "dev", choices), pool, "dev FSD sweep")
+            choices += select_threshold(costed(records, paper), "throughput_cost", choices)
+        records += execute(after_selection(config, artifacts, sets, rules, choices), pool, "test / OOD")
 
     generations = mark_dev_choices(pd.DataFrame(records), choices)
     table, fit = results_table(generations, paper, latency.shape, config.seed)
     calibration = calibration_frame(config, artifacts, trio, notes)
-    metadata = {**describe(config, trio, device, rules, sets, choices, paper, fit, latency), **described,
-                "notes": notes}
+    metadata = {**describe(config, trio, device, rules, sets, choices, paper, fit, latency), **executor.described,
+                "workers": workers, "notes": notes}
     results = Results(Path(e.out_dir), table, generations, calibration, metadata)
     figures = draw_all(results) if e.figures else {}
     metadata["seconds"] = time.perf_counter() - start

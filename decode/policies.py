@@ -17,6 +17,7 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor
 
+from decode.costs import CostModel
 from decode.head import AcceptanceHead, head_features
 from decode.profile import SVProfile, companion_indicators
 from decode.rules import Greedy, Rule
@@ -234,6 +235,58 @@ class Head(Policy):
         )
 
 
+class GoodputHead(Head):
+    """A head with a stop rule derived from the costs instead of a swept threshold ``h``.
+
+    After ``y_i`` the running keep-probability ``Π_i = Π_{j≤i} P̂_j`` is the head's probability that
+    all candidates so far are accepted; drafting ``y_{i+1}`` adds ``Π_i·P̂_{i+1}`` expected tokens
+    (``P̂_i`` stands in for the unseen ``P̂_{i+1}``) and costs one draft call (and a companion call for
+    a head that reads companion features) plus the growth of the verification,
+    ``t_d + t_t·(shape(i+1) − shape(i))``. By the renewal-reward argument of optimal
+    stopping, drafting pays while that gain per second exceeds the throughput ``λ`` the decoder
+    achieves; ``λ`` is this generation's modelled throughput so far, starting from the target alone
+    (``1 / t_t``). With calibrated ``P̂`` (DESIGN §5 for the cost model) no parameter is tuned.
+    """
+
+    name = "head-goodput"
+
+    def __init__(self, head: AcceptanceHead, costs: CostModel, k_min: int = 1, k_max: int = 20) -> None:
+        super().__init__(head, threshold=1.0, k_min=k_min, k_max=k_max)
+        self.costs = costs
+        self._tokens, self._seconds = 0, 0.0
+
+    def reset(self) -> None:
+        self._tokens, self._seconds = 0, 0.0
+
+    @property
+    def throughput(self) -> float:
+        """``λ``: tokens per modelled second so far in this generation (``1 / t_t`` before the first round)."""
+        return self._tokens / self._seconds if self._seconds > 0 else 1.0 / self.costs.t_target
+
+    def _step_cost(self) -> float:
+        """Draft (and companion) seconds per drafted candidate."""
+        return self.costs.t_draft + (self.costs.t_companion if self.companion is not None else 0.0)
+
+    def _marginal_cost(self, i: int) -> float:
+        shape = self.costs.latency
+        return self._step_cost() + self.costs.t_target * float(shape(i + 1) - shape(i))
+
+    def _decide(self, state: DraftRound, hidden: Tensor, features: Tensor | None) -> Decision:
+        with torch.no_grad():
+            accept = float(self.head.predict(hidden.float(), features))
+        self._keep_prob *= accept
+        gain = self._keep_prob * accept
+        stop = state.i >= self.k_min and gain < self.throughput * self._marginal_cost(state.i)
+        return Decision.STOP if stop else Decision.CONTINUE
+
+    def end_round(self, drafted: int, verified: int, accepted: int) -> None:
+        self._tokens += accepted + 1
+        self._seconds += drafted * self._step_cost() + self.costs.t_target * float(self.costs.latency(verified))
+
+    def __repr__(self) -> str:
+        return f"GoodputHead(timing={self.head.config.timing}, k_min={self.k_min}, k_max={self.k_max})"
+
+
 class SV(Policy):
     """Speculative Verification: draft ``k``, score with the companion, verify a goodput-optimal prefix.
 
@@ -307,5 +360,5 @@ class Oracle(Policy):
 
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Fixed, Heuristic, Confidence, Head, SV, Oracle)
+    cls.name: cls for cls in (Fixed, Heuristic, Confidence, Head, GoodputHead, SV, Oracle)
 }

@@ -83,6 +83,7 @@ def sweep(config: Config, artifacts: Artifacts, set_name: str, rule: str) -> lis
     thresholds = e.thresholds or config.head.thresholds
     specs += [replace(base, family="head", artifact=name, param=float(h), chosen_on="grid")
               for name in heads for h in thresholds]
+    specs += [replace(base, family="head-goodput", artifact=name) for name in heads]
     specs += [replace(base, family="sv", artifact=name) for name in profiles]
     if rule == "greedy":
         specs.append(replace(base, family="oracle"))

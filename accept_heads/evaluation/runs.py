@@ -13,6 +13,7 @@ from accept_heads.config import RulesConfig
 from data_gen.collect import prompt_seed
 from data_gen.models import Trio
 from decode import SpeculativeDecoder, policies
+from decode.costs import CostModel
 from decode import rules as rule_defs
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
@@ -21,7 +22,7 @@ from accept_heads.evaluation.artifacts import Artifacts
 from accept_heads.evaluation.sets import PromptSet
 
 #: Length-policy families of :mod:`decode.policies`, in table order.
-DECODE_FAMILIES = ("fixed", "heuristic", "confidence", "head", "sv", "oracle")
+DECODE_FAMILIES = ("fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle")
 #: The symbol of each family's ``param``.
 SYMBOLS = {"fixed": "K", "hf-constant": "K", "confidence": "τ", "hf-confidence": "τ", "head": "h",
            "se-sd": "γ", "se-alternate": "γ"}
@@ -114,6 +115,7 @@ class Decoding:
     seed: int
     k_min: int = 1
     k_max: int = 20
+    costs: CostModel | None = None  # the model the goodput head stops by (the evaluation's ``cost`` model)
 
     def policy(self, spec: RunSpec) -> policies.Policy:
         """The length policy of ``spec`` (heads keep the K range they were calibrated with)."""
@@ -127,6 +129,12 @@ class Decoding:
             head = self.artifacts.heads[spec.artifact]
             k_min, k_max = head.metadata.get("k_min", self.k_min), head.metadata.get("k_max", self.k_max)
             return policies.Head(head, threshold=spec.param, k_min=k_min, k_max=k_max)
+        if spec.family == "head-goodput":
+            if self.costs is None:
+                raise ValueError("a head-goodput run needs Decoding.costs (the cost model it stops by)")
+            head = self.artifacts.heads[spec.artifact]
+            k_min, k_max = head.metadata.get("k_min", self.k_min), head.metadata.get("k_max", self.k_max)
+            return policies.GoodputHead(head, self.costs, k_min=k_min, k_max=k_max)
         if spec.family == "sv":
             profile = self.artifacts.profiles[spec.artifact]
             return policies.SV(profile, k=int(profile.metadata.get("k_max", profile.latency.numel())))

@@ -122,8 +122,8 @@ def add_comparisons(table: pd.DataFrame, name: str) -> None:
     table[f"oracle_gap_share_{name}"] = ((table[column] - fixed) / gap).where(table["rule"] == "greedy")
 
 
-ORDER = {family: i for i, family in enumerate(["fixed", "heuristic", "confidence", "head", "sv", "oracle",
-                                                "hf-constant", "hf-heuristic", "hf-confidence",
+ORDER = {family: i for i, family in enumerate(["fixed", "heuristic", "confidence", "head", "head-goodput", "sv",
+                                                "oracle", "hf-constant", "hf-heuristic", "hf-confidence",
                                                 "se-plain", "se-sd", "se-alternate"])}
 
 

@@ -34,6 +34,7 @@ EVAL_OVERRIDES = [
     "evaluate.calibration_rows=2",
     "evaluate.latency_lengths=5",
     "evaluate.latency_repeats=2",
+    "evaluate.workers=1",
     "head.k_max=4",
 ]
 
@@ -63,6 +64,24 @@ def evaluated(make_config, micro_trio, micro_root, tmp_path_factory):
     return config, evaluate(config)
 
 
+def test_worker_processes_decode_the_same_generations_as_one_process(make_config, micro_trio, micro_root,
+                                                                     tmp_path_factory):
+    def run(workers: int) -> pd.DataFrame:
+        root = tmp_path_factory.mktemp(f"workers{workers}")
+        write_artifacts(root / "heads", micro_trio["draft"])
+        config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
+                             f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
+                             "evaluate.hf_baselines=false", "evaluate.figures=false", "evaluate.calibration_rows=0",
+                             f"evaluate.workers={workers}")
+        results = evaluate(config)
+        assert results.metadata["workers"] == workers
+        return results.generations.drop(columns=["wall_s"])
+
+    one, two = run(1), run(2)
+    assert {"fixed", "head", "head-goodput", "sv"} <= set(one["family"])
+    pd.testing.assert_frame_equal(one, two)
+
+
 def test_end_to_end_writes_table_and_figures(evaluated):
     config, results = evaluated
     out = Path(config.evaluate.out_dir)
@@ -72,7 +91,7 @@ def test_end_to_end_writes_table_and_figures(evaluated):
         assert (out / "figures" / f"{name}.png").stat().st_size > 0, name
     table = results.table
     test = table[table["set"] == "test"]
-    assert {"fixed", "heuristic", "confidence", "head", "sv", "oracle", "hf-constant", "hf-heuristic",
+    assert {"fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle", "hf-constant", "hf-heuristic",
             "hf-confidence", "se-plain", "se-sd", "se-alternate"} <= set(test["family"])
     plain = test[test["family"] == "se-plain"]
     assert plain["speedup_plain_ensemble_cost"].tolist() == pytest.approx([1.0])  # both models once per token

@@ -10,6 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
+from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.runner import ModelRunner
 
@@ -25,6 +26,9 @@ def make_policy(name: str, models: dict) -> policies.Policy:
         return policies.Head(AcceptanceHead(config), threshold=0.5)
     if name == "head_post":
         return policies.Head(AcceptanceHead(HeadConfig(hidden, depth=2, timing="post")), threshold=0.5)
+    if name == "head_goodput":
+        head = AcceptanceHead(HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES))
+        return policies.GoodputHead(head, CostModel(t_draft=0.2, t_target=1.0, t_companion=0.0), k_max=8)
     if name == "sv":
         profile = SVProfile(
             x_edges=torch.tensor([0.0, 0.3, 1.0]), y_edges=torch.tensor([0.0, 0.5, 1.0]),
@@ -50,7 +54,8 @@ RULES = {
     "weighted": lambda: rules.Ensemble("weighted", weight=0.3),
     "contrastive": lambda: rules.Ensemble("contrastive", mu=0.4),
 }
-POLICY_NAMES = ["fixed1", "fixed4", "heuristic", "confidence", "head_pre", "head_post", "sv", "oracle"]
+POLICY_NAMES = ["fixed1", "fixed4", "heuristic", "confidence", "head_pre", "head_post", "head_goodput", "sv",
+                "oracle"]
 
 
 def decoder(models: dict, rule: rules.Rule, policy: policies.Policy, **kwargs) -> SpeculativeDecoder:
@@ -273,3 +278,20 @@ def test_dynamic_policy_without_eos_reads_no_token(wide):
         s = dec.generate(PROMPT, 40, seed=1).stats
     assert s.drafted > s.rounds
     assert moves.count <= s.drafted + s.rounds + cache_setup(wide)
+
+
+def constant_head(hidden: int, accept: float) -> AcceptanceHead:
+    """A ``pre`` head that predicts ``accept`` for every candidate."""
+    head = AcceptanceHead(HeadConfig(hidden, depth=1, timing="pre", features=PRE_FEATURES))
+    with torch.no_grad():
+        head.out.weight.zero_()
+        head.out.bias.fill_(torch.logit(torch.tensor(accept)).item())
+    return head
+
+
+@pytest.mark.parametrize("t_draft,expected", [(1e-4, 6), (10.0, 1)])
+def test_goodput_head_drafts_while_the_expected_gain_pays_for_the_draft_call(wide, t_draft, expected):
+    head = constant_head(wide["draft"].config.hidden_size, accept=0.9)
+    policy = policies.GoodputHead(head, CostModel(t_draft=t_draft, t_target=1.0, t_companion=0.0), k_max=6)
+    out = decoder(wide, rules.Speculative(), policy).generate(PROMPT, max_new_tokens=30, seed=0)
+    assert out.stats.verified_per_round[:5] == [expected] * 5  # the last rounds may be cut by the budget
