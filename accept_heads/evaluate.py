@@ -32,7 +32,8 @@ from accept_heads.evaluation.bootstrap import add_intervals
 from accept_heads.evaluation.calibration import head_predictions
 from accept_heads.evaluation.costs import CostFit, Latency, fit_costs, measure_latency, paper_model
 from accept_heads.evaluation.figures import draw_all
-from accept_heads.evaluation.plan import Choice, after_selection, dev_sweeps, eval_rules, fsd_sweep, unmatched
+from accept_heads.evaluation.plan import (Choice, after_selection, dev_sweeps, edge_rules, eval_rules, extended_k,
+                                          fixed_specs, fsd_sweep, unmatched)
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
 from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
@@ -159,6 +160,14 @@ def evaluate(config: Config) -> Results:
     with WorkerPool(executor, workers) as pool:
         records = execute(dev_sweeps(config, artifacts, rules), pool, "dev sweeps")
         choices = select(costed(records, paper), "throughput_cost")  # K, τ, h and γ here, T below: dev rows only
+        while (edge := edge_rules(choices, e.fixed_k)) and (more := extended_k(e.fixed_k)):
+            records += execute([s for rule in edge for s in fixed_specs(config, "dev", rule, more)], pool,
+                               f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
+            e.fixed_k = sorted(e.fixed_k + more)  # test / OOD decode each rule's chosen K from this grid
+            choices = select(costed(records, paper), "throughput_cost")
+        if edge_rules(choices, e.fixed_k):
+            notes["fixed_k_edge"] = (f"best fixed K at the grid's edge K={max(e.fixed_k)} for "
+                                     f"{', '.join(edge_rules(choices, e.fixed_k))}: the optimum may lie beyond")
         if "fuzzy" in rules:
             records += execute(fsd_sweep(config, "dev", choices), pool, "dev FSD sweep")
             choices += select_threshold(costed(records, paper), "throughput_cost", choices)

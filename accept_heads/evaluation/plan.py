@@ -112,6 +112,27 @@ def fsd_k(choices: list[Choice]) -> float | None:
                 None)
 
 
+#: The fixed-K grid grows no further than this.
+K_CEILING = 64
+
+
+def edge_rules(choices: list[Choice], grid: list[int]) -> list[str]:
+    """Rules whose fixed K chosen on dev is the largest K of ``grid`` (the optimum may lie beyond)."""
+    return sorted({c.rule for c in choices if c.family == "fixed" and c.swept == "param" and c.value == max(grid)})
+
+
+def extended_k(grid: list[int]) -> list[int]:
+    """The next fixed-K values past ``grid``'s largest: 1.5× and 2× it (capped at :data:`K_CEILING`)."""
+    top = max(grid)
+    return sorted({k for k in (round(top * 1.5), 2 * top) if top < k <= K_CEILING})
+
+
+def fixed_specs(config: Config, set_name: str, rule: str, ks: list[int]) -> list[RunSpec]:
+    """Fixed-K runs of ``rule`` at each K of ``ks`` (grid points)."""
+    return [RunSpec(set=set_name, rule=rule, family="fixed", param=float(k), rule_param=rule_param(rule, config.rules),
+                    chosen_on="grid") for k in ks]
+
+
 def fsd_sweep(config: Config, set_name: str, choices: list[Choice]) -> list[RunSpec]:
     """Fuzzy rule at each ``evaluate.fuzzy_thresholds`` T with the fixed K chosen on dev for fuzzy (``grid``).
 

@@ -14,7 +14,7 @@ import torch
 from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.costs import fit_costs
 from accept_heads.evaluation.figures import FIGURES
-from accept_heads.evaluation.plan import SE_TUNED
+from accept_heads.evaluation.plan import SE_TUNED, Choice, edge_rules, extended_k
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.table import KEYS, add_costs, aggregate, select, verification_units
 from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
@@ -194,6 +194,23 @@ def test_selection_uses_dev_rows_only():
                          "artifact": None, "param": k, "throughput": 10.0 if k == best else 1.0})
     (choice,) = select(pd.DataFrame(rows), "throughput")
     assert (choice.value, choice.chosen_on, choice.dev_throughput) == (2.0, "dev", 10.0)
+
+
+def test_fixed_k_grid_grows_past_an_edge_choice():
+    choices = [Choice(rule="fuzzy", rule_param=0.3, family="fixed", artifact=None, value=10.0, dev_throughput=1.0),
+               Choice(rule="greedy", rule_param=None, family="fixed", artifact=None, value=3.0, dev_throughput=1.0)]
+    grid = list(range(1, 11))
+    assert edge_rules(choices, grid) == ["fuzzy"]
+    assert extended_k(grid) == [15, 20]
+    assert extended_k([40, 64]) == []  # K_CEILING
+    assert edge_rules(choices, grid + [15, 20]) == []
+
+
+def test_no_rule_ends_at_the_fixed_k_grids_edge_unless_noted(evaluated):
+    _, results = evaluated
+    grid = results.metadata["evaluate"]["fixed_k"]
+    at_edge = [c["rule"] for c in results.metadata["selection"] if c["family"] == "fixed" and c["value"] == max(grid)]
+    assert not at_edge or "fixed_k_edge" in results.metadata["notes"]
 
 
 def choice_rows(table: pd.DataFrame, choice: dict) -> pd.DataFrame:
