@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import lightning as L
 import torch
@@ -11,15 +10,8 @@ from torch import Tensor
 from accept_heads.config import LossConfig, OptimConfig
 from accept_heads.features import DraftFeatures
 from accept_heads.metrics import AcceptanceMetrics, weighted_bce
+from data_gen.zoo.training import warmup_cosine
 from decode.head import AcceptanceHead
-
-
-def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """LR multiplier: linear warm-up over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at ``total``."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 class HeadModule(L.LightningModule):

@@ -14,13 +14,20 @@ from .data import random_windows
 from .recipe import ZooRecipe
 
 
-def lr_factor(step: int, total: int, warmup_fraction: float) -> float:
-    """Linear warm-up, then cosine decay to 10% of the peak learning rate."""
-    warmup = max(1, round(total * warmup_fraction))
+def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """LR multiplier: linear warm-up over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at ``total``.
+
+    The one schedule of the project: the zoo's training and the heads' (``accept_heads.module``).
+    """
     if step < warmup:
         return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.1 + 0.45 * (1.0 + math.cos(math.pi * progress))
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def lr_factor(step: int, total: int, warmup_fraction: float) -> float:
+    """The zoo's schedule: warm-up over ``warmup_fraction`` of the steps, cosine to 10 % of the peak."""
+    return warmup_cosine(step, max(1, round(total * warmup_fraction)), total, 0.1)
 
 
 def _optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
@@ -57,7 +64,7 @@ def train_target(model: LlamaForCausalLM, stream: torch.Tensor, recipe: ZooRecip
     loss_value = float("nan")
     bar = tqdm(range(recipe.target_steps), desc="zoo: train target", unit="step")
     for step in bar:
-        windows = random_windows(stream, recipe.target_batch, recipe.context, generator)
+        windows = random_windows(stream, recipe.target_batch, recipe.context, generator).to(model.device)
         with _autocast(autocast_bf16):
             logits = model(input_ids=windows).logits
         loss = next_token_loss(logits, windows)
@@ -75,9 +82,10 @@ def distil_students(
     recipe: ZooRecipe,
     autocast_bf16: bool,
 ) -> dict[str, float]:
-    """Distil every student from ``teacher`` on shared batches (one teacher forward per step).
+    """Train every student on shared batches: distilled from ``teacher`` and / or on the text itself.
 
-    Loss per student: ``w * KL(teacher || student) + (1 - w) * CE``; returns final losses.
+    Loss per student: ``w * KL(teacher || student) + (1 - w) * CE``; returns final losses. With
+    ``w = 0`` (students trained on the data alone, as real drafts are) the teacher is not run.
     """
     generator = torch.Generator().manual_seed(recipe.data_seed + 1)
     optimizers = {role: _optimizer(m, recipe.distil_lr, recipe.weight_decay) for role, m in students.items()}
@@ -86,20 +94,22 @@ def distil_students(
     for model in students.values():
         model.train()
     losses = {role: float("nan") for role in students}
-    bar = tqdm(range(recipe.distil_steps), desc="zoo: distil students", unit="step")
+    bar = tqdm(range(recipe.distil_steps), desc="zoo: train students", unit="step")
     for step in bar:
-        windows = random_windows(stream, recipe.distil_batch, recipe.context, generator)
-        with torch.no_grad(), _autocast(autocast_bf16):
-            teacher_logits = teacher(input_ids=windows).logits
-        teacher_logp = F.log_softmax(teacher_logits.float(), dim=-1).flatten(0, 1)
+        windows = random_windows(stream, recipe.distil_batch, recipe.context, generator).to(teacher.device)
+        teacher_logp = None
+        if weight > 0:
+            with torch.no_grad(), _autocast(autocast_bf16):
+                teacher_logits = teacher(input_ids=windows).logits
+            teacher_logp = F.log_softmax(teacher_logits.float(), dim=-1).flatten(0, 1)
         lr = recipe.distil_lr * lr_factor(step, recipe.distil_steps, recipe.warmup_fraction)
         for role, model in students.items():
             with _autocast(autocast_bf16):
                 logits = model(input_ids=windows).logits
-            student_logp = F.log_softmax(logits.float(), dim=-1).flatten(0, 1)
-            kl = F.kl_div(student_logp, teacher_logp, log_target=True, reduction="batchmean")
-            ce = next_token_loss(logits, windows)
-            loss = weight * kl + (1.0 - weight) * ce
+            loss = (1.0 - weight) * next_token_loss(logits, windows)
+            if teacher_logp is not None:
+                student_logp = F.log_softmax(logits.float(), dim=-1).flatten(0, 1)
+                loss = loss + weight * F.kl_div(student_logp, teacher_logp, log_target=True, reduction="batchmean")
             _step(optimizers[role], model, loss, lr)
             losses[role] = loss.item()
         bar.set_postfix({role: f"{value:.3f}" for role, value in losses.items()}, refresh=False)
