@@ -70,6 +70,26 @@ def selection_table(selection: list[dict[str, Any]]) -> Table:
     return out
 
 
+def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
+    """One row per head: its rule, dev AUROC, and on each test / OOD set × the best fixed K (95 % interval)
+    with the threshold chosen on dev and with the goodput stop."""
+    sets = list(dict.fromkeys(table.loc[table["role"] != "dev", "set"]))
+    out = Table(title="heads — × best fixed K at the cost pair [95% paired-bootstrap CI over prompts]",
+                title_justify="left")
+    for column in ("head", "rule", "dev AUROC", *(f"{s}: {stop}" for s in sets for stop in ("h (dev)", "goodput"))):
+        out.add_column(column, justify="left" if column in ("head", "rule") else "right")
+    for name, head in heads.items():
+        cells = []
+        for set_name in sets:
+            rows = table[(table["set"] == set_name) & (table["artifact"] == name)]
+            for family in ("head", "head-goodput"):
+                row = rows[(rows["family"] == family) & (rows["chosen_on"] != "grid")]
+                cells.append(_with_interval(row.iloc[0], "speedup_fixed_cost", 3, "×") if len(row) else "—")
+        rule = head["rule"]["name"] + "".join(f" {k}={v}" for k, v in head["rule"].get("params", {}).items())
+        out.add_row(escape(name), escape(rule), _num(head["dev_metrics"].get("val/auroc"), 3), *cells)
+    return out
+
+
 def cost_lines(metadata: dict[str, Any]) -> list[str]:
     """The fitted ``t_d``, ``t_c``, ``t_t(L)`` and R², and what the cost pair assumes."""
     fit, fitted, paper = metadata["cost_fit"], metadata["cost_models"]["fitted"], metadata["cost_models"]["cost"]
@@ -96,6 +116,8 @@ def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str,
     console.print(selection_table(metadata["selection"]))
     for set_name in dict.fromkeys(table.loc[table["role"] != "dev", "set"]):
         console.print(results_table(table, set_name, metadata["cost_models"]["cost"]))
+    if metadata["heads"]:
+        console.print(heads_table(table, metadata["heads"]))
     for line in cost_lines(metadata):
         console.print(line, markup=False)
     for note in metadata["notes"].values():
