@@ -9,6 +9,7 @@ are consulted per step (those force one host sync per drafted token).
 
 from __future__ import annotations
 
+import copy
 import enum
 import sys
 from dataclasses import dataclass, field
@@ -73,6 +74,16 @@ class Policy:
 
     def reset(self) -> None:
         """Forget state carried between rounds (called at the start of every generation)."""
+
+    def fresh(self) -> Policy:
+        """An independent copy in its initial state, for one row of a batch (models are shared, not copied).
+
+        A shallow copy: per-generation state must live in attributes that are reassigned, never
+        mutated in place (true of every policy here).
+        """
+        policy = copy.copy(self)
+        policy.reset()
+        return policy
 
     def to(self, device: torch.device) -> Policy:
         """Move any model the policy holds to ``device``."""
