@@ -1,0 +1,246 @@
+"""Batched decoding (``SpeculativeDecoder.generate_batch``): every row is decoded as it would be alone.
+
+Greedy rows equal the target's own greedy ``generate`` (prompts of different lengths, rows
+finishing at different times by budget and by EOS); a batch of one is ``generate``; a row's output
+and stats do not depend on the other rows; the speculative rule's output distribution in a batch
+is the target's (enumeration and TV bound of ``test_exact_distribution.py``, with a negative
+control); per-row and batch counts are consistent; unsupported combinations are refused.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_exact_distribution import LENGTH, PROMPT, AcceptAll, exact_distribution, report, target_only, tv_bound
+from test_exact_distribution import random_head as tiny_head
+
+from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
+from decode.batch_cache import BatchRunner
+from decode.batched import row_seed
+from decode.head import PRE_FEATURES, AcceptanceHead
+
+LAYOUTS = ["compact", "holes"]
+BUDGETS = [20, 6, 20, 0, 13, 20, 9]
+
+
+def wide_prompts(vocab: int) -> list[torch.Tensor]:
+    """Seven 1-D prompts of lengths 1..9 (seeded)."""
+    generator = torch.Generator().manual_seed(7)
+    lengths = [3, 1, 9, 4, 6, 2, 5]
+    return [torch.randint(0, vocab, (n,), generator=generator) for n in lengths]
+
+
+def wide_policy(name: str, models: dict) -> policies.Policy:
+    torch.manual_seed(3)
+    hidden = models["draft"].config.hidden_size
+    if name == "fixed5":
+        return policies.Fixed(5)
+    if name == "head_pre":  # needs the companion at every step
+        head = AcceptanceHead(HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES, companion_features=True))
+        return policies.Head(head, threshold=0.5)
+    if name == "head_post":
+        return policies.Head(AcceptanceHead(HeadConfig(hidden, depth=2, timing="post")), threshold=0.5, k_min=2)
+    raise KeyError(name)
+
+
+def make_decoder(models: dict, rule: rules.Rule, policy: policies.Policy, **kwargs) -> SpeculativeDecoder:
+    companion = models["companion"] if policy.companion is not None else None
+    kwargs.setdefault("eos_token_id", None)
+    return SpeculativeDecoder(models["target"], models["draft"], rule=rule, policy=policy, companion=companion, **kwargs)
+
+
+def target_greedy(models: dict, prompt: torch.Tensor, budget: int, eos: int | None) -> torch.Tensor:
+    """The target's own greedy continuation (HF ``generate``), 1-D with the prompt."""
+    if budget == 0:
+        return prompt
+    extra = {"eos_token_id": eos, "pad_token_id": 0} if eos is not None else {"min_new_tokens": budget}
+    out = models["target"].generate(prompt[None], max_new_tokens=budget, do_sample=False, **extra)
+    return out[0]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("policy_name", ["fixed5", "head_pre", "head_post"])
+def test_greedy_batch_equals_target_greedy_row_by_row(wide, policy_name, layout):
+    prompts = wide_prompts(96)
+    free = [target_greedy(wide, p, b, None) for p, b in zip(prompts, BUDGETS)]
+    eos = int(free[0][len(prompts[0]) + 4])  # row 0 stops by its 5th token; others wherever it occurs
+    references = [target_greedy(wide, p, b, eos) for p, b in zip(prompts, BUDGETS)]
+    new = [len(r) - len(p) for r, p in zip(references, prompts)]
+    stopped = [n < b for n, b in zip(new, BUDGETS)]
+    assert len(set(new)) >= 4 and 0 in new and stopped[0] and not all(stopped)  # rows finish at different times
+    decoder = make_decoder(wide, rules.Greedy(), wide_policy(policy_name, wide), eos_token_id=eos)
+    out = decoder.generate_batch(prompts, max_new_tokens=BUDGETS, seed=1, layout=layout)
+    for i, (sequence, reference) in enumerate(zip(out.sequences, references)):
+        assert torch.equal(sequence, reference), f"row {i} diverged from the target's greedy output"
+    assert out.prompt_lengths == [len(p) for p in prompts]
+
+
+@pytest.mark.parametrize("rule", [rules.Greedy(), rules.Speculative()], ids=["greedy", "speculative"])
+@pytest.mark.parametrize("policy_name", ["fixed5", "head_post"])
+def test_batch_of_one_is_generate(wide, rule, policy_name):
+    prompt = wide_prompts(96)[2]
+    decoder = make_decoder(wide, rule, wide_policy(policy_name, wide))
+    alone = decoder.generate(prompt, max_new_tokens=20, seed=4)
+    batch = decoder.generate_batch([prompt], max_new_tokens=20, seed=4)
+    assert torch.equal(batch.sequences[0], alone.sequences[0])
+    a, b = alone.stats, batch.stats[0]
+    assert (a.target_calls, a.draft_calls, a.accepted, a.drafted, a.rejected, a.accepted_per_round) == (
+        b.target_calls, b.draft_calls, b.accepted, b.drafted, b.rejected, b.accepted_per_round)
+    assert batch.totals.target_calls == a.target_calls and batch.totals.draft_calls == a.draft_calls
+
+
+def comparable(stats) -> tuple:
+    return (stats.generated, stats.target_calls, stats.draft_calls, stats.companion_calls, stats.drafted,
+            stats.accepted, stats.rejected, stats.unverified, stats.target_emitted, stats.accepted_per_round,
+            stats.verified_per_round)
+
+
+@pytest.mark.parametrize("policy_name", ["fixed5", "head_pre"])
+def test_a_row_does_not_depend_on_the_other_rows(wide, policy_name):
+    """Sampling: row 1 is the same with two different companions, and equals its prompt decoded alone."""
+    prompts = wide_prompts(96)
+    decoder = make_decoder(wide, rules.Speculative(), wide_policy(policy_name, wide), eos_token_id=[5, 40])
+    row = prompts[2]
+    first = decoder.generate_batch([prompts[0], row, prompts[4]], max_new_tokens=[20, 16, 6], seed=9)
+    second = decoder.generate_batch([prompts[5], row, prompts[1], prompts[6]], max_new_tokens=[3, 16, 20, 20], seed=9,
+                                    layout="holes")
+    alone = decoder.generate(row, max_new_tokens=16, seed=row_seed(9, 1))
+    assert torch.equal(first.sequences[1], second.sequences[1])
+    assert torch.equal(first.sequences[1], alone.sequences[0])
+    assert comparable(first.stats[1]) == comparable(second.stats[1]) == comparable(alone.stats)
+
+
+def test_row_seeds():
+    assert row_seed(5, 0) == 5
+    seeds = {row_seed(seed, row) for seed in range(200) for row in range(64)}
+    assert len(seeds) == 200 * 64 and all(0 <= s < 2**63 for s in seeds)
+
+
+# --- exact distribution of the speculative rule in a batch --------------------------------------------------------
+
+N_BATCHED = 1000
+#: The test prompt in four rows, beside rows of other lengths and budgets (they finish first / last).
+BATCH_PROMPTS = [PROMPT[0], torch.tensor([3]), PROMPT[0], torch.tensor([2, 0, 1, 3, 2]), PROMPT[0], PROMPT[0]]
+BATCH_BUDGETS = [LENGTH, 1, LENGTH, 5, LENGTH, LENGTH]
+SAMPLE_ROWS = [i for i, p in enumerate(BATCH_PROMPTS) if torch.equal(p, PROMPT[0])]
+
+
+def batched_empirical(decoder: SpeculativeDecoder, n: int) -> torch.Tensor:
+    """Frequencies of the V**LENGTH continuations of PROMPT over ``n`` rows (each its own seed)."""
+    vocab = decoder.vocab
+    counts = torch.zeros(vocab**LENGTH, dtype=torch.float64)
+    weights = torch.tensor([vocab ** (LENGTH - 1 - j) for j in range(LENGTH)])
+    for seed in range(n // len(SAMPLE_ROWS)):
+        out = decoder.generate_batch(BATCH_PROMPTS, max_new_tokens=BATCH_BUDGETS, seed=seed, layout="holes")
+        for i in SAMPLE_ROWS:
+            counts[int((out.sequences[i][PROMPT.shape[1]:] * weights).sum())] += 1
+    return counts / counts.sum()
+
+
+BATCH_POLICIES = {
+    "fixed4": lambda m: policies.Fixed(4),
+    "head_post": lambda m: policies.Head(tiny_head(m, "post"), threshold=0.66),
+}
+
+
+@pytest.mark.parametrize("policy_name", BATCH_POLICIES)
+def test_speculative_batch_samples_the_target(tiny, policy_name):
+    decoder = make_decoder(tiny, rules.Speculative(), BATCH_POLICIES[policy_name](tiny))
+    exact = exact_distribution(tiny, target_only, Sampling())
+    tv = float(0.5 * (batched_empirical(decoder, N_BATCHED) - exact).abs().sum())
+    bound = tv_bound(exact, N_BATCHED)
+    report(f"batched speculative-{policy_name} n={N_BATCHED}", tv, bound)
+    assert tv <= bound, f"TV {tv:.4f} exceeds {bound:.4f}"
+
+
+def test_batched_negative_control_exceeds_the_bound(tiny):
+    decoder = make_decoder(tiny, AcceptAll(), policies.Fixed(4))
+    exact = exact_distribution(tiny, target_only, Sampling())
+    tv = float(0.5 * (batched_empirical(decoder, N_BATCHED) - exact).abs().sum())
+    bound = tv_bound(exact, N_BATCHED)
+    report(f"NEGATIVE batched accept_all n={N_BATCHED}", tv, bound)
+    assert tv > bound
+
+
+# --- counts, caches, errors ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy_name", ["fixed5", "head_post"])
+def test_stats_are_consistent(wide, policy_name):
+    prompts = wide_prompts(96)
+    decoder = make_decoder(wide, rules.Speculative(), wide_policy(policy_name, wide), eos_token_id=[5, 40])
+    out = decoder.generate_batch(prompts, max_new_tokens=BUDGETS, seed=2)
+    for sequence, n, stats, budget in zip(out.sequences, out.prompt_lengths, out.stats, BUDGETS):
+        assert stats.generated == len(sequence) - n <= budget
+        assert stats.target_calls == stats.rounds == len(stats.verified_per_round)
+        assert stats.drafted == stats.accepted + stats.rejected + stats.unverified
+        assert stats.generated == stats.accepted + stats.target_emitted
+        assert stats.accepted == sum(stats.accepted_per_round)
+        if policy_name == "fixed5":  # one forward per candidate: the first reads the last committed token(s)
+            assert stats.draft_calls == stats.drafted
+        else:  # a post head may stop after feeding y_i: one forward more in that round
+            assert stats.drafted <= stats.draft_calls <= stats.drafted + stats.rounds
+    rounds = [s.target_calls for s in out.stats]
+    draft_calls = [s.draft_calls for s in out.stats]
+    assert out.totals.target_calls == max(rounds)  # every round verifies every live row at once
+    assert max(draft_calls) <= out.totals.draft_calls <= sum(draft_calls)
+    assert out.totals.draft_calls < sum(draft_calls) and out.totals.target_calls < sum(rounds)
+    assert out.totals.tokens == sum(s.generated for s in out.stats)
+    assert out.stats[BUDGETS.index(0)].generated == 0 and out.stats[BUDGETS.index(0)].target_calls == 0
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_batch_runner_rows_see_only_their_own_tokens(wide, layout):
+    """Masked padding, rolled-back holes and dropped rows leave each row's logits those of its own tokens."""
+    target = wide["target"]
+    tokens = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 0], [3, 4, 12, 13, 14, 0, 0, 0]])
+
+    def alone(row: int, n: int) -> torch.Tensor:
+        return target(tokens[row : row + 1, :n]).logits[0, -1]
+
+    runner = BatchRunner(target, 96, rows=2, layout=layout)
+    runner.feed(tokens, {0: 5, 1: 2}, keep=1)
+    runner.feed(tokens, {1: 4}, keep=1)  # row 0 gets a masked column
+    runner.rollback({0: 4, 1: 3})  # drop token 4 of row 0, token 3 of row 1
+    out = runner.feed(tokens, {0: 7, 1: 4}, keep=1)
+    assert torch.allclose(out[0][-1], alone(0, 7), atol=1e-5) and torch.allclose(out[1][-1], alone(1, 4), atol=1e-5)
+    assert runner.consumed == [7, 4] and runner.mask.sum(1).tolist() == [7, 4]
+    assert runner.row_calls == [2, 3] and runner.calls == 3
+    runner.rollback({})
+    assert runner.width == 7 if layout == "compact" else runner.width > 7  # holes stay in the "holes" layout
+    runner.rollback({0: 6}, rows=[1])  # row 0 finished: it leaves the cache
+    assert runner.rows == [1] and runner.cache.layers[0].keys.shape[0] == 1
+    out = runner.feed(tokens, {1: 5}, keep=1)
+    assert torch.allclose(out[1][-1], alone(1, 5), atol=1e-5)
+
+
+def test_unsupported_combinations_are_refused(wide):
+    prompts = wide_prompts(96)[:2]
+    profile = SVProfile(x_edges=torch.tensor([0.0, 1.0]), y_edges=torch.tensor([0.0, 1.0]), table=torch.ones(1, 1),
+                        counts=torch.ones(1, 1), latency=torch.tensor([1.0]))
+    cases = [
+        (rules.Ensemble("weighted", weight=0.5), policies.Fixed(2), "rule Ensemble"),
+        (rules.Greedy(), policies.Oracle(), "policy Oracle"),
+        (rules.Speculative(), policies.SV(profile), "policy SV"),
+    ]
+    for rule, policy, named in cases:
+        decoder = make_decoder(wide, rule, policy)
+        with pytest.raises(ValueError, match=f"does not support {named}.*it supports .*fixed"):
+            decoder.generate_batch(prompts, max_new_tokens=4)
+    decoder = make_decoder(wide, rules.Greedy(), policies.Fixed(2))
+    with pytest.raises(ValueError, match="2 prompts but 3 max_new_tokens"):
+        decoder.generate_batch(prompts, max_new_tokens=[1, 2, 3])
+    with pytest.raises(ValueError, match="at least one prompt"):
+        decoder.generate_batch([], max_new_tokens=4)
+    with pytest.raises(ValueError, match="unknown cache layout"):
+        decoder.generate_batch(prompts, max_new_tokens=4, layout="ragged")
+
+
+def test_text_prompts_and_a_2d_tensor(wide, make_tokenizer):
+    tokenizer = make_tokenizer(96)
+    decoder = make_decoder(wide, rules.Greedy(), policies.Fixed(3), tokenizer=tokenizer)
+    out = decoder.generate_batch(["w3 w4 w5", "w9"], max_new_tokens=[4, 6])
+    assert [len(s) for s in out.sequences] == [7, 7] and out.texts is not None and len(out.texts) == 2
+    assert out.texts[1] == tokenizer.decode(out.sequences[1][1:])
+    again = decoder.generate_batch(torch.tensor([[3, 4, 5], [9, 9, 9]]), max_new_tokens=4)
+    assert torch.equal(again.sequences[0], out.sequences[0])
