@@ -8,6 +8,10 @@ not depend on the other rows, and a batch of one is ``generate``. What is shared
 one draft forward per drafting step for the rows still drafting (the others get masked columns),
 one target forward per round verifying the candidates of all rows; rows that finished leave the
 caches (:mod:`decode.batch_cache`). The prompt runs once, merged into each model's first call.
+
+The exception is :class:`~decode.policies.SV`: its verification lengths are chosen jointly for the
+rows of a round (:meth:`SV.batch_verification_lengths`, DESIGN §3 batch scheduling), so a row's
+length, never its tokens' distribution, depends on the other rows.
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ class BatchDecodeOutput:
 
 SUPPORTED = (
     "rules without a tentative bonus (speculative, greedy, fuzzy) with the policies fixed, heuristic, "
-    "confidence and head (pre / post, with or without companion features)"
+    "confidence, head (pre / post, with or without companion features) and sv (lengths chosen jointly)"
 )
 
 
@@ -89,7 +93,7 @@ def check_supported(rule: Rule, policy: Policy) -> None:
     """Raise ``ValueError`` for a rule / policy the batched loop does not implement."""
     if rule.tentative_bonus:
         raise ValueError(f"batched decoding does not support rule {rule!r} (tentative bonus); it supports {SUPPORTED}")
-    if policy.needs_lookahead or isinstance(policy, SV):
+    if policy.needs_lookahead:
         raise ValueError(f"batched decoding does not support policy {policy!r}; it supports {SUPPORTED}")
 
 
@@ -194,7 +198,11 @@ class BatchLoop:
             row.k = min(row.policy.k_cap(), row.budget - row.stats.generated - 1)
             row.state = DraftRound(self.rule_sampling)
         self._draft(rows)
-        verify = {row.index: row.policy.verification_length(row.state) if row.state.i else 0 for row in rows}
+        if isinstance(rows[0].policy, SV):
+            lengths = rows[0].policy.batch_verification_lengths([row.state for row in rows])
+            verify = {row.index: length for row, length in zip(rows, lengths)}
+        else:
+            verify = {row.index: row.policy.verification_length(row.state) if row.state.i else 0 for row in rows}
         p = self.target.feed(
             self.tokens, {row.index: row.cur + verify[row.index] for row in rows}, keep=max(verify.values()) + 1
         )

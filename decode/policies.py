@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from decode.head import AcceptanceHead, head_features
-from decode.profile import SVProfile, companion_indicators
+from decode.profile import BatchLatency, SVProfile, companion_indicators, joint_goodput_lengths
 from decode.rules import Greedy, Rule
 from decode.sampling import Sampling
 
@@ -257,10 +257,12 @@ class SV(Policy):
     name = "sv"
     companion = "round"
 
-    def __init__(self, profile: SVProfile, k: int = 6) -> None:
+    def __init__(self, profile: SVProfile, k: int = 6, batch_latency: BatchLatency | None = None) -> None:
         if k < 1:
             raise ValueError(f"SV(k) needs k >= 1, got {k}")
         self.profile, self.k = profile, k
+        #: ``t_t(B, T)`` for batched decoding (:meth:`batch_verification_lengths`); default from the profile.
+        self.batch_latency = batch_latency if batch_latency is not None else profile.batch_latency
 
     def k_cap(self) -> int:
         return self.k
@@ -276,6 +278,24 @@ class SV(Policy):
             torch.stack(state.tokens),
         )
         return self.profile.verification_length(indicators.x, indicators.y)
+
+    def batch_verification_lengths(self, states: list[DraftRound]) -> list[int]:
+        """Verification lengths of a batch's rows, chosen jointly (:func:`~decode.profile.joint_goodput_lengths`)."""
+        alpha, alpha_next = [], []
+        for state in states:
+            if state.i:
+                indicators = companion_indicators(
+                    state.sampling,
+                    torch.stack(state.q_logits[: state.i]),
+                    torch.stack(state.companion_logits[: state.i]),
+                    torch.stack(state.tokens),
+                )
+                alpha.append(self.profile.alpha(indicators.x, indicators.y))
+                alpha_next.append(self.profile.alpha_given_x(indicators.x))
+            else:
+                alpha.append(torch.empty(0))
+                alpha_next.append(torch.empty(0))
+        return joint_goodput_lengths(alpha, alpha_next, self.batch_latency)
 
     def __repr__(self) -> str:
         return f"SV(k={self.k})"
