@@ -15,7 +15,8 @@ by ``torch.cuda.synchronize()`` on CUDA.
 ``--batch-sizes`` instead compares batched decoding at each batch size ``B`` on ``B`` prompts of
 different lengths: the target alone (HF ``generate`` on the left-padded batch) against
 ``SpeculativeDecoder.generate_batch`` with ``Fixed(k)`` (once per cache layout of ``--layouts``)
-and, with ``--head``, with a trained SpecDec++ head; calls are batched forwards.
+and, with ``--head``, with a trained SpecDec++ head, and ``Fixed(k)`` decoding the rows one by
+one with ``generate``; calls are (batched) forwards.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from decode.batch_cache import LAYOUTS
+from decode.batched import row_seed
 from decode.decoder import SpeculativeDecoder
 from decode.export import load_head
 from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
@@ -325,6 +327,18 @@ def ours_batch(decoder: SpeculativeDecoder, budget: int, layout: str) -> BatchRu
     return run
 
 
+def sequential(decoder: SpeculativeDecoder, budget: int) -> BatchRun:
+    """The rows decoded one after the other with batch-1 ``generate`` (row seeds as in the batch)."""
+
+    def run(prompts: list[torch.Tensor], seed: int) -> int:
+        return sum(
+            decoder.generate(prompt, max_new_tokens=budget, seed=row_seed(seed, i)).stats.generated
+            for i, prompt in enumerate(prompts)
+        )
+
+    return run
+
+
 def measure_batched(
     methods: list[tuple[str, BatchRun]], sizes: list[int], prompts: list[torch.Tensor],
     target: PreTrainedModel, draft: PreTrainedModel,
@@ -377,6 +391,9 @@ def run_batched(
         for layout in args.layouts:
             suffix = f" [{layout}]" if len(args.layouts) > 1 else ""
             methods.append((f"decode {label} batched{suffix}", ours_batch(decoder, budget, layout)))
+    one_by_one = SpeculativeDecoder(target, draft, rule=Speculative(), policy=Fixed(args.k), sampling=Sampling(),
+                                    eos_token_id=eos)
+    methods.append((f"decode Fixed({args.k}) one by one", sequential(one_by_one, budget)))
     results = measure_batched(methods, sizes, prompts, target, draft)
     lengths = [len(p) for p in prompts]
     print(f"batched: prompts of {min(lengths)}..{max(lengths)} tokens, max_new_tokens={budget}, "
@@ -423,8 +440,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--batch-sizes", type=int, nargs="+", default=None, metavar="B",
         help="compare batched decoding at these batch sizes (B prompts of different lengths) instead",
     )
-    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=["compact"],
-                        help="KV-cache layouts of the batched decoder to time (default: compact)")
+    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=["holes"],
+                        help="KV-cache layouts of the batched decoder to time (default: holes)")
     parser.add_argument("--head", help="a trained head file / directory: also time batched Head(threshold)")
     parser.add_argument("--threshold", type=float, default=0.5, help="the head's stop threshold (default 0.5)")
     args = parser.parse_args(argv)

@@ -140,7 +140,7 @@ class SpeculativeDecoder:
         prompts: Sequence[Tensor | str | Sequence[int]] | Tensor,
         max_new_tokens: int | Sequence[int] = 64,
         seed: int = 0,
-        layout: Layout = "compact",
+        layout: Layout = "holes",
     ) -> BatchDecodeOutput:
         """Decode a batch of prompts of different lengths (ids, ``[1, n]`` / 1-D tensors, or text).
 

@@ -74,12 +74,16 @@ def test_bench_batch_sizes_on_saved_micro_models(tmp_path, capsys, make_lm):
     )
     printed = capsys.readouterr().out
     names = ["target alone (HF generate)", "decode Fixed(3) batched [compact]", "decode Fixed(3) batched [holes]",
-             "decode Head(h=0.5) batched [compact]", "decode Head(h=0.5) batched [holes]"]
+             "decode Head(h=0.5) batched [compact]", "decode Head(h=0.5) batched [holes]", "decode Fixed(3) one by one"]
     assert [(r.name, r.batch) for r in results] == [(n, b) for b in (1, 3) for n in names]
     assert all(r.tokens == 6 * r.batch for r in results) and all(name in printed for name in names)
     target_alone = [r for r in results if r.name == names[0]]
     assert [r.target_calls for r in target_alone] == [6, 6] and all(r.draft_calls == 0 for r in target_alone)
-    assert all(0 < r.target_calls <= 6 and r.draft_calls > 0 for r in results if r.name != names[0])
+    assert all(0 < r.target_calls <= 6 * r.batch and r.draft_calls > 0 for r in results if r.name != names[0])
+    batched = {r.batch: r for r in results if r.name == names[1]}
+    one_by_one = {r.batch: r for r in results if r.name == names[-1]}
+    assert batched[1].target_calls == one_by_one[1].target_calls  # a batch of one is generate
+    assert batched[3].target_calls < one_by_one[3].target_calls  # rows share the target's forwards
 
 
 def test_bench_without_batch_sizes_refuses_a_head():
