@@ -59,7 +59,8 @@ class BatchRunner:
             layers = sorted({type(layer).__name__ for layer in self.cache.layers})
             raise ValueError(
                 f"{type(model).__name__}: batched decoding supports full-attention cache layers only, got "
-                f"{', '.join(layers)} (DynamicLayer: sliding-window, indexed and recurrent layers cannot mask holes by column)"
+                f"{', '.join(layers)} (DynamicLayer: sliding-window, indexed and recurrent layers cannot mask "
+                "holes by column)"
             )
         self.device = model.device
         self.rows: list[int] = list(range(rows))

@@ -70,10 +70,10 @@ class BatchTotals:
 class BatchDecodeOutput:
     """Result of :meth:`SpeculativeDecoder.generate_batch`.
 
-    ``sequences[i]``: row ``i``'s prompt and generated tokens, 1-D, no padding;
-    ``stats[i]``: its counts as a batch-1 decode would report them (its calls are the batched
-    forwards that fed it a token; its ``wall_time_s`` is the batch's); ``texts[i]``: its decoded continuation when the decoder has a
-    tokenizer.
+    ``sequences[i]``: row ``i``'s prompt and generated tokens, 1-D, no padding (its prompt is the
+    first ``prompt_lengths[i]``); ``stats[i]``: its counts as a batch-1 decode would report them
+    (its calls are the batched forwards that fed it a token; its ``wall_time_s`` is the batch's);
+    ``texts[i]``: its decoded continuation when the decoder has a tokenizer.
     """
 
     sequences: list[Tensor]
@@ -92,7 +92,9 @@ SUPPORTED = (
 def check_supported(rule: Rule, policy: Policy) -> None:
     """Raise ``ValueError`` for a rule / policy the batched loop does not implement."""
     if rule.tentative_bonus:
-        raise ValueError(f"batched decoding does not support rule {rule!r} (tentative bonus); it supports {SUPPORTED}")
+        raise ValueError(
+            f"batched decoding does not support rule {rule!r} (tentative bonus); it supports {SUPPORTED}"
+        )
     if policy.needs_lookahead:
         raise ValueError(f"batched decoding does not support policy {policy!r}; it supports {SUPPORTED}")
 
@@ -112,7 +114,7 @@ class _Row:
     state: DraftRound | None = None
 
 
-class BatchLoop:
+class _BatchLoop:
     """The draft / verify loop over all rows of a batch (see the module docstring)."""
 
     def __init__(
@@ -249,7 +251,9 @@ def generate_batch(
     """Implementation of :meth:`SpeculativeDecoder.generate_batch`."""
     check_supported(decoder.rule, decoder.policy)
     owner = "SpeculativeDecoder.generate_batch"
-    prompts = list(prompts.unbind(0)) if isinstance(prompts, Tensor) and prompts.dim() == 2 else list(prompts)
+    if isinstance(prompts, str) or (isinstance(prompts, Tensor) and prompts.dim() != 2):
+        raise ValueError("generate_batch takes a list of prompts or a [B, n] tensor; for one prompt pass [prompt]")
+    prompts = list(prompts.unbind(0)) if isinstance(prompts, Tensor) else list(prompts)
     if not prompts:
         raise ValueError("generate_batch needs at least one prompt")
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
@@ -276,7 +280,7 @@ def generate_batch(
         BatchRunner(decoder.companion, decoder.vocab, batch, layout) if policy.companion is not None else None
     )
     try:
-        BatchLoop(decoder, tokens, rows, target, draft, companion).run()
+        _BatchLoop(decoder, tokens, rows, target, draft, companion).run()
     finally:
         draft.close()
     wall = time.perf_counter() - start

@@ -1,4 +1,4 @@
-"""The speculative decoder: one loop for every verification rule × length policy (batch size 1; batches: :mod:`decode.batched`)."""
+"""The speculative decoder: one loop for every rule × length policy (batch size 1; batches: :mod:`decode.batched`)."""
 
 from __future__ import annotations
 

@@ -303,6 +303,9 @@ def test_unsupported_combinations_are_refused(wide):
         decoder.generate_batch(prompts, max_new_tokens=[1, 2, 3])
     with pytest.raises(ValueError, match="at least one prompt"):
         decoder.generate_batch([], max_new_tokens=4)
+    for single in ["w1 w2", torch.tensor([1, 2])]:
+        with pytest.raises(ValueError, match="list of prompts"):
+            decoder.generate_batch(single, max_new_tokens=4)
     with pytest.raises(ValueError, match="unknown cache layout"):
         decoder.generate_batch(prompts, max_new_tokens=4, layout="ragged")
 
@@ -315,3 +318,20 @@ def test_text_prompts_and_a_2d_tensor(wide, make_tokenizer):
     assert out.texts[1] == tokenizer.decode(out.sequences[1][1:])
     again = decoder.generate_batch(torch.tensor([[3, 4, 5], [9, 9, 9]]), max_new_tokens=4)
     assert torch.equal(again.sequences[0], out.sequences[0])
+
+
+@pytest.mark.parametrize("family", ["qwen2", "phi3", "gpt2", "mistral", "gemma2"])
+def test_model_families(family):
+    """Full-attention families decode batched as alone (GPT-2: learned positions); sliding windows are refused."""
+    from test_families import build
+
+    target, draft = build(family, seed=1), build(family, seed=2)
+    decoder = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policies.Fixed(3), eos_token_id=None)
+    prompts = [torch.tensor([1, 2, 3, 4, 5]), torch.arange(20, 32), torch.tensor([7])]
+    if family in ("mistral", "gemma2"):
+        with pytest.raises(ValueError, match="full-attention cache layers only.*DynamicSlidingWindowLayer"):
+            decoder.generate_batch(prompts, max_new_tokens=4)
+        return
+    out = decoder.generate_batch(prompts, max_new_tokens=[12, 7, 12])
+    for prompt, sequence, budget in zip(prompts, out.sequences, [12, 7, 12]):
+        assert torch.equal(sequence, decoder.generate(prompt, max_new_tokens=budget).sequences[0])
