@@ -4,7 +4,8 @@ Greedy rows equal the target's own greedy ``generate`` (prompts of different len
 finishing at different times by budget and by EOS); a batch of one is ``generate``; a row's output
 and stats do not depend on the other rows; the speculative rule's output distribution in a batch
 is the target's (enumeration and TV bound of ``test_exact_distribution.py``, with a negative
-control); per-row and batch counts are consistent; unsupported combinations are refused.
+control), also with SV's jointly chosen lengths; per-row and batch counts are consistent; the
+cache masks rows' padding and holes; unsupported combinations are refused.
 """
 
 from __future__ import annotations
