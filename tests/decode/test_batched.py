@@ -46,6 +46,8 @@ def wide_policy(name: str, models: dict) -> policies.Policy:
     hidden = models["draft"].config.hidden_size
     if name == "fixed5":
         return policies.Fixed(5)
+    if name == "heuristic":  # state carried across rounds, per row
+        return policies.Heuristic(k0=2, k_max=8)
     if name == "head_pre":  # needs the companion at every step
         head = AcceptanceHead(HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES, companion_features=True))
         return policies.Head(head, threshold=0.5)
@@ -113,15 +115,18 @@ def comparable(stats) -> tuple:
             stats.verified_per_round)
 
 
-@pytest.mark.parametrize("policy_name", ["fixed5", "head_pre"])
+@pytest.mark.parametrize("policy_name", ["fixed5", "heuristic", "head_pre"])
 def test_a_row_does_not_depend_on_the_other_rows(wide, policy_name):
     """Sampling: row 1 is the same with two different companions, and equals its prompt decoded alone."""
     prompts = wide_prompts(96)
-    decoder = make_decoder(wide, rules.Speculative(), wide_policy(policy_name, wide), eos_token_id=[5, 40])
+    policy = wide_policy(policy_name, wide)
+    decoder = make_decoder(wide, rules.Speculative(), policy, eos_token_id=[5, 40])
     row = prompts[2]
     first = decoder.generate_batch([prompts[0], row, prompts[4]], max_new_tokens=[20, 16, 6], seed=9)
     second = decoder.generate_batch([prompts[5], row, prompts[1], prompts[6]], max_new_tokens=[3, 16, 20, 20], seed=9,
-                                    layout="holes")
+                                    layout="compact")
+    if policy_name == "heuristic":  # each row adapted its own copy; the decoder's policy is untouched
+        assert policy.k == policy.k0 and len({tuple(s.verified_per_round) for s in first.stats}) == 3
     alone = decoder.generate(row, max_new_tokens=16, seed=row_seed(9, 1))
     assert torch.equal(first.sequences[1], second.sequences[1])
     assert torch.equal(first.sequences[1], alone.sequences[0])
