@@ -9,14 +9,17 @@ masked column is invisible whatever its place. Rolling a row back masks its drop
 
 Two layouts deal with the holes this leaves:
 
-* ``"holes"``: masked columns stay; trailing columns masked in every row are cropped.
+* ``"holes"``: masked columns stay; trailing columns masked in every row are cropped, and the rows
+  are re-packed as below only once the cache is over twice the longest row (bounded memory,
+  amortised copies).
 * ``"compact"``: after each :meth:`BatchRunner.rollback` every row's tokens are gathered to the
   right end of the cache (left padding), so the cache is ``max(valid length)`` columns wide.
 
 ``"holes"`` is the default: it was the faster on the micro models. ``python -m decode.bench
 --random-init tiny --batch-sizes 1 8 32 --layouts compact holes`` (Fixed(5), 128 new tokens,
 float32, AMD EPYC Zen 3, 1 thread), tokens/s compact / holes: 269 / 265 at B = 1, 715 / 832 at
-B = 8, 702 / 885 at B = 32; at B = 8 with 512 new tokens 445 / 522. The compact gather copies
+B = 8, 702 / 885 at B = 32; at B = 8 with 512 new tokens 445 / 522 before ``"holes"`` re-packed
+at twice the longest row, 389 / 495 after (476 in the same session before). The compact gather copies
 every cache layer once per round (at B = 32 and 64 new tokens its gathers took 0.26 s of a 2.6 s
 run), which costs more here than attending over the holes (~K+1 columns appended per row and
 round, accepted or not). Where attention dominates (long contexts, large models) the balance may
@@ -142,7 +145,7 @@ class BatchRunner:
             self.mask = self.mask[selected]
             self.consumed = [self.consumed[b] for b in selected]
             self.rows = list(rows)
-        if self.layout == "compact":
+        if self.layout == "compact" or self.width > 2 * max(self.consumed, default=0):
             self._compact()
         else:
             self._crop_tail()

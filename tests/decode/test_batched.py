@@ -273,7 +273,7 @@ def test_stats_are_consistent(wide, policy_name):
 def test_batch_runner_rows_see_only_their_own_tokens(wide, layout):
     """Masked padding, rolled-back holes and dropped rows leave each row's logits those of its own tokens."""
     target = wide["target"]
-    tokens = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 0], [3, 4, 12, 13, 14, 0, 0, 0]])
+    tokens = torch.randint(0, 96, (2, 40), generator=torch.Generator().manual_seed(1))
 
     def alone(row: int, n: int) -> torch.Tensor:
         return target(tokens[row : row + 1, :n]).logits[0, -1]
@@ -286,12 +286,25 @@ def test_batch_runner_rows_see_only_their_own_tokens(wide, layout):
     assert torch.allclose(out[0][-1], alone(0, 7), atol=1e-5) and torch.allclose(out[1][-1], alone(1, 4), atol=1e-5)
     assert runner.consumed == [7, 4] and runner.mask.sum(1).tolist() == [7, 4]
     assert runner.row_calls == [2, 3] and runner.calls == 3
-    runner.rollback({})
-    assert runner.width == 7 if layout == "compact" else runner.width > 7  # holes stay in the "holes" layout
-    runner.rollback({0: 6}, rows=[1])  # row 0 finished: it leaves the cache
+    widths, excess = [], []
+    for _ in range(10):  # row 0 keeps 1 of 3 candidates, row 1 its 1 (beside 2 padding columns)
+        before = runner.consumed[0]
+        runner.feed(tokens, {0: before + 3, 1: runner.consumed[1] + 1}, keep=1)
+        runner.rollback({0: before + 1})
+        widths.append(runner.width)
+        excess.append(runner.width - max(runner.consumed))
+        assert runner.width <= 2 * max(runner.consumed)
+    if layout == "compact":
+        assert max(excess) == 0
+    else:  # holes stay until the cache is over twice the longest row, then the rows are re-packed
+        assert max(excess) > 0 and any(b < a for a, b in zip(widths, widths[1:]))
+    assert runner.consumed == [17, 14]
+    out = runner.feed(tokens, {0: 18, 1: 15}, keep=1)
+    assert torch.allclose(out[0][-1], alone(0, 18), atol=1e-5) and torch.allclose(out[1][-1], alone(1, 15), atol=1e-5)
+    runner.rollback({}, rows=[1])  # row 0 finished: it leaves the cache
     assert runner.rows == [1] and runner.cache.layers[0].keys.shape[0] == 1
-    out = runner.feed(tokens, {1: 5}, keep=1)
-    assert torch.allclose(out[1][-1], alone(1, 5), atol=1e-5)
+    out = runner.feed(tokens, {1: 16}, keep=1)
+    assert torch.allclose(out[1][-1], alone(1, 16), atol=1e-5)
 
 
 def test_unsupported_combinations_are_refused(wide):
