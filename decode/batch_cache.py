@@ -17,13 +17,12 @@ Two layouts deal with the holes this leaves:
 
 ``"holes"`` is the default: it was the faster on the micro models. ``python -m decode.bench
 --random-init tiny --batch-sizes 1 8 32 --layouts compact holes`` (Fixed(5), 128 new tokens,
-float32, AMD EPYC Zen 3, 1 thread), tokens/s compact / holes: 269 / 265 at B = 1, 715 / 832 at
-B = 8, 702 / 885 at B = 32; at B = 8 with 512 new tokens 445 / 522 before ``"holes"`` re-packed
-at twice the longest row, 389 / 495 after (476 in the same session before). The compact gather copies
-every cache layer once per round (at B = 32 and 64 new tokens its gathers took 0.26 s of a 2.6 s
-run), which costs more here than attending over the holes (~K+1 columns appended per row and
-round, accepted or not). Where attention dominates (long contexts, large models) the balance may
-turn: measure with ``--layouts``.
+float32, AMD EPYC Zen 3, 1 thread, a CPU shared with another job), tokens/s compact / holes:
+215 / 202 at B = 1, 577 / 680 at B = 8, 816 / 896 at B = 32; at B = 8 with 512 new tokens
+389 / 495 (holes never re-packed: 476, in a run right after). Re-packing every round costs a gather of every
+cache layer (at B = 32 and 64 new tokens 0.26 s of a 2.6 s run), more here than attending over
+the holes (~K+1 columns appended per row and round, accepted or not). Where attention dominates
+(long contexts, large models) the balance may turn: measure with ``--layouts``.
 """
 
 from __future__ import annotations
