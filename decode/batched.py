@@ -27,7 +27,6 @@ from torch import Generator, Tensor
 from decode.batch_cache import BatchRunner, Layout
 from decode.inputs import prompt_ids
 from decode.policies import SV, Decision, DraftRound, Policy
-from decode.rules import Rule
 from decode.stats import DecodeStats
 
 if TYPE_CHECKING:
@@ -84,17 +83,13 @@ class BatchDecodeOutput:
 
 
 SUPPORTED = (
-    "rules without a tentative bonus (speculative, greedy, fuzzy) with the policies fixed, heuristic, "
-    "confidence, head (pre / post, with or without companion features) and sv (lengths chosen jointly)"
+    "every rule (speculative, greedy, fuzzy, ensemble) with the policies fixed, heuristic, confidence, "
+    "head (pre / post, with or without companion features) and sv (lengths chosen jointly)"
 )
 
 
-def check_supported(rule: Rule, policy: Policy) -> None:
-    """Raise ``ValueError`` for a rule / policy the batched loop does not implement."""
-    if rule.tentative_bonus:
-        raise ValueError(
-            f"batched decoding does not support rule {rule!r} (tentative bonus); it supports {SUPPORTED}"
-        )
+def check_supported(policy: Policy) -> None:
+    """Raise ``ValueError`` for a policy the batched loop does not implement."""
     if policy.needs_lookahead:
         raise ValueError(f"batched decoding does not support policy {policy!r}; it supports {SUPPORTED}")
 
@@ -112,6 +107,11 @@ class _Row:
     done: bool = False
     k: int = 0
     state: DraftRound | None = None
+    #: Target logits of a tentative bonus token at ``cur − 1`` still to be checked (ensemble rules).
+    pending: Tensor | None = None
+    #: The draft's output for the last committed position when already computed (after a settled bonus).
+    next_q: Tensor | None = None
+    next_hidden: Tensor | None = None
 
 
 class _BatchLoop:
@@ -133,18 +133,48 @@ class _BatchLoop:
     def run(self) -> None:
         """Decode every row until its EOS or budget."""
         live = [row for row in self.rows if not row.done]
-        self._settle_caches(live)
+        self._trim_caches(live)
         while live:
-            self._round(live)
+            self._settle([row for row in live if row.pending is not None])
             live = [row for row in live if not row.done]
-            self._settle_caches(live)
+            if live:
+                self._round(live)
+                live = [row for row in live if not row.done]
+            self._trim_caches(live)
 
-    def _settle_caches(self, live: list[_Row]) -> None:
+    def _trim_caches(self, live: list[_Row]) -> None:
         """Roll every cache back to each live row's ``cur − 1`` and drop the finished rows."""
         lengths = {row.index: row.cur - 1 for row in live}
         for runner in (self.target, self.draft, self.companion):
             if runner is not None:
                 runner.rollback(lengths, [index for index in runner.rows if index in lengths])
+
+    def _settle(self, rows: list[_Row]) -> None:
+        """Check each row's tentative bonus at ``cur − 1`` against the draft (one batched draft forward).
+
+        As the batch-1 loop: an accepted bonus leaves the draft's next ``q`` for the next round; a
+        replaced one is rolled back in the draft's cache. A row ends here at EOS or at its budget.
+        """
+        if not rows:
+            return
+        logits = self.draft.feed(self.tokens, {row.index: row.cur for row in rows}, keep=2)
+        cache_index = {index: b for b, index in enumerate(self.draft.rows)}
+        replaced: dict[int, int] = {}
+        for row in rows:
+            q = logits[row.index]
+            bonus = self.tokens[row.index, row.cur - 1]
+            accepted_t, token_t = self.rule.settle(row.pending, q[0], bonus, self.sampling, row.generator)
+            self.tokens[row.index, row.cur - 1] = token_t  # the bonus itself when accepted
+            accepted, token = torch.stack([accepted_t.to(token_t.dtype), token_t]).tolist()
+            if accepted:
+                row.next_q = q[1]
+                row.next_hidden = self.draft.hidden[cache_index[row.index], -1] if self.capture else None
+            else:
+                replaced[row.index] = row.cur - 1
+            row.pending = None
+            row.done = token in self.eos or row.stats.generated >= row.budget
+        if replaced:
+            self.draft.rollback(replaced)
 
     def _draft_next(self, rows: list[_Row], offset: int) -> None:
         """Feed each row up to ``cur + offset``; append ``q`` (and the hidden state) of its last token."""
@@ -157,10 +187,17 @@ class _BatchLoop:
 
     def _draft(self, rows: list[_Row]) -> None:
         """Draft up to ``row.k`` candidates per row, each row stopping as its policy says."""
+        for row in rows:
+            if row.next_q is not None:
+                row.state.q_logits.append(row.next_q)
+                if row.k > 0:
+                    row.state.hidden.append(row.next_hidden)
         drafting = [row for row in rows if row.k > 0]
         if not drafting:
             return
-        self._draft_next(drafting, 0)
+        unseen = [row for row in drafting if row.next_q is None]
+        if unseen:
+            self._draft_next(unseen, 0)
         i = 1
         while drafting:
             if self.companion_use == "step":
@@ -200,6 +237,8 @@ class _BatchLoop:
             row.k = min(row.policy.k_cap(), row.budget - row.stats.generated - 1)
             row.state = DraftRound(self.rule_sampling)
         self._draft(rows)
+        for row in rows:
+            row.next_q = row.next_hidden = None
         if isinstance(rows[0].policy, SV):
             lengths = rows[0].policy.batch_verification_lengths([row.state for row in rows])
             verify = {row.index: length for row, length in zip(rows, lengths)}
@@ -236,8 +275,10 @@ class _BatchLoop:
         stats.target_emitted += from_target
         stats.generated += keep
         row.policy.end_round(drafted, verify, n_acc)
+        if from_target and self.rule.tentative_bonus and n_acc == verify and len(state.q_logits) <= verify:
+            row.pending = p_logits[verify]  # settled against the draft first thing next round
         row.cur += keep
-        row.done = finished or stats.generated >= row.budget
+        row.done = row.pending is None and (finished or stats.generated >= row.budget)
         row.state = None
 
 
@@ -249,7 +290,7 @@ def generate_batch(
     layout: Layout,
 ) -> BatchDecodeOutput:
     """Implementation of :meth:`SpeculativeDecoder.generate_batch`."""
-    check_supported(decoder.rule, decoder.policy)
+    check_supported(decoder.policy)
     owner = "SpeculativeDecoder.generate_batch"
     if isinstance(prompts, str) or (isinstance(prompts, Tensor) and prompts.dim() != 2):
         raise ValueError("generate_batch takes a list of prompts or a [B, n] tensor; for one prompt pass [prompt]")

@@ -2,10 +2,10 @@
 
 Greedy rows equal the target's own greedy ``generate`` (prompts of different lengths, rows
 finishing at different times by budget and by EOS); a batch of one is ``generate``; a row's output
-and stats do not depend on the other rows; the speculative rule's output distribution in a batch
-is the target's (enumeration and TV bound of ``test_exact_distribution.py``, with a negative
-control), also with SV's jointly chosen lengths; per-row and batch counts are consistent; the
-cache masks rows' padding and holes; unsupported combinations are refused.
+and stats do not depend on the other rows; in a batch the speculative rule samples the target and
+an ensemble rule its ``r`` (enumeration and TV bound of ``test_exact_distribution.py``, with a
+negative control), also with SV's jointly chosen lengths; per-row and batch counts are
+consistent; the cache masks rows' padding and holes; unsupported combinations are refused.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from test_exact_distribution import (
     report,
     target_only,
     tv_bound,
+    weighted,
 )
 from test_exact_distribution import random_head as tiny_head
 
@@ -95,7 +96,10 @@ def test_greedy_batch_equals_target_greedy_row_by_row(wide, policy_name, layout)
     assert out.prompt_lengths == [len(p) for p in prompts]
 
 
-@pytest.mark.parametrize("rule", [rules.Greedy(), rules.Speculative()], ids=["greedy", "speculative"])
+@pytest.mark.parametrize(
+    "rule", [rules.Greedy(), rules.Speculative(), rules.Ensemble("contrastive", mu=0.5)],
+    ids=["greedy", "speculative", "contrastive"],
+)
 @pytest.mark.parametrize("policy_name", ["fixed5", "head_post", "sv"])
 def test_batch_of_one_is_generate(wide, rule, policy_name):
     prompt = wide_prompts(96)[2]
@@ -115,12 +119,21 @@ def comparable(stats) -> tuple:
             stats.verified_per_round)
 
 
-@pytest.mark.parametrize("policy_name", ["fixed5", "heuristic", "head_pre"])
-def test_a_row_does_not_depend_on_the_other_rows(wide, policy_name):
+ENSEMBLE = rules.Ensemble("weighted", weight=0.5)
+
+
+@pytest.mark.parametrize(
+    "rule, policy_name",
+    [(rules.Speculative(), "fixed5"), (rules.Speculative(), "heuristic"), (rules.Speculative(), "head_pre"),
+     (ENSEMBLE, "fixed5"), (ENSEMBLE, "head_post")],
+    ids=["speculative-fixed5", "speculative-heuristic", "speculative-head_pre", "ensemble-fixed5",
+         "ensemble-head_post"],
+)
+def test_a_row_does_not_depend_on_the_other_rows(wide, rule, policy_name):
     """Sampling: row 1 is the same with two different companions, and equals its prompt decoded alone."""
     prompts = wide_prompts(96)
     policy = wide_policy(policy_name, wide)
-    decoder = make_decoder(wide, rules.Speculative(), policy, eos_token_id=[5, 40])
+    decoder = make_decoder(wide, rule, policy, eos_token_id=[5, 40])
     row = prompts[2]
     first = decoder.generate_batch([prompts[0], row, prompts[4]], max_new_tokens=[20, 16, 6], seed=9)
     second = decoder.generate_batch([prompts[5], row, prompts[1], prompts[6]], max_new_tokens=[3, 16, 20, 20], seed=9,
@@ -131,6 +144,8 @@ def test_a_row_does_not_depend_on_the_other_rows(wide, policy_name):
     assert torch.equal(first.sequences[1], second.sequences[1])
     assert torch.equal(first.sequences[1], alone.sequences[0])
     assert comparable(first.stats[1]) == comparable(second.stats[1]) == comparable(alone.stats)
+    if rule is ENSEMBLE and policy_name == "fixed5":  # tentative bonuses were settled: one draft call each
+        assert alone.stats.draft_calls > alone.stats.drafted
 
 
 def test_row_seeds():
@@ -160,19 +175,21 @@ def batched_empirical(decoder: SpeculativeDecoder, n: int) -> torch.Tensor:
     return counts / counts.sum()
 
 
-BATCH_POLICIES = {
-    "fixed4": lambda m: policies.Fixed(4),
-    "head_post": lambda m: policies.Head(tiny_head(m, "post"), threshold=0.66),
+BATCH_CASES = {
+    "speculative-fixed4": (rules.Speculative, target_only, lambda m: policies.Fixed(4)),
+    "speculative-head_post": (rules.Speculative, target_only, lambda m: policies.Head(tiny_head(m, "post"), 0.66)),
+    "weighted-fixed4": (lambda: rules.Ensemble("weighted", weight=0.5), weighted(0.5), lambda m: policies.Fixed(4)),
 }
 
 
-@pytest.mark.parametrize("policy_name", BATCH_POLICIES)
-def test_speculative_batch_samples_the_target(tiny, policy_name):
-    decoder = make_decoder(tiny, rules.Speculative(), BATCH_POLICIES[policy_name](tiny))
-    exact = exact_distribution(tiny, target_only, Sampling())
+@pytest.mark.parametrize("case", BATCH_CASES)
+def test_lossless_rules_in_a_batch_sample_their_distribution(tiny, case):
+    make_rule, mix, make_policy = BATCH_CASES[case]
+    decoder = make_decoder(tiny, make_rule(), make_policy(tiny))
+    exact = exact_distribution(tiny, mix, Sampling())
     tv = float(0.5 * (batched_empirical(decoder, N_BATCHED) - exact).abs().sum())
     bound = tv_bound(exact, N_BATCHED)
-    report(f"batched speculative-{policy_name} n={N_BATCHED}", tv, bound)
+    report(f"batched {case} n={N_BATCHED}", tv, bound)
     assert tv <= bound, f"TV {tv:.4f} exceeds {bound:.4f}"
 
 
@@ -309,14 +326,9 @@ def test_batch_runner_rows_see_only_their_own_tokens(wide, layout):
 
 def test_unsupported_combinations_are_refused(wide):
     prompts = wide_prompts(96)[:2]
-    cases = [
-        (rules.Ensemble("weighted", weight=0.5), policies.Fixed(2), "rule Ensemble"),
-        (rules.Greedy(), policies.Oracle(), "policy Oracle"),
-    ]
-    for rule, policy, named in cases:
-        decoder = make_decoder(wide, rule, policy)
-        with pytest.raises(ValueError, match=f"does not support {named}.*it supports .*fixed"):
-            decoder.generate_batch(prompts, max_new_tokens=4)
+    decoder = make_decoder(wide, rules.Greedy(), policies.Oracle())
+    with pytest.raises(ValueError, match="does not support policy Oracle.*it supports .*fixed"):
+        decoder.generate_batch(prompts, max_new_tokens=4)
     decoder = make_decoder(wide, rules.Greedy(), policies.Fixed(2))
     with pytest.raises(ValueError, match="2 prompts but 3 max_new_tokens"):
         decoder.generate_batch(prompts, max_new_tokens=[1, 2, 3])
