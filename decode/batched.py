@@ -6,8 +6,10 @@ its own ``torch.Generator`` seeded with :func:`row_seed` and drawn in the batch-
 EOS stop and ``max_new_tokens`` budget and its own :class:`DecodeStats`. So a row's output does
 not depend on the other rows, and a batch of one is ``generate``. What is shared is the forwards:
 one draft forward per drafting step for the rows still drafting (the others get masked columns),
-one target forward per round verifying the candidates of all rows; rows that finished leave the
-caches (:mod:`decode.batch_cache`). The prompt runs once, merged into each model's first call.
+one target forward per round verifying the candidates of all rows, and (ensemble rules) one
+draft forward settling the tentative bonus tokens of the rows that have one; rows that finished
+leave the caches (:mod:`decode.batch_cache`). The prompt runs once, merged into each model's first
+call.
 
 The exception is :class:`~decode.policies.SV`: its verification lengths are chosen jointly for the
 rows of a round (:meth:`SV.batch_verification_lengths`, DESIGN §3 batch scheduling), so a row's
