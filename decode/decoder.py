@@ -133,7 +133,6 @@ class SpeculativeDecoder:
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return DecodeOutput(sequences=sequences, stats=stats, text=text)
 
-
     @torch.inference_mode()
     def generate_batch(
         self,
