@@ -4,6 +4,7 @@ Imports only torch, transformers, safetensors and the standard library.
 """
 
 from decode import policies, rules
+from decode.batched import BatchDecodeOutput, BatchTotals, row_seed
 from decode.decoder import DecodeOutput, SpeculativeDecoder
 from decode.ensemble import EnsembleDecoder, EnsembleOutput
 from decode.ensemble_fn import EnsembleFn
@@ -16,6 +17,8 @@ from decode.stats import DecodeStats
 
 __all__ = [
     "AcceptanceHead",
+    "BatchDecodeOutput",
+    "BatchTotals",
     "DecodeOutput",
     "DecodeStats",
     "EnsembleDecoder",
@@ -29,6 +32,7 @@ __all__ = [
     "load_head",
     "load_profile",
     "policies",
+    "row_seed",
     "rules",
     "save_head",
     "save_profile",

@@ -2,6 +2,7 @@
 
     python -m decode.bench [--target PATH --draft PATH | --random-init {tiny,1b}] [--k 5]
                            [--prompts N] [--max-new-tokens 128] [--dtype bfloat16] [--breakdown]
+                           [--batch-sizes 1 8 32 [--layouts compact holes] [--head PATH --threshold H]]
 
 Without ``--target/--draft`` the built-in model zoo (``data_gen.zoo``) is used; ``--random-init``
 builds a seeded random Llama pair in code instead (no files). Every method decodes the same
@@ -10,6 +11,12 @@ on each prompt; model calls are counted with forward hooks. ``--breakdown`` then
 prompts once more and reports where the time goes: target and draft forwards, and for our
 decoder the draft sampling (``Rule.propose``) and verification (``Rule.verify``), each bracketed
 by ``torch.cuda.synchronize()`` on CUDA.
+
+``--batch-sizes`` instead compares batched decoding at each batch size ``B`` on ``B`` prompts of
+different lengths: the target alone (HF ``generate`` on the left-padded batch) against
+``SpeculativeDecoder.generate_batch`` with ``Fixed(k)`` (once per cache layout of ``--layouts``)
+and, with ``--head``, with a trained SpecDec++ head, and ``Fixed(k)`` decoding the rows one by
+one with ``generate``; calls are (batched) forwards.
 """
 
 from __future__ import annotations
@@ -23,9 +30,12 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
+from decode.batch_cache import LAYOUTS
+from decode.batched import row_seed
 from decode.decoder import SpeculativeDecoder
+from decode.export import load_head
 from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
-from decode.policies import Fixed
+from decode.policies import Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 
@@ -259,6 +269,145 @@ def print_breakdown(results: list[Breakdown]) -> None:
             print(f"  {phase:<44} {1e3 * seconds / rounds:9.3f} {1e3 * seconds / tokens:9.3f} {share:6.1%}")
 
 
+@dataclass
+class BatchResult:
+    """One method at one batch size: generated tokens of all rows and batched forwards."""
+
+    name: str
+    batch: int
+    tokens: int = 0
+    seconds: float = 0.0
+    target_calls: int = 0
+    draft_calls: int = 0
+
+    def row(self, baseline: float | None) -> str:
+        rate = self.tokens / self.seconds if self.seconds else 0.0
+        ratio = f"{rate / baseline:6.2f}x" if baseline else "      -"
+        return (
+            f"{self.name:<34} {self.batch:5d} {rate:10.1f} {ratio:>8} {self.target_calls:8d} "
+            f"{self.draft_calls:8d} {self.tokens:8d} {self.seconds:9.2f}"
+        )
+
+
+def batch_prompts(path: str | None, count: int, vocab: int, device: torch.device) -> list[torch.Tensor]:
+    """``count`` 1-D prompts of different lengths: the text prompts, or seeded random ids of 4..19 tokens."""
+    prompts = [prompt[0] for prompt in make_prompts(path, count, vocab, device)]
+    return [prompt[: 4 + (7 * i) % 16] for i, prompt in enumerate(prompts)]
+
+
+BatchRun = Callable[[list[torch.Tensor], int], int]
+
+
+def hf_batch(target: PreTrainedModel, common: dict, eos: int | list[int] | None) -> BatchRun:
+    """The target alone: HF ``generate`` on the left-padded batch; returns the generated tokens (to EOS)."""
+    stops = torch.tensor([eos] if isinstance(eos, int) else list(eos or []), dtype=torch.long)
+
+    def run(prompts: list[torch.Tensor], seed: int) -> int:
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros(len(prompts), width, dtype=torch.long, device=prompts[0].device)
+        mask = torch.zeros_like(ids)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt) :] = prompt
+            mask[i, width - len(prompt) :] = 1
+        torch.manual_seed(seed)
+        with torch.inference_mode():
+            new = target.generate(ids, attention_mask=mask, **common)[:, width:]
+        # A row's tokens end at its first EOS (HF pads the rows that stopped early).
+        stop = torch.isin(new, stops.to(new.device)).long()
+        before = (stop.cumsum(1) - stop) == 0
+        return int(before.sum())
+
+    return run
+
+
+def ours_batch(decoder: SpeculativeDecoder, budget: int, layout: str) -> BatchRun:
+    def run(prompts: list[torch.Tensor], seed: int) -> int:
+        return decoder.generate_batch(prompts, max_new_tokens=budget, seed=seed, layout=layout).totals.tokens
+
+    return run
+
+
+def sequential(decoder: SpeculativeDecoder, budget: int) -> BatchRun:
+    """The rows decoded one after the other with batch-1 ``generate`` (row seeds as in the batch)."""
+
+    def run(prompts: list[torch.Tensor], seed: int) -> int:
+        return sum(
+            decoder.generate(prompt, max_new_tokens=budget, seed=row_seed(seed, i)).stats.generated
+            for i, prompt in enumerate(prompts)
+        )
+
+    return run
+
+
+def measure_batched(
+    methods: list[tuple[str, BatchRun]], sizes: list[int], prompts: list[torch.Tensor],
+    target: PreTrainedModel, draft: PreTrainedModel,
+) -> list[BatchResult]:
+    """Time every method on the first ``B`` prompts for each ``B`` in ``sizes`` (one warm-up call each).
+
+    Methods take turns at each batch size, so a drift of the machine's speed hits them alike.
+    """
+    for _, run in methods:
+        run(prompts[:1], 0)
+    results = []
+    counters = CallCounter(target), CallCounter(draft)
+    try:
+        for batch in sizes:
+            for name, run in methods:
+                result = BatchResult(name, batch)
+                calls = counters[0].calls, counters[1].calls
+                if prompts[0].is_cuda:
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                result.tokens = run(prompts[:batch], batch)
+                if prompts[0].is_cuda:
+                    torch.cuda.synchronize()
+                result.seconds = time.perf_counter() - start
+                result.target_calls = counters[0].calls - calls[0]
+                result.draft_calls = counters[1].calls - calls[1]
+                results.append(result)
+    finally:
+        for counter in counters:
+            counter.remove()
+    return results
+
+
+def run_batched(
+    args: argparse.Namespace, target: PreTrainedModel, draft: PreTrainedModel, common: dict,
+    eos: int | list[int] | None, device: torch.device,
+) -> list[BatchResult]:
+    """The ``--batch-sizes`` comparison; prints one table and returns its rows."""
+    sizes = args.batch_sizes
+    prompts = batch_prompts(args.target, max(sizes), target.config.get_text_config().vocab_size, device)
+    budget = args.max_new_tokens
+    policies: list[tuple[str, Policy]] = [(f"Fixed({args.k})", Fixed(args.k))]
+    if args.head:
+        head = load_head(args.head, draft=draft, sampling=Sampling(), rule=Speculative())
+        policies.append((f"Head(h={args.threshold})", Head(head, threshold=args.threshold)))
+    methods: list[tuple[str, BatchRun]] = [("target alone (HF generate)", hf_batch(target, common, eos))]
+    for label, policy in policies:
+        decoder = SpeculativeDecoder(target, draft, rule=Speculative(), policy=policy, sampling=Sampling(),
+                                     eos_token_id=eos)
+        for layout in args.layouts:
+            suffix = f" [{layout}]" if len(args.layouts) > 1 else ""
+            methods.append((f"decode {label} batched{suffix}", ours_batch(decoder, budget, layout)))
+    one_by_one = SpeculativeDecoder(target, draft, rule=Speculative(), policy=Fixed(args.k), sampling=Sampling(),
+                                    eos_token_id=eos)
+    methods.append((f"decode Fixed({args.k}) one by one", sequential(one_by_one, budget)))
+    results = measure_batched(methods, sizes, prompts, target, draft)
+    lengths = [len(p) for p in prompts]
+    print(f"batched: prompts of {min(lengths)}..{max(lengths)} tokens, max_new_tokens={budget}, "
+          f"calls = batched forwards")
+    print(f"{'method':<34} {'B':>5} {'tokens/s':>10} {'vs target':>8} {'tgt fwd':>8} {'drf fwd':>8} "
+          f"{'tokens':>8} {'seconds':>9}")
+    for batch in sizes:
+        rows = [r for r in results if r.batch == batch]
+        baseline = rows[0].tokens / rows[0].seconds if rows[0].seconds else None
+        for result in rows:
+            print(result.row(baseline))
+    return results
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m decode.bench", description=__doc__.split("\n\n")[0]
@@ -287,7 +436,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="then decode the prompts once more with every phase timed and print where each method's time goes",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=None, metavar="B",
+        help="compare batched decoding at these batch sizes (B prompts of different lengths) instead",
+    )
+    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=["holes"],
+                        help="KV-cache layouts of the batched decoder to time (default: holes)")
+    parser.add_argument("--head", help="a trained head file / directory: also time batched Head(threshold)")
+    parser.add_argument("--threshold", type=float, default=0.5, help="the head's stop threshold (default 0.5)")
     args = parser.parse_args(argv)
+    if args.batch_sizes is not None and (min(args.batch_sizes) < 1 or args.breakdown):
+        parser.error("--batch-sizes takes sizes >= 1 and no --breakdown")
+    if args.head and args.batch_sizes is None:
+        parser.error("--head is used with --batch-sizes only")
     if args.random_init and args.draft:
         parser.error("--random-init builds both models; drop --draft")
     return args
@@ -311,14 +472,13 @@ def load_pair(args: argparse.Namespace, device: torch.device) -> tuple[PreTraine
     return target, draft, f"target={Path(args.target).name} draft={Path(args.draft).name}"
 
 
-def main(argv: list[str] | None = None) -> list[Result]:
-    """Run the benchmark and print the table; returns the per-method results."""
+def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult]:
+    """Run the benchmark and print the table; returns the per-method (per-batch-size) results."""
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     target, draft, described = load_pair(args, device)
-    prompts = make_prompts(args.target, args.prompts, target.config.get_text_config().vocab_size, device)
     budget = args.max_new_tokens
     eos = target.generation_config.eos_token_id if args.stop_at_eos else None
     common = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": budget}
@@ -326,6 +486,10 @@ def main(argv: list[str] | None = None) -> list[Result]:
         common["min_new_tokens"] = budget
     if target.generation_config.pad_token_id is None:
         common["pad_token_id"] = eos if isinstance(eos, int) else 0
+    if args.batch_sizes is not None:
+        print(f"{described} device={device} K={args.k}")
+        return run_batched(args, target, draft, common, eos, device)
+    prompts = make_prompts(args.target, args.prompts, target.config.get_text_config().vocab_size, device)
     draft.generation_config.num_assistant_tokens_schedule = "constant"
     draft.generation_config.num_assistant_tokens = args.k
     draft.generation_config.assistant_confidence_threshold = 0.0

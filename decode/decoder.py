@@ -1,4 +1,4 @@
-"""The speculative decoder: one loop for every verification rule × length policy (batch size 1)."""
+"""The speculative decoder: one loop for every rule × length policy (batch size 1; batches: :mod:`decode.batched`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from decode.batch_cache import Layout
+from decode.batched import BatchDecodeOutput, generate_batch
 from decode.export import check_compatibility
 from decode.hub import load_causal_lm, load_tokenizer
 from decode.inputs import token_buffer
@@ -130,6 +132,24 @@ class SpeculativeDecoder:
         sequences = tokens[:, :length]
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return DecodeOutput(sequences=sequences, stats=stats, text=text)
+
+    @torch.inference_mode()
+    def generate_batch(
+        self,
+        prompts: Sequence[Tensor | str | Sequence[int]] | Tensor,
+        max_new_tokens: int | Sequence[int] = 64,
+        seed: int = 0,
+        layout: Layout = "holes",
+    ) -> BatchDecodeOutput:
+        """Decode a batch of prompts of different lengths (ids, ``[1, n]`` / 1-D tensors, or text).
+
+        Row ``i`` is decoded as ``generate(prompts[i], max_new_tokens[i], seed=row_seed(seed, i))``
+        would decode it (a per-row policy copy, generator, budget and EOS stop), with the draft and
+        target forwards of all rows batched; ``max_new_tokens`` is one budget for all rows or one
+        per row; ``layout`` is how the KV caches keep rows of different lengths
+        (:mod:`decode.batch_cache`). Supported rules and policies: :data:`decode.batched.SUPPORTED`.
+        """
+        return generate_batch(self, prompts, max_new_tokens, seed, layout)
 
 
 class _Loop:

@@ -9,6 +9,7 @@ are consulted per step (those force one host sync per drafted token).
 
 from __future__ import annotations
 
+import copy
 import enum
 import sys
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from torch import Tensor
 
 from decode.costs import CostModel
 from decode.head import AcceptanceHead, head_features
-from decode.profile import SVProfile, companion_indicators
+from decode.profile import BatchLatency, SVProfile, companion_indicators, joint_goodput_lengths
 from decode.rules import Greedy, Rule
 from decode.sampling import Sampling
 
@@ -74,6 +75,16 @@ class Policy:
 
     def reset(self) -> None:
         """Forget state carried between rounds (called at the start of every generation)."""
+
+    def fresh(self) -> Policy:
+        """An independent copy in its initial state, for one row of a batch (models are shared, not copied).
+
+        A shallow copy: per-generation state must live in attributes that are reassigned, never
+        mutated in place (true of every policy here).
+        """
+        policy = copy.copy(self)
+        policy.reset()
+        return policy
 
     def to(self, device: torch.device) -> Policy:
         """Move any model the policy holds to ``device``."""
@@ -299,10 +310,12 @@ class SV(Policy):
     name = "sv"
     companion = "round"
 
-    def __init__(self, profile: SVProfile, k: int = 6) -> None:
+    def __init__(self, profile: SVProfile, k: int = 6, batch_latency: BatchLatency | None = None) -> None:
         if k < 1:
             raise ValueError(f"SV(k) needs k >= 1, got {k}")
         self.profile, self.k = profile, k
+        #: ``t_t(B, T)`` for batched decoding (:meth:`batch_verification_lengths`); default from the profile.
+        self.batch_latency = batch_latency if batch_latency is not None else profile.batch_latency
 
     def k_cap(self) -> int:
         return self.k
@@ -318,6 +331,24 @@ class SV(Policy):
             torch.stack(state.tokens),
         )
         return self.profile.verification_length(indicators.x, indicators.y)
+
+    def batch_verification_lengths(self, states: list[DraftRound]) -> list[int]:
+        """Verification lengths of a batch's rows, chosen jointly (:func:`~decode.profile.joint_goodput_lengths`)."""
+        alpha, alpha_next = [], []
+        for state in states:
+            if state.i:
+                indicators = companion_indicators(
+                    state.sampling,
+                    torch.stack(state.q_logits[: state.i]),
+                    torch.stack(state.companion_logits[: state.i]),
+                    torch.stack(state.tokens),
+                )
+                alpha.append(self.profile.alpha(indicators.x, indicators.y))
+                alpha_next.append(self.profile.alpha_given_x(indicators.x))
+            else:
+                alpha.append(torch.empty(0))
+                alpha_next.append(torch.empty(0))
+        return joint_goodput_lengths(alpha, alpha_next, self.batch_latency)
 
     def __repr__(self) -> str:
         return f"SV(k={self.k})"

@@ -6,6 +6,8 @@ candidates uses the full ``α(X, Y)`` of ``y_1..y_L`` and, for ``y_{L+1}``, only
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +92,44 @@ def goodput_length(alpha: Tensor, alpha_next: Tensor, latency: Tensor) -> int:
     return length
 
 
+BatchLatency = Callable[[int, int], float]
+"""``t_t(B, T)``: target verification time of a batch of ``B`` rows verifying ``T`` candidates in all."""
+
+
+def joint_goodput_lengths(
+    alpha: Sequence[Tensor], alpha_next: Sequence[Tensor], latency: BatchLatency
+) -> list[int]:
+    """Verification lengths of a batch's rows, chosen jointly (DESIGN §3, batch scheduling).
+
+    Row ``i`` has ``alpha[i][j]``, the full ``α`` of its candidate ``j+1``, and ``alpha_next[i][j]``,
+    its prediction before the candidate was drawn (as in :func:`goodput_length`). Every row with a
+    candidate starts at ``L_i = 1``; then, while it raises the batch goodput
+    ``(Σ_i E[N_i | L_i] + B) / latency(B, Σ_i L_i)``, the candidate with the largest gain in expected
+    accepted tokens ``Π_{j≤L_i} α_ij · alpha_next[i][L_i]`` is added (the lowest row on ties). Each
+    row's length is a stopping time: whether its ``y_{L+1}`` is verified reads the full ``α`` of
+    its candidates ``≤ L`` only, besides other rows' values, which do not depend on ``y_{L+1}``.
+    With one row and ``latency(1, L) = table[L − 1]`` this is :func:`goodput_length`.
+    """
+    rows = len(alpha)
+    full = [a.double().tolist() for a in alpha]
+    ahead = [a.double().tolist() for a in alpha_next]
+    lengths = [min(1, len(a)) for a in full]
+    reach = [a[0] if a else 0.0 for a in full]  # Π_{j≤L_i} α_ij
+    expected, total = sum(reach), sum(lengths)
+    while True:
+        gains = [reach[i] * ahead[i][lengths[i]] if lengths[i] < len(full[i]) else -1.0 for i in range(rows)]
+        best = max(range(rows), key=lambda i: (gains[i], -i), default=None)
+        if best is None or gains[best] < 0:
+            break
+        if (expected + gains[best] + rows) / latency(rows, total + 1) <= (expected + rows) / latency(rows, total):
+            break
+        reach[best] *= full[best][lengths[best]]
+        expected += reach[best]
+        lengths[best] += 1
+        total += 1
+    return lengths
+
+
 @dataclass
 class SVProfile:
     """Mean target acceptance per (X-bin, Y-bin), with counts and the verification latency table.
@@ -143,6 +183,16 @@ class SVProfile:
         is verified).
         """
         return goodput_length(self.alpha(x, y), self.alpha_given_x(x), self.latency)
+
+    def batch_latency(self, batch: int, total: int) -> float:
+        """Default ``t_t(B, T)`` from the batch-1 table: ``latency(L)`` at the rows' mean length ``L = ⌈T / B⌉``.
+
+        It assumes a row costs in a batch what it costs alone (no batch effect); pass a measured
+        ``t_t(B, T)`` to :class:`~decode.policies.SV` where verification is compute-bound. At
+        ``B = 1`` it is the table itself, so a batch of one verifies what ``generate`` does.
+        """
+        table = self.latency.double().tolist()
+        return table[min(max(math.ceil(total / batch), 1), len(table)) - 1]
 
     def tensors(self) -> dict[str, Tensor]:
         """The tensors stored in a profile file."""

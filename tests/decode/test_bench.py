@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from decode import bench
+from decode.export import save_head
+from decode.head import AcceptanceHead, HeadConfig
 from decode.rules import Speculative
+from decode.sampling import Sampling
 
 
 def test_bench_runs_on_saved_micro_models(tmp_path, capsys, make_lm):
@@ -55,3 +59,33 @@ def test_random_pairs_are_seeded_and_sized():
     target, draft = bench.random_pair("1b", torch.device("meta"), torch.bfloat16)
     assert 0.9e9 < target.num_parameters() < 1.0e9 and 80e6 < draft.num_parameters() < 110e6
     assert target.dtype == draft.dtype == torch.bfloat16
+
+
+def test_bench_batch_sizes_on_saved_micro_models(tmp_path, capsys, make_lm):
+    make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "target")
+    make_lm(64, seed=32).save_pretrained(tmp_path / "draft")
+    torch.manual_seed(0)
+    metadata = {"draft": "draft", "tokenizer_hash": "none", "rule": Speculative(), "sampling": Sampling()}
+    save_head(AcceptanceHead(HeadConfig(16, depth=1, timing="post")), tmp_path / "head.safetensors", metadata)
+    results = bench.main(
+        ["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--k", "3",
+         "--max-new-tokens", "6", "--device", "cpu", "--batch-sizes", "1", "3", "--layouts", "compact", "holes",
+         "--head", str(tmp_path / "head.safetensors"), "--threshold", "0.5"]
+    )
+    printed = capsys.readouterr().out
+    names = ["target alone (HF generate)", "decode Fixed(3) batched [compact]", "decode Fixed(3) batched [holes]",
+             "decode Head(h=0.5) batched [compact]", "decode Head(h=0.5) batched [holes]", "decode Fixed(3) one by one"]
+    assert [(r.name, r.batch) for r in results] == [(n, b) for b in (1, 3) for n in names]
+    assert all(r.tokens == 6 * r.batch for r in results) and all(name in printed for name in names)
+    target_alone = [r for r in results if r.name == names[0]]
+    assert [r.target_calls for r in target_alone] == [6, 6] and all(r.draft_calls == 0 for r in target_alone)
+    assert all(0 < r.target_calls <= 6 * r.batch and r.draft_calls > 0 for r in results if r.name != names[0])
+    batched = {r.batch: r for r in results if r.name == names[1]}
+    one_by_one = {r.batch: r for r in results if r.name == names[-1]}
+    assert batched[1].target_calls == one_by_one[1].target_calls  # a batch of one is generate
+    assert batched[3].target_calls < one_by_one[3].target_calls  # rows share the target's forwards
+
+
+def test_bench_without_batch_sizes_refuses_a_head():
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--random-init", "tiny", "--head", "x"])

@@ -1,0 +1,346 @@
+"""Batched speculative decoding: prompts of different lengths in one draft / verify loop.
+
+Every row is decoded as :meth:`SpeculativeDecoder.generate` would decode it alone: its own copy
+of the length policy (:meth:`Policy.fresh`), its own number of drafted and verified candidates,
+its own ``torch.Generator`` seeded with :func:`row_seed` and drawn in the batch-1 order, its own
+EOS stop and ``max_new_tokens`` budget and its own :class:`DecodeStats`. So a row's output does
+not depend on the other rows, and a batch of one is ``generate``. What is shared is the forwards:
+one draft forward per drafting step for the rows still drafting (the others get masked columns),
+one target forward per round verifying the candidates of all rows, and (ensemble rules) one
+draft forward settling the tentative bonus tokens of the rows that have one; rows that finished
+leave the caches (:mod:`decode.batch_cache`). The prompt runs once, merged into each model's first
+call.
+
+The exception is :class:`~decode.policies.SV`: its verification lengths are chosen jointly for the
+rows of a round (:meth:`SV.batch_verification_lengths`, DESIGN §3 batch scheduling), so a row's
+length, never its tokens' distribution, depends on the other rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Generator, Tensor
+
+from decode.batch_cache import BatchRunner, Layout
+from decode.inputs import prompt_ids
+from decode.policies import SV, Decision, DraftRound, Policy
+from decode.stats import DecodeStats
+
+if TYPE_CHECKING:
+    from decode.decoder import SpeculativeDecoder
+
+_GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: consecutive rows land far apart
+
+
+def row_seed(seed: int, row: int) -> int:
+    """Seed of row ``row``'s generator: ``(seed + row · 0x9E3779B97F4A7C15) mod 2**63``.
+
+    Row 0 gets ``seed`` itself (a batch of one draws what ``generate(seed=seed)`` draws); for the
+    small seeds used in practice no two ``(seed, row)`` pairs share a seed.
+    """
+    return (seed + row * _GOLDEN) % 2**63
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    """Counts of the batch as a whole (DESIGN §5 with batched forwards as the calls).
+
+    ``target_calls``: batched target forwards (= verification rounds of the batch);
+    ``draft_calls`` / ``companion_calls``: batched forwards of those models; ``tokens``: generated
+    tokens of all rows.
+    """
+
+    target_calls: int
+    draft_calls: int
+    companion_calls: int
+    tokens: int
+    wall_time_s: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens of all rows per second of wall time."""
+        return self.tokens / self.wall_time_s if self.wall_time_s else 0.0
+
+
+@dataclass
+class BatchDecodeOutput:
+    """Result of :meth:`SpeculativeDecoder.generate_batch`.
+
+    ``sequences[i]``: row ``i``'s prompt and generated tokens, 1-D, no padding (its prompt is the
+    first ``prompt_lengths[i]``); ``stats[i]``: its counts as a batch-1 decode would report them
+    (its calls are the batched forwards that fed it a token; its ``wall_time_s`` is the batch's);
+    ``texts[i]``: its decoded continuation when the decoder has a tokenizer.
+    """
+
+    sequences: list[Tensor]
+    prompt_lengths: list[int]
+    stats: list[DecodeStats]
+    totals: BatchTotals
+    texts: list[str] | None = None
+
+
+SUPPORTED = (
+    "every rule (speculative, greedy, fuzzy, ensemble) with the policies fixed, heuristic, confidence, "
+    "head (pre / post, with or without companion features) and sv (lengths chosen jointly)"
+)
+
+
+def check_supported(policy: Policy) -> None:
+    """Raise ``ValueError`` for a policy the batched loop does not implement."""
+    if policy.needs_lookahead:
+        raise ValueError(f"batched decoding does not support policy {policy!r}; it supports {SUPPORTED}")
+
+
+@dataclass(eq=False)
+class _Row:
+    """One row's decoding state; ``cur`` is its committed length, ``k`` this round's draft cap."""
+
+    index: int
+    policy: Policy
+    generator: Generator
+    budget: int
+    cur: int
+    stats: DecodeStats = field(default_factory=DecodeStats)
+    done: bool = False
+    k: int = 0
+    state: DraftRound | None = None
+    #: Target logits of a tentative bonus token at ``cur − 1`` still to be checked (ensemble rules).
+    pending: Tensor | None = None
+    #: The draft's output for the last committed position when already computed (after a settled bonus).
+    next_q: Tensor | None = None
+    next_hidden: Tensor | None = None
+
+
+class _BatchLoop:
+    """The draft / verify loop over all rows of a batch (see the module docstring)."""
+
+    def __init__(
+        self, decoder: SpeculativeDecoder, tokens: Tensor, rows: list[_Row],
+        target: BatchRunner, draft: BatchRunner, companion: BatchRunner | None,
+    ) -> None:
+        self.rule, self.sampling, self.eos = decoder.rule, decoder.sampling, decoder.eos
+        self.rule_sampling = decoder.rule.transform(decoder.sampling)
+        self.companion_use = decoder.policy.companion
+        self.capture = decoder.policy.needs_hidden
+        self.tokens, self.rows = tokens, rows
+        self.target, self.draft, self.companion = target, draft, companion
+        for row in rows:
+            row.done = row.budget <= 0
+
+    def run(self) -> None:
+        """Decode every row until its EOS or budget."""
+        live = [row for row in self.rows if not row.done]
+        self._trim_caches(live)
+        while live:
+            self._settle([row for row in live if row.pending is not None])
+            live = [row for row in live if not row.done]
+            if live:
+                self._round(live)
+                live = [row for row in live if not row.done]
+            self._trim_caches(live)
+
+    def _trim_caches(self, live: list[_Row]) -> None:
+        """Roll every cache back to each live row's ``cur − 1`` and drop the finished rows."""
+        lengths = {row.index: row.cur - 1 for row in live}
+        for runner in (self.target, self.draft, self.companion):
+            if runner is not None:
+                runner.rollback(lengths, [index for index in runner.rows if index in lengths])
+
+    def _settle(self, rows: list[_Row]) -> None:
+        """Check each row's tentative bonus at ``cur − 1`` against the draft (one batched draft forward).
+
+        As the batch-1 loop: an accepted bonus leaves the draft's next ``q`` for the next round; a
+        replaced one is rolled back in the draft's cache. A row ends here at EOS or at its budget.
+        """
+        if not rows:
+            return
+        logits = self.draft.feed(self.tokens, {row.index: row.cur for row in rows}, keep=2)
+        cache_index = {index: b for b, index in enumerate(self.draft.rows)}
+        replaced: dict[int, int] = {}
+        for row in rows:
+            q = logits[row.index]
+            bonus = self.tokens[row.index, row.cur - 1]
+            accepted_t, token_t = self.rule.settle(row.pending, q[0], bonus, self.sampling, row.generator)
+            self.tokens[row.index, row.cur - 1] = token_t  # the bonus itself when accepted
+            accepted, token = torch.stack([accepted_t.to(token_t.dtype), token_t]).tolist()
+            if accepted:
+                row.next_q = q[1]
+                row.next_hidden = self.draft.hidden[cache_index[row.index], -1] if self.capture else None
+            else:
+                replaced[row.index] = row.cur - 1
+            row.pending = None
+            row.done = token in self.eos or row.stats.generated >= row.budget
+        if replaced:
+            self.draft.rollback(replaced)
+
+    def _draft_next(self, rows: list[_Row], offset: int) -> None:
+        """Feed each row up to ``cur + offset``; append ``q`` (and the hidden state) of its last token."""
+        logits = self.draft.feed(self.tokens, {row.index: row.cur + offset for row in rows}, keep=1)
+        cache_index = {index: b for b, index in enumerate(self.draft.rows)}
+        for row in rows:
+            row.state.q_logits.append(logits[row.index][-1])
+            hidden = self.draft.hidden[cache_index[row.index], -1] if self.capture else None
+            row.state.hidden.append(hidden)
+
+    def _draft(self, rows: list[_Row]) -> None:
+        """Draft up to ``row.k`` candidates per row, each row stopping as its policy says."""
+        for row in rows:
+            if row.next_q is not None:
+                row.state.q_logits.append(row.next_q)
+                if row.k > 0:
+                    row.state.hidden.append(row.next_hidden)
+        drafting = [row for row in rows if row.k > 0]
+        if not drafting:
+            return
+        unseen = [row for row in drafting if row.next_q is None]
+        if unseen:
+            self._draft_next(unseen, 0)
+        i = 1
+        while drafting:
+            if self.companion_use == "step":
+                c = self.companion.feed(self.tokens, {row.index: row.cur + i - 1 for row in drafting}, keep=1)
+                for row in drafting:
+                    row.state.companion_logits.append(c[row.index][-1])
+            going = []
+            for row in drafting:
+                state, policy = row.state, row.policy
+                y = self.rule.propose(state.q_logits[-1], self.sampling, row.generator)
+                self.tokens[row.index, row.cur + i - 1] = y
+                state.tokens.append(y)
+                if policy.dynamic and (
+                    policy.after_propose(state) is not Decision.CONTINUE or (self.eos and int(y) in self.eos)
+                ):
+                    continue
+                if i < row.k:
+                    going.append(row)
+            if not going:
+                break
+            self._draft_next(going, i)
+            drafting = [row for row in going if not (row.policy.dynamic and row.policy.after_feed(row.state)
+                                                     is Decision.STOP)]
+            i += 1
+        if self.companion_use == "round":
+            scored = [row for row in rows if row.state.i]
+            if scored:
+                ends = {row.index: row.cur + row.state.i - 1 for row in scored}
+                c = self.companion.feed(self.tokens, ends, keep=max(row.state.i for row in scored))
+                for row in scored:
+                    row.state.companion_logits.extend(c[row.index][-row.state.i :].unbind(0))
+
+    def _round(self, rows: list[_Row]) -> None:
+        """One draft / verify round of the live rows."""
+        for row in rows:
+            row.policy.start_round()
+            row.k = min(row.policy.k_cap(), row.budget - row.stats.generated - 1)
+            row.state = DraftRound(self.rule_sampling)
+        self._draft(rows)
+        for row in rows:
+            row.next_q = row.next_hidden = None
+        if isinstance(rows[0].policy, SV):
+            lengths = rows[0].policy.batch_verification_lengths([row.state for row in rows])
+            verify = {row.index: length for row, length in zip(rows, lengths)}
+        else:
+            verify = {row.index: row.policy.verification_length(row.state) if row.state.i else 0 for row in rows}
+        p = self.target.feed(
+            self.tokens, {row.index: row.cur + verify[row.index] for row in rows}, keep=max(verify.values()) + 1
+        )
+        for row in rows:
+            self._verify(row, p[row.index][-(verify[row.index] + 1):], verify[row.index])
+
+    def _verify(self, row: _Row, p_logits: Tensor, verify: int) -> None:
+        """Verify ``row``'s first ``verify`` candidates and commit what it emits (as the batch-1 loop)."""
+        state, stats, tokens, eos, cur = row.state, row.stats, self.tokens, self.eos, row.cur
+        q_logits = (
+            torch.stack(state.q_logits[: verify + 1]) if state.q_logits else p_logits.new_empty((0, p_logits.shape[-1]))
+        )
+        candidates = tokens[row.index, cur : cur + verify]
+        n_acc_t, token_t = self.rule.verify(p_logits, q_logits, candidates, self.sampling, row.generator)
+        n_acc, token, *ys = torch.cat([n_acc_t.view(1), token_t.view(1), candidates]).tolist()
+        emitted = ys[:n_acc] + [token]
+        keep = next((j + 1 for j, t in enumerate(emitted) if t in eos), len(emitted))
+        finished = keep < len(emitted) or emitted[keep - 1] in eos
+        accepted = min(n_acc, keep)
+        from_target = keep - accepted
+        if from_target:
+            tokens[row.index, cur + n_acc] = token_t
+        drafted = state.i
+        stats.record_round(verify, n_acc)
+        stats.drafted += drafted
+        stats.accepted += accepted
+        stats.rejected += verify - n_acc
+        stats.unverified += drafted - verify + n_acc - accepted
+        stats.target_emitted += from_target
+        stats.generated += keep
+        row.policy.end_round(drafted, verify, n_acc)
+        if from_target and self.rule.tentative_bonus and n_acc == verify and len(state.q_logits) <= verify:
+            row.pending = p_logits[verify]  # settled against the draft first thing next round
+        row.cur += keep
+        row.done = row.pending is None and (finished or stats.generated >= row.budget)
+        row.state = None
+
+
+def generate_batch(
+    decoder: SpeculativeDecoder,
+    prompts: Sequence[Tensor | str | Sequence[int]] | Tensor,
+    max_new_tokens: int | Sequence[int],
+    seed: int,
+    layout: Layout,
+) -> BatchDecodeOutput:
+    """Implementation of :meth:`SpeculativeDecoder.generate_batch`."""
+    check_supported(decoder.policy)
+    owner = "SpeculativeDecoder.generate_batch"
+    if isinstance(prompts, str) or (isinstance(prompts, Tensor) and prompts.dim() != 2):
+        raise ValueError("generate_batch takes a list of prompts or a [B, n] tensor; for one prompt pass [prompt]")
+    prompts = list(prompts.unbind(0)) if isinstance(prompts, Tensor) else list(prompts)
+    if not prompts:
+        raise ValueError("generate_batch needs at least one prompt")
+    budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
+    if len(budgets) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(budgets)} max_new_tokens")
+    if min(budgets) < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {min(budgets)}")
+    ids = [prompt_ids(prompt, decoder.tokenizer, decoder.device, owner)[0] for prompt in prompts]
+    lengths = [len(row) for row in ids]
+    tokens = torch.zeros(len(ids), max(n + b for n, b in zip(lengths, budgets)), dtype=torch.long,
+                         device=decoder.device)
+    for i, row in enumerate(ids):
+        tokens[i, : len(row)] = row
+    start = time.perf_counter()
+    policy = decoder.policy
+    rows = [
+        _Row(i, policy.fresh(), torch.Generator(device=decoder.device).manual_seed(row_seed(seed, i)), budget, n)
+        for i, (n, budget) in enumerate(zip(lengths, budgets))
+    ]
+    batch = len(rows)
+    target = BatchRunner(decoder.target, decoder.vocab, batch, layout)
+    draft = BatchRunner(decoder.draft, decoder.vocab, batch, layout, capture_hidden=policy.needs_hidden)
+    companion = (
+        BatchRunner(decoder.companion, decoder.vocab, batch, layout) if policy.companion is not None else None
+    )
+    try:
+        _BatchLoop(decoder, tokens, rows, target, draft, companion).run()
+    finally:
+        draft.close()
+    wall = time.perf_counter() - start
+    for row in rows:
+        row.stats.wall_time_s = wall
+        row.stats.target_calls = target.row_calls[row.index]
+        row.stats.draft_calls = draft.row_calls[row.index]
+        row.stats.companion_calls = companion.row_calls[row.index] if companion is not None else 0
+    totals = BatchTotals(
+        target_calls=target.calls, draft_calls=draft.calls,
+        companion_calls=companion.calls if companion is not None else 0,
+        tokens=sum(row.stats.generated for row in rows), wall_time_s=wall,
+    )
+    sequences = [tokens[row.index, : row.cur].clone() for row in rows]
+    texts = (
+        [decoder.tokenizer.decode(seq[n:]) for seq, n in zip(sequences, lengths)]
+        if decoder.tokenizer is not None else None
+    )
+    return BatchDecodeOutput(sequences=sequences, prompt_lengths=lengths, stats=[r.stats for r in rows],
+                             totals=totals, texts=texts)
