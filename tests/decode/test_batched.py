@@ -28,6 +28,7 @@ from test_exact_distribution import random_head as tiny_head
 from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.batch_cache import BatchRunner
 from decode.batched import row_seed
+from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.profile import goodput_length, joint_goodput_lengths
 
@@ -54,6 +55,9 @@ def wide_policy(name: str, models: dict) -> policies.Policy:
         return policies.Head(head, threshold=0.5)
     if name == "head_post":
         return policies.Head(AcceptanceHead(HeadConfig(hidden, depth=2, timing="post")), threshold=0.5, k_min=2)
+    if name == "head_goodput":  # throughput state carried across rounds, per row
+        head = AcceptanceHead(HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES))
+        return policies.GoodputHead(head, CostModel(t_draft=0.2, t_target=1.0, t_companion=0.0), k_max=8)
     if name == "sv":  # the default t_t(B, T): the table at the mean length, so the joint lengths vary
         profile = SVProfile(
             x_edges=torch.tensor([0.0, 0.5, 1.0]), y_edges=torch.tensor([0.0, 0.5, 1.0]),
@@ -100,7 +104,7 @@ def test_greedy_batch_equals_target_greedy_row_by_row(wide, policy_name, layout)
     "rule", [rules.Greedy(), rules.Speculative(), rules.Ensemble("contrastive", mu=0.5)],
     ids=["greedy", "speculative", "contrastive"],
 )
-@pytest.mark.parametrize("policy_name", ["fixed5", "head_post", "sv"])
+@pytest.mark.parametrize("policy_name", ["fixed5", "head_post", "head_goodput", "sv"])
 def test_batch_of_one_is_generate(wide, rule, policy_name):
     prompt = wide_prompts(96)[2]
     decoder = make_decoder(wide, rule, wide_policy(policy_name, wide))
