@@ -52,7 +52,7 @@ TEXT_PROMPTS = [
 
 # --random-init pairs: (vocab, target (layers, hidden, heads, intermediate), draft (...)).
 RANDOM_PAIRS: dict[str, tuple[int, tuple[int, int, int, int], tuple[int, int, int, int]]] = {
-    "tiny": (4096, (4, 256, 4, 688), (2, 128, 2, 344)),  # the zoo's target / draft shapes
+    "tiny": (512, (4, 256, 4, 688), (2, 128, 2, 344)),  # the zoo's target / draft shapes (v3)
     "1b": (32000, (16, 2048, 32, 5632), (6, 768, 12, 2048)),  # ~0.95B target, ~92M draft
 }
 
@@ -417,7 +417,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--draft", help="draft model (hub id or directory); default: the zoo's draft")
     models.add_argument(
         "--random-init", choices=sorted(RANDOM_PAIRS),
-        help="seeded random-init Llama pair built in code: tiny = the zoo's shapes (vocab 4096, target 4x256, "
+        help="seeded random-init Llama pair built in code: tiny = the zoo's shapes (vocab 512, target 4x256, "
         "draft 2x128); 1b = vocab 32000, target 16 layers x 2048 (32 heads, MLP 5632, ~0.95B), "
         "draft 6 layers x 768 (12 heads, MLP 2048, ~92M); prompts are random token ids",
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import ENV_VAR, ensure_zoo, zoo_summary_table
+from .summary import realism_table
 from .precision import PRECISIONS
 from .recipe import ZooRecipe
 
@@ -34,7 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     zoo = ensure_zoo(args.cache_dir, rebuild=args.rebuild, recipe=ZooRecipe(precision=args.precision))
-    Console().print(zoo_summary_table(zoo))
+    console = Console()
+    console.print(zoo_summary_table(zoo))
+    console.print(realism_table(zoo))
 
 
 if __name__ == "__main__":

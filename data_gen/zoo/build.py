@@ -25,6 +25,10 @@ METADATA_FILE = "zoo.json"
 ENV_VAR = "ACCEPT_HEADS_ZOO_DIR"
 
 
+class ZooRealismError(RuntimeError):
+    """A finished build whose trio misses the realism targets (:mod:`data_gen.zoo.realism`)."""
+
+
 @dataclass
 class Zoo:
     """A built zoo on disk: one ``from_pretrained`` directory per role plus ``zoo.json``."""
@@ -50,13 +54,19 @@ def default_cache_dir() -> Path:
 
 
 def ensure_zoo(
-    cache_dir: str | Path | None = None, *, rebuild: bool = False, recipe: ZooRecipe | None = None
+    cache_dir: str | Path | None = None,
+    *,
+    rebuild: bool = False,
+    recipe: ZooRecipe | None = None,
+    check_realism: bool = True,
 ) -> Zoo:
     """Return the zoo in ``cache_dir`` (default: :func:`default_cache_dir`), building it if absent.
 
     A complete zoo is only ever visible after an atomic rename of a finished temp directory;
     concurrent callers serialise on a file lock next to the cache, and later ones reuse the result.
-    Raises ``ValueError`` when the cached zoo was built with another recipe or zoo version.
+    Raises ``ValueError`` when the cached zoo was built with another recipe or zoo version, and
+    :class:`ZooRealismError` (writing nothing) when a fresh build misses an enforced realism target
+    (:mod:`data_gen.zoo.realism`) unless ``check_realism`` is off (tests' tiny recipes).
     """
     started = time.perf_counter()
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -71,7 +81,7 @@ def ensure_zoo(
             shutil.rmtree(stale)  # left by a builder that was killed; we hold the lock
         staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
         try:
-            metadata = _build_into(staging, recipe, started)
+            metadata = _build_into(staging, recipe, started, check_realism)
             _replace_dir(staging, root)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -124,7 +134,7 @@ def _torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def _build_into(staging: Path, recipe: ZooRecipe, started: float) -> dict[str, Any]:
+def _build_into(staging: Path, recipe: ZooRecipe, started: float, check_realism: bool) -> dict[str, Any]:
     """Train tokenizer and models, evaluate them, and write everything into ``staging``."""
     # Heavy imports stay here so that a cache hit does not pay for them.
     import tokenizers
@@ -132,9 +142,10 @@ def _build_into(staging: Path, recipe: ZooRecipe, started: float) -> dict[str, A
     import transformers
 
     from .data import spaced_windows, token_stream
-    from .evaluation import held_out_loss, line_start_prompts, mean_acceptance, sample_responses
+    from .evaluation import held_out_loss, line_start_prompts
     from .models import build_model, parameter_count
     from .precision import resolve_precision
+    from .realism import measure_realism
     from .tokenizer import train_tokenizer
     from .training import distil_students, train_target
 
@@ -156,11 +167,16 @@ def _build_into(staging: Path, recipe: ZooRecipe, started: float) -> dict[str, A
         prompts = line_start_prompts(
             tokenizer, dev_modules, recipe.accept_prompts, recipe.accept_prompt_tokens, recipe.eval_seed
         )
-        sequences, mask = sample_responses(
-            models["target"], prompts, recipe.accept_response_tokens, recipe.eval_seed, tokenizer.eos_token_id
-        )
-        acceptance = {r: mean_acceptance(models["target"], models[r], sequences, mask) for r in STUDENT_ROLES}
         losses = {role: held_out_loss(model, dev_windows) for role, model in models.items()}
+        realism, acceptance = measure_realism(
+            models, prompts, recipe.accept_response_tokens, recipe.eval_seed, tokenizer.eos_token_id, losses
+        )
+    failures = realism.failures()
+    if check_realism and failures:
+        raise ZooRealismError(
+            "the built zoo does not behave like a real draft / target pair: " + "; ".join(failures)
+            + " (nothing was written; change the recipe, or pass check_realism=False for a test zoo)"
+        )
 
     for role, model in models.items():
         model.save_pretrained(staging / role)
@@ -198,7 +214,7 @@ def _build_into(staging: Path, recipe: ZooRecipe, started: float) -> dict[str, A
                 "layers": recipe.shape(role).layers,
                 "hidden_size": recipe.shape(role).hidden,
                 "seed": recipe.shape(role).seed,
-                "steps": recipe.target_steps if role == "target" else recipe.distil_steps,
+                "steps": recipe.steps(role),
                 "final_train_loss": final_train_loss[role],
                 "held_out_loss": losses[role],
                 "acceptance_vs_target": acceptance.get(role),
@@ -211,9 +227,9 @@ def _build_into(staging: Path, recipe: ZooRecipe, started: float) -> dict[str, A
             "prompts": int(prompts.shape[0]),
             "prompt_tokens": int(prompts.shape[1]),
             "response_tokens": recipe.accept_response_tokens,
-            "positions": int(mask.sum()),
             **acceptance,
         },
+        "realism": {**realism.to_dict(), "failures": failures},
         "build_seconds": time.perf_counter() - started,
     }
     (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")

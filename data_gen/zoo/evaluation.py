@@ -1,4 +1,4 @@
-"""Held-out loss and speculative acceptance (1 - TV) of the zoo's models on dev-split text."""
+"""Held-out loss of the zoo's models, dev prompts and the target's responses to them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from data_gen.corpus import StdlibModule
+from decode.rules import sample
 
 from .training import next_token_loss
 
@@ -19,7 +20,7 @@ from .training import next_token_loss
 def held_out_loss(model: LlamaForCausalLM, windows: torch.Tensor, batch: int = 16) -> float:
     """Mean next-token cross-entropy (nats/token) over ``windows``."""
     total, count = 0.0, 0
-    for chunk in windows.split(batch):
+    for chunk in windows.to(model.device).split(batch):
         positions = chunk.numel() - chunk.shape[0]
         total += next_token_loss(model(input_ids=chunk).logits, chunk).item() * positions
         count += positions
@@ -44,37 +45,24 @@ def line_start_prompts(
 
 
 @torch.no_grad()
-def sample_responses(
-    model: LlamaForCausalLM, prompts: torch.Tensor, new_tokens: int, seed: int, eos_token_id: int
+def target_responses(
+    model: LlamaForCausalLM, prompts: torch.Tensor, new_tokens: int, seed: int, eos_token_id: int, greedy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample ``new_tokens`` at temperature 1 after each prompt (KV cache, no top-k/top-p).
+    """``new_tokens`` after each prompt, sampled at temperature 1 or greedy (KV cache, no top-k/top-p).
 
     Returns the full sequences and a mask of the response positions that count: those up to
-    and including the first sampled EOS.
+    and including the first EOS.
     """
-    generator = torch.Generator().manual_seed(seed)
+    prompts = prompts.to(model.device)
+    generator = torch.Generator(device=model.device).manual_seed(seed)
     out = model(input_ids=prompts, use_cache=True)
     sampled = []
-    for _ in tqdm(range(new_tokens), desc="zoo: sample responses", unit="tok", leave=False):
-        probs = F.softmax(out.logits[:, -1].float(), dim=-1)
-        token = torch.multinomial(probs, 1, generator=generator)
+    for _ in tqdm(range(new_tokens), desc=f"zoo: {'greedy' if greedy else 'sampled'} responses", unit="tok", leave=False):
+        logits = out.logits[:, -1].float()
+        token = (logits.argmax(dim=-1) if greedy else sample(F.softmax(logits, dim=-1), generator))[:, None]
         sampled.append(token)
         out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
     response = torch.cat(sampled, dim=1)
     is_eos = (response == eos_token_id).long()
     mask = (is_eos.cumsum(dim=1) - is_eos) == 0
     return torch.cat([prompts, response], dim=1), mask
-
-
-@torch.no_grad()
-def mean_acceptance(
-    target: LlamaForCausalLM, draft: LlamaForCausalLM, sequences: torch.Tensor, mask: torch.Tensor
-) -> float:
-    """Mean of ``1 - TV(p, q) = sum_v min(p(v), q(v))`` over the masked response positions."""
-    response_len = mask.shape[1]
-    prompt_len = sequences.shape[1] - response_len
-    span = slice(prompt_len - 1, prompt_len - 1 + response_len)
-    p = F.softmax(target(input_ids=sequences).logits[:, span].float(), dim=-1)
-    q = F.softmax(draft(input_ids=sequences).logits[:, span].float(), dim=-1)
-    overlap = torch.minimum(p, q).sum(dim=-1)
-    return (overlap[mask].sum() / mask.sum()).item()

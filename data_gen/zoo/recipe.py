@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-ZOO_VERSION = "v2"  # bump whenever the default recipe or the build procedure changes
+ZOO_VERSION = "v3"  # bump whenever the default recipe or the build procedure changes
 ROLES: tuple[str, ...] = ("target", "draft", "companion")
 STUDENT_ROLES: tuple[str, ...] = ("draft", "companion")
 
@@ -25,20 +25,21 @@ class ModelShape:
 class ZooRecipe:
     """Every knob of a zoo build. The default instance is the real ``tiny-code`` zoo."""
 
-    vocab_size: int = 4096
+    vocab_size: int = 512  # short tokens (~1.7 characters): a target trainable in minutes is confident on many
     context: int = 256
     target: ModelShape = field(default_factory=lambda: ModelShape(4, 256, 4, 688, seed=1))
     draft: ModelShape = field(default_factory=lambda: ModelShape(2, 128, 2, 344, seed=2))
     companion: ModelShape = field(default_factory=lambda: ModelShape(1, 192, 3, 512, seed=3))
     # Target pre-training (next-token cross-entropy).
-    target_steps: int = 350
+    target_steps: int = 500
     target_batch: int = 16
-    target_lr: float = 2e-3
+    target_lr: float = 3e-3
     # Distillation of draft and companion from the target (shared target forward).
-    distil_steps: int = 205
+    distil_steps: int = 300
+    draft_steps: int | None = 240  # the draft stops earlier (a real draft is clearly weaker); None: distil_steps
     distil_batch: int = 16
     distil_lr: float = 3e-3
-    distil_kl_weight: float = 0.9  # loss = w * KL(target || student) + (1 - w) * CE
+    distil_kl_weight: float = 0.5  # loss = w * KL(target || student) + (1 - w) * CE
     warmup_fraction: float = 0.05
     precision: str = "auto"  # auto | bf16 | fp32: bf16 autocast of training forwards (weights stay float32);
     # auto = bf16 only where the CPU runs it natively (data_gen.zoo.precision)
@@ -57,6 +58,15 @@ class ZooRecipe:
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
         return getattr(self, role)
+
+    def steps(self, role: str) -> int:
+        """Training steps of ``role``."""
+        if role == "target":
+            return self.target_steps
+        if role == "draft" and self.draft_steps is not None:
+            return self.draft_steps
+        self.shape(role)  # validates the name
+        return self.distil_steps
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, stored in ``zoo.json``."""

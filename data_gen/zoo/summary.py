@@ -1,10 +1,11 @@
-"""Rich summary table of a built zoo."""
+"""Rich summary tables of a built zoo: its models, and its realism figures against their targets."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
 from .build import Zoo
+from .realism import Realism, RealismTargets
 from .recipe import ROLES
 
 
@@ -33,4 +34,19 @@ def zoo_summary_table(zoo: Zoo) -> Table:
             f"{info['held_out_loss']:.3f}",
             "-" if acceptance is None else f"{acceptance:.3f}",
         )
+    return table
+
+
+def realism_table(zoo: Zoo, targets: RealismTargets = RealismTargets()) -> Table:
+    """The four realism figures of :mod:`data_gen.zoo.realism`, each with its target and a verdict."""
+    record = dict(zoo.metadata["realism"])
+    record.pop("failures")
+    realism = Realism(**record)
+    table = Table(title="realism on dev prompts (data_gen.zoo.realism)",
+                  caption="enforced: a build that misses the target fails; tracked: reported only")
+    for column in ("figure", "value", "target", "ok", "check"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
+    for check in realism.checks(targets):
+        verdict = "[green]yes[/green]" if check.ok else "[red]no[/red]"
+        table.add_row(check.figure, check.value, check.target, verdict, "enforced" if check.enforced else "tracked")
     return table

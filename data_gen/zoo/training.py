@@ -85,7 +85,9 @@ def distil_students(
     """Train every student on shared batches: distilled from ``teacher`` and / or on the text itself.
 
     Loss per student: ``w * KL(teacher || student) + (1 - w) * CE``; returns final losses. With
-    ``w = 0`` (students trained on the data alone, as real drafts are) the teacher is not run.
+    ``w = 0`` (students trained on the data alone, as real drafts are) the teacher is not run. Each
+    student trains for ``recipe.steps(role)`` steps on the first batches of the shared sequence, with
+    its own warm-up / cosine schedule over them.
     """
     generator = torch.Generator().manual_seed(recipe.data_seed + 1)
     optimizers = {role: _optimizer(m, recipe.distil_lr, recipe.weight_decay) for role, m in students.items()}
@@ -94,7 +96,8 @@ def distil_students(
     for model in students.values():
         model.train()
     losses = {role: float("nan") for role in students}
-    bar = tqdm(range(recipe.distil_steps), desc="zoo: train students", unit="step")
+    steps = {role: recipe.steps(role) for role in students}
+    bar = tqdm(range(max(steps.values())), desc="zoo: train students", unit="step")
     for step in bar:
         windows = random_windows(stream, recipe.distil_batch, recipe.context, generator).to(teacher.device)
         teacher_logp = None
@@ -102,8 +105,10 @@ def distil_students(
             with torch.no_grad(), _autocast(autocast_bf16):
                 teacher_logits = teacher(input_ids=windows).logits
             teacher_logp = F.log_softmax(teacher_logits.float(), dim=-1).flatten(0, 1)
-        lr = recipe.distil_lr * lr_factor(step, recipe.distil_steps, recipe.warmup_fraction)
         for role, model in students.items():
+            if step >= steps[role]:
+                continue
+            lr = recipe.distil_lr * lr_factor(step, steps[role], recipe.warmup_fraction)
             with _autocast(autocast_bf16):
                 logits = model(input_ids=windows).logits
             loss = (1.0 - weight) * next_token_loss(logits, windows)

@@ -22,6 +22,7 @@ TINY = ZooRecipe(
     target_steps=4,
     target_batch=2,
     distil_steps=4,
+    draft_steps=3,
     distil_batch=2,
     eval_windows=4,
     accept_prompts=3,
@@ -33,7 +34,7 @@ TINY = ZooRecipe(
 
 @pytest.fixture(scope="module")
 def tiny_zoo(tmp_path_factory: pytest.TempPathFactory) -> Zoo:
-    return ensure_zoo(tmp_path_factory.mktemp("zoo") / "tiny", recipe=TINY)
+    return ensure_zoo(tmp_path_factory.mktemp("zoo") / "tiny", recipe=TINY, check_realism=False)
 
 
 def _role_files(zoo: Zoo) -> dict[str, bytes]:
@@ -68,6 +69,8 @@ def test_metadata_records_models_and_acceptance(tiny_zoo: Zoo) -> None:
     for role in ROLES:
         info = meta["models"][role]
         assert info["params"] > 0 and info["held_out_loss"] > 0
+        assert info["steps"] == TINY.steps(role)
+    assert [meta["models"][r]["steps"] for r in ROLES] == [4, 3, 4]
     for role in ("draft", "companion"):
         assert 0.0 <= meta["models"][role]["acceptance_vs_target"] <= 1.0
     assert meta["models"]["target"]["acceptance_vs_target"] is None
@@ -84,7 +87,7 @@ def test_training_modules_are_train_split_only(tiny_zoo: Zoo) -> None:
 
 
 def test_second_call_is_a_fast_cache_hit(tiny_zoo: Zoo) -> None:
-    again = ensure_zoo(tiny_zoo.root, recipe=TINY)
+    again = ensure_zoo(tiny_zoo.root, recipe=TINY, check_realism=False)
     assert again.cache_hit
     assert again.seconds < 5.0
     assert again.metadata == tiny_zoo.metadata
@@ -97,7 +100,7 @@ def test_other_recipe_on_existing_cache_is_refused(tiny_zoo: Zoo) -> None:
 
 
 def test_rebuild_into_empty_dir_is_byte_identical(tiny_zoo: Zoo, tmp_path: Path) -> None:
-    other = ensure_zoo(tmp_path / "tiny", recipe=TINY)
+    other = ensure_zoo(tmp_path / "tiny", recipe=TINY, check_realism=False)
     assert not other.cache_hit
     assert _role_files(other) == _role_files(tiny_zoo)
 
@@ -110,14 +113,18 @@ def test_interrupted_build_leaves_no_complete_cache(tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr(training, "distil_students", crash)
     with pytest.raises(RuntimeError, match="injected failure"):
-        ensure_zoo(tmp_path / "tiny", recipe=TINY)
+        ensure_zoo(tmp_path / "tiny", recipe=TINY, check_realism=False)
     assert not (tmp_path / "tiny").exists()
     assert [p.name for p in tmp_path.iterdir()] == [".tiny.lock"]  # staging directory removed
 
 
 def test_concurrent_callers_build_once(tmp_path: Path) -> None:
     results: list[Zoo] = []
-    threads = [threading.Thread(target=lambda: results.append(ensure_zoo(tmp_path / "z", recipe=TINY))) for _ in range(2)]
+
+    def build() -> None:
+        results.append(ensure_zoo(tmp_path / "z", recipe=TINY, check_realism=False))
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -142,12 +149,12 @@ def test_cli_help(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_default_zoo_meets_its_required_properties() -> None:
-    """Builds the real zoo if it is not cached yet (ten to fifteen minutes on two cores)."""
+    """Builds the real zoo if it is not cached yet (about ten minutes on two cores)."""
     zoo = ensure_zoo()
     models = zoo.metadata["models"]
     assert zoo.metadata["recipe"] == ZooRecipe().to_dict()
     assert models["target"]["held_out_loss"] <= models["draft"]["held_out_loss"] - 0.2
-    assert models["draft"]["acceptance_vs_target"] >= 0.7
+    assert zoo.metadata["realism"]["failures"] == []
     assert all(split_of(name) == "train" for name in zoo.metadata["corpus"]["train_modules"])
 
 
