@@ -23,18 +23,26 @@ $(STAMP): pyproject.toml
 
 # The main job on the embedded default: build (or reuse) the tiny-code zoo; collect labelled data
 # from the target's sampled (T = 1) responses and, for the greedy rule, from its greedy responses;
-# train a `pre` acceptance head on each (speculative and greedy rule) and the SV profile (exported
-# under runs/tiny/heads/); then evaluate every length policy (results table and figures under
-# runs/tiny/eval/). README "Training" lists the extra heads (post, companion features).
+# train a `pre` acceptance head for every rule (speculative, greedy, fuzzy, ensemble weighted and
+# contrastive) and the SV profile (exported under runs/tiny/heads/, each with a model card); then
+# evaluate every length policy (results table, per-head summary and figures under runs/tiny/eval/;
+# the contrastive ensemble, a second kind of the same rule, under runs/tiny/eval-contrastive/).
 GREEDY_DATA := sampling=greedy 'paths.data_dir=$${paths.run_dir}/data-greedy'
+TRAIN := $(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true
+CONTRASTIVE := rules.ensemble_kind=contrastive
 demo: setup
 	$(OFFLINE) $(PY) -m data_gen.zoo
 	$(OFFLINE) $(PY) -m data_gen.collect
 	$(OFFLINE) $(PY) -m data_gen.collect $(GREEDY_DATA) 'prompts.sizes={train: 400, dev: 100, test: 100}'
-	$(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true head.name=speculative-pre
-	$(OFFLINE) $(PY) -m accept_heads.train $(GREEDY_DATA) head.rule=greedy trainer.feature_cache=true head.name=greedy-pre
+	$(TRAIN) head.name=speculative-pre
+	$(TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
+	$(TRAIN) head.rule=fuzzy head.name=fuzzy-pre
+	$(TRAIN) head.rule=ensemble head.name=ensemble-weighted-pre
+	$(TRAIN) $(CONTRASTIVE) head.rule=ensemble head.name=ensemble-contrastive-pre
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate
+	$(OFFLINE) $(PY) -m accept_heads.evaluate $(CONTRASTIVE) 'evaluate.rules=[ensemble]' \
+		'evaluate.out_dir=$${paths.run_dir}/eval-contrastive' evaluate.hf_baselines=false
 
 test: setup
 	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)

@@ -270,11 +270,12 @@ class EvaluateConfig:
 
     out_dir: str = "${paths.run_dir}/eval"
     rules: Optional[List[str]] = None  # rules to decode with; null = rules.names
-    prompts: Dict[str, int] = field(default_factory=lambda: {"dev": 5, "test": 8, "ood": 5})  # per set
-    max_new_tokens: int = 40
+    prompts: Dict[str, int] = field(default_factory=lambda: {"dev": 10, "test": 20, "ood": 10})  # per set
+    max_new_tokens: int = 64
     fixed_k: List[int] = field(default_factory=lambda: list(range(1, 11)))
     confidence_taus: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
-    thresholds: Optional[List[float]] = None  # head stop thresholds h swept on dev; null = head.thresholds
+    # head stop thresholds h swept on dev (null = head.thresholds); the goodput head needs none
+    thresholds: Optional[List[float]] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
     fuzzy_thresholds: List[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])  # FSD T sweep (dev; test)
     hf_baselines: bool = True  # HF assisted generation: constant K, heuristic, confidence 0.4
