@@ -71,14 +71,15 @@ def selection_table(selection: list[dict[str, Any]]) -> Table:
 
 
 def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
-    """One row per head: its rule, dev AUROC, and on each test / OOD set × the best fixed K (95 % interval)
-    with the threshold chosen on dev and with the goodput stop."""
+    """One row per head decoded in this evaluation: its rule, dev AUROC, and on each test / OOD set × the
+    best fixed K (95 % interval) with the threshold chosen on dev and with the goodput stop."""
     sets = list(dict.fromkeys(table.loc[table["role"] != "dev", "set"]))
+    decoded = set(table.loc[table["role"] != "dev", "artifact"].dropna())
     out = Table(title="heads — × best fixed K at the cost pair [95% paired-bootstrap CI over prompts]",
                 title_justify="left")
     for column in ("head", "rule", "dev AUROC", *(f"{s}: {stop}" for s in sets for stop in ("h (dev)", "goodput"))):
         out.add_column(column, justify="left" if column in ("head", "rule") else "right")
-    for name, head in heads.items():
+    for name, head in ((n, h) for n, h in heads.items() if n in decoded):
         cells = []
         for set_name in sets:
             rows = table[(table["set"] == set_name) & (table["artifact"] == name)]
