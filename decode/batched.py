@@ -29,6 +29,7 @@ from torch import Generator, Tensor
 from decode.batch_cache import BatchRunner, Layout
 from decode.inputs import prompt_ids
 from decode.policies import SV, Decision, DraftRound, Policy
+from decode.rounds import bonus_pending, record_round, verify_round
 from decode.stats import DecodeStats
 
 if TYPE_CHECKING:
@@ -254,33 +255,17 @@ class _BatchLoop:
 
     def _verify(self, row: _Row, p_logits: Tensor, verify: int) -> None:
         """Verify ``row``'s first ``verify`` candidates and commit what it emits (as the batch-1 loop)."""
-        state, stats, tokens, eos, cur = row.state, row.stats, self.tokens, self.eos, row.cur
-        q_logits = (
-            torch.stack(state.q_logits[: verify + 1]) if state.q_logits else p_logits.new_empty((0, p_logits.shape[-1]))
-        )
-        candidates = tokens[row.index, cur : cur + verify]
-        n_acc_t, token_t = self.rule.verify(p_logits, q_logits, candidates, self.sampling, row.generator)
-        n_acc, token, *ys = torch.cat([n_acc_t.view(1), token_t.view(1), candidates]).tolist()
-        emitted = ys[:n_acc] + [token]
-        keep = next((j + 1 for j, t in enumerate(emitted) if t in eos), len(emitted))
-        finished = keep < len(emitted) or emitted[keep - 1] in eos
-        accepted = min(n_acc, keep)
-        from_target = keep - accepted
-        if from_target:
-            tokens[row.index, cur + n_acc] = token_t
-        drafted = state.i
-        stats.record_round(verify, n_acc)
-        stats.drafted += drafted
-        stats.accepted += accepted
-        stats.rejected += verify - n_acc
-        stats.unverified += drafted - verify + n_acc - accepted
-        stats.target_emitted += from_target
-        stats.generated += keep
-        row.policy.end_round(drafted, verify, n_acc)
-        if from_target and self.rule.tentative_bonus and n_acc == verify and len(state.q_logits) <= verify:
+        state, tokens, cur = row.state, self.tokens, row.cur
+        outcome = verify_round(self.rule, p_logits, state, tokens[row.index, cur : cur + verify], self.sampling,
+                               row.generator, self.eos)
+        if outcome.from_target:
+            tokens[row.index, cur + outcome.accepted_by_rule] = outcome.token
+        record_round(row.stats, state.i, outcome)
+        row.policy.end_round(state.i, verify, outcome.accepted_by_rule)
+        if bonus_pending(self.rule, state, outcome):
             row.pending = p_logits[verify]  # settled against the draft first thing next round
-        row.cur += keep
-        row.done = row.pending is None and (finished or stats.generated >= row.budget)
+        row.cur += outcome.kept
+        row.done = row.pending is None and (outcome.finished or row.stats.generated >= row.budget)
         row.state = None
 
 

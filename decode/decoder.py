@@ -17,6 +17,7 @@ from decode.export import check_compatibility
 from decode.hub import load_causal_lm, load_tokenizer
 from decode.inputs import token_buffer
 from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
+from decode.rounds import bonus_pending, record_round, verify_round
 from decode.rules import Rule, Speculative
 from decode.runner import GreedyLookahead, ModelRunner, vocab_size
 from decode.sampling import Sampling
@@ -254,32 +255,17 @@ class _Loop:
             drafted = state.i
             verify = policy.verification_length(state) if drafted else 0
             p_logits = self.target.feed(tokens, cur + verify, keep=verify + 1)
-            q_logits = (
-                torch.stack(state.q_logits[: verify + 1])
-                if state.q_logits
-                else p_logits.new_empty((0, p_logits.shape[-1]))
-            )
-            candidates = tokens[0, cur : cur + verify]
-            n_acc_t, token_t = rule.verify(p_logits, q_logits, candidates, self.sampling, self.generator)
-            n_acc, token, *ys = torch.cat([n_acc_t.view(1), token_t.view(1), candidates]).tolist()
-            emitted = ys[:n_acc] + [token]
-            keep = next((j + 1 for j, t in enumerate(emitted) if t in eos), len(emitted))
-            finished = keep < len(emitted) or emitted[keep - 1] in eos
-            accepted = min(n_acc, keep)
-            from_target = keep - accepted
-            if from_target:
-                tokens[0, cur + n_acc] = token_t  # a device copy: writing the int would sync on CUDA
-            stats.record_round(verify, n_acc)
-            stats.drafted += drafted
-            stats.accepted += accepted
-            stats.rejected += verify - n_acc
-            stats.unverified += drafted - verify + n_acc - accepted
-            stats.target_emitted += from_target
-            stats.generated += keep
-            policy.end_round(drafted, verify, n_acc)
+            outcome = verify_round(rule, p_logits, state, tokens[0, cur : cur + verify], self.sampling,
+                                   self.generator, eos)
+            finished = outcome.finished
+            if outcome.from_target:
+                tokens[0, cur + outcome.accepted_by_rule] = outcome.token  # a device copy: an int would sync on CUDA
+            record_round(stats, drafted, outcome)
+            policy.end_round(drafted, verify, outcome.accepted_by_rule)
+            keep = outcome.kept
             if self.lookahead is not None:
                 self.lookahead.sync(tokens, cur, cur + keep)
-            if from_target and rule.tentative_bonus and n_acc == verify and len(state.q_logits) <= verify:
+            if bonus_pending(rule, state, outcome):
                 pending = p_logits[verify]
                 finished = False  # decided once the draft has checked the bonus
             cur += keep

@@ -1,0 +1,75 @@
+"""One verification round: what a rule's verdict commits, shared by the batch-1 and the batched loop.
+
+The rule decides how many candidates are accepted and which token the target adds (DESIGN §1);
+this module turns that into the tokens a row commits (cut at an end-of-sequence token), the round's
+statistics, and whether the target's token is a tentative ensemble bonus still to be checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Generator, Tensor
+
+from decode.policies import DraftRound
+from decode.rules import Rule
+from decode.sampling import Sampling
+from decode.stats import DecodeStats
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What one verified round commits."""
+
+    verified: int  # candidates the target verified
+    accepted_by_rule: int  # candidates the rule accepted (before any EOS cut)
+    kept: int  # tokens committed: the accepted prefix plus the target's token, cut after an EOS
+    from_target: int  # 1 when the target's token is among the committed ones
+    finished: bool  # an end-of-sequence token was committed
+    token: Tensor  # the target's token, on the models' device (writing it does not sync)
+
+    @property
+    def accepted(self) -> int:
+        """Committed tokens that were draft candidates."""
+        return self.kept - self.from_target
+
+
+def verify_round(
+    rule: Rule,
+    p_logits: Tensor,
+    state: DraftRound,
+    candidates: Tensor,
+    sampling: Sampling,
+    generator: Generator,
+    eos: frozenset[int],
+) -> RoundOutcome:
+    """Verify ``candidates`` (the round's first ``len(candidates)`` drafts) against ``p_logits``."""
+    verify = len(candidates)
+    q_logits = (
+        torch.stack(state.q_logits[: verify + 1]) if state.q_logits else p_logits.new_empty((0, p_logits.shape[-1]))
+    )
+    n_acc_t, token_t = rule.verify(p_logits, q_logits, candidates, sampling, generator)
+    n_acc, token, *ys = torch.cat([n_acc_t.view(1), token_t.view(1), candidates]).tolist()
+    emitted = ys[:n_acc] + [token]
+    kept = next((j + 1 for j, t in enumerate(emitted) if t in eos), len(emitted))
+    finished = kept < len(emitted) or emitted[kept - 1] in eos
+    return RoundOutcome(verify, n_acc, kept, kept - min(n_acc, kept), finished, token_t)
+
+
+def record_round(stats: DecodeStats, drafted: int, outcome: RoundOutcome) -> None:
+    """Add one round's counts to ``stats``."""
+    verify, n_acc = outcome.verified, outcome.accepted_by_rule
+    stats.record_round(verify, n_acc)
+    stats.drafted += drafted
+    stats.accepted += outcome.accepted
+    stats.rejected += verify - n_acc
+    stats.unverified += drafted - verify + n_acc - outcome.accepted
+    stats.target_emitted += outcome.from_target
+    stats.generated += outcome.kept
+
+
+def bonus_pending(rule: Rule, state: DraftRound, outcome: RoundOutcome) -> bool:
+    """Whether the target's token is an ensemble bonus the draft must check before it counts."""
+    return (bool(outcome.from_target) and rule.tentative_bonus and outcome.accepted_by_rule == outcome.verified
+            and len(state.q_logits) <= outcome.verified)
