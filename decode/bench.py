@@ -67,12 +67,19 @@ class Result:
     target_calls: int = 0
     draft_calls: int = 0
 
+    @property
+    def rate(self) -> float:
+        """Tokens per second."""
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    def ratio(self, baseline: float | None) -> str:
+        """This rate over ``baseline``'s, formatted (``-`` without a baseline)."""
+        return f"{self.rate / baseline:6.2f}x" if baseline else "      -"
+
     def row(self, baseline: float | None) -> str:
-        rate = self.tokens / self.seconds if self.seconds else 0.0
-        ratio = f"{rate / baseline:6.2f}x" if baseline else "      -"
         per = max(self.tokens, 1)
         return (
-            f"{self.name:<28} {rate:10.1f} {ratio:>8} {self.target_calls / per:10.3f} "
+            f"{self.name:<28} {self.rate:10.1f} {self.ratio(baseline):>8} {self.target_calls / per:10.3f} "
             f"{self.draft_calls / per:10.3f} {self.tokens:8d} {self.seconds:9.2f}"
         )
 
@@ -270,21 +277,14 @@ def print_breakdown(results: list[Breakdown]) -> None:
 
 
 @dataclass
-class BatchResult:
+class BatchResult(Result):
     """One method at one batch size: generated tokens of all rows and batched forwards."""
 
-    name: str
-    batch: int
-    tokens: int = 0
-    seconds: float = 0.0
-    target_calls: int = 0
-    draft_calls: int = 0
+    batch: int = 1
 
     def row(self, baseline: float | None) -> str:
-        rate = self.tokens / self.seconds if self.seconds else 0.0
-        ratio = f"{rate / baseline:6.2f}x" if baseline else "      -"
         return (
-            f"{self.name:<34} {self.batch:5d} {rate:10.1f} {ratio:>8} {self.target_calls:8d} "
+            f"{self.name:<34} {self.batch:5d} {self.rate:10.1f} {self.ratio(baseline):>8} {self.target_calls:8d} "
             f"{self.draft_calls:8d} {self.tokens:8d} {self.seconds:9.2f}"
         )
 
@@ -354,7 +354,7 @@ def measure_batched(
     try:
         for batch in sizes:
             for name, run in methods:
-                result = BatchResult(name, batch)
+                result = BatchResult(name, batch=batch)
                 calls = counters[0].calls, counters[1].calls
                 if prompts[0].is_cuda:
                     torch.cuda.synchronize()
