@@ -27,7 +27,6 @@ the holes (~K+1 columns appended per row and round, accepted or not). Where atte
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Literal
 
 import torch
@@ -35,11 +34,13 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from decode.runner import RunnerBase
+
 Layout = Literal["holes", "compact"]
 LAYOUTS: tuple[str, ...] = ("holes", "compact")
 
 
-class BatchRunner:
+class BatchRunner(RunnerBase):
     """Feeds each row of a shared token buffer the unseen part of its tokens; one cache for all rows.
 
     ``rows`` lists the buffer rows held in the cache, in cache order; :meth:`rollback` can drop
@@ -64,19 +65,18 @@ class BatchRunner:
                 f"{', '.join(layers)} (DynamicLayer: sliding-window, indexed and recurrent layers cannot mask "
                 "holes by column)"
             )
+        super().__init__(model, capture_hidden)  # after the checks: a refused model keeps no hook
         self.device = model.device
         self.rows: list[int] = list(range(rows))
         self.consumed: list[int] = [0] * rows
         self.mask = torch.zeros(rows, 0, dtype=torch.bool, device=self.device)
         self.calls = 0
         self.row_calls = [0] * rows
-        self.hidden: Tensor | None = None
-        self._hook = (
-            model.get_output_embeddings().register_forward_hook(self._capture) if capture_hidden else None
-        )
 
-    def _capture(self, module: torch.nn.Module, args: tuple[Tensor, ...], output: Tensor) -> None:
-        self.hidden = args[0]
+    @property
+    def hidden(self) -> Tensor | None:
+        """Final hidden states ``[rows, keep, H]`` of the latest forward (with ``capture_hidden``)."""
+        return self._captured()
 
     @property
     def width(self) -> int:
@@ -174,14 +174,3 @@ class BatchRunner:
             layer.values = layer.values.gather(2, index)
         self.mask = compact
 
-    def close(self) -> None:
-        """Remove the hidden-state hook."""
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-
-    def __enter__(self) -> BatchRunner:
-        return self
-
-    def __exit__(self, kind: type | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()

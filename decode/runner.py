@@ -14,7 +14,44 @@ def vocab_size(model: PreTrainedModel) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
 
-class ModelRunner:
+class HiddenCapture:
+    """Records the final hidden states (the LM head's input) ``[batch, positions, H]`` of each forward."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.states: Tensor | None = None
+        self._hook = model.get_output_embeddings().register_forward_hook(self._record)
+
+    def _record(self, module: torch.nn.Module, args: tuple[Tensor, ...], output: Tensor) -> None:
+        self.states = args[0]
+
+    def remove(self) -> None:
+        """Remove the forward hook."""
+        self._hook.remove()
+
+
+class RunnerBase:
+    """What both runners share: an optional :class:`HiddenCapture`, removed by :meth:`close` / ``with``."""
+
+    def __init__(self, model: PreTrainedModel, capture_hidden: bool) -> None:
+        self._capture = HiddenCapture(model) if capture_hidden else None
+
+    def _captured(self) -> Tensor | None:
+        return self._capture.states if self._capture is not None else None
+
+    def close(self) -> None:
+        """Remove the hidden-state hook."""
+        if self._capture is not None:
+            self._capture.remove()
+            self._capture = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind: type | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+class ModelRunner(RunnerBase):
     """Feeds a model the unseen part of a token buffer and keeps its ``DynamicCache`` in step.
 
     ``consumed`` is the number of buffer tokens in the cache; :meth:`rollback` crops it. ``calls``
@@ -30,6 +67,7 @@ class ModelRunner:
     """
 
     def __init__(self, model: PreTrainedModel, vocab: int, capture_hidden: bool = False) -> None:
+        super().__init__(model, capture_hidden)
         self.model = model
         self.vocab = vocab
         self.cache = DynamicCache(config=model.config)
@@ -40,13 +78,12 @@ class ModelRunner:
         self.floor = 0
         self.calls = 0
         self._last_charged = False
-        self.hidden: Tensor | None = None
-        self._hook = (
-            model.get_output_embeddings().register_forward_hook(self._capture) if capture_hidden else None
-        )
 
-    def _capture(self, module: torch.nn.Module, args: tuple[Tensor, ...], output: Tensor) -> None:
-        self.hidden = args[0][0]
+    @property
+    def hidden(self) -> Tensor | None:
+        """Final hidden states ``[positions, H]`` of the latest forward (with ``capture_hidden``)."""
+        states = self._captured()
+        return None if states is None else states[0]
 
     def feed(self, tokens: Tensor, end: int, keep: int) -> Tensor:
         """Run ``tokens[:, consumed:end]``; return float logits ``[keep, vocab]`` of the last positions."""
@@ -97,17 +134,6 @@ class ModelRunner:
         if self._sliding:
             self.floor = self.consumed
 
-    def close(self) -> None:
-        """Remove the hidden-state hook."""
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-
-    def __enter__(self) -> ModelRunner:
-        return self
-
-    def __exit__(self, kind: type | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
 
 
 class GreedyLookahead:
