@@ -290,7 +290,7 @@ class EvaluateConfig:
     workers: Optional[int] = None  # decoding processes; null = one per usable CPU core on CPU, 1 on a GPU
     # prompts decoded together by one batched generate (policies the batched loop supports; 1 = each alone)
     batch_size: int = 16
-    # the first this-many prompts of every run decode alone: their wall times (a batch's are shared) fit the costs
+    # the first this-many prompts of every run decode alone: their wall times fit the costs (a batch's are shared)
     timed_prompts: int = 4
 
     def __post_init__(self) -> None:
@@ -314,8 +314,9 @@ class EvaluateConfig:
             raise ConfigError("evaluate.threads must be >= 1 or null")
         if self.workers is not None and self.workers < 1:
             raise ConfigError("evaluate.workers must be >= 1 or null (one per CPU core)")
-        if self.batch_size < 1 or self.timed_prompts < 0:
-            raise ConfigError("evaluate.batch_size must be >= 1 and evaluate.timed_prompts >= 0")
+        if self.batch_size < 1 or self.timed_prompts < 1:
+            raise ConfigError("evaluate.batch_size and evaluate.timed_prompts must be >= 1 (the cost fit times "
+                              "generations decoded alone)")
 
 
 @dataclass

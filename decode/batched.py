@@ -273,7 +273,7 @@ def generate_batch(
     decoder: SpeculativeDecoder,
     prompts: Sequence[Tensor | str | Sequence[int]] | Tensor,
     max_new_tokens: int | Sequence[int],
-    seed: int,
+    seed: int | Sequence[int],
     layout: Layout,
 ) -> BatchDecodeOutput:
     """Implementation of :meth:`SpeculativeDecoder.generate_batch`."""
@@ -289,6 +289,9 @@ def generate_batch(
         raise ValueError(f"{len(prompts)} prompts but {len(budgets)} max_new_tokens")
     if min(budgets) < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {min(budgets)}")
+    seeds = [row_seed(seed, i) for i in range(len(prompts))] if isinstance(seed, int) else list(seed)
+    if len(seeds) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
     ids = [prompt_ids(prompt, decoder.tokenizer, decoder.device, owner)[0] for prompt in prompts]
     lengths = [len(row) for row in ids]
     tokens = torch.zeros(len(ids), max(n + b for n, b in zip(lengths, budgets)), dtype=torch.long,
@@ -298,8 +301,8 @@ def generate_batch(
     start = time.perf_counter()
     policy = decoder.policy
     rows = [
-        _Row(i, policy.fresh(), torch.Generator(device=decoder.device).manual_seed(row_seed(seed, i)), budget, n)
-        for i, (n, budget) in enumerate(zip(lengths, budgets))
+        _Row(i, policy.fresh(), torch.Generator(device=decoder.device).manual_seed(generator_seed), budget, n)
+        for i, (n, budget, generator_seed) in enumerate(zip(lengths, budgets, seeds))
     ]
     batch = len(rows)
     target = BatchRunner(decoder.target, decoder.vocab, batch, layout)

@@ -139,7 +139,7 @@ class SpeculativeDecoder:
         self,
         prompts: Sequence[Tensor | str | Sequence[int]] | Tensor,
         max_new_tokens: int | Sequence[int] = 64,
-        seed: int = 0,
+        seed: int | Sequence[int] = 0,
         layout: Layout = "holes",
     ) -> BatchDecodeOutput:
         """Decode a batch of prompts of different lengths (ids, ``[1, n]`` / 1-D tensors, or text).
@@ -147,7 +147,8 @@ class SpeculativeDecoder:
         Row ``i`` is decoded as ``generate(prompts[i], max_new_tokens[i], seed=row_seed(seed, i))``
         would decode it (a per-row policy copy, generator, budget and EOS stop), with the draft and
         target forwards of all rows batched; ``max_new_tokens`` is one budget for all rows or one
-        per row; ``layout`` is how the KV caches keep rows of different lengths
+        per row; ``seed`` one seed for the batch (rows seeded by :func:`decode.row_seed`) or each
+        row's own seed; ``layout`` is how the KV caches keep rows of different lengths
         (:mod:`decode.batch_cache`). Supported rules and policies: :data:`decode.batched.SUPPORTED`.
         """
         return generate_batch(self, prompts, max_new_tokens, seed, layout)

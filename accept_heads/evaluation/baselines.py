@@ -11,7 +11,6 @@ Without scikit-learn HF keeps the confidence threshold fixed (with it, HF adapts
 from __future__ import annotations
 
 import copy
-import math
 import time
 from typing import Any
 
@@ -23,7 +22,7 @@ from data_gen.models import Trio
 from decode.bench import CallCounter
 from decode.sampling import Sampling
 
-from accept_heads.evaluation.runs import RunSpec, quality
+from accept_heads.evaluation.runs import Generation, RunSpec
 from accept_heads.evaluation.sets import PromptSet
 
 #: HF's default initial number of assistant tokens (``GenerationConfig.num_assistant_tokens``).
@@ -90,16 +89,14 @@ def run_hf(spec: RunSpec, trio: Trio, prompts: PromptSet, sampling: Sampling, ma
             generated = sequences.shape[1] - ids.shape[1]
             target_calls, draft_calls = counters[0].calls, counters[1].calls
             accepted = max(0, generated - target_calls)
-            agreement, nll = quality(target, sequences, ids.shape[1]) if with_quality else (math.nan, math.nan)
-            records.append({
-                **spec.to_dict(), **prompts.key(), "source": "hf", "prompt_id": prompt.prompt_id, "seed": item_seed,
-                "generated": generated,
-                "target_calls": target_calls, "draft_calls": draft_calls, "companion_calls": 0,
-                "drafted": draft_calls, "accepted": accepted, "discarded": max(0, draft_calls - accepted),
-                "rounds": target_calls, "position_offered": [], "position_accepted": [], "verified": draft_calls,
-                "verified_per_round": [], "wall_s": wall,
-                "target_agreement": agreement, "target_nll": nll,
-            })
+            generation = Generation(
+                prompt_id=prompt.prompt_id, seed=item_seed, generated=generated, target_calls=target_calls,
+                draft_calls=draft_calls, companion_calls=0, drafted=draft_calls, accepted=accepted,
+                discarded=max(0, draft_calls - accepted), rounds=target_calls, verified=draft_calls, wall_s=wall,
+            )
+            if with_quality:
+                generation = generation.with_quality(target, sequences, ids.shape[1])
+            records.append(generation.record(spec, prompts, "hf"))
     finally:
         draft.generation_config = saved
     return records

@@ -9,7 +9,6 @@ call (the cost model charges the mean length, :func:`accept_heads.evaluation.tab
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -20,7 +19,7 @@ from data_gen.collect import prompt_seed
 from data_gen.models import Trio
 from decode.sampling import Sampling
 
-from accept_heads.evaluation.runs import RunSpec, build_rule, quality
+from accept_heads.evaluation.runs import Generation, RunSpec, build_rule
 from accept_heads.evaluation.sets import PromptSet
 
 def available() -> bool:
@@ -41,14 +40,13 @@ def run_se(spec: RunSpec, trio: Trio, prompts: PromptSet, sampling: Sampling, ru
         item_seed = prompt_seed(seed, prompt.prompt_id)
         out = decoder.generate(prompt.token_ids, max_new_tokens=max_new_tokens, seed=item_seed)
         stats = out.stats
-        agreement, nll = (quality(trio.target, out.sequences, len(prompt.token_ids))
-                          if with_quality else (math.nan, math.nan))
-        records.append({
-            **spec.to_dict(), **prompts.key(), "source": "ensemble", "prompt_id": prompt.prompt_id, "seed": item_seed,
-            "generated": stats.generated, "target_calls": stats.calls[1], "draft_calls": stats.calls[0],
-            "companion_calls": 0, "drafted": sum(stats.proposed), "accepted": stats.accepted,
-            "discarded": stats.rejected + stats.discarded, "rounds": stats.calls[1], "position_offered": [],
-            "position_accepted": [], "verified": stats.scored[1] - stats.calls[1], "verified_per_round": [],
-            "wall_s": stats.wall_time_s, "target_agreement": agreement, "target_nll": nll,
-        })
+        generation = Generation(
+            prompt_id=prompt.prompt_id, seed=item_seed, generated=stats.generated, target_calls=stats.calls[1],
+            draft_calls=stats.calls[0], companion_calls=0, drafted=sum(stats.proposed), accepted=stats.accepted,
+            discarded=stats.rejected + stats.discarded, rounds=stats.calls[1],
+            verified=stats.scored[1] - stats.calls[1], wall_s=stats.wall_time_s,
+        )
+        if with_quality:
+            generation = generation.with_quality(trio.target, out.sequences, len(prompt.token_ids))
+        records.append(generation.record(spec, prompts, "ensemble"))
     return records

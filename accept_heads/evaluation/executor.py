@@ -65,7 +65,8 @@ class Executor:
         artifacts, described = discover(config, trio, sampling, notes)
         sets = load_sets(config, trio.tokenizer, trio.target.config.max_position_embeddings)
         decoding = Decoding(trio, sampling, config.rules, artifacts, e.max_new_tokens, config.seed,
-                            config.head.k_min, config.head.k_max)
+                            config.head.k_min, config.head.k_max, batch_size=e.batch_size,
+                            timed_prompts=e.timed_prompts)
         return cls(config, trio, device, artifacts, described, {s.name: s for s in sets}, decoding)
 
     def run(self, spec: RunSpec) -> list[dict[str, Any]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -23,6 +23,9 @@ from accept_heads.evaluation.sets import PromptSet
 
 #: Length-policy families of :mod:`decode.policies`, in table order.
 DECODE_FAMILIES = ("fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle")
+#: Families whose rows in a batch decide exactly as alone (SV chooses a batch's lengths jointly; the oracle's
+#: lookahead is batch 1 only), so :class:`Decoding` may batch their prompts.
+BATCHED_FAMILIES = ("fixed", "heuristic", "confidence", "head", "head-goodput")
 #: The symbol of each family's ``param``.
 SYMBOLS = {"fixed": "K", "hf-constant": "K", "confidence": "τ", "hf-confidence": "τ", "head": "h",
            "se-sd": "γ", "se-alternate": "γ"}
@@ -92,15 +95,55 @@ def quality(target: PreTrainedModel, sequences: torch.Tensor, prompt_length: int
     return float(agreement), float(nll)
 
 
-def stats_record(stats: DecodeStats) -> dict[str, Any]:
-    """Counts of one generation (plus its per-position offers / acceptances and verified lengths) as a flat record."""
-    return {
-        "generated": stats.generated, "target_calls": stats.target_calls, "draft_calls": stats.draft_calls,
-        "companion_calls": stats.companion_calls, "drafted": stats.drafted, "accepted": stats.accepted,
-        "discarded": stats.discarded, "rounds": stats.rounds, "position_offered": list(stats.position_offered),
-        "position_accepted": list(stats.position_accepted), "verified": sum(stats.verified_per_round),
-        "verified_per_round": list(stats.verified_per_round), "wall_s": stats.wall_time_s,
-    }
+@dataclass(frozen=True)
+class Generation:
+    """One prompt decoded by one run: the counts the results table sums per run (DESIGN §5).
+
+    HF and SE runs record no per-position offers / acceptances and no per-round verified lengths
+    (empty lists; the cost model then charges the mean length). ``batch``: how many prompts were
+    decoded together; in a batch ``wall_s`` is this row's equal share of the batch's wall time,
+    so only ``batch == 1`` generations time the models (the cost fit's tuples).
+    """
+
+    prompt_id: str
+    seed: int
+    generated: int
+    target_calls: int
+    draft_calls: int
+    companion_calls: int
+    drafted: int
+    accepted: int
+    discarded: int
+    rounds: int
+    verified: int
+    wall_s: float
+    position_offered: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+    verified_per_round: list[int] = field(default_factory=list)
+    batch: int = 1
+    target_agreement: float = math.nan
+    target_nll: float = math.nan
+
+    @classmethod
+    def of(cls, prompt_id: str, seed: int, stats: DecodeStats, batch: int = 1) -> Generation:
+        """The record of one generation of our decoder (one row of a batch of ``batch``)."""
+        return cls(
+            prompt_id=prompt_id, seed=seed, generated=stats.generated, target_calls=stats.target_calls,
+            draft_calls=stats.draft_calls, companion_calls=stats.companion_calls, drafted=stats.drafted,
+            accepted=stats.accepted, discarded=stats.discarded, rounds=stats.rounds,
+            verified=sum(stats.verified_per_round), wall_s=stats.wall_time_s / batch,
+            position_offered=list(stats.position_offered), position_accepted=list(stats.position_accepted),
+            verified_per_round=list(stats.verified_per_round), batch=batch,
+        )
+
+    def with_quality(self, target: PreTrainedModel, sequences: torch.Tensor, prompt_length: int) -> Generation:
+        """This record with the output's agreement with the target's greedy tokens and its target NLL."""
+        agreement, nll = quality(target, sequences, prompt_length)
+        return replace(self, target_agreement=agreement, target_nll=nll)
+
+    def record(self, spec: RunSpec, prompts: PromptSet, source: str) -> dict[str, Any]:
+        """The flat row of ``generations.parquet``: the run's keys, the set's, the source, these counts."""
+        return {**spec.to_dict(), **prompts.key(), "source": source, **asdict(self)}
 
 
 @dataclass
@@ -116,6 +159,8 @@ class Decoding:
     k_min: int = 1
     k_max: int = 20
     costs: CostModel | None = None  # the model the goodput head stops by (the evaluation's ``cost`` model)
+    batch_size: int = 1  # prompts per batched generate (families whose rows decide as alone: BATCHED_FAMILIES)
+    timed_prompts: int = 0  # the first this-many prompts of a batched run decode alone (they time the models)
 
     def policy(self, spec: RunSpec) -> policies.Policy:
         """The length policy of ``spec`` (heads keep the K range they were calibrated with)."""
@@ -150,15 +195,28 @@ class Decoding:
 
     @torch.inference_mode()
     def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
-        """Decode every prompt of the set (seeded per prompt: the same seeds for every policy)."""
+        """Decode every prompt of the set, seeded per prompt (the same seeds for every policy and batch size).
+
+        Families in :data:`BATCHED_FAMILIES` decode ``batch_size`` prompts per batched generate after
+        the first ``timed_prompts`` (alone); each row decodes as it would alone (same seed, same
+        decisions), so only the wall-clock columns depend on the batching.
+        """
         decoder = self.decoder(spec)
-        records = []
-        for prompt in prompts.prompts:
+        items = prompts.prompts
+        alone = len(items) if self.batch_size == 1 or spec.family not in BATCHED_FAMILIES else self.timed_prompts
+        generations: list[tuple[Generation, torch.Tensor, int]] = []
+        for prompt in items[:alone]:
             seed = prompt_seed(self.seed, prompt.prompt_id)
             out = decoder.generate(prompt.token_ids, max_new_tokens=self.max_new_tokens, seed=seed)
-            agreement, nll = (quality(self.trio.target, out.sequences, len(prompt.token_ids))
-                              if with_quality else (math.nan, math.nan))
-            records.append({**spec.to_dict(), **prompts.key(), "source": "decode", "prompt_id": prompt.prompt_id,
-                            "seed": seed,
-                            **stats_record(out.stats), "target_agreement": agreement, "target_nll": nll})
-        return records
+            generations.append((Generation.of(prompt.prompt_id, seed, out.stats), out.sequences,
+                                len(prompt.token_ids)))
+        for start in range(alone, len(items), self.batch_size):
+            chunk = items[start : start + self.batch_size]
+            seeds = [prompt_seed(self.seed, prompt.prompt_id) for prompt in chunk]
+            out = decoder.generate_batch([p.token_ids for p in chunk], max_new_tokens=self.max_new_tokens, seed=seeds)
+            for prompt, seed, stats, sequence in zip(chunk, seeds, out.stats, out.sequences):
+                generations.append((Generation.of(prompt.prompt_id, seed, stats, batch=len(chunk)), sequence[None],
+                                    len(prompt.token_ids)))
+        if with_quality:
+            generations = [(g.with_quality(self.trio.target, seq, n), seq, n) for g, seq, n in generations]
+        return [g.record(spec, prompts, "decode") for g, _, _ in generations]

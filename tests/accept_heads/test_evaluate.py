@@ -82,6 +82,26 @@ def test_worker_processes_decode_the_same_generations_as_one_process(make_config
     pd.testing.assert_frame_equal(one, two)
 
 
+def test_batched_prompts_decode_the_same_generations_as_alone(make_config, micro_trio, micro_root, tmp_path_factory):
+    """Batching changes the wall-clock columns only; the first ``timed_prompts`` decode alone (the cost fit's)."""
+    def run(batch_size: int) -> pd.DataFrame:
+        root = tmp_path_factory.mktemp(f"batch{batch_size}")
+        write_artifacts(root / "heads", micro_trio["draft"])
+        config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
+                             f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
+                             "evaluate.prompts={dev: 5, test: 2, ood: 1}", "evaluate.hf_baselines=false",
+                             "evaluate.figures=false", "evaluate.calibration_rows=0",
+                             f"evaluate.batch_size={batch_size}", "evaluate.timed_prompts=1")
+        return evaluate(config).generations
+
+    alone, batched = run(1), run(3)
+    assert set(alone["batch"]) == {1}
+    dev = batched[batched["set"] == "dev"]
+    assert set(dev.loc[dev["family"].isin(["fixed", "head", "head-goodput"]), "batch"]) == {1, 3}
+    assert set(dev.loc[dev["family"].isin(["sv", "oracle"]), "batch"]) == {1}  # joint lengths / lookahead: alone
+    pd.testing.assert_frame_equal(alone.drop(columns=["wall_s", "batch"]), batched.drop(columns=["wall_s", "batch"]))
+
+
 def test_end_to_end_writes_table_and_figures(evaluated):
     config, results = evaluated
     out = Path(config.evaluate.out_dir)
@@ -129,7 +149,7 @@ GROWING = LatencyShape((1.0, 1.2, 1.5, 1.9))
 
 def generation(run: int, draft_calls: int, companion_calls: int, verified_per_round: list[int],
                wall_s: float) -> dict:
-    """A per-generation record of our decoder, as :func:`accept_heads.evaluation.runs.stats_record` builds it."""
+    """A per-generation record of our decoder, as :meth:`accept_heads.evaluation.runs.Generation.record` builds it."""
     keys = dict.fromkeys(KEYS, None) | {"set": "dev", "role": "dev", "split": "dev", "rule": "greedy",
                                         "family": "fixed", "param": float(run), "chosen_on": "grid",
                                         "policy": f"run{run}", "source": "decode"}
@@ -137,8 +157,8 @@ def generation(run: int, draft_calls: int, companion_calls: int, verified_per_ro
     return {**keys, "generated": rounds + 1, "target_calls": rounds, "draft_calls": draft_calls,
             "companion_calls": companion_calls, "drafted": sum(verified_per_round), "accepted": 1, "discarded": 0,
             "rounds": rounds, "verified": sum(verified_per_round), "verified_per_round": verified_per_round,
-            "position_offered": [1], "position_accepted": [1], "wall_s": wall_s, "target_agreement": np.nan,
-            "target_nll": np.nan}
+            "position_offered": [1], "position_accepted": [1], "wall_s": wall_s, "batch": 1,
+            "target_agreement": np.nan, "target_nll": np.nan}
 
 
 def test_cost_fit_recovers_draft_companion_and_target_times():

@@ -152,6 +152,22 @@ def test_a_row_does_not_depend_on_the_other_rows(wide, rule, policy_name):
         assert alone.stats.draft_calls > alone.stats.drafted
 
 
+def test_each_row_can_bring_its_own_seed(wide):
+    """``seed`` as a list: row i samples what ``generate(seed=seeds[i])`` samples; a wrong count is refused."""
+    prompts = wide_prompts(96)[:3]
+    decoder = make_decoder(wide, rules.Speculative(), policies.Heuristic(k0=2, k_max=8))
+    seeds = [11, 40_000, 11]
+    batch = decoder.generate_batch(prompts, max_new_tokens=12, seed=seeds)
+    for i, (prompt, seed) in enumerate(zip(prompts, seeds)):
+        alone = decoder.generate(prompt, max_new_tokens=12, seed=seed)
+        assert torch.equal(batch.sequences[i], alone.sequences[0])
+        assert comparable(batch.stats[i]) == comparable(alone.stats)
+    other = decoder.generate_batch(prompts, max_new_tokens=12, seed=[12, 40_000, 11])
+    assert not torch.equal(other.sequences[0], batch.sequences[0])  # the seed is what row 0 drew from
+    with pytest.raises(ValueError, match="3 prompts but 2 seeds"):
+        decoder.generate_batch(prompts, max_new_tokens=12, seed=[1, 2])
+
+
 def test_row_seeds():
     assert row_seed(5, 0) == 5
     seeds = {row_seed(seed, row) for seed in range(200) for row in range(64)}
