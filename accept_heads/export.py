@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from accept_heads.config import Config
+from accept_heads.metrics import prior_shift
 from decode.rules import Rule
 from decode.sampling import Sampling
 
@@ -68,6 +69,8 @@ def head_metadata(
     return {
         **common,
         "train_config": {"head": asdict(config.head), "loss": asdict(config.loss), "optim": asdict(config.optim)},
+        "probability": f"acceptance: the weighted loss's prior shift log(w_rej / w_acc) = "
+                       f"{prior_shift(config.loss.w_acc, config.loss.w_rej):.4f} is folded into the output bias",
         "dev_metrics": dev_metrics,
         "threshold": threshold,
         "k_min": config.head.k_min,

@@ -1,6 +1,8 @@
 """Losses and metrics of acceptance predictors (DESIGN §2, §3), DDP-safe via torchmetrics.
 
-Predictions ``s_t = σ(logit_t)`` against soft targets ``a_t ∈ [0, 1]``:
+Predictions ``s_t = σ(logit_t)`` against soft targets ``a_t ∈ [0, 1]``; every metric but
+``weighted_bce`` scores the acceptance probability ``σ(logit_t + log(w_rej / w_acc))``
+(:func:`prior_shift`, folded into the exported head):
 
 * ``weighted_bce``: ``-Σ[w_acc a log s + w_rej (1-a) log(1-s)] / Σ[w_acc a + w_rej (1-a)]``;
 * ``binary_kl``: mean ``KL(Bern(a) ‖ Bern(s))`` (unweighted; the paper's evaluation metric), and
@@ -16,6 +18,8 @@ Information measures of the SV profile use bits.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 from torch.nn.functional import logsigmoid
@@ -28,6 +32,15 @@ def weighted_bce(logits: Tensor, labels: Tensor, w_acc: float, w_rej: float) -> 
     weights = w_acc * labels + w_rej * (1 - labels)
     nll = -(w_acc * labels * logsigmoid(logits) + w_rej * (1 - labels) * logsigmoid(-logits))
     return nll.sum() / weights.sum().clamp_min(1e-12)
+
+
+def prior_shift(w_acc: float, w_rej: float) -> float:
+    """``log(w_rej / w_acc)``: what weighted BCE takes off the acceptance log-odds (DESIGN §2).
+
+    The minimiser of the weighted loss at soft label ``a`` has odds ``(w_acc / w_rej)·a / (1 − a)``,
+    so adding this shift to a trained head's logit gives the acceptance probability's logit.
+    """
+    return math.log(w_rej / w_acc)
 
 
 def binary_kl(labels: Tensor, logits: Tensor) -> Tensor:
@@ -88,6 +101,7 @@ class AcceptanceMetrics(nn.Module):
         weights = self.w_acc * labels + self.w_rej * (1 - labels)
         self.bce_num.update(weighted_bce(logits, labels, self.w_acc, self.w_rej) * weights.sum())
         self.bce_den.update(weights.sum())
+        logits = logits + prior_shift(self.w_acc, self.w_rej)  # the acceptance probability's logit from here on
         self.kl.update(binary_kl(labels, logits))
         if self.constant is not None:
             constant_logit = torch.logit(torch.tensor(self.constant, device=logits.device).clamp(1e-6, 1 - 1e-6))

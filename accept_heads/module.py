@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-
 import lightning as L
 import torch
 from torch import Tensor
 
 from accept_heads.config import LossConfig, OptimConfig
 from accept_heads.features import DraftFeatures
-from accept_heads.metrics import AcceptanceMetrics, weighted_bce
+from accept_heads.metrics import AcceptanceMetrics, prior_shift, weighted_bce
 from data_gen.zoo.training import warmup_cosine
 from decode.head import AcceptanceHead
 
@@ -83,3 +82,12 @@ class HeadModule(L.LightningModule):
             optimizer, lambda step: warmup_cosine(step, warmup, total, cfg.min_lr_ratio)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+def fold_prior_shift(head: AcceptanceHead, loss: LossConfig) -> float:
+    """Make ``head`` predict acceptance probabilities: add the weighted loss's :func:`prior_shift` to
+    its output bias (a no-op for ``w_acc = w_rej``); returns the shift."""
+    shift = prior_shift(loss.w_acc, loss.w_rej)
+    with torch.no_grad():
+        head.out.bias += shift
+    return shift

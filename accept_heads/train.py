@@ -38,7 +38,7 @@ from accept_heads.export import artifact_dir, common_metadata, head_metadata, pr
 from accept_heads.features import DraftFeatures
 from accept_heads.loggers import make_logger
 from accept_heads.metrics import information_gain
-from accept_heads.module import HeadModule
+from accept_heads.module import HeadModule, fold_prior_shift
 from accept_heads.profile_fit import (
     ProfileFitter,
     build_profile,
@@ -245,6 +245,7 @@ def train_head(config: Config) -> dict[str, Any]:
     device = trainer.strategy.root_device
     encoder.to(device)
     head.eval()
+    fold_prior_shift(head, config.loss)  # from here on the head predicts acceptance probabilities
     dev_prompts = [p.tolist() for p in datamodule.table("dev").prompts]
     calibration, threshold = calibrate(config, ctx, draft, head, device, dev_prompts)
     common = common_metadata(config, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)

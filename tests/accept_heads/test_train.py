@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def trained(make_config, train_overrides, tmp_path_factory):
     """One trained + calibrated + exported head (its own paths.root, sharing the collected data)."""
     root = tmp_path_factory.mktemp("trained")
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
-    config = make_config(*train_overrides, f"paths.root={root}", f"paths.data_dir={data_dir}")
+    config = make_config(*train_overrides, f"paths.root={root}", f"paths.data_dir={data_dir}", "loss.w_rej=3")
     return config, train(config)
 
 
@@ -47,7 +48,9 @@ def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micr
         hidden, features = run.encoder(batch)
         exported = head(hidden, features)
     assert logits.numel() > 0
-    torch.testing.assert_close(torch.sigmoid(exported), torch.sigmoid(logits), atol=1e-6, rtol=0)
+    # trained with w_rej = 3: the export adds the prior shift log 3, so it predicts acceptance probabilities
+    assert "log(w_rej / w_acc) = 1.0986" in meta["probability"]
+    torch.testing.assert_close(torch.sigmoid(exported), torch.sigmoid(logits + math.log(3)), atol=1e-6, rtol=0)
 
 
 def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config, train_overrides, micro_trio, tmp_path):

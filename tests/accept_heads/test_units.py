@@ -12,7 +12,7 @@ import torch
 from accept_heads.config import ConfigError, LoggerConfig
 from accept_heads.data import collate_sequences, load_positions, loss_everywhere, mix_batch, mixing_mask
 from accept_heads.loggers import make_logger
-from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain, weighted_bce
+from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain, prior_shift, weighted_bce
 from accept_heads.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
 from accept_heads.train import head_architecture
 from data_gen.collect import features_for
@@ -35,6 +35,29 @@ def test_weighted_bce_matches_a_hand_computation():
     by_hand = 0.25 * math.log(0.25 / s[1]) + 0.75 * math.log(0.75 / (1 - s[1]))
     assert float(kl[1]) == pytest.approx(by_hand, rel=1e-5)
     assert float(kl[0]) == pytest.approx(-math.log(0.5), rel=1e-6)
+
+
+@pytest.mark.parametrize("label", [0.3, 0.7])
+def test_the_prior_shift_turns_the_weighted_loss_minimiser_into_the_acceptance_probability(label):
+    """One logit fitted by weighted BCE (w_rej = 6) to a soft label: shifted, it is the label; raw it is not."""
+    logit = torch.zeros((), requires_grad=True)
+    optimiser = torch.optim.LBFGS([logit], lr=1.0, max_iter=200, tolerance_grad=1e-12, tolerance_change=1e-14)
+    labels = torch.full((8,), label)
+
+    def closure() -> torch.Tensor:
+        optimiser.zero_grad()
+        loss = weighted_bce(logit.expand(8), labels, 1.0, 6.0)
+        loss.backward()
+        return loss
+
+    optimiser.step(closure)
+    raw = float(torch.sigmoid(logit))
+    assert raw == pytest.approx(label / (label + 6 * (1 - label)), abs=1e-4)  # the weighted loss's minimiser
+    assert abs(raw - label) > 0.2  # negative control: unshifted, the head under-predicts acceptance
+    assert float(torch.sigmoid(logit + prior_shift(1.0, 6.0))) == pytest.approx(label, abs=1e-4)
+    metrics = AcceptanceMetrics("val/", 1.0, 6.0)
+    metrics.update(logit.detach().expand(8), labels, (labels > 0.5).float())
+    assert float(metrics.compute()["val/mean_pred"]) == pytest.approx(label, abs=1e-4)  # metrics score the shifted
 
 
 def test_metrics_of_a_perfect_and_a_constant_predictor():
