@@ -270,7 +270,7 @@ class EvaluateConfig:
 
     out_dir: str = "${paths.run_dir}/eval"
     rules: Optional[List[str]] = None  # rules to decode with; null = rules.names
-    prompts: Dict[str, int] = field(default_factory=lambda: {"dev": 10, "test": 20, "ood": 10})  # per set
+    prompts: Dict[str, int] = field(default_factory=lambda: {"dev": 20, "test": 40, "ood": 20})  # per set
     max_new_tokens: int = 64
     fixed_k: List[int] = field(default_factory=lambda: list(range(1, 11)))
     confidence_taus: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
@@ -291,7 +291,7 @@ class EvaluateConfig:
     # prompts decoded together by one batched generate (policies the batched loop supports; 1 = each alone)
     batch_size: int = 16
     # the first this-many prompts of every run decode alone: their wall times fit the costs (a batch's are shared)
-    timed_prompts: int = 4
+    timed_prompts: int = 2
 
     def __post_init__(self) -> None:
         for name in self.rules or []:
