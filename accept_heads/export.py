@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from accept_heads.config import Config
+from ahconf.schema import Config
 from decode.rules import Rule
 from decode.sampling import Sampling
 

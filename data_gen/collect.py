@@ -23,15 +23,15 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from accept_heads.cli import CONF_DIR, run_entry
-from accept_heads.config import Config, ConfigError
+from ahconf.entry import CONF_DIR, run_entry
+from ahconf.schema import Config, ConfigError
 from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.labels import batch_columns, draft_candidates, indicator_rules, label_rules
 from data_gen.manifest import MANIFEST_VERSION, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
-from data_gen.prompts import load_prompts
+from data_gen.prompts import check_prompt_choices, load_prompts
 from data_gen.shards import claim_directory, complete_shards, write_json_atomic, write_shard, MANIFEST_FILE
 from decode.sampling import Sampling
 
@@ -222,7 +222,7 @@ def collect(config: Config) -> dict[str, Any]:
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run_entry(cfg, "data_gen.collect", collect)
+    run_entry(cfg, "data_gen.collect", collect, check_prompt_choices)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from accept_heads.config import Config
+from ahconf.schema import Config
 from data_gen.labels import candidate_column, companion_columns, indicator_rules, label_rules
 from data_gen.shards import complete_shards, load_split
 from decode.sampling import Sampling
