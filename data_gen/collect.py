@@ -10,7 +10,6 @@ shards per split plus ``manifest.json`` (see :mod:`data_gen.shards`). Safe to ki
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,6 +31,7 @@ from data_gen.labels import batch_columns, draft_candidates, indicator_rules, la
 from data_gen.manifest import MANIFEST_VERSION, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import check_prompt_choices, load_prompts
+from data_gen.seeding import prompt_seed
 from data_gen.shards import claim_directory, complete_shards, write_json_atomic, write_shard, MANIFEST_FILE
 from decode.sampling import Sampling
 
@@ -51,11 +51,6 @@ class SplitProgress:
     shards_written: int = 0
     response_tokens: int = 0
     seconds: float = 0.0
-
-
-def prompt_seed(seed: int, prompt_id: str) -> int:
-    """Per-prompt seed: a response does not depend on batch composition or on the rank."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{prompt_id}".encode()).digest()[:8], "little") & (2**63 - 1)
 
 
 def features_for(column_names: list[str]) -> datasets.Features:

@@ -16,7 +16,7 @@ import torch
 
 import decode
 from ahconf.schema import RulesConfig
-from data_gen.collect import prompt_seed
+from data_gen.seeding import prompt_seed
 from data_gen.models import Trio
 from decode.sampling import Sampling
 

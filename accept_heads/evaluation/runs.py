@@ -10,7 +10,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ahconf.schema import RulesConfig
-from data_gen.collect import prompt_seed
+from data_gen.seeding import prompt_seed
 from data_gen.models import Trio
 from decode import SpeculativeDecoder, policies
 from decode.costs import CostModel
