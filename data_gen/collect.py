@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.labels import batch_columns, draft_candidates, indicator_rules, label_rules
-from data_gen.manifest import MANIFEST_VERSION, build_manifest, print_summary
+from data_gen.manifest import MANIFEST_VERSION, SplitProgress, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import check_prompt_choices, load_prompts
 from data_gen.seeding import prompt_seed
@@ -39,18 +39,6 @@ log = logging.getLogger(__name__)
 
 POSITION_FLOAT_COLUMNS = ("draft_prob", "target_prob", "draft_entropy", "draft_top_prob", "js", "kl", "tv")
 POSITION_INT_COLUMNS = ("draft_token", "draft_argmax", "target_argmax")
-
-
-@dataclass
-class SplitProgress:
-    """What this invocation did for one split (the manifest recounts the data itself)."""
-
-    prompts_available: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-    shards_total: int = 0
-    shards_written: int = 0
-    response_tokens: int = 0
-    seconds: float = 0.0
 
 
 def features_for(column_names: list[str]) -> datasets.Features:
