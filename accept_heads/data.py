@@ -47,7 +47,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from accept_heads.config import ConfigError, HeadConfig, RulesConfig
+from ahconf.schema import ConfigError, HeadConfig, RulesConfig
 from data_gen.labels import candidate_column, companion_columns, label_column
 from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
 from decode import rules as rule_defs

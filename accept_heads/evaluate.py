@@ -24,8 +24,8 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from accept_heads.cli import CONF_DIR, run_entry
-from accept_heads.config import Config, ConfigError
+from ahconf.entry import CONF_DIR, run_entry
+from ahconf.schema import Config, ConfigError
 from accept_heads.evaluation import baselines, ensemble
 from accept_heads.evaluation.artifacts import Artifacts
 from accept_heads.evaluation.bootstrap import add_intervals
@@ -42,6 +42,7 @@ from accept_heads.evaluation.sets import PromptSet
 from accept_heads.evaluation.table import (add_comparisons, add_costs, aggregate, mark_dev_choices, select,
                                            select_threshold, sort_rows, verification_units)
 from data_gen.models import Trio
+from data_gen.prompts import check_prompt_choices
 from decode.costs import CostModel, LatencyShape
 from decode.head import AcceptanceHead
 from decode.version import code_version
@@ -196,7 +197,7 @@ def evaluate(config: Config) -> Results:
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run_entry(cfg, "accept_heads.evaluate", evaluate)
+    run_entry(cfg, "accept_heads.evaluate", evaluate, check_prompt_choices)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from accept_heads.config import Config
 from accept_heads.metrics import prior_shift
+from ahconf.schema import Config
 from decode.rules import Rule
 from decode.sampling import Sampling
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger, WandbLogger
 
-from accept_heads.config import ConfigError, LoggerConfig
+from ahconf.schema import ConfigError, LoggerConfig
 
 
 def make_logger(config: LoggerConfig, save_dir: Path, name: str) -> Logger | bool:

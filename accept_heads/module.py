@@ -6,7 +6,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from accept_heads.config import LossConfig, OptimConfig
+from ahconf.schema import LossConfig, OptimConfig
 from accept_heads.features import DraftFeatures
 from accept_heads.metrics import AcceptanceMetrics, prior_shift, weighted_bce
 from data_gen.zoo.training import warmup_cosine

@@ -29,8 +29,6 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accept_heads.calibrate import best_threshold, sweep_thresholds
 from accept_heads.evaluation.costs import configured_model, one_call_seconds
-from accept_heads.cli import CONF_DIR, run_entry
-from accept_heads.config import Config, ConfigError, ModelSpec
 from accept_heads.data import (
     AcceptanceDataModule, check_rule_in_manifest, load_positions, loss_everywhere, read_manifest, training_rule,
 )
@@ -48,7 +46,10 @@ from accept_heads.profile_fit import (
     verification_latency,
 )
 from accept_heads.report import print_head_summary, print_profile_summary
+from ahconf.entry import CONF_DIR, run_entry
+from ahconf.schema import Config, ConfigError, ModelSpec
 from data_gen.models import resolve_model_id
+from data_gen.prompts import check_prompt_choices
 from decode.export import load_head, load_profile, save_head, save_profile
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.head import HeadConfig as ArchConfig
@@ -333,7 +334,7 @@ def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.head.name is None:
         cfg.head.name = job_name(hydra_cfg.job.num, list(hydra_cfg.overrides.task), swept_keys(sys.argv[1:]))
-    run_entry(cfg, "accept_heads.train", train)
+    run_entry(cfg, "accept_heads.train", train, check_prompt_choices)
 
 
 if __name__ == "__main__":

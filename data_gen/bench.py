@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from accept_heads.config import Config, ModelSpec
+from ahconf.schema import Config, ModelSpec
 from data_gen.collect import collect_batch
 from data_gen.encoding import encode_prompts
 from data_gen.generation import left_pad

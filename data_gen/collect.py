@@ -10,10 +10,9 @@ shards per split plus ``manifest.json`` (see :mod:`data_gen.shards`). Safe to ki
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,16 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from accept_heads.cli import CONF_DIR, run_entry
-from accept_heads.config import Config, ConfigError
+from ahconf.entry import CONF_DIR, run_entry
+from ahconf.schema import Config, ConfigError
 from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.labels import batch_columns, draft_candidates, indicator_rules, label_rules
-from data_gen.manifest import MANIFEST_VERSION, build_manifest, print_summary
+from data_gen.manifest import MANIFEST_VERSION, SplitProgress, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
-from data_gen.prompts import load_prompts
+from data_gen.prompts import check_prompt_choices, load_prompts
+from data_gen.seeding import prompt_seed
 from data_gen.shards import claim_directory, complete_shards, write_json_atomic, write_shard, MANIFEST_FILE
 from decode.sampling import Sampling
 
@@ -39,23 +39,6 @@ log = logging.getLogger(__name__)
 
 POSITION_FLOAT_COLUMNS = ("draft_prob", "target_prob", "draft_entropy", "draft_top_prob", "js", "kl", "tv")
 POSITION_INT_COLUMNS = ("draft_token", "draft_argmax", "target_argmax")
-
-
-@dataclass
-class SplitProgress:
-    """What this invocation did for one split (the manifest recounts the data itself)."""
-
-    prompts_available: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-    shards_total: int = 0
-    shards_written: int = 0
-    response_tokens: int = 0
-    seconds: float = 0.0
-
-
-def prompt_seed(seed: int, prompt_id: str) -> int:
-    """Per-prompt seed: a response does not depend on batch composition or on the rank."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{prompt_id}".encode()).digest()[:8], "little") & (2**63 - 1)
 
 
 def features_for(column_names: list[str]) -> datasets.Features:
@@ -222,7 +205,7 @@ def collect(config: Config) -> dict[str, Any]:
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run_entry(cfg, "data_gen.collect", collect)
+    run_entry(cfg, "data_gen.collect", collect, check_prompt_choices)
 
 
 if __name__ == "__main__":

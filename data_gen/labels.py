@@ -17,7 +17,7 @@ from typing import TypeVar
 import torch
 from torch import Generator, Tensor
 
-from accept_heads.config import RulesConfig
+from ahconf.schema import RulesConfig
 from decode import rules as rule_defs
 from decode.divergence import divergences
 from decode.profile import CompanionIndicators, companion_indicators_from_probs

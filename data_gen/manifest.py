@@ -1,9 +1,9 @@
-"""The collection manifest (what was collected, how, how much) and its summary table."""
+"""The collection manifest (what was collected, how, how much), a run's per-split progress, its summary table."""
 
 from __future__ import annotations
 
 import platform
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,17 +11,28 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from accept_heads.config import Config
+from ahconf.schema import Config
 from data_gen.labels import candidate_column, companion_columns, indicator_rules, label_rules
 from data_gen.shards import complete_shards, load_split
 from decode.sampling import Sampling
 from decode.version import code_version
 
 if TYPE_CHECKING:
-    from data_gen.collect import SplitProgress
     from data_gen.models import Trio
 
 MANIFEST_VERSION = 2  # 2: companion indicators per rule (sv_*_<rule>), logits sliced to the shared vocabulary
+
+
+@dataclass
+class SplitProgress:
+    """What this invocation did for one split (the manifest recounts the data itself)."""
+
+    prompts_available: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    shards_total: int = 0
+    shards_written: int = 0
+    response_tokens: int = 0
+    seconds: float = 0.0
 
 
 def _mean(table, column: str) -> float | None:

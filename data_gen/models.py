@@ -7,7 +7,7 @@ from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from accept_heads.config import ZOO_PREFIX, ModelsConfig, ModelSpec
+from ahconf.schema import ZOO_PREFIX, ModelsConfig, ModelSpec
 from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.runner import vocab_size
 

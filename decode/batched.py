@@ -21,19 +21,19 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Generator, Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.batch_cache import BatchRunner, Layout
 from decode.inputs import prompt_ids
 from decode.policies import SV, Decision, DraftRound, Policy
 from decode.rounds import bonus_pending, record_round, verify_round
+from decode.rules import Rule
+from decode.sampling import Sampling
 from decode.stats import DecodeStats
-
-if TYPE_CHECKING:
-    from decode.decoder import SpeculativeDecoder
 
 _GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: consecutive rows land far apart
 
@@ -117,11 +117,26 @@ class _Row:
     next_hidden: Tensor | None = None
 
 
+class Decoder(Protocol):
+    """What the batched loop reads of a :class:`~decode.decoder.SpeculativeDecoder` (which imports this module)."""
+
+    target: PreTrainedModel
+    draft: PreTrainedModel
+    companion: PreTrainedModel | None
+    tokenizer: PreTrainedTokenizerBase | None
+    rule: Rule
+    policy: Policy
+    sampling: Sampling
+    eos: frozenset[int]
+    vocab: int
+    device: torch.device
+
+
 class _BatchLoop:
     """The draft / verify loop over all rows of a batch (see the module docstring)."""
 
     def __init__(
-        self, decoder: SpeculativeDecoder, tokens: Tensor, rows: list[_Row],
+        self, decoder: Decoder, tokens: Tensor, rows: list[_Row],
         target: BatchRunner, draft: BatchRunner, companion: BatchRunner | None,
     ) -> None:
         self.rule, self.sampling, self.eos = decoder.rule, decoder.sampling, decoder.eos
@@ -270,7 +285,7 @@ class _BatchLoop:
 
 
 def generate_batch(
-    decoder: SpeculativeDecoder,
+    decoder: Decoder,
     prompts: Sequence[Tensor | str | Sequence[int]] | Tensor,
     max_new_tokens: int | Sequence[int],
     seed: int | Sequence[int],

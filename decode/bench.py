@@ -4,7 +4,8 @@
                            [--prompts N] [--max-new-tokens 128] [--dtype bfloat16] [--breakdown]
                            [--batch-sizes 1 8 32 [--layouts compact holes] [--head PATH --threshold H]]
 
-Without ``--target/--draft`` the built-in model zoo (``data_gen.zoo``) is used; ``--random-init``
+Without ``--target/--draft`` the built-in model zoo is loaded from its cache directory
+(:mod:`decode.zoo_dir`; build it first with ``python -m data_gen.zoo``); ``--random-init``
 builds a seeded random Llama pair in code instead (no files). Every method decodes the same
 prompts at temperature 1 (no top-k / top-p) with the same constant K, the methods taking turns
 on each prompt; model calls are counted with forward hooks. ``--breakdown`` then decodes the
@@ -22,6 +23,7 @@ one with ``generate``; calls are (batched) forwards.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +40,7 @@ from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_d
 from decode.policies import Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
+from decode.zoo_dir import built_zoo_dir
 
 TEXT_PROMPTS = [
     "def fibonacci(n):\n",
@@ -454,6 +457,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def zoo_dir_or_exit() -> Path:
+    """The built zoo's directory; without one, exit with status 2 and one line naming the build command."""
+    try:
+        return built_zoo_dir()
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 def load_pair(args: argparse.Namespace, device: torch.device) -> tuple[PreTrainedModel, PreTrainedModel, str]:
     """Target, draft and a one-line description, from ``--random-init``, ``--target/--draft`` or the zoo."""
     if args.random_init:
@@ -462,11 +474,9 @@ def load_pair(args: argparse.Namespace, device: torch.device) -> tuple[PreTraine
         target, draft = random_pair(args.random_init, device, dtype)
         return target, draft, f"random-init {args.random_init} ({dtype})"
     if args.target is None or args.draft is None:
-        from data_gen.zoo import ensure_zoo  # lazy: decode itself never depends on data_gen
-
-        zoo = ensure_zoo()
-        args.target = args.target or str(zoo.path("target"))
-        args.draft = args.draft or str(zoo.path("draft"))
+        zoo = zoo_dir_or_exit()
+        args.target = args.target or str(zoo / "target")
+        args.draft = args.draft or str(zoo / "draft")
     target = load_causal_lm(args.target, dtype=args.dtype).to(device)
     draft = load_causal_lm(args.draft, dtype=args.dtype).to(device)
     return target, draft, f"target={Path(args.target).name} draft={Path(args.draft).name}"

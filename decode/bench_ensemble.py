@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from decode.bench import make_prompts
+from decode.bench import make_prompts, zoo_dir_or_exit
 from decode.ensemble import EnsembleDecoder
 from decode.ensemble_fn import DEFAULT_MU, EnsembleFn
 from decode.hub import load_causal_lm
@@ -110,11 +110,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.zoo_dir is None:
-        from data_gen.zoo import ensure_zoo  # lazy: decode itself never depends on data_gen
-
-        args.zoo_dir = str(ensure_zoo().root)
-    root, device = Path(args.zoo_dir), torch.device(args.device)
+    root = Path(args.zoo_dir) if args.zoo_dir is not None else zoo_dir_or_exit()
+    device = torch.device(args.device)
     models: dict[str, PreTrainedModel] = {
         role: load_causal_lm(str(root / role), dtype="float32").to(device) for role in ROLES
     }

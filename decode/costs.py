@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-if TYPE_CHECKING:
-    from decode.stats import DecodeStats
+
+class CallCounts(Protocol):
+    """What the cost model reads of a generation's :class:`~decode.stats.DecodeStats` (which imports this module)."""
+
+    target_calls: int
+    draft_calls: int
+    companion_calls: int
+    verified_per_round: list[int]
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ class CostModel:
                 + self.t_companion * np.asarray(companion_calls, dtype=float)
                 + self.t_target * np.asarray(verification_units, dtype=float))
 
-    def time(self, stats: DecodeStats) -> float:
+    def time(self, stats: CallCounts) -> float:
         """Modelled seconds of one generation (from its ``verified_per_round`` unless the shape is flat)."""
         if self.latency.flat:
             units = float(stats.target_calls)

@@ -11,8 +11,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from accept_heads.cli import CONF_DIR, to_config
-from accept_heads.config import Config, ConfigError
+from ahconf.entry import CONF_DIR, to_config
+from ahconf.schema import Config, ConfigError
 
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "exp").glob("*.yaml"))
 

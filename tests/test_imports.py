@@ -1,14 +1,210 @@
-"""The inference library imports without the training stack."""
+"""The import graph is one-way: decode < ahconf < data_gen < accept_heads, with no module cycle.
+
+The layer contract is checked statically (``ast``): every import counts, also one inside a function
+or an ``if TYPE_CHECKING:`` block. The inference library (decode) names no part of the training stack
+anywhere, and imports with the training stack hidden.
+"""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
-BLOCK_TRAINING_STACK = """
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = {"decode": 0, "ahconf": 1, "data_gen": 2, "accept_heads": 3}
+TRAINING_STACK = ("hydra", "lightning", "pytorch_lightning", "wandb", "omegaconf", "datasets")  # never in decode
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One import statement from one of our modules to another."""
+
+    source: str  # importing module, dotted
+    target: str  # imported module, dotted (the most specific of our modules the statement names)
+    path: str  # importing file, relative to the root
+    line: int
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Dotted module name → file, for every ``.py`` file of the layered packages under ``root``."""
+    modules = {}
+    for package in LAYERS:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _known(name: str, modules: dict[str, Path]) -> str | None:
+    """The longest prefix of ``name`` that is one of our modules (None: not ours)."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in modules:
+            return ".".join(parts[:end])
+    return None
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> Iterator[str]:
+    """Absolute dotted names an import statement in ``module`` names (``from a import b``: ``a.b``)."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names)
+        return
+    base = node.module or ""
+    if node.level:
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        anchor = package[: len(package) - (node.level - 1)]
+        base = ".".join(anchor + ([base] if base else []))
+    for alias in node.names:
+        yield f"{base}.{alias.name}"  # a submodule if there is one; else _known falls back to ``base``
+
+
+def _statements(modules: dict[str, Path]) -> Iterator[tuple[str, Path, int, list[str]]]:
+    """Every import statement of ``modules``, at any depth: module, file, line, the absolute names it imports."""
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield module, path, node.lineno, list(_imported(node, module, path.name == "__init__.py"))
+
+
+def import_edges(root: Path) -> list[Edge]:
+    """Every import among the layered packages under ``root`` (lazy and type-checking ones included)."""
+    modules = module_files(root)
+    edges = []
+    for module, path, line, names in _statements(modules):
+        targets = {_known(name, modules) for name in names}
+        for target in sorted(targets - {None, module}):
+            edges.append(Edge(module, target, path.relative_to(root).as_posix(), line))
+    return edges
+
+
+def training_stack_imports(root: Path, package: str) -> list[str]:
+    """Imports of the training stack (:data:`TRAINING_STACK`) anywhere in ``package`` under ``root``."""
+    return [
+        f"{path.relative_to(root).as_posix()}:{line} imports {name}"
+        for module, path, line, names in _statements(module_files(root))
+        if module.split(".")[0] == package
+        for name in names
+        if name.split(".")[0] in TRAINING_STACK
+    ]
+
+
+def layer_violations(edges: list[Edge]) -> list[str]:
+    """Imports from a higher layer into a lower one, each naming the file, line and layers."""
+    violations = []
+    for edge in edges:
+        have, used = LAYERS[edge.source.split(".")[0]], LAYERS[edge.target.split(".")[0]]
+        if used > have:
+            violations.append(f"{edge.path}:{edge.line} imports {edge.target} (layer {used} > {have})")
+    return violations
+
+
+def package_graph(edges: list[Edge]) -> dict[str, set[str]]:
+    """Top-level package → the other top-level packages it imports."""
+    graph: dict[str, set[str]] = {package: set() for package in LAYERS}
+    for edge in edges:
+        source, target = edge.source.split(".")[0], edge.target.split(".")[0]
+        if source != target:
+            graph[source].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Cycles found by a depth-first search (one per back edge), each as a closed path ``[a, b, ..., a]``."""
+    found: list[list[str]] = []
+    state: dict[str, str] = {}  # "open" while on the DFS stack, then "done"
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return found
+
+
+def contract_violations(root: Path) -> list[str]:
+    """Everything that breaks the layer contract under ``root``: upward imports, then module cycles."""
+    edges = import_edges(root)
+    graph: dict[str, set[str]] = {}
+    for edge in edges:
+        graph.setdefault(edge.source, set()).add(edge.target)
+    return layer_violations(edges) + [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(graph)]
+
+
+def test_packages_import_downward_only_and_modules_form_no_cycle():
+    violations = contract_violations(ROOT)
+    assert not violations, "layer contract (decode < ahconf < data_gen < accept_heads):\n" + "\n".join(violations)
+
+
+def test_package_graph_follows_the_layers():
+    graph = package_graph(import_edges(ROOT))
+    assert {package: sorted(used) for package, used in graph.items()} == {
+        "decode": [],
+        "ahconf": ["decode"],
+        "data_gen": ["ahconf", "decode"],
+        "accept_heads": ["ahconf", "data_gen", "decode"],
+    }
+
+
+def test_decode_never_imports_the_training_stack():
+    assert training_stack_imports(ROOT, "decode") == []
+
+
+SYNTHETIC = {
+    "decode/__init__.py": "from decode import rules\n",
+    "decode/rules.py": "import torch\n",
+    "decode/hub.py": "def quiet():\n    import datasets.utils\n    from omegaconf import OmegaConf\n",
+    "decode/bench.py": "def main():\n    from data_gen.zoo import ensure_zoo\n",
+    "ahconf/__init__.py": "",
+    "ahconf/schema.py": "from decode.rules import x\nfrom typing import TYPE_CHECKING\n"
+                        "if TYPE_CHECKING:\n    from accept_heads.report import Table\n",
+    "data_gen/__init__.py": "",
+    "data_gen/zoo/__init__.py": "from .build import ensure_zoo\n",
+    "data_gen/zoo/build.py": "from .. import collect\n",
+    "data_gen/collect.py": "from data_gen.manifest import build\n",
+    "data_gen/manifest.py": "from . import collect\n",
+    "accept_heads/__init__.py": "",
+    "accept_heads/report.py": "",
+    "accept_heads/train.py": "import data_gen.zoo.build\nfrom ahconf.schema import Config\nimport decode\n",
+}
+
+
+def test_the_checks_report_upward_imports_a_cycle_and_the_training_stack(tmp_path):
+    """Negative control: a tree with upward imports (one lazy, one for type checking only), a cycle, lazy datasets."""
+    for name, text in SYNTHETIC.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert contract_violations(tmp_path) == [
+        "decode/bench.py:2 imports data_gen.zoo (layer 2 > 0)",
+        "ahconf/schema.py:4 imports accept_heads.report (layer 3 > 1)",
+        "import cycle: data_gen.collect -> data_gen.manifest -> data_gen.collect",
+    ]
+    edges = {(e.source, e.target) for e in import_edges(tmp_path)}
+    assert {("data_gen.zoo", "data_gen.zoo.build"), ("data_gen.zoo.build", "data_gen.collect"),
+            ("accept_heads.train", "data_gen.zoo.build"), ("decode", "decode.rules")} <= edges
+    assert package_graph(import_edges(tmp_path))["decode"] == {"data_gen"}
+    assert training_stack_imports(tmp_path, "decode") == [
+        "decode/hub.py:2 imports datasets.utils", "decode/hub.py:3 imports omegaconf.OmegaConf"
+    ]
+
+
+BLOCK_TRAINING_STACK = f"""
 import importlib.machinery
 import sys
-BLOCKED = ("hydra", "lightning", "pytorch_lightning", "wandb", "omegaconf", "datasets")
+BLOCKED = {TRAINING_STACK!r}
 class _HidingPathFinder(importlib.machinery.PathFinder):
     # The training stack looks uninstalled: find_spec says None, import raises ModuleNotFoundError
     # (libraries that probe for optional packages, e.g. accelerate for wandb, see it as absent).

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accept_heads.config import Config, ConfigError
+from ahconf.schema import Config, ConfigError
 from data_gen.models import Trio
 from decode.export import load_head, load_profile
 from decode.head import AcceptanceHead

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from transformers.utils import is_sklearn_available
 
-from data_gen.collect import prompt_seed
+from data_gen.seeding import prompt_seed
 from data_gen.models import Trio
 from decode.bench import CallCounter
 from decode.sampling import Sampling

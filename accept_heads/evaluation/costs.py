@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from transformers import PreTrainedModel
 
-from accept_heads.config import CostConfig
+from ahconf.schema import CostConfig
 from accept_heads.profile_fit import device_description, verification_latency
 from data_gen.models import Trio
 from decode.costs import CostModel, LatencyShape

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from accept_heads.config import Config
+from ahconf.schema import Config
 from accept_heads.evaluation import baselines, ensemble
 from accept_heads.evaluation.artifacts import Artifacts, discover
 from accept_heads.evaluation.runs import Decoding, RunSpec

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from accept_heads.config import Config
+from ahconf.schema import Config
 
 from accept_heads.evaluation import ensemble
 from accept_heads.evaluation.artifacts import Artifacts

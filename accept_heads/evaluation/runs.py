@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from accept_heads.config import RulesConfig
-from data_gen.collect import prompt_seed
+from ahconf.schema import RulesConfig
+from data_gen.seeding import prompt_seed
 from data_gen.models import Trio
 from decode import SpeculativeDecoder, policies
 from decode.costs import CostModel

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-from accept_heads.config import Config
+from ahconf.schema import Config
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.prompts import available_splits, load_prompts, parse_source
 

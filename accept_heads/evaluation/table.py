@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from accept_heads.config import RULE_NAMES
+from ahconf.schema import RULE_NAMES
 from accept_heads.evaluation.plan import TUNED, Choice, fsd_k
 from decode.costs import CostModel, LatencyShape
 

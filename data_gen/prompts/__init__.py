@@ -5,6 +5,7 @@
     text = render(prompts[0], tokenizer, "raw")
 """
 
+from data_gen.prompts.choices import check_prompt_choices
 from data_gen.prompts.load import (
     SOURCES,
     STYLES,
@@ -24,6 +25,7 @@ __all__ = [
     "Prompt",
     "PromptSourceError",
     "available_splits",
+    "check_prompt_choices",
     "load_prompts",
     "parse_source",
     "render",

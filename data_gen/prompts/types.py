@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ahconf.schema import ConfigError
 
-class PromptSourceError(ValueError):
-    """A prompt source cannot be read: unreachable hub dataset, missing or malformed file, no prompts."""
+
+class PromptSourceError(ConfigError):
+    """A prompt source cannot be read: unreachable hub dataset, missing or malformed file, no prompts.
+
+    A :class:`~ahconf.schema.ConfigError` (so a ``ValueError``): the entry points report it in one line.
+    """
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import ENV_VAR, ensure_zoo, zoo_summary_table
+from decode.zoo_dir import ENV_VAR
+
+from . import ensure_zoo, zoo_summary_table
 from .summary import realism_table
 from .precision import PRECISIONS
 from .recipe import ZooRecipe

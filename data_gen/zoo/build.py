@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.corpus import corpus_hash, modules_in
+from decode.zoo_dir import METADATA_FILE, ZOO_VERSION, default_cache_dir, is_built
 
-from .recipe import ROLES, STUDENT_ROLES, ZOO_VERSION, ZooRecipe
+from .recipe import ROLES, STUDENT_ROLES, ZooRecipe
 
 ZOO_NAME = "tiny-code"
-METADATA_FILE = "zoo.json"
-ENV_VAR = "ACCEPT_HEADS_ZOO_DIR"
 
 
 class ZooRealismError(RuntimeError):
@@ -45,14 +44,6 @@ class Zoo:
         return self.root / role
 
 
-def default_cache_dir() -> Path:
-    """``$ACCEPT_HEADS_ZOO_DIR`` if set, else ``~/.cache/accept-heads/zoo/<ZOO_VERSION>``."""
-    override = os.environ.get(ENV_VAR)
-    if override:
-        return Path(override).expanduser()
-    return Path.home() / ".cache" / "accept-heads" / "zoo" / ZOO_VERSION
-
-
 def ensure_zoo(
     cache_dir: str | Path | None = None,
     *,
@@ -71,11 +62,11 @@ def ensure_zoo(
     started = time.perf_counter()
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     recipe = recipe or ZooRecipe()
-    if not rebuild and _is_complete(root):
+    if not rebuild and is_built(root):
         return _cached(root, recipe, started)
     root.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(root.parent / f".{root.name}.lock"):
-        if not rebuild and _is_complete(root):
+        if not rebuild and is_built(root):
             return _cached(root, recipe, started)
         for stale in root.parent.glob(f".{root.name}.tmp-*"):
             shutil.rmtree(stale)  # left by a builder that was killed; we hold the lock
@@ -86,10 +77,6 @@ def ensure_zoo(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return Zoo(root, metadata, cache_hit=False, seconds=time.perf_counter() - started)
-
-
-def _is_complete(root: Path) -> bool:
-    return (root / METADATA_FILE).is_file()
 
 
 def _cached(root: Path, recipe: ZooRecipe, started: float) -> Zoo:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-ZOO_VERSION = "v3"  # bump whenever the default recipe or the build procedure changes
 ROLES: tuple[str, ...] = ("target", "draft", "companion")
 STUDENT_ROLES: tuple[str, ...] = ("draft", "companion")
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from accept_heads.cli import CONF_DIR, to_config
-from accept_heads.config import Config
+from ahconf.entry import CONF_DIR, to_config
+from ahconf.schema import Config
 
 
 def model_overrides(micro_trio: dict[str, Path]) -> list[str]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from accept_heads.config import ConfigError, LoggerConfig
+from ahconf.schema import ConfigError, LoggerConfig
 from accept_heads.data import collate_sequences, load_positions, loss_everywhere, mix_batch, mixing_mask
 from accept_heads.loggers import make_logger
 from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain, prior_shift, weighted_bce

@@ -18,8 +18,8 @@ from hydra import compose, initialize_config_dir
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from accept_heads import train as head_training
-from accept_heads.cli import CONF_DIR, to_config
-from accept_heads.config import RulesConfig
+from ahconf.entry import CONF_DIR, to_config
+from ahconf.schema import RulesConfig
 from data_gen.collect import collect
 from data_gen import labels
 from data_gen.generation import generate_responses, teacher_forced_logits

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from data_gen.zoo import Zoo, ensure_zoo
-from data_gen.zoo.build import METADATA_FILE, ZooRealismError
+from data_gen.zoo.build import ZooRealismError
 from data_gen.zoo.realism import PAPER_COSTS, Realism, acceptance, confidence_auroc, greedy_oracle_gain
 from data_gen.zoo.summary import realism_table
 from decode.costs import CostModel
+from decode.zoo_dir import METADATA_FILE
 
 from tests.data_gen.test_zoo import TINY
 

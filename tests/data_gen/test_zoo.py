@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from data_gen.corpus import corpus_hash, modules_in, split_of
-from data_gen.zoo import ROLES, ModelShape, Zoo, ZooRecipe, default_cache_dir, ensure_zoo, zoo_summary_table
-from data_gen.zoo.recipe import ZOO_VERSION
+from data_gen.zoo import ROLES, ModelShape, Zoo, ZooRecipe, ensure_zoo, zoo_summary_table
 from data_gen.zoo.__main__ import main
 from data_gen.zoo.precision import resolve_precision
+from decode.zoo_dir import ZOO_VERSION, default_cache_dir
 
 TINY = ZooRecipe(
     vocab_size=320,

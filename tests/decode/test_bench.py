@@ -1,15 +1,16 @@
-"""The benchmark CLI runs end to end on micro models saved to disk and on random-init pairs."""
+"""The benchmark CLIs run end to end on micro models saved to disk, on random-init pairs and on a built zoo."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from decode import bench
+from decode import bench, bench_ensemble
 from decode.export import save_head
 from decode.head import AcceptanceHead, HeadConfig
 from decode.rules import Speculative
 from decode.sampling import Sampling
+from decode.zoo_dir import ENV_VAR, METADATA_FILE
 
 
 def test_bench_runs_on_saved_micro_models(tmp_path, capsys, make_lm):
@@ -89,3 +90,24 @@ def test_bench_batch_sizes_on_saved_micro_models(tmp_path, capsys, make_lm):
 def test_bench_without_batch_sizes_refuses_a_head():
     with pytest.raises(SystemExit):
         bench.parse_args(["--random-init", "tiny", "--head", "x"])
+
+
+def test_bench_reads_the_built_zoo_from_its_directory(tmp_path, monkeypatch, capsys, make_lm):
+    make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "zoo" / "target")
+    make_lm(64, seed=32).save_pretrained(tmp_path / "zoo" / "draft")
+    (tmp_path / "zoo" / METADATA_FILE).write_text("{}")  # what marks a finished build
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "zoo"))
+    results = bench.main(["--k", "2", "--prompts", "1", "--max-new-tokens", "4", "--device", "cpu"])
+    assert "target=target draft=draft" in capsys.readouterr().out
+    assert [r.tokens for r in results] == [4, 4, 4]
+
+
+@pytest.mark.parametrize("main", [bench.main, bench_ensemble.main])
+def test_benches_without_a_built_zoo_name_the_build_command(main, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "no-zoo"))
+    with pytest.raises(SystemExit) as stopped:
+        main(["--prompts", "1", "--device", "cpu"])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error == f"error: no built model zoo in {tmp_path / 'no-zoo'}; build it first with `python -m data_gen.zoo`\n"
+    assert not (tmp_path / "no-zoo").exists()  # the bench builds nothing

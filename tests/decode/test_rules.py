@@ -72,7 +72,7 @@ def test_ensemble_greedy_takes_argmax_of_r():
 
 def test_one_ensemble_definition():
     """rules.Ensemble, EnsembleFn and the training config share μ, λ and the two-model ``r``."""
-    from accept_heads.config import RulesConfig  # the training stack takes its defaults from decode
+    from ahconf.schema import RulesConfig  # the training stack takes its defaults from decode
 
     config = RulesConfig()
     assert rules.Ensemble("contrastive").mu == EnsembleFn("contrastive").mu == config.ensemble_mu == DEFAULT_MU

@@ -8,34 +8,13 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from accept_heads.config import Config, ConfigError, register_configs
+from ahconf.schema import Config, ConfigError, register_configs
+from decode.hub import ModelLoadError, quiet_hub_logs
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+USER_ERRORS = (ConfigError, ModelLoadError, FileNotFoundError)  # bad input: one line, never a traceback
 
 register_configs()
-
-
-def user_errors() -> tuple[type[Exception], ...]:
-    """Exception types that describe bad input: shown as one line, never as a traceback."""
-    from data_gen.prompts import PromptSourceError
-    from decode.hub import ModelLoadError
-
-    return (ConfigError, ModelLoadError, FileNotFoundError, PromptSourceError)
-
-
-def check_prompt_choices(config: Config) -> None:
-    """Prompt source, splits, style, template and out-of-distribution sets exist (no data is read)."""
-    from data_gen.prompts import parse_source, validate
-
-    prompts = config.prompts
-    try:
-        for split in config.collect.splits:
-            validate(prompts.source, split, prompts.style, prompts.template)
-        for spec in prompts.ood:
-            source, style = parse_source(spec)
-            validate(source, "test", style)
-    except ValueError as error:
-        raise ConfigError(f"prompts: {error}") from error
 
 
 def to_config(cfg: DictConfig) -> Config:
@@ -50,25 +29,27 @@ def quiet_library_output() -> None:
     import datasets
     import transformers
 
-    from decode.hub import quiet_hub_logs
-
     quiet_hub_logs()
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
 
 
-def run_entry(cfg: DictConfig, command: str, task: Callable[[Config], Any]) -> Any:
-    """Validate ``cfg``; on ``dry_run`` print it and stop; else run ``task`` with clean errors."""
+def run_entry(cfg: DictConfig, command: str, task: Callable[[Config], Any], check: Callable[[Config], None]) -> Any:
+    """Validate ``cfg`` and ``check`` it; on ``dry_run`` print it and stop; else run ``task`` with clean errors.
+
+    ``check`` validates what the schema cannot see (the prompt choices: ``data_gen.prompts``); it
+    runs on a dry run too. Errors in :data:`USER_ERRORS` print ``error: ...`` and exit with status 2.
+    """
     quiet_library_output()
     try:
         config = to_config(cfg)
-        check_prompt_choices(config)
+        check(config)
         if config.dry_run:
             print(OmegaConf.to_yaml(cfg, resolve=True), end="")
             print(f"[{command}] dry run: config '{config.exp_name}' is valid; nothing was loaded.")
             return None
         return task(config)
-    except user_errors() as error:
+    except USER_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
