@@ -47,7 +47,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ahconf.schema import ConfigError, HeadConfig, RulesConfig
+from ahconf.schema import ConfigError, HeadTrainConfig, RulesConfig
 from data_gen.labels import candidate_column, companion_columns, label_column
 from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
 from decode import rules as rule_defs
@@ -55,7 +55,7 @@ from decode import rules as rule_defs
 SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
 
 
-def training_rule(head: HeadConfig, rules: RulesConfig) -> rule_defs.Rule:
+def training_rule(head: HeadTrainConfig, rules: RulesConfig) -> rule_defs.Rule:
     """The rule whose acceptance the head learns (``head.rule``; ensemble kind and λ / μ from ``rules``)."""
     if head.rule == "fuzzy":
         return rule_defs.Fuzzy(head.fuzzy_divergence, head.fuzzy_threshold)
@@ -96,6 +96,7 @@ class PositionTable:
     """One split flattened to per-position arrays; row ``i`` owns ``[offsets[i], offsets[i+1])``."""
 
     prompts: list[np.ndarray]
+    prompt_keys: list[str]  # each row's prompt_id (its decoding seed: data_gen.seeding.prompt_seed)
     offsets: np.ndarray  # [R + 1]
     response: np.ndarray  # [N] target tokens x_t
     candidate: np.ndarray  # [N] the rule's draft candidate y_t
@@ -151,6 +152,7 @@ def load_positions(
         raise ConfigError(f"the {split} data holds an empty prompt; a head input needs at least one prompt token")
     return PositionTable(
         prompts=prompts,
+        prompt_keys=list(dataset["prompt_id"]),
         offsets=offsets,
         response=_flat(table, "response_ids", np.int64),
         candidate=_flat(table, candidate_column(rule), np.int64),
@@ -287,7 +289,7 @@ class AcceptanceDataModule(L.LightningDataModule):
         self,
         data_dir: str | Path,
         rule: rule_defs.Rule,
-        head: HeadConfig,
+        head: HeadTrainConfig,
         *,
         seed: int,
         batch_size: int,

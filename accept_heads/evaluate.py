@@ -29,7 +29,7 @@ from ahconf.schema import Config, ConfigError
 from accept_heads.evaluation import baselines, ensemble
 from accept_heads.evaluation.artifacts import Artifacts
 from accept_heads.evaluation.bootstrap import add_intervals
-from accept_heads.evaluation.calibration import head_predictions
+from accept_heads.evaluation.predictions import head_predictions
 from accept_heads.evaluation.costs import CostFit, Latency, fit_costs, measure_latency, paper_model
 from accept_heads.evaluation.figures import draw_all
 from accept_heads.evaluation.plan import (Choice, after_selection, dev_sweeps, edge_rules, eval_rules, extended_k,

@@ -27,11 +27,11 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from accept_heads.calibrate import best_threshold, sweep_thresholds
-from accept_heads.evaluation.costs import configured_model, one_call_seconds
 from accept_heads.data import (
-    AcceptanceDataModule, check_rule_in_manifest, load_positions, loss_everywhere, read_manifest, training_rule,
+    AcceptanceDataModule, PositionTable, check_rule_in_manifest, load_positions, loss_everywhere, read_manifest,
+    training_rule,
 )
+from accept_heads.evaluation.costs import configured_model, one_call_seconds
 from accept_heads.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
 from accept_heads.features import DraftFeatures
 from accept_heads.loggers import make_logger
@@ -46,13 +46,14 @@ from accept_heads.profile_fit import (
     verification_latency,
 )
 from accept_heads.report import print_head_summary, print_profile_summary
+from accept_heads.threshold import best_threshold, sweep_thresholds
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import Config, ConfigError, ModelSpec
 from data_gen.models import resolve_model_id
 from data_gen.prompts import check_prompt_choices
+from data_gen.seeding import prompt_seed
 from decode.export import load_head, load_profile, save_head, save_profile
-from decode.head import PRE_FEATURES, AcceptanceHead
-from decode.head import HeadConfig as ArchConfig
+from decode.head import PRE_FEATURES, AcceptanceHead, HeadConfig
 from decode.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.rules import Rule
 from decode.sampling import Sampling
@@ -145,13 +146,13 @@ def build_trainer(config: Config, out_dir: Path, callbacks: list[Callback], **ov
     return L.Trainer(**kwargs)
 
 
-def head_architecture(config: Config, hidden_size: int) -> ArchConfig:
+def head_architecture(config: Config, hidden_size: int) -> HeadConfig:
     """The decode-side head config for ``head.timing`` / ``head.use_companion``."""
     head = config.head
     if head.timing == "post" and head.use_companion:
         raise ConfigError("head.use_companion=true needs head.timing=pre (a post head reads the hidden state only)")
     pre = head.timing == "pre"
-    return ArchConfig(hidden_size=hidden_size, depth=head.depth, timing=head.timing,
+    return HeadConfig(hidden_size=hidden_size, depth=head.depth, timing=head.timing,
                       features=PRE_FEATURES if pre else (), companion_features=pre and head.use_companion)
 
 
@@ -161,9 +162,9 @@ def load_head_weights(head: AcceptanceHead, checkpoint: str) -> None:
     head.load_state_dict({k.removeprefix("head."): v for k, v in state.items() if k.startswith("head.")})
 
 
-def calibrate(config: Config, ctx: DataContext, draft: PreTrainedModel, head: AcceptanceHead, device: torch.device,
-              dev_prompts: list[list[int]]) -> tuple[list[dict[str, Any]], float | None]:
-    """Threshold sweep on the first ``head.calibration_prompts`` dev prompts (empty when 0)."""
+def choose_threshold(config: Config, ctx: DataContext, draft: PreTrainedModel, head: AcceptanceHead,
+                     device: torch.device, dev: PositionTable) -> tuple[list[dict[str, Any]], float | None]:
+    """Stop-threshold sweep on the first ``head.calibration_prompts`` dev prompts (empty when 0)."""
     if config.head.calibration_prompts == 0:
         return [], None
     target, _ = load_model(config.models.target, config.paths.zoo_dir)
@@ -173,13 +174,15 @@ def calibrate(config: Config, ctx: DataContext, draft: PreTrainedModel, head: Ac
     for model in (target, companion):
         if model is not None and getattr(model, "hf_device_map", None) is None:
             model.to(device)
-    prompts = dev_prompts[: config.head.calibration_prompts]
+    count = config.head.calibration_prompts
+    prompts = [p.tolist() for p in dev.prompts[:count]]
+    seeds = [prompt_seed(config.seed, key) for key in dev.prompt_keys[:count]]
     ratio = None
     if companion is not None and config.cost.t_companion is None:
         ratio = one_call_seconds(companion, prompts[0], repeats=5) / one_call_seconds(draft, prompts[0], repeats=5)
     rows = sweep_thresholds(
         target, draft, head.to(draft.device), rule=ctx.rule, sampling=ctx.sampling,
-        prompts=prompts, thresholds=list(config.head.thresholds),
+        prompts=prompts, seeds=seeds, thresholds=list(config.head.thresholds),
         k_min=config.head.k_min, k_max=config.head.k_max, max_new_tokens=config.head.calibration_tokens,
         cost=configured_model(config.cost, ratio), companion=companion,
     )
@@ -224,7 +227,8 @@ def prepare_head_run(config: Config) -> HeadRun:
 
 
 def train_head(config: Config) -> dict[str, Any]:
-    """Train, calibrate and export a SpecDec++ head; returns paths, dev metrics and ``h`` (rank 0)."""
+    """Train a SpecDec++ head, choose its threshold ``h`` on dev and export it; returns paths, dev metrics and ``h``
+    (rank 0)."""
     run = prepare_head_run(config)
     ctx, draft, head, encoder, datamodule, module = run.ctx, run.draft, run.head, run.encoder, run.datamodule, run.module
     out_dir = work_dir(config)
@@ -247,8 +251,7 @@ def train_head(config: Config) -> dict[str, Any]:
     encoder.to(device)
     head.eval()
     fold_prior_shift(head, config.loss)  # from here on the head predicts acceptance probabilities
-    dev_prompts = [p.tolist() for p in datamodule.table("dev").prompts]
-    calibration, threshold = calibrate(config, ctx, draft, head, device, dev_prompts)
+    calibration, threshold = choose_threshold(config, ctx, draft, head, device, datamodule.table("dev"))
     common = common_metadata(config, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
     path = artifact_dir(config) / "head.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -134,7 +134,7 @@ class CollectConfig:
 
 
 @dataclass
-class HeadConfig:
+class HeadTrainConfig:
     """The acceptance predictor: a SpecDec++ ResNet head or an SV binning profile."""
 
     kind: str = "specdecpp"
@@ -289,7 +289,7 @@ class EvaluateConfig:
     threads: Optional[int] = 1  # torch CPU threads per process: 1 suits small models on a shared CPU; null = torch's default
     workers: Optional[int] = None  # decoding processes; null = one per usable CPU core on CPU, 1 on a GPU
     # prompts decoded together by one batched generate (policies the batched loop supports; 1 = each alone)
-    batch_size: int = 16
+    batch_size: int = 32
     # the first this-many prompts of every run decode alone: their wall times fit the costs (a batch's are shared)
     timed_prompts: int = 2
 
@@ -343,7 +343,7 @@ class Config:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     rules: RulesConfig = field(default_factory=RulesConfig)
     collect: CollectConfig = field(default_factory=CollectConfig)
-    head: HeadConfig = field(default_factory=HeadConfig)
+    head: HeadTrainConfig = field(default_factory=HeadTrainConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ahconf.schema import RULE_NAMES
 from accept_heads.evaluation.plan import TUNED, Choice, fsd_k
+from accept_heads.selection import best_value
+from ahconf.schema import RULE_NAMES
 from decode.costs import CostModel, LatencyShape
 
 #: Columns identifying a run (one table row each).
@@ -87,7 +88,8 @@ def select(table: pd.DataFrame, column: str, swept: str = "param") -> list[Choic
     choices = []
     for (rule, fixed, family, artifact), group in dev.groupby(["rule", held, "family", "artifact"],
                                                               dropna=False, sort=True):
-        best = group.assign(neg=-group[swept]).sort_values([column, "neg"], ascending=False).iloc[0]
+        value = best_value(group[swept].tolist(), group[column].tolist())
+        best = group[group[swept] == value].iloc[0]
         held_values = {"rule_param": None, "param": None, held: None if pd.isna(fixed) else float(fixed)}
         choices.append(Choice(rule=rule, family=family, artifact=None if pd.isna(artifact) else artifact,
                               value=float(best[swept]), dev_throughput=float(best[column]), swept=swept,

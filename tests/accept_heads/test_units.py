@@ -14,6 +14,7 @@ from accept_heads.data import collate_sequences, load_positions, loss_everywhere
 from accept_heads.loggers import make_logger
 from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain, prior_shift, weighted_bce
 from accept_heads.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
+from accept_heads.selection import best_value
 from accept_heads.train import head_architecture
 from data_gen.collect import features_for
 from data_gen.shards import write_shard
@@ -58,6 +59,13 @@ def test_the_prior_shift_turns_the_weighted_loss_minimiser_into_the_acceptance_p
     metrics = AcceptanceMetrics("val/", 1.0, 6.0)
     metrics.update(logit.detach().expand(8), labels, (labels > 0.5).float())
     assert float(metrics.compute()["val/mean_pred"]) == pytest.approx(label, abs=1e-4)  # metrics score the shifted
+
+
+def test_selection_takes_the_fastest_value_and_the_smaller_one_on_a_tie():
+    assert best_value([0.9, 0.5, 0.7], [2.0, 3.0, 1.0]) == 0.5
+    assert best_value([7.0, 3.0, 5.0], [4.0, 4.0, 1.0]) == 3.0  # tie between K = 7 and K = 3
+    with pytest.raises(ValueError, match="one throughput per value"):
+        best_value([1.0, 2.0], [1.0])
 
 
 def test_metrics_of_a_perfect_and_a_constant_predictor():

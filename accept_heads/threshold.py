@@ -1,8 +1,9 @@
-"""Stop-threshold calibration: decode dev prompts with ``policies.Head`` for each ``h``, keep the fastest.
+"""The head's stop threshold ``h``: decode dev prompts with ``policies.Head`` for each ``h``, keep the fastest.
 
 Speed is the cost model of DESIGN §5 (:class:`decode.costs.CostModel`, companion calls at ``t_c``):
-modelled throughput = generated tokens / modelled time, summed over the prompts. Every threshold decodes the same prompts
-with the same seeds (common random numbers), so the comparison is paired.
+modelled throughput = generated tokens / modelled time, summed over the prompts. Every threshold decodes the
+same prompts with the same seeds (each prompt's :func:`data_gen.seeding.prompt_seed`, as in the evaluation:
+common random numbers), so the comparison is paired; :func:`accept_heads.selection.best_value` picks.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 from transformers import PreTrainedModel
 
+from accept_heads.selection import best_value
 from decode import SpeculativeDecoder, policies
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
@@ -43,6 +45,7 @@ def sweep_thresholds(
     rule: Rule,
     sampling: Sampling,
     prompts: list[list[int]],
+    seeds: list[int],
     thresholds: list[float],
     k_min: int,
     k_max: int,
@@ -50,14 +53,16 @@ def sweep_thresholds(
     cost: CostModel,
     companion: PreTrainedModel | None = None,
 ) -> list[SweepRow]:
-    """Decode every prompt once per threshold; one :class:`SweepRow` per threshold."""
+    """Decode every prompt (with its seed) once per threshold; one :class:`SweepRow` per threshold."""
+    if len(seeds) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
     rows = []
     for threshold in thresholds:
         policy = policies.Head(head, threshold=threshold, k_min=k_min, k_max=k_max)
         use_companion = companion if head.config.companion_features else None
         decoder = SpeculativeDecoder(target, draft, rule=rule, policy=policy, companion=use_companion, sampling=sampling)
         totals = DecodeStats()
-        for seed, prompt in enumerate(prompts):
+        for seed, prompt in zip(seeds, prompts):
             stats = decoder.generate(prompt, max_new_tokens=max_new_tokens, seed=seed).stats
             for name in ("generated", "draft_calls", "target_calls", "companion_calls", "rejected", "unverified"):
                 setattr(totals, name, getattr(totals, name) + getattr(stats, name))
@@ -79,4 +84,4 @@ def sweep_thresholds(
 
 def best_threshold(rows: list[SweepRow]) -> float:
     """The threshold with the highest modelled throughput (the lowest threshold on ties)."""
-    return max(rows, key=lambda row: (row.throughput, -row.threshold)).threshold
+    return best_value([row.threshold for row in rows], [row.throughput for row in rows])
