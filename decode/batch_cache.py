@@ -45,8 +45,9 @@ class BatchRunner(RunnerBase):
 
     ``rows`` lists the buffer rows held in the cache, in cache order; :meth:`rollback` can drop
     some (finished rows). ``consumed[b]`` is the number of tokens of cache row ``b`` in the cache.
-    ``calls`` counts batched forwards; ``row_calls[r]`` the forwards that fed buffer row ``r`` at
-    least one token (what a batch-1 decode of that row would have made). With ``capture_hidden``
+    ``calls`` counts batched forwards and ``shapes`` records each one's ``(rows, tokens per row)``;
+    ``row_calls[r]`` the forwards that fed buffer row ``r`` at least one token (what a batch-1
+    decode of that row would have made). With ``capture_hidden``
     the final hidden states of the kept positions (the LM head's input) are recorded in
     :attr:`hidden` ``[rows, keep, H]``.
     """
@@ -71,6 +72,7 @@ class BatchRunner(RunnerBase):
         self.consumed: list[int] = [0] * rows
         self.mask = torch.zeros(rows, 0, dtype=torch.bool, device=self.device)
         self.calls = 0
+        self.shapes: list[tuple[int, int]] = []
         self.row_calls = [0] * rows
 
     @property
@@ -113,6 +115,7 @@ class BatchRunner(RunnerBase):
             logits_to_keep=keep,
         )
         self.calls += 1
+        self.shapes.append((len(self.rows), w))
         logits = out.logits[..., : self.vocab].float()
         result: dict[int, Tensor] = {}
         for row in ends:

@@ -11,9 +11,10 @@ draft forward settling the tentative bonus tokens of the rows that have one; row
 leave the caches (:mod:`decode.batch_cache`). The prompt runs once, merged into each model's first
 call.
 
-The exception is :class:`~decode.policies.SV`: its verification lengths are chosen jointly for the
-rows of a round (:meth:`SV.batch_verification_lengths`, DESIGN §3 batch scheduling), so a row's
-length, never its tokens' distribution, depends on the other rows.
+The exceptions are :class:`~decode.policies.SV`, whose verification lengths are chosen jointly for
+the rows of a round (:meth:`SV.batch_verification_lengths`, DESIGN §3 batch scheduling), and a
+policy with measured ``batch_costs`` (:class:`~decode.policies.GoodputHead`), whose rows stop at the
+batch's prices and throughput: a row's length, never its tokens' distribution, depends on the other rows.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.batch_cache import BatchRunner, Layout
 from decode.inputs import prompt_ids
-from decode.policies import SV, Decision, DraftRound, Policy
+from decode.policies import SV, Decision, DraftRound, Policy, batch_drafting_pays
 from decode.rounds import bonus_pending, record_round, verify_round
 from decode.rules import Rule
 from decode.sampling import Sampling
@@ -53,7 +54,8 @@ class BatchTotals:
 
     ``target_calls``: batched target forwards (= verification rounds of the batch);
     ``draft_calls`` / ``companion_calls``: batched forwards of those models; ``tokens``: generated
-    tokens of all rows.
+    tokens of all rows; ``*_shapes``: each forward's ``(rows, tokens per row)``, the first one
+    holding the prompts (what :meth:`decode.batch_costs.BatchCosts.modelled_seconds` prices).
     """
 
     target_calls: int
@@ -61,6 +63,9 @@ class BatchTotals:
     companion_calls: int
     tokens: int
     wall_time_s: float
+    target_shapes: tuple[tuple[int, int], ...] = ()
+    draft_shapes: tuple[tuple[int, int], ...] = ()
+    companion_shapes: tuple[tuple[int, int], ...] = ()
 
     @property
     def tokens_per_second(self) -> float:
@@ -145,6 +150,10 @@ class _BatchLoop:
         self.capture = decoder.policy.needs_hidden
         self.tokens, self.rows = tokens, rows
         self.target, self.draft, self.companion = target, draft, companion
+        #: The batch's modelled tokens and seconds so far, for batch-aware policies (``policy.batch_costs``).
+        self.batch_costs = decoder.policy.batch_costs
+        self.modelled_tokens, self.modelled_seconds = 0, 0.0
+        self.round_throughput = 0.0
         for row in rows:
             row.done = row.budget <= 0
 
@@ -203,6 +212,14 @@ class _BatchLoop:
             hidden = self.draft.hidden[cache_index[row.index], -1] if self.capture else None
             row.state.hidden.append(hidden)
 
+    def _batch_stop(self, drafting: list[_Row], i: int, batch: int, after: str) -> list[_Row]:
+        """The rows still drafting after a batch-level stop decision (policies with ``batch_costs``: the rows
+        decide together at the point their head reads its input, ``after`` proposing or feeding ``y_i``)."""
+        if self.batch_costs is None or not drafting or drafting[0].policy.decides_after != after:
+            return drafting
+        pays = batch_drafting_pays([row.policy for row in drafting], i, batch, self.round_throughput)
+        return drafting if pays else []
+
     def _draft(self, rows: list[_Row]) -> None:
         """Draft up to ``row.k`` candidates per row, each row stopping as its policy says."""
         for row in rows:
@@ -234,11 +251,13 @@ class _BatchLoop:
                     continue
                 if i < row.k:
                     going.append(row)
+            going = self._batch_stop(going, i, len(rows), "propose")
             if not going:
                 break
             self._draft_next(going, i)
             drafting = [row for row in going if not (row.policy.dynamic and row.policy.after_feed(row.state)
                                                      is Decision.STOP)]
+            drafting = self._batch_stop(drafting, i, len(rows), "feed")
             i += 1
         if self.companion_use == "round":
             scored = [row for row in rows if row.state.i]
@@ -248,10 +267,26 @@ class _BatchLoop:
                 for row in scored:
                     row.state.companion_logits.extend(c[row.index][-row.state.i :].unbind(0))
 
+    def _batch_throughput(self, batch: int) -> float:
+        """The batch's modelled tokens per second so far (before the first round: the target alone at ``batch``)."""
+        if self.modelled_seconds > 0:
+            return self.modelled_tokens / self.modelled_seconds
+        return batch / self.batch_costs.target_time(batch, batch)
+
+    def _count_round(self, batch: int, emitted: int, draft_steps: int, verified: int) -> None:
+        """Add one round to the batch's modelled tokens (accepted + 1 per row) and seconds: as many draft forwards
+        of ``batch`` rows as the longest row drafted, one verification of ``verified`` candidates."""
+        self.modelled_tokens += emitted
+        self.modelled_seconds += (draft_steps * self.batch_costs.draft_time(batch)
+                                  + self.batch_costs.verify_time(batch, verified))
+
     def _round(self, rows: list[_Row]) -> None:
         """One draft / verify round of the live rows."""
+        self.round_throughput = self._batch_throughput(len(rows)) if self.batch_costs is not None else 0.0
         for row in rows:
             row.policy.start_round()
+            if self.batch_costs is not None:
+                row.policy.batch_round(len(rows), self.round_throughput)
             row.k = min(row.policy.k_cap(), row.budget - row.stats.generated - 1)
             row.state = DraftRound(self.rule_sampling)
         self._draft(rows)
@@ -265,11 +300,15 @@ class _BatchLoop:
         p = self.target.feed(
             self.tokens, {row.index: row.cur + verify[row.index] for row in rows}, keep=max(verify.values()) + 1
         )
-        for row in rows:
-            self._verify(row, p[row.index][-(verify[row.index] + 1):], verify[row.index])
+        draft_steps = max(row.state.i for row in rows)
+        emitted = sum(self._verify(row, p[row.index][-(verify[row.index] + 1):], verify[row.index]) + 1
+                      for row in rows)
+        if self.batch_costs is not None:
+            self._count_round(len(rows), emitted, draft_steps, sum(verify.values()))
 
-    def _verify(self, row: _Row, p_logits: Tensor, verify: int) -> None:
-        """Verify ``row``'s first ``verify`` candidates and commit what it emits (as the batch-1 loop)."""
+    def _verify(self, row: _Row, p_logits: Tensor, verify: int) -> int:
+        """Verify ``row``'s first ``verify`` candidates and commit what it emits (as the batch-1 loop); returns
+        the number of candidates the rule accepted."""
         state, tokens, cur = row.state, self.tokens, row.cur
         outcome = verify_round(self.rule, p_logits, state, tokens[row.index, cur : cur + verify], self.sampling,
                                row.generator, self.eos)
@@ -282,6 +321,7 @@ class _BatchLoop:
         row.cur += outcome.kept
         row.done = row.pending is None and (outcome.finished or row.stats.generated >= row.budget)
         row.state = None
+        return outcome.accepted_by_rule
 
 
 def generate_batch(
@@ -339,6 +379,8 @@ def generate_batch(
         target_calls=target.calls, draft_calls=draft.calls,
         companion_calls=companion.calls if companion is not None else 0,
         tokens=sum(row.stats.generated for row in rows), wall_time_s=wall,
+        target_shapes=tuple(target.shapes), draft_shapes=tuple(draft.shapes),
+        companion_shapes=tuple(companion.shapes) if companion is not None else (),
     )
     sequences = [tokens[row.index, : row.cur].clone() for row in rows]
     texts = (

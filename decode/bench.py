@@ -2,7 +2,8 @@
 
     python -m decode.bench [--target PATH --draft PATH | --random-init {tiny,1b}] [--k 5]
                            [--prompts N] [--max-new-tokens 128] [--dtype bfloat16] [--breakdown]
-                           [--batch-sizes 1 8 32 [--layouts compact holes] [--head PATH --threshold H]]
+                           [--batch-sizes 1 8 32 [--layouts compact holes] [--head PATH --threshold H]
+                                                 [--goodput [--k-grid 1 2 4 8]]]
 
 Without ``--target/--draft`` the built-in model zoo is loaded from its cache directory
 (:mod:`decode.zoo_dir`; build it first with ``python -m data_gen.zoo``); ``--random-init``
@@ -17,7 +18,8 @@ by ``torch.cuda.synchronize()`` on CUDA.
 different lengths: the target alone (HF ``generate`` on the left-padded batch) against
 ``SpeculativeDecoder.generate_batch`` with ``Fixed(k)`` (once per cache layout of ``--layouts``)
 and, with ``--head``, with a trained SpecDec++ head, and ``Fixed(k)`` decoding the rows one by
-one with ``generate``; calls are (batched) forwards.
+one with ``generate``; calls are (batched) forwards. With ``--goodput`` it compares modelled goodput
+at costs measured on the device instead (:mod:`decode.bench_goodput`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from decode.batch_cache import LAYOUTS
 from decode.batched import row_seed
+from decode.bench_goodput import GoodputRow, run_goodput
 from decode.decoder import SpeculativeDecoder
 from decode.export import load_head
 from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
@@ -447,11 +450,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="KV-cache layouts of the batched decoder to time (default: holes)")
     parser.add_argument("--head", help="a trained head file / directory: also time batched Head(threshold)")
     parser.add_argument("--threshold", type=float, default=0.5, help="the head's stop threshold (default 0.5)")
+    parser.add_argument(
+        "--goodput", action="store_true",
+        help="with --batch-sizes: measure the batch costs on this device and compare the modelled goodput of "
+        "batched Fixed(K) over --k-grid, and with --head of Head(h) and the batch-aware GoodputHead",
+    )
+    parser.add_argument("--k-grid", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8], metavar="K",
+                        help="fixed K values of --goodput (default 1 2 3 4 5 6 8)")
     args = parser.parse_args(argv)
     if args.batch_sizes is not None and (min(args.batch_sizes) < 1 or args.breakdown):
         parser.error("--batch-sizes takes sizes >= 1 and no --breakdown")
-    if args.head and args.batch_sizes is None:
-        parser.error("--head is used with --batch-sizes only")
+    if (args.head or args.goodput) and args.batch_sizes is None:
+        parser.error("--head and --goodput are used with --batch-sizes only")
+    if min(args.k_grid) < 1:
+        parser.error("--k-grid takes K >= 1")
     if args.random_init and args.draft:
         parser.error("--random-init builds both models; drop --draft")
     return args
@@ -482,7 +494,7 @@ def load_pair(args: argparse.Namespace, device: torch.device) -> tuple[PreTraine
     return target, draft, f"target={Path(args.target).name} draft={Path(args.draft).name}"
 
 
-def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult]:
+def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | list[GoodputRow]:
     """Run the benchmark and print the table; returns the per-method (per-batch-size) results."""
     args = parse_args(argv)
     if args.threads:
@@ -496,6 +508,10 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult]:
         common["min_new_tokens"] = budget
     if target.generation_config.pad_token_id is None:
         common["pad_token_id"] = eos if isinstance(eos, int) else 0
+    if args.batch_sizes is not None and args.goodput:
+        print(f"{described} device={device} max_new_tokens={budget}")
+        prompts = batch_prompts(args.target, max(args.batch_sizes), target.config.get_text_config().vocab_size, device)
+        return run_goodput(args, target, draft, prompts, eos)
     if args.batch_sizes is not None:
         print(f"{described} device={device} K={args.k}")
         return run_batched(args, target, draft, common, eos, device)

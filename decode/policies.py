@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 import enum
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
 
+from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.head import AcceptanceHead, head_features
 from decode.profile import BatchLatency, SVProfile, companion_indicators, joint_goodput_lengths
@@ -63,6 +65,8 @@ class Policy:
     """Base class: draft ``k_cap()`` candidates and verify them all."""
 
     name: ClassVar[str]
+    #: Measured costs of batched forwards: when set, the batched loop reports the batch's throughput.
+    batch_costs: BatchCosts | None = None
     dynamic: ClassVar[bool] = False
     needs_hidden: ClassVar[bool] = False
     needs_lookahead: ClassVar[bool] = False
@@ -96,6 +100,10 @@ class Policy:
 
     def start_round(self) -> None:
         """Called before the first candidate of each round."""
+
+    def batch_round(self, batch: int, throughput: float) -> None:
+        """Called by the batched loop before each round with the live rows and the batch's modelled throughput
+        (tokens per second of all rows, from the policy's ``batch_costs``); only batch-aware policies use it."""
 
     def after_propose(self, state: DraftRound) -> Decision:
         """Check after ``y_i`` is sampled (``dynamic`` policies only)."""
@@ -221,6 +229,11 @@ class Head(Policy):
         stop = state.i >= self.k_min and 1.0 - self._keep_prob > self.threshold
         return Decision.STOP if stop else Decision.CONTINUE
 
+    @property
+    def decides_after(self) -> Literal["propose", "feed"]:
+        """When the head reads its input: a ``pre`` head after proposing ``y_i``, a ``post`` head after feeding it."""
+        return "propose" if self.head.config.timing == "pre" else "feed"
+
     def after_propose(self, state: DraftRound) -> Decision:
         config = self.head.config
         if config.timing != "pre":
@@ -257,17 +270,37 @@ class GoodputHead(Head):
     stopping, drafting pays while that gain per second exceeds the throughput ``λ`` the decoder
     achieves; ``λ`` is this generation's modelled throughput so far, starting from the target alone
     (``1 / t_t``). With calibrated ``P̂`` (DESIGN §5 for the cost model) no parameter is tuned.
+
+    In a batch with measured ``batch_costs`` (:class:`~decode.batch_costs.BatchCosts`) the same rule
+    is taken for the batch as a whole (:func:`batch_drafting_pays`): the rows draft in lockstep and
+    one verification feeds every row as many columns as the widest, so a further drafting step costs
+    a draft forward of the live rows plus a verification column for all of them, and pays when the
+    rows' expected accepted tokens ``Σ_r Π_r·P̂_r`` exceed ``λ_B`` (the batch's modelled throughput so
+    far, reported through :meth:`batch_round`) times that cost. No threshold is tuned per batch size:
+    a device whose verification is nearly free in its length drafts longer, a compute-bound one
+    shorter. Each row's stop is still a stopping time (other rows' values do not depend on its
+    future tokens), so lossless rules stay lossless. Without ``batch_costs`` rows decide as alone.
     """
 
     name = "head-goodput"
 
-    def __init__(self, head: AcceptanceHead, costs: CostModel, k_min: int = 1, k_max: int = 20) -> None:
+    def __init__(self, head: AcceptanceHead, costs: CostModel, k_min: int = 1, k_max: int = 20,
+                 batch_costs: BatchCosts | None = None) -> None:
         super().__init__(head, threshold=1.0, k_min=k_min, k_max=k_max)
         self.costs = costs
+        self.batch_costs = batch_costs
         self._tokens, self._seconds = 0, 0.0
+        self._batch: tuple[int, float] | None = None  # (live rows, batch throughput) of the current batched round
+        #: In a batch: this row's running keep-probability and latest ``P̂`` (read by :func:`batch_drafting_pays`).
+        self.outlook: tuple[float, float] = (0.0, 0.0)
 
     def reset(self) -> None:
         self._tokens, self._seconds = 0, 0.0
+        self._batch = None
+        self.outlook = (0.0, 0.0)
+
+    def batch_round(self, batch: int, throughput: float) -> None:
+        self._batch = (batch, throughput)
 
     @property
     def throughput(self) -> float:
@@ -286,8 +319,11 @@ class GoodputHead(Head):
         with torch.no_grad():
             accept = float(self.head.predict(hidden.float(), features))
         self._keep_prob *= accept
-        gain = self._keep_prob * accept
-        stop = state.i >= self.k_min and gain < self.throughput * self._marginal_cost(state.i)
+        if self.batch_costs is not None and self._batch is not None:
+            self.outlook = (self._keep_prob, accept)
+            return Decision.CONTINUE  # the batched loop stops the rows together (batch_drafting_pays)
+        stop = state.i >= self.k_min and not drafting_pays(
+            [(self._keep_prob, accept)], state.i, self.k_max, self.throughput, self._marginal_cost)
         return Decision.STOP if stop else Decision.CONTINUE
 
     def end_round(self, drafted: int, verified: int, accepted: int) -> None:
@@ -296,6 +332,45 @@ class GoodputHead(Head):
 
     def __repr__(self) -> str:
         return f"GoodputHead(timing={self.head.config.timing}, k_min={self.k_min}, k_max={self.k_max})"
+
+
+def drafting_pays(outlooks: list[tuple[float, float]], i: int, k_max: int, throughput: float,
+                  step_cost: Callable[[int], float]) -> bool:
+    """Whether drafting on from ``i`` to some ``j ≤ k_max`` adds more expected tokens than ``λ`` × its cost.
+
+    ``outlooks``: per drafting row, its keep-probability ``Π_i`` and latest ``P̂``; its candidate ``m``
+    after ``i`` is kept with ``Π_i·P̂^m`` (``P̂`` standing in for the unseen ones). ``step_cost(n)``
+    is the price of the ``(n+1)``-th drafting step. Looking past the next step matters where
+    verification costs are not convex in the length (a CPU's forward often costs the same for 3 and
+    for 8 tokens); with costs linear in the length it is the one-step rule.
+    """
+    gain, cost = 0.0, 0.0
+    keeps = [keep for keep, _ in outlooks]
+    for n in range(i, k_max):
+        keeps = [keep * accept for keep, (_, accept) in zip(keeps, outlooks)]
+        gain += sum(keeps)
+        cost += step_cost(n)
+        if gain >= throughput * cost:
+            return True
+    return False
+
+
+def batch_drafting_pays(rows: list[GoodputHead], i: int, batch: int, throughput: float) -> bool:
+    """The batch-level stop of :class:`GoodputHead` rows with ``batch_costs`` after ``i`` drafting steps.
+
+    A step costs a draft forward of the ``len(rows)`` drafting rows plus one more verification
+    column for all ``batch`` live rows, ``t_v(B, B·(n+1)) − t_v(B, B·n)``; the rows' ``k_min`` is
+    honoured (the batch drafts on while ``i`` is below it).
+    """
+    first = rows[0]
+    if i < first.k_min:
+        return True
+    costs = first.batch_costs
+
+    def step_cost(n: int) -> float:
+        return costs.draft_time(len(rows)) + batch * costs.marginal_candidate(batch, n)
+
+    return drafting_pays([row.outlook for row in rows], i, first.k_max, throughput, step_cost)
 
 
 class SV(Policy):

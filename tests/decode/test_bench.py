@@ -87,6 +87,25 @@ def test_bench_batch_sizes_on_saved_micro_models(tmp_path, capsys, make_lm):
     assert batched[3].target_calls < one_by_one[3].target_calls  # rows share the target's forwards
 
 
+def test_bench_goodput_prices_every_method_at_the_measured_batch_costs(tmp_path, capsys, make_lm):
+    make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "target")
+    make_lm(64, seed=32).save_pretrained(tmp_path / "draft")
+    torch.manual_seed(0)
+    metadata = {"draft": "draft", "tokenizer_hash": "none", "rule": Speculative(), "sampling": Sampling()}
+    save_head(AcceptanceHead(HeadConfig(16, depth=1, timing="post")), tmp_path / "head.safetensors", metadata)
+    rows = bench.main(
+        ["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--max-new-tokens", "6",
+         "--device", "cpu", "--batch-sizes", "1", "3", "--goodput", "--k-grid", "1", "3",
+         "--head", str(tmp_path / "head.safetensors")]
+    )
+    printed = capsys.readouterr().out
+    names = ["Fixed(1)", "Fixed(3)", "Head(h=0.5)", "GoodputHead (batch costs)"]
+    assert [(r.method, r.batch) for r in rows] == [(n, b) for b in (1, 3) for n in names]
+    assert all(r.tokens == 6 * 3 and r.modelled_s > 0 for r in rows)  # the same 3 prompts at every B
+    marked = [line for line in printed.splitlines() if line.startswith("Fixed(") and " * " in line]
+    assert "measured costs" in printed and len(marked) == 2  # one best fixed K per batch size
+
+
 def test_bench_without_batch_sizes_refuses_a_head():
     with pytest.raises(SystemExit):
         bench.parse_args(["--random-init", "tiny", "--head", "x"])

@@ -1,0 +1,143 @@
+"""Measured costs of batched forwards: the cost model of DESIGN §5 with a batch axis.
+
+In a batch, one draft call feeds one token to each of ``B`` rows and one verification feeds every
+row its candidates, ``T`` in all; what those calls cost depends on ``B`` and ``T`` and on the
+device (a GPU verifies many tokens for the price of one until it is compute-bound; a CPU pays
+nearly per token). :class:`BatchCosts` holds a table measured on the current device by
+:func:`measure_batch_costs` and interpolates it; :class:`~decode.policies.GoodputHead` reads it to
+stop each row by the batch's marginal cost, and its :meth:`BatchCosts.verify_time` is a
+``t_t(B, T)`` for :class:`~decode.policies.SV`'s joint verification lengths.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+@dataclass(frozen=True)
+class BatchCosts:
+    """Seconds of one batched forward, measured at a grid of batch sizes.
+
+    ``draft[b]``: a draft forward of ``batches[b]`` rows, one token each; ``target[b][l - 1]``: a
+    target forward of ``batches[b]`` rows feeding ``l`` tokens each (``l = 1..len(target[b])``).
+    Between grid points the times are interpolated linearly; beyond the grid they grow linearly
+    with the last interval's slope (never decreasing: a measured table can dip by noise).
+    """
+
+    batches: tuple[int, ...]
+    draft: tuple[float, ...]
+    target: tuple[tuple[float, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not self.batches or list(self.batches) != sorted(set(self.batches)) or self.batches[0] < 1:
+            raise ValueError(f"batch sizes must be increasing and >= 1, got {self.batches}")
+        if len(self.draft) != len(self.batches) or len(self.target) != len(self.batches):
+            raise ValueError("need one draft time and one target row per batch size")
+        if len({len(row) for row in self.target}) != 1 or not self.target[0]:
+            raise ValueError("every target row needs the same (non-empty) number of lengths")
+
+    def draft_time(self, batch: float) -> float:
+        """Seconds of a draft forward of ``batch`` rows."""
+        return _extend(batch, self.batches, self.draft)
+
+    def target_time(self, batch: int, total: float) -> float:
+        """``t_t(B, T)``: seconds of a verification of ``total`` candidates over ``batch`` rows.
+
+        Rows are taken to verify the mean length ``T / B`` each (at least one token).
+        """
+        lengths = np.arange(1, len(self.target[0]) + 1)
+        per_row = max(total / batch, 1.0)
+        at_length = [_extend(per_row, lengths, row) for row in self.target]
+        return _extend(batch, self.batches, at_length)
+
+    def verify_time(self, batch: int, candidates: float) -> float:
+        """Seconds of a verification of ``candidates`` over ``batch`` rows: each row also feeds its last token."""
+        return self.target_time(batch, candidates + batch)
+
+    def marginal_candidate(self, batch: int, length: int) -> float:
+        """Seconds one more candidate adds to a verification where each of ``batch`` rows has ``length``."""
+        return max(0.0, self.verify_time(batch, batch * (length + 1)) - self.verify_time(batch, batch * length)) / batch
+
+    def modelled_seconds(self, target_shapes: Sequence[tuple[int, int]], draft_shapes: Sequence[tuple[int, int]],
+                         companion_shapes: Sequence[tuple[int, int]] = ()) -> float:
+        """Modelled seconds of a batched generation from its forwards' ``(rows, tokens per row)``.
+
+        Each model's first forward (the prompts) is left out: every method on the same prompts pays it.
+        A target forward of ``B`` rows × ``w`` tokens costs ``t_t(B, B·w)``; a draft forward ``w·t_d(B)``
+        (drafting feeds one token per row; the ensemble rules' settling forwards two). Companion
+        forwards have no measured price here and are refused.
+        """
+        if companion_shapes:
+            raise ValueError("BatchCosts has no companion prices: model a generation without companion forwards")
+        target = sum(self.target_time(rows, rows * width) for rows, width in target_shapes[1:])
+        draft = sum(width * self.draft_time(rows) for rows, width in draft_shapes[1:])
+        return target + draft
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready fields (metadata)."""
+        return {"batches": list(self.batches), "draft": list(self.draft), "target": [list(r) for r in self.target]}
+
+
+def _extend(x: float, grid: Sequence[float], values: Sequence[float]) -> float:
+    """Linear interpolation on ``grid``, linear extrapolation past its end (non-decreasing slope ≥ 0)."""
+    grid, values = np.asarray(grid, dtype=float), np.asarray(values, dtype=float)
+    if len(grid) == 1 or x <= grid[-1]:
+        return float(np.interp(x, grid, values))
+    slope = max(0.0, (values[-1] - values[-2]) / (grid[-1] - grid[-2]))
+    return float(values[-1] + slope * (x - grid[-1]))
+
+
+def _seconds(run: Callable[[], None], repeats: int, device: torch.device) -> float:
+    """Least wall seconds of ``run()`` over ``repeats`` calls after one warm-up (other load only adds time)."""
+    times = []
+    for attempt in range(repeats + 1):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if attempt:
+            times.append(time.perf_counter() - start)
+    return min(times)
+
+
+@torch.inference_mode()
+def forward_seconds(model: PreTrainedModel, batch: int, tokens: int, context: int, repeats: int = 3,
+                    seed: int = 0) -> float:
+    """Least seconds of a forward feeding ``tokens`` tokens to each of ``batch`` rows after a ``context``-token
+    cached prefix (random token ids; the cache is cut back to the prefix after every timed call)."""
+    device = model.device
+    vocab = model.config.get_text_config().vocab_size
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, context + tokens), generator=generator).to(device)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True)
+    step = ids[:, context:]
+
+    def run() -> None:
+        model(input_ids=step, past_key_values=cache, use_cache=True)
+        cache.crop(-tokens)  # drop what this call appended (a negative count works across transformers versions)
+
+    return _seconds(run, repeats, device)
+
+
+def measure_batch_costs(target: PreTrainedModel, draft: PreTrainedModel, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
+                        max_length: int = 8, context: int = 64, repeats: int = 5) -> BatchCosts:
+    """Time the draft (one token per row) and the target (``1..max_length`` tokens per row) at each batch size.
+
+    A forward over more rows or more tokens does not take less time, so the measured table is made
+    non-decreasing in both (running maximum): what is left of timer noise cannot reward a longer draft.
+    """
+    batches = tuple(sorted(set(batches)))
+    draft_times = np.maximum.accumulate([forward_seconds(draft, b, 1, context, repeats) for b in batches])
+    target_times = np.array([[forward_seconds(target, b, length, context, repeats)
+                              for length in range(1, max_length + 1)] for b in batches])
+    target_times = np.maximum.accumulate(np.maximum.accumulate(target_times, axis=1), axis=0)
+    return BatchCosts(batches, tuple(draft_times.tolist()), tuple(tuple(row) for row in target_times.tolist()))

@@ -1,0 +1,86 @@
+"""Measured batch costs (``decode.batch_costs``) and the goodput head that stops rows at the batch's prices."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_batched import comparable, make_decoder, wide_prompts
+
+from decode import HeadConfig, policies, rules
+from decode.batch_costs import BatchCosts, measure_batch_costs
+from decode.costs import CostModel, LatencyShape
+from decode.head import PRE_FEATURES, AcceptanceHead
+
+#: Verifying L candidates (L + 1 tokens fed) costs 1.0 + 0.1 (L - 1): linear, so the cost model's shape and the
+#: table extrapolate alike.
+LINEAR = tuple(1.0 + 0.1 * i for i in range(6))
+
+
+def test_times_interpolate_between_and_extend_beyond_the_grid():
+    costs = BatchCosts(batches=(1, 4), draft=(0.2, 0.5), target=((1.0, 1.5, 2.0), (2.0, 4.0, 6.0)))
+    assert costs.draft_time(1) == 0.2 and costs.draft_time(2.5) == pytest.approx(0.35)
+    assert costs.draft_time(8) == pytest.approx(0.5 + 0.1 * 4)  # the last interval's slope
+    assert costs.target_time(4, 8) == pytest.approx(4.0)  # 2 tokens per row
+    assert costs.target_time(4, 2) == pytest.approx(2.0)  # fewer candidates than rows: one token each
+    assert costs.target_time(1, 5) == pytest.approx(2.0 + 0.5 * 2)  # beyond the measured lengths
+    assert costs.target_time(2, 4) == pytest.approx((1.5 * 2 + 4.0 * 1) / 3)  # between batch sizes, L = 2
+    assert costs.verify_time(4, 4) == pytest.approx(4.0)  # one candidate per row: two tokens fed
+    assert costs.marginal_candidate(4, 1) == pytest.approx((6.0 - 4.0) / 4)
+
+
+@pytest.mark.parametrize("bad", [
+    {"batches": (2, 1), "draft": (1.0, 1.0), "target": ((1.0,), (1.0,))},
+    {"batches": (1, 2), "draft": (1.0,), "target": ((1.0,), (1.0,))},
+    {"batches": (1, 2), "draft": (1.0, 1.0), "target": ((1.0,), (1.0, 2.0))},
+])
+def test_a_malformed_table_is_refused(bad):
+    with pytest.raises(ValueError):
+        BatchCosts(**bad)
+
+
+def test_measured_costs_cover_every_batch_size_and_length(wide):
+    costs = measure_batch_costs(wide["target"], wide["draft"], batches=(1, 3), max_length=2, context=4, repeats=1)
+    assert costs.batches == (1, 3) and len(costs.draft) == 2 and [len(r) for r in costs.target] == [2, 2]
+    assert min(costs.draft) > 0 and min(min(r) for r in costs.target) > 0
+    assert costs.draft[0] <= costs.draft[1]  # made non-decreasing in the rows and in the tokens
+    assert all(a <= b for row in costs.target for a, b in zip(row, row[1:]))
+    assert all(a <= b for a, b in zip(costs.target[0], costs.target[1]))
+
+
+def goodput_head(hidden: int, batch_costs: BatchCosts | None, t_target: float = 1.0) -> policies.GoodputHead:
+    torch.manual_seed(3)
+    head = AcceptanceHead(HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES))
+    costs = CostModel(t_draft=0.2, t_target=t_target, t_companion=0.0, latency=LatencyShape(LINEAR))
+    return policies.GoodputHead(head, costs, k_max=8, batch_costs=batch_costs)
+
+
+def test_a_batch_of_one_at_the_same_prices_decides_as_the_batch_one_goodput_head(wide):
+    alone_policy = goodput_head(wide["draft"].config.hidden_size, None)
+    batch_policy = goodput_head(wide["draft"].config.hidden_size,
+                                BatchCosts(batches=(1,), draft=(0.2,), target=((1.0,) + LINEAR,)))
+    prompt = wide_prompts(96)[2]
+    alone = make_decoder(wide, rules.Speculative(), alone_policy).generate(prompt, max_new_tokens=24, seed=5)
+    batch = make_decoder(wide, rules.Speculative(), batch_policy).generate_batch([prompt], max_new_tokens=24,
+                                                                                 seed=[5])
+    assert len(alone.stats.verified_per_round) > 2  # several rounds were decided
+    assert torch.equal(batch.sequences[0], alone.sequences[0])
+    assert comparable(batch.stats[0]) == comparable(alone.stats)
+
+
+def test_rows_draft_longer_where_verification_is_cheap_in_its_length(wide):
+    """Same head, same prompts: a device whose verification barely grows with the candidates (GPU-like) drafts
+    more per round than one that pays per candidate (compute-bound)."""
+    hidden = wide["draft"].config.hidden_size
+    batches = (1, 4)
+    flat = BatchCosts(batches, draft=(0.2, 0.25), target=((1.0,) * 6, (1.2,) * 6))
+    steep = BatchCosts(batches, draft=(0.2, 0.25), target=(tuple(1.0 + i for i in range(6)),
+                                                           tuple(4.0 * (1 + i) for i in range(6))))
+    prompts = wide_prompts(96)[:4]
+
+    def drafted_per_round(costs: BatchCosts) -> float:
+        decoder = make_decoder(wide, rules.Speculative(), goodput_head(hidden, costs))
+        out = decoder.generate_batch(prompts, max_new_tokens=20, seed=1)
+        return sum(s.drafted for s in out.stats) / sum(s.rounds for s in out.stats)
+
+    cheap, dear = drafted_per_round(flat), drafted_per_round(steep)
+    assert cheap > dear + 1.0, (cheap, dear)
