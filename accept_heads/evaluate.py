@@ -158,7 +158,7 @@ def evaluate(job: EvaluateJob) -> Results:
     workers = e.workers if e.workers is not None else default_workers(device)
     if "ensemble" in rules and not se_available():
         notes["se"] = "decode.EnsembleDecoder is not available: no SE runs (se-plain / se-sd / se-alternate)"
-    unused = unmatched(job, artifacts, rules)
+    unused = unmatched(job.rules, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
     latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency_lengths, e.latency_repeats)
@@ -169,7 +169,7 @@ def evaluate(job: EvaluateJob) -> Results:
         records = execute(dev_sweeps(job, artifacts, rules), pool, "dev sweeps")
         choices = select(costed(records, paper), "throughput_cost")  # K, τ, h and γ here, T below: dev rows only
         while (edge := edge_rules(choices, e.fixed_k)) and (more := extended_k(e.fixed_k)):
-            records += execute([s for rule in edge for s in fixed_specs(job, "dev", rule, more)], pool,
+            records += execute([s for rule in edge for s in fixed_specs(job.rules, "dev", rule, more)], pool,
                                f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
             e.fixed_k = sorted(e.fixed_k + more)  # test / OOD decode each rule's chosen K from this grid
             choices = select(costed(records, paper), "throughput_cost")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ahconf.schema import EvaluateJob
+from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
 
 from accept_heads.evaluation.baselines import se_available
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
@@ -55,17 +55,18 @@ def eval_rules(job: EvaluateJob) -> list[str]:
     return list(job.evaluate.rules or job.rules.names)
 
 
-def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None, job: EvaluateJob) -> tuple[list, list]:
+def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None,
+                       rules: RulesConfig) -> tuple[list, list]:
     """Names of the heads and profiles fitted for exactly this rule (and rule parameters)."""
-    spec = build_rule(rule, param, job.rules).spec()
+    spec = build_rule(rule, param, rules).spec()
     heads = sorted(n for n, h in artifacts.heads.items() if h.metadata.get("rule") == spec)
     profiles = sorted(n for n, p in artifacts.profiles.items() if p.metadata.get("rule") == spec)
     return heads, profiles
 
 
-def unmatched(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list[str]:
+def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str]) -> list[str]:
     """Heads and profiles fitted for a rule (or rule parameters) that none of ``rules`` decodes with."""
-    specs = [build_rule(rule, rule_param(rule, job.rules), job.rules).spec() for rule in rules]
+    specs = [build_rule(rule, rule_param(rule, rules_config), rules_config).spec() for rule in rules]
     items = [*artifacts.heads.items(), *artifacts.profiles.items()]
     return sorted(f"{name} ({a.metadata.get('rule')})" for name, a in items if a.metadata.get("rule") not in specs)
 
@@ -75,7 +76,7 @@ def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> l
     e = job.evaluate
     param = rule_param(rule, job.rules)
     base = RunSpec(set=set_name, rule=rule, family="fixed", rule_param=param)
-    heads, profiles = matching_artifacts(artifacts, rule, param, job)
+    heads, profiles = matching_artifacts(artifacts, rule, param, job.rules)
     specs = [replace(base, param=float(k), chosen_on="grid") for k in e.fixed_k]
     specs.append(replace(base, family="heuristic"))
     specs += [replace(base, family="confidence", param=float(t), chosen_on="grid") for t in e.confidence_taus]
@@ -96,11 +97,11 @@ def mark_chosen(specs: Iterable[RunSpec], choices: list[Choice]) -> list[RunSpec
             s.rule_param) in picked else s for s in specs]
 
 
-def applied(job: EvaluateJob, specs: list[RunSpec], choices: list[Choice]) -> list[RunSpec]:
+def applied(e: EvaluateConfig, specs: list[RunSpec], choices: list[Choice]) -> list[RunSpec]:
     """A dev sweep's runs on a test / OOD set: each tuned one at its dev choice only (the whole grid,
     marked ``grid``, with ``evaluate.sweep_test``)."""
     specs = mark_chosen(specs, choices)
-    if job.evaluate.sweep_test:
+    if e.sweep_test:
         return specs
     return [s for s in specs if s.chosen_on != "grid"]
 
@@ -126,9 +127,9 @@ def extended_k(grid: list[int]) -> list[int]:
     return sorted({k for k in (round(top * 1.5), 2 * top) if top < k <= K_CEILING})
 
 
-def fixed_specs(job: EvaluateJob, set_name: str, rule: str, ks: list[int]) -> list[RunSpec]:
+def fixed_specs(rules: RulesConfig, set_name: str, rule: str, ks: list[int]) -> list[RunSpec]:
     """Fixed-K runs of ``rule`` at each K of ``ks`` (grid points)."""
-    return [RunSpec(set=set_name, rule=rule, family="fixed", param=float(k), rule_param=rule_param(rule, job.rules),
+    return [RunSpec(set=set_name, rule=rule, family="fixed", param=float(k), rule_param=rule_param(rule, rules),
                     chosen_on="grid") for k in ks]
 
 
@@ -144,14 +145,13 @@ def fsd_sweep(job: EvaluateJob, set_name: str, choices: list[Choice]) -> list[Ru
             for t in job.evaluate.fuzzy_thresholds if t != job.rules.fuzzy_threshold]
 
 
-def hf_specs(job: EvaluateJob, set_name: str, rules: list[str], choices: list[Choice]) -> list[RunSpec]:
+def hf_specs(e: EvaluateConfig, set_name: str, rules: list[str], choices: list[Choice]) -> list[RunSpec]:
     """HF assisted generation for the speculative / greedy rules: constant K (``evaluate.hf_k``, else the
     fixed K chosen on dev), the heuristic schedule and confidence 0.4."""
     specs = []
     for rule in (r for r in rules if r in ("speculative", "greedy")):
-        if job.evaluate.hf_k:
-            specs += [RunSpec(set=set_name, rule=rule, family="hf-constant", param=float(k))
-                      for k in job.evaluate.hf_k]
+        if e.hf_k:
+            specs += [RunSpec(set=set_name, rule=rule, family="hf-constant", param=float(k)) for k in e.hf_k]
         else:
             specs += [RunSpec(set=set_name, rule=rule, family="hf-constant", param=c.value, chosen_on="dev")
                       for c in choices if c.rule == rule and c.family == "fixed"]
@@ -186,14 +186,16 @@ def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet
     (its whole T grid on test), SE (with the plain ensemble) and HF runs."""
     specs = []
     for s in (s for s in sets if s.role != "dev"):
-        specs += [spec for rule in rules for spec in applied(job, sweep(job, artifacts, s.name, rule), choices)]
+        specs += [spec for rule in rules
+                  for spec in applied(job.evaluate, sweep(job, artifacts, s.name, rule), choices)]
         if "fuzzy" in rules:
             fsd = mark_chosen(fsd_sweep(job, s.name, choices), choices)
-            specs += fsd if s.role == "test" else applied(job, fsd, choices)
+            specs += fsd if s.role == "test" else applied(job.evaluate, fsd, choices)
         if "ensemble" in rules and se_available():
             specs.append(RunSpec(set=s.name, rule="ensemble", family="se-plain",
                                  rule_param=rule_param("ensemble", job.rules)))
-            specs += applied(job, se_sweep(job, s.name), choices)
+            specs += applied(job.evaluate, se_sweep(job, s.name), choices)
     if job.evaluate.hf_baselines:
-        specs += [spec for s in sets if s.role in job.evaluate.hf_sets for spec in hf_specs(job, s.name, rules, choices)]
+        specs += [spec for s in sets if s.role in job.evaluate.hf_sets
+                  for spec in hf_specs(job.evaluate, s.name, rules, choices)]
     return unique(specs)
