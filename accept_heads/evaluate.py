@@ -25,11 +25,9 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from ahconf.entry import CONF_DIR, run_entry
-from ahconf.schema import Config, ConfigError
-from accept_heads.evaluation import baselines, ensemble
-from accept_heads.evaluation.artifacts import Artifacts
+from ahconf.schema import ConfigError, EvaluateJob
+from accept_heads.evaluation.baselines import describe_hf, se_available
 from accept_heads.evaluation.bootstrap import add_intervals
-from accept_heads.evaluation.predictions import head_predictions
 from accept_heads.evaluation.costs import CostFit, Latency, fit_costs, measure_latency, paper_model
 from accept_heads.evaluation.figures import draw_all
 from accept_heads.evaluation.plan import (Choice, after_selection, dev_sweeps, edge_rules, eval_rules, extended_k,
@@ -37,8 +35,9 @@ from accept_heads.evaluation.plan import (Choice, after_selection, dev_sweeps, e
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
 from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
+from accept_heads.evaluation.inputs import Artifacts, PromptSet
+from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.runs import BATCHED_FAMILIES, RunSpec
-from accept_heads.evaluation.sets import PromptSet
 from accept_heads.evaluation.table import (add_comparisons, add_costs, aggregate, mark_dev_choices, select,
                                            select_threshold, sort_rows, verification_units)
 from data_gen.models import Trio
@@ -65,14 +64,14 @@ def head_data_dir(head: AcceptanceHead, default: str) -> str:
     return recorded if recorded and Path(recorded).is_dir() else default
 
 
-def calibration_frame(config: Config, artifacts: Artifacts, trio: Trio, notes: dict[str, str]) -> pd.DataFrame:
+def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes: dict[str, str]) -> pd.DataFrame:
     """Every head's dev predictions vs labels (empty when there is no head, no data or ``calibration_rows=0``)."""
     frames = []
-    rows = config.evaluate.calibration_rows
+    rows = job.evaluate.calibration_rows
     for name, head in artifacts.heads.items() if rows else ():
         try:
-            frame = head_predictions(head, trio.draft, head_data_dir(head, config.paths.data_dir), rows,
-                                     config.head.mixing_r, config.seed)
+            frame = head_predictions(head, trio.draft, head_data_dir(head, job.paths.data_dir), rows,
+                                     job.head.mixing_r, job.seed)
         except (FileNotFoundError, ConfigError) as error:
             notes[f"calibration[{name}]"] = f"no reliability diagram for head[{name}]: {error}"
             continue
@@ -121,56 +120,56 @@ def cost_models(paper: CostModel, fit: CostFit, latency: Latency) -> dict[str, A
     }
 
 
-def describe(config: Config, trio: Trio, device: str, rules: list[str], sets: list[PromptSet],
+def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: list[PromptSet],
              choices: list[Choice], paper: CostModel, fit: CostFit, latency: Latency) -> dict[str, Any]:
     """Metadata of the run: models, sampling, rules, prompt sets and seeds, selection, costs, settings."""
     return {
-        "command": "accept_heads.evaluate", "exp_name": config.exp_name, "code_version": code_version(),
+        "command": "accept_heads.evaluate", "exp_name": job.exp_name, "code_version": code_version(),
         "models": trio.description, "device": device, "torch_threads": torch.get_num_threads(),
-        "sampling": asdict(config.sampling), "rules": asdict(config.rules), "eval_rules": rules,
-        "seed": config.seed, "seeding": "each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
-        "max_new_tokens": config.evaluate.max_new_tokens, "sets": [s.describe() for s in sets],
+        "sampling": asdict(job.sampling), "rules": asdict(job.rules), "eval_rules": rules,
+        "seed": job.seed, "seeding": "each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
+        "max_new_tokens": job.evaluate.max_new_tokens, "sets": [s.describe() for s in sets],
         "selection_set": "dev", "selection": [asdict(c) for c in choices],
         "selection_criterion": "max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
                                "FSD T at the fuzzy rule's chosen K",
-        "cost": asdict(config.cost), "cost_models": cost_models(paper, fit, latency), "cost_fit": fit.to_dict(),
+        "cost": asdict(job.cost), "cost_models": cost_models(paper, fit, latency), "cost_fit": fit.to_dict(),
         "cost_fit_tuples": "per run of our decoder, companion runs included, oracle excluded, over its generations "
                            "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
                            "latency_shape(verified length), wall s)",
-        "batching": f"families {', '.join(BATCHED_FAMILIES)} decode evaluate.batch_size={config.evaluate.batch_size} "
+        "batching": f"families {', '.join(BATCHED_FAMILIES)} decode evaluate.batch_size={job.evaluate.batch_size} "
                     f"prompts per batched generate after the first evaluate.timed_prompts="
-                    f"{config.evaluate.timed_prompts} (alone); rows decide as alone, so only wall-clock columns "
+                    f"{job.evaluate.timed_prompts} (alone); rows decide as alone, so only wall-clock columns "
                     "depend on it",
         "latency": latency.to_dict(),
-        "hf": baselines.describe(), "evaluate": asdict(config.evaluate),
+        "hf": describe_hf(), "evaluate": asdict(job.evaluate),
     }
 
 
-def evaluate(config: Config) -> Results:
+def evaluate(job: EvaluateJob) -> Results:
     """Run the whole evaluation, save the results and figures, print the report; returns the results."""
     start = time.perf_counter()
-    e = config.evaluate
+    e = job.evaluate
     if e.threads is not None:
         torch.set_num_threads(e.threads)
-    rules = eval_rules(config)
+    rules = eval_rules(job)
     notes: dict[str, str] = {}
-    executor = Executor.build(config, notes)
+    executor = Executor.build(job, notes)
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
     workers = e.workers if e.workers is not None else default_workers(device)
-    if "ensemble" in rules and not ensemble.available():
+    if "ensemble" in rules and not se_available():
         notes["se"] = "decode.EnsembleDecoder is not available: no SE runs (se-plain / se-sd / se-alternate)"
-    unused = unmatched(config, artifacts, rules)
+    unused = unmatched(job.rules, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
     latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency_lengths, e.latency_repeats)
-    paper = paper_model(config.cost, latency)
+    paper = paper_model(job.cost, latency)
     executor.decoding.costs = paper  # the goodput head stops by the model the selection uses
 
     with WorkerPool(executor, workers) as pool:
-        records = execute(dev_sweeps(config, artifacts, rules), pool, "dev sweeps")
+        records = execute(dev_sweeps(job, artifacts, rules), pool, "dev sweeps")
         choices = select(costed(records, paper), "throughput_cost")  # K, τ, h and γ here, T below: dev rows only
         while (edge := edge_rules(choices, e.fixed_k)) and (more := extended_k(e.fixed_k)):
-            records += execute([s for rule in edge for s in fixed_specs(config, "dev", rule, more)], pool,
+            records += execute([s for rule in edge for s in fixed_specs(job.rules, "dev", rule, more)], pool,
                                f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
             e.fixed_k = sorted(e.fixed_k + more)  # test / OOD decode each rule's chosen K from this grid
             choices = select(costed(records, paper), "throughput_cost")
@@ -178,14 +177,14 @@ def evaluate(config: Config) -> Results:
             notes["fixed_k_edge"] = (f"best fixed K at the grid's edge K={max(e.fixed_k)} for "
                                      f"{', '.join(edge_rules(choices, e.fixed_k))}: the optimum may lie beyond")
         if "fuzzy" in rules:
-            records += execute(fsd_sweep(config, "dev", choices), pool, "dev FSD sweep")
+            records += execute(fsd_sweep(job, "dev", choices), pool, "dev FSD sweep")
             choices += select_threshold(costed(records, paper), "throughput_cost", choices)
-        records += execute(after_selection(config, artifacts, sets, rules, choices), pool, "test / OOD")
+        records += execute(after_selection(job, artifacts, sets, rules, choices), pool, "test / OOD")
 
     generations = mark_dev_choices(pd.DataFrame(records), choices)
-    table, fit = results_table(generations, paper, latency.shape, config.seed)
-    calibration = calibration_frame(config, artifacts, trio, notes)
-    metadata = {**describe(config, trio, device, rules, sets, choices, paper, fit, latency), **executor.described,
+    table, fit = results_table(generations, paper, latency.shape, job.seed)
+    calibration = calibration_frame(job, artifacts, trio, notes)
+    metadata = {**describe(job, trio, device, rules, sets, choices, paper, fit, latency), **executor.described,
                 "workers": workers, "notes": notes}
     results = Results(Path(e.out_dir), table, generations, calibration, metadata)
     figures = draw_all(results) if e.figures else {}
@@ -197,7 +196,7 @@ def evaluate(config: Config) -> Results:
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run_entry(cfg, "accept_heads.evaluate", evaluate, check_prompt_choices)
+    run_entry(cfg, "accept_heads.evaluate", lambda config: evaluate(config.evaluate_job()), check_prompt_choices)
 
 
 if __name__ == "__main__":

@@ -18,30 +18,30 @@ from pathlib import Path
 from typing import Any
 
 from accept_heads.metrics import prior_shift
-from ahconf.schema import Config
+from ahconf.schema import HeadTrainConfig, PathsConfig, TrainJob
 from decode.rules import Rule
 from decode.sampling import Sampling
 
 
-def artifact_dir(config: Config) -> Path:
+def artifact_dir(paths: PathsConfig, head: HeadTrainConfig) -> Path:
     """Directory of the exported head / profile."""
-    root = Path(config.paths.head_dir)
-    return root / config.head.name if config.head.name else root
+    root = Path(paths.head_dir)
+    return root / head.name if head.name else root
 
 
-def work_dir(config: Config) -> Path:
+def work_dir(paths: PathsConfig, head: HeadTrainConfig) -> Path:
     """Directory of checkpoints and logs of this training job."""
-    root = Path(config.paths.run_dir) / "train" / config.head.kind
-    return root / config.head.name if config.head.name else root
+    root = Path(paths.run_dir) / "train" / head.kind
+    return root / head.name if head.name else root
 
 
 def common_metadata(
-    config: Config, manifest: dict[str, Any], manifest_sha256: str, rule: Rule, sampling: Sampling
+    job: TrainJob, manifest: dict[str, Any], manifest_sha256: str, rule: Rule, sampling: Sampling
 ) -> dict[str, Any]:
     """Keys shared by heads and profiles: models, tokenizer, rule, sampling, training data."""
     models = manifest.get("models", {})
     return {
-        "draft": models.get("draft", {}).get("id", config.models.draft.id),
+        "draft": models.get("draft", {}).get("id", job.models.draft.id),
         "draft_revision": models.get("draft", {}).get("revision"),
         "companion": models.get("companion", {}).get("id"),
         "target": models.get("target", {}).get("id"),
@@ -50,17 +50,17 @@ def common_metadata(
         "sampling": sampling.to_dict(),
         "training_data": {
             "manifest_sha256": manifest_sha256,
-            "data_dir": str(config.paths.data_dir),
+            "data_dir": str(job.paths.data_dir),
             "exp_name": manifest.get("exp_name"),
             "positions": {s: v.get("labelled_positions") for s, v in manifest.get("splits", {}).items()},
         },
-        "seed": config.seed,
+        "seed": job.seed,
     }
 
 
 def head_metadata(
     common: dict[str, Any],
-    config: Config,
+    job: TrainJob,
     dev_metrics: dict[str, float],
     calibration: list[dict[str, Any]],
     threshold: float | None,
@@ -68,23 +68,22 @@ def head_metadata(
     """Everything ``decode.load_head`` validates plus the training recipe, dev metrics and calibrated ``h``."""
     return {
         **common,
-        "train_config": {"head": asdict(config.head), "loss": asdict(config.loss), "optim": asdict(config.optim)},
+        "train_config": {"head": asdict(job.head), "loss": asdict(job.loss), "optim": asdict(job.optim)},
         "probability": f"acceptance: the weighted loss's prior shift log(w_rej / w_acc) = "
-                       f"{prior_shift(config.loss.w_acc, config.loss.w_rej):.4f} is folded into the output bias",
+                       f"{prior_shift(job.loss.w_acc, job.loss.w_rej):.4f} is folded into the output bias",
         "dev_metrics": dev_metrics,
         "threshold": threshold,
-        "k_min": config.head.k_min,
-        "k_max": config.head.k_max,
-        "calibration": {"cost": asdict(config.cost), "table": calibration,
-                        "prompts": config.head.calibration_prompts, "max_new_tokens": config.head.calibration_tokens},
+        "k_min": job.head.k_min,
+        "k_max": job.head.k_max,
+        "calibration": {"cost": asdict(job.cost), "table": calibration,
+                        "prompts": job.head.calibration_prompts, "max_new_tokens": job.head.calibration_tokens},
     }
 
 
 def profile_metadata(
-    common: dict[str, Any], config: Config, information: dict[str, Any], latency_device: str
+    common: dict[str, Any], head: HeadTrainConfig, information: dict[str, Any], latency_device: str
 ) -> dict[str, Any]:
     """Profile keys: requested bins, back-off rule, dev information gain, where latency was measured."""
-    head = config.head
     return {
         **common,
         "requested_bins": [head.x_bins, head.y_bins],

@@ -48,7 +48,7 @@ from accept_heads.profile_fit import (
 from accept_heads.report import print_head_summary, print_profile_summary
 from accept_heads.threshold import best_threshold, sweep_thresholds
 from ahconf.entry import CONF_DIR, run_entry
-from ahconf.schema import Config, ConfigError, ModelSpec
+from ahconf.schema import ConfigError, HeadTrainConfig, LoggerConfig, ModelSpec, TrainerConfig, TrainJob
 from data_gen.models import resolve_model_id
 from data_gen.prompts import check_prompt_choices
 from data_gen.seeding import prompt_seed
@@ -69,22 +69,22 @@ class DataContext:
     sampling: Sampling
 
 
-def data_context(config: Config) -> DataContext:
+def data_context(job: TrainJob) -> DataContext:
     """Read the manifest; refuse data made with another draft, sampling transform or rule parameters."""
-    manifest, sha = read_manifest(config.paths.data_dir)
+    manifest, sha = read_manifest(job.paths.data_dir)
     sampling = Sampling.from_dict(manifest["sampling"])
-    if sampling.to_dict() != asdict(config.sampling):
+    if sampling.to_dict() != asdict(job.sampling):
         raise ConfigError(
-            f"the data at {config.paths.data_dir} was collected under sampling {sampling.to_dict()} but the config "
-            f"says {asdict(config.sampling)}; a head is only valid for the transform of its labels"
+            f"the data at {job.paths.data_dir} was collected under sampling {sampling.to_dict()} but the config "
+            f"says {asdict(job.sampling)}; a head is only valid for the transform of its labels"
         )
     stored_draft = manifest.get("models", {}).get("draft", {})
-    if (stored_draft.get("id"), stored_draft.get("revision")) != (config.models.draft.id, config.models.draft.revision):
+    if (stored_draft.get("id"), stored_draft.get("revision")) != (job.models.draft.id, job.models.draft.revision):
         raise ConfigError(
-            f"the data at {config.paths.data_dir} was collected with draft {stored_draft.get('id')!r} "
-            f"but models.draft.id={config.models.draft.id!r}; train with the draft that made the data"
+            f"the data at {job.paths.data_dir} was collected with draft {stored_draft.get('id')!r} "
+            f"but models.draft.id={job.models.draft.id!r}; train with the draft that made the data"
         )
-    rule = training_rule(config.head, config.rules)
+    rule = training_rule(job.head, job.rules)
     check_rule_in_manifest(manifest, rule)
     return DataContext(manifest, sha, rule, sampling)
 
@@ -95,20 +95,18 @@ def load_model(spec: ModelSpec, zoo_dir: str | None, dtype: str | None = None) -
     return load_causal_lm(path, revision=spec.revision, dtype=dtype or spec.dtype, device_map=spec.device_map), path
 
 
-def draft_dtype(config: Config) -> str:
+def draft_dtype(trainer: TrainerConfig) -> str:
     """``trainer.draft_dtype``, with ``auto`` = bfloat16 on GPU and float32 on CPU."""
-    if config.trainer.draft_dtype != "auto":
-        return config.trainer.draft_dtype
-    gpu = config.trainer.accelerator in ("gpu", "cuda") or (
-        config.trainer.accelerator == "auto" and torch.cuda.is_available()
-    )
+    if trainer.draft_dtype != "auto":
+        return trainer.draft_dtype
+    gpu = trainer.accelerator in ("gpu", "cuda") or (trainer.accelerator == "auto" and torch.cuda.is_available())
     return "bfloat16" if gpu else "float32"
 
 
-def load_draft(config: Config, manifest: dict[str, Any]) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_draft(job: TrainJob, manifest: dict[str, Any]) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The frozen draft and its tokenizer, which must be the one the data was collected with."""
-    draft, path = load_model(config.models.draft, config.paths.zoo_dir, draft_dtype(config))
-    tokenizer = load_tokenizer(path, revision=config.models.draft.revision)
+    draft, path = load_model(job.models.draft, job.paths.zoo_dir, draft_dtype(job.trainer))
+    tokenizer = load_tokenizer(path, revision=job.models.draft.revision)
     if tokenizer_hash(tokenizer) != manifest["tokenizer_hash"]:
         raise ConfigError(f"the draft's tokenizer ({path}) differs from the one the data was collected with")
     return draft, tokenizer
@@ -129,15 +127,15 @@ def resolve_checkpoint(ckpt_path: str | None, checkpoint_dir: Path) -> str | Non
     return ckpt_path
 
 
-def build_trainer(config: Config, out_dir: Path, callbacks: list[Callback], **overrides: Any) -> L.Trainer:
-    """A Lightning Trainer from ``config.trainer`` writing logs under ``out_dir``."""
-    t = config.trainer
+def build_trainer(t: TrainerConfig, logger: LoggerConfig, name: str, out_dir: Path, callbacks: list[Callback],
+                  **overrides: Any) -> L.Trainer:
+    """A Lightning Trainer from ``trainer`` logging run ``name`` under ``out_dir``."""
     kwargs: dict[str, Any] = dict(
         accelerator=t.accelerator, devices=t.devices, strategy=t.strategy, num_nodes=t.num_nodes,
         precision=t.precision, max_epochs=t.max_epochs, max_steps=t.max_steps,
         accumulate_grad_batches=t.accumulate_grad_batches, gradient_clip_val=t.gradient_clip_val,
         log_every_n_steps=t.log_every_n_steps, fast_dev_run=t.fast_dev_run,
-        logger=make_logger(config.logger, out_dir, config.head.name or config.exp_name),
+        logger=make_logger(logger, out_dir, name),
         callbacks=callbacks, default_root_dir=str(out_dir), enable_model_summary=False,
     )
     if t.val_check_interval is not None:
@@ -146,9 +144,8 @@ def build_trainer(config: Config, out_dir: Path, callbacks: list[Callback], **ov
     return L.Trainer(**kwargs)
 
 
-def head_architecture(config: Config, hidden_size: int) -> HeadConfig:
+def head_architecture(head: HeadTrainConfig, hidden_size: int) -> HeadConfig:
     """The decode-side head config for ``head.timing`` / ``head.use_companion``."""
-    head = config.head
     if head.timing == "post" and head.use_companion:
         raise ConfigError("head.use_companion=true needs head.timing=pre (a post head reads the hidden state only)")
     pre = head.timing == "pre"
@@ -162,29 +159,29 @@ def load_head_weights(head: AcceptanceHead, checkpoint: str) -> None:
     head.load_state_dict({k.removeprefix("head."): v for k, v in state.items() if k.startswith("head.")})
 
 
-def choose_threshold(config: Config, ctx: DataContext, draft: PreTrainedModel, head: AcceptanceHead,
+def choose_threshold(job: TrainJob, ctx: DataContext, draft: PreTrainedModel, head: AcceptanceHead,
                      device: torch.device, dev: PositionTable) -> tuple[list[dict[str, Any]], float | None]:
     """Stop-threshold sweep on the first ``head.calibration_prompts`` dev prompts (empty when 0)."""
-    if config.head.calibration_prompts == 0:
+    if job.head.calibration_prompts == 0:
         return [], None
-    target, _ = load_model(config.models.target, config.paths.zoo_dir)
+    target, _ = load_model(job.models.target, job.paths.zoo_dir)
     companion = None
     if head.config.companion_features:
-        companion, _ = load_model(config.models.companion, config.paths.zoo_dir)
+        companion, _ = load_model(job.models.companion, job.paths.zoo_dir)
     for model in (target, companion):
         if model is not None and getattr(model, "hf_device_map", None) is None:
             model.to(device)
-    count = config.head.calibration_prompts
+    count = job.head.calibration_prompts
     prompts = [p.tolist() for p in dev.prompts[:count]]
-    seeds = [prompt_seed(config.seed, key) for key in dev.prompt_keys[:count]]
+    seeds = [prompt_seed(job.seed, key) for key in dev.prompt_keys[:count]]
     ratio = None
-    if companion is not None and config.cost.t_companion is None:
+    if companion is not None and job.cost.t_companion is None:
         ratio = one_call_seconds(companion, prompts[0], repeats=5) / one_call_seconds(draft, prompts[0], repeats=5)
     rows = sweep_thresholds(
         target, draft, head.to(draft.device), rule=ctx.rule, sampling=ctx.sampling,
-        prompts=prompts, seeds=seeds, thresholds=list(config.head.thresholds),
-        k_min=config.head.k_min, k_max=config.head.k_max, max_new_tokens=config.head.calibration_tokens,
-        cost=configured_model(config.cost, ratio), companion=companion,
+        prompts=prompts, seeds=seeds, thresholds=list(job.head.thresholds),
+        k_min=job.head.k_min, k_max=job.head.k_max, max_new_tokens=job.head.calibration_tokens,
+        cost=configured_model(job.cost, ratio), companion=companion,
     )
     return [row.to_dict() for row in rows], best_threshold(rows)
 
@@ -202,46 +199,46 @@ class HeadRun:
     module: HeadModule
 
 
-def prepare_head_run(config: Config) -> HeadRun:
+def prepare_head_run(job: TrainJob) -> HeadRun:
     """Load data context and draft, build the head (seeded), the datamodule and the LightningModule."""
-    ctx = data_context(config)
-    L.seed_everything(config.seed, workers=True, verbose=False)
-    draft, tokenizer = load_draft(config, ctx.manifest)
-    arch = head_architecture(config, draft.config.get_text_config(decoder=True).hidden_size)
+    ctx = data_context(job)
+    L.seed_everything(job.seed, workers=True, verbose=False)
+    draft, tokenizer = load_draft(job, ctx.manifest)
+    arch = head_architecture(job.head, draft.config.get_text_config(decoder=True).hidden_size)
     head = AcceptanceHead(arch)
     feature_sampling = ctx.rule.transform(ctx.sampling)
     encoder = DraftFeatures(draft, arch, feature_sampling)
     cache = None
-    if config.trainer.feature_cache:
-        cache = {"draft": config.models.draft.id, "revision": config.models.draft.revision,
-                 "dtype": draft_dtype(config), "arch": {**arch.to_dict(), "depth": None},
+    if job.trainer.feature_cache:
+        cache = {"draft": job.models.draft.id, "revision": job.models.draft.revision,
+                 "dtype": draft_dtype(job.trainer), "arch": {**arch.to_dict(), "depth": None},
                  "feature_sampling": feature_sampling.to_dict(), "candidate_rule": ctx.rule.name,
-                 "mixing_r": config.head.mixing_r, "loss_everywhere": loss_everywhere(arch.timing),
-                 "seed": config.seed, "data": ctx.manifest_sha256}
+                 "mixing_r": job.head.mixing_r, "loss_everywhere": loss_everywhere(arch.timing),
+                 "seed": job.seed, "data": ctx.manifest_sha256}
     datamodule = AcceptanceDataModule(
-        config.paths.data_dir, ctx.rule, config.head, seed=config.seed, batch_size=config.optim.batch_size,
-        num_workers=config.trainer.num_workers, cache_description=cache, encoder=encoder,
+        job.paths.data_dir, ctx.rule, job.head, seed=job.seed, batch_size=job.optim.batch_size,
+        num_workers=job.trainer.num_workers, cache_description=cache, encoder=encoder,
     )
-    module = HeadModule(head, None if cache else encoder, config.loss, config.optim, datamodule.mean_train_label())
+    module = HeadModule(head, None if cache else encoder, job.loss, job.optim, datamodule.mean_train_label())
     return HeadRun(ctx, draft, tokenizer, head, encoder, datamodule, module)
 
 
-def train_head(config: Config) -> dict[str, Any]:
+def train_head(job: TrainJob) -> dict[str, Any]:
     """Train a SpecDec++ head, choose its threshold ``h`` on dev and export it; returns paths, dev metrics and ``h``
     (rank 0)."""
-    run = prepare_head_run(config)
+    run = prepare_head_run(job)
     ctx, draft, head, encoder, datamodule, module = run.ctx, run.draft, run.head, run.encoder, run.datamodule, run.module
-    out_dir = work_dir(config)
+    out_dir = work_dir(job.paths, job.head)
     checkpoint_dir = out_dir / "checkpoints"
     best = ModelCheckpoint(dirpath=checkpoint_dir, filename="step_{step:06d}", auto_insert_metric_name=False,
                            monitor="val/binary_kl", mode="min", save_top_k=1)
     last = ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
-                           every_n_train_steps=config.trainer.checkpoint_every_n_steps)
+                           every_n_train_steps=job.trainer.checkpoint_every_n_steps)
     callbacks: list[Callback] = [best, last]
-    if config.trainer.early_stopping_patience is not None:
-        callbacks.append(EarlyStopping("val/binary_kl", patience=config.trainer.early_stopping_patience))
-    trainer = build_trainer(config, out_dir, callbacks)
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_checkpoint(config.ckpt_path, checkpoint_dir))
+    if job.trainer.early_stopping_patience is not None:
+        callbacks.append(EarlyStopping("val/binary_kl", patience=job.trainer.early_stopping_patience))
+    trainer = build_trainer(job.trainer, job.logger, job.head.name or job.exp_name, out_dir, callbacks)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_checkpoint(job.ckpt_path, checkpoint_dir))
     if best.best_model_path:
         load_head_weights(head, best.best_model_path)
     dev_metrics = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
@@ -250,15 +247,15 @@ def train_head(config: Config) -> dict[str, Any]:
     device = trainer.strategy.root_device
     encoder.to(device)
     head.eval()
-    fold_prior_shift(head, config.loss)  # from here on the head predicts acceptance probabilities
-    calibration, threshold = choose_threshold(config, ctx, draft, head, device, datamodule.table("dev"))
-    common = common_metadata(config, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
-    path = artifact_dir(config) / "head.safetensors"
+    fold_prior_shift(head, job.loss)  # from here on the head predicts acceptance probabilities
+    calibration, threshold = choose_threshold(job, ctx, draft, head, device, datamodule.table("dev"))
+    common = common_metadata(job, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
+    path = artifact_dir(job.paths, job.head) / "head.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_head(head.cpu(), path, head_metadata(common, config, dev_metrics, calibration, threshold))
+    save_head(head.cpu(), path, head_metadata(common, job, dev_metrics, calibration, threshold))
     load_head(path, draft=draft, tokenizer=run.tokenizer, sampling=ctx.sampling, rule=ctx.rule)
     result = {
-        "name": config.head.name or config.exp_name, "head_path": str(path), "checkpoint_dir": str(checkpoint_dir),
+        "name": job.head.name or job.exp_name, "head_path": str(path), "checkpoint_dir": str(checkpoint_dir),
         "timing": head.config.timing, "depth": head.config.depth, "rule": ctx.rule.spec(), "dev_metrics": dev_metrics,
         "threshold": threshold, "calibration": calibration, "global_step": trainer.global_step,
         "best_checkpoint": best.best_model_path or None,
@@ -267,26 +264,27 @@ def train_head(config: Config) -> dict[str, Any]:
     return result
 
 
-def fit_profile(config: Config) -> dict[str, Any]:
+def fit_profile(job: TrainJob) -> dict[str, Any]:
     """Fit, measure and export an SV profile; returns paths, bins and information gain (rank 0)."""
-    ctx = data_context(config)
-    if config.models.companion is None or "companion" not in ctx.manifest.get("models", {}):
+    ctx = data_context(job)
+    if job.models.companion is None or "companion" not in ctx.manifest.get("models", {}):
         raise ConfigError("head=sv_profile needs data collected with a companion model (models.companion)")
-    head = config.head
-    tables = {s: load_positions(config.paths.data_dir, s, ctx.rule, seed=config.seed, with_companion=True)
+    head = job.head
+    tables = {s: load_positions(job.paths.data_dir, s, ctx.rule, seed=job.seed, with_companion=True)
               for s in ("train", "dev")}
     x_edges = equal_frequency_edges(tables["train"].companion[:, 0], head.x_bins)
     y_edges = equal_frequency_edges(tables["train"].companion[:, 1], head.y_bins)
     fitter = ProfileFitter(x_edges, y_edges, head.a_bins)
-    out_dir = work_dir(config)
-    trainer = build_trainer(config, out_dir, [], enable_checkpointing=False)
+    out_dir = work_dir(job.paths, job.head)
+    trainer = build_trainer(job.trainer, job.logger, job.head.name or job.exp_name, out_dir, [],
+                            enable_checkpointing=False)
     trainer.validate(fitter, dataloaders=[position_loader(tables["train"]), position_loader(tables["dev"])],
                      verbose=False)
     information = {split: information_gain(metric.compute()["joint"])
                    for split, metric in (("train", fitter.train_bins), ("dev", fitter.dev_bins))}
     if not trainer.is_global_zero:
         return {}
-    target, _ = load_model(config.models.target, config.paths.zoo_dir)
+    target, _ = load_model(job.models.target, job.paths.zoo_dir)
     device = trainer.strategy.root_device
     if getattr(target, "hf_device_map", None) is None:
         target.to(device)
@@ -295,13 +293,13 @@ def fit_profile(config: Config) -> dict[str, Any]:
     latency = verification_latency(target, typical, head.k_max, head.latency_repeats)
     profile = build_profile(fitter, head.min_bin_count, latency)
     latency_device = device_description(target.device) + f", prompt of {len(typical)} tokens"
-    common = common_metadata(config, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
-    path = artifact_dir(config) / "profile.safetensors"
+    common = common_metadata(job, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
+    path = artifact_dir(job.paths, job.head) / "profile.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_profile(profile, path, profile_metadata(common, config, information, latency_device))
+    save_profile(profile, path, profile_metadata(common, job.head, information, latency_device))
     load_profile(path, sampling=ctx.sampling, rule=ctx.rule)
     result = {
-        "name": config.head.name or config.exp_name, "profile_path": str(path),
+        "name": job.head.name or job.exp_name, "profile_path": str(path),
         "bins": [profile.x_edges.numel() - 1, profile.y_edges.numel() - 1],
         "requested_bins": [head.x_bins, head.y_bins],
         "backed_off_bins": int((profile.counts < head.min_bin_count).sum()),
@@ -311,11 +309,11 @@ def fit_profile(config: Config) -> dict[str, Any]:
     return result
 
 
-def train(config: Config) -> dict[str, Any]:
+def train(job: TrainJob) -> dict[str, Any]:
     """Train the configured acceptance predictor and export it; ``{}`` on ranks other than 0."""
-    if config.head.kind == "sv_profile":
-        return fit_profile(config)
-    return train_head(config)
+    if job.head.kind == "sv_profile":
+        return fit_profile(job)
+    return train_head(job)
 
 
 def swept_keys(arguments: list[str]) -> set[str]:
@@ -337,7 +335,7 @@ def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN and cfg.head.name is None:
         cfg.head.name = job_name(hydra_cfg.job.num, list(hydra_cfg.overrides.task), swept_keys(sys.argv[1:]))
-    run_entry(cfg, "accept_heads.train", train, check_prompt_choices)
+    run_entry(cfg, "accept_heads.train", lambda config: train(config.train_job()), check_prompt_choices)
 
 
 if __name__ == "__main__":

@@ -330,9 +330,58 @@ class PathsConfig:
     head_dir: str = "${paths.run_dir}/heads"
 
 
+@dataclass(frozen=True)
+class CollectJob:
+    """What ``python -m data_gen.collect`` reads: the models, prompts, transform and rules it labels with."""
+
+    models: ModelsConfig
+    prompts: PromptsConfig
+    sampling: SamplingConfig
+    rules: RulesConfig
+    collect: CollectConfig
+    paths: PathsConfig
+    seed: int
+    exp_name: str
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """What ``python -m accept_heads.train`` reads: the data's models and rule, the head and its training recipe."""
+
+    models: ModelsConfig
+    sampling: SamplingConfig
+    rules: RulesConfig
+    head: HeadTrainConfig
+    loss: LossConfig
+    optim: OptimConfig
+    trainer: TrainerConfig
+    logger: LoggerConfig
+    cost: CostConfig
+    paths: PathsConfig
+    seed: int
+    exp_name: str
+    ckpt_path: Optional[str]
+
+
+@dataclass(frozen=True)
+class EvaluateJob:
+    """What ``python -m accept_heads.evaluate`` reads (``head``: the K range and mixing ``r`` heads default to)."""
+
+    models: ModelsConfig
+    prompts: PromptsConfig
+    sampling: SamplingConfig
+    rules: RulesConfig
+    head: HeadTrainConfig
+    cost: CostConfig
+    evaluate: EvaluateConfig
+    paths: PathsConfig
+    seed: int
+    exp_name: str
+
+
 @dataclass
 class Config:
-    """Root config of every entry point (collect, train, evaluate)."""
+    """Root config of every entry point (collect, train, evaluate); each stage reads its job (``*_job()``)."""
 
     exp_name: str = "tiny"
     seed: int = 0
@@ -351,6 +400,21 @@ class Config:
     cost: CostConfig = field(default_factory=CostConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+
+    def collect_job(self) -> CollectJob:
+        """The groups ``data_gen.collect`` reads."""
+        return CollectJob(self.models, self.prompts, self.sampling, self.rules, self.collect, self.paths, self.seed,
+                          self.exp_name)
+
+    def train_job(self) -> TrainJob:
+        """The groups ``accept_heads.train`` reads."""
+        return TrainJob(self.models, self.sampling, self.rules, self.head, self.loss, self.optim, self.trainer,
+                        self.logger, self.cost, self.paths, self.seed, self.exp_name, self.ckpt_path)
+
+    def evaluate_job(self) -> EvaluateJob:
+        """The groups ``accept_heads.evaluate`` reads."""
+        return EvaluateJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.cost, self.evaluate,
+                           self.paths, self.seed, self.exp_name)
 
 
 def register_configs() -> None:

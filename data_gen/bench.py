@@ -16,7 +16,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from ahconf.schema import Config, ModelSpec
+from ahconf.schema import CollectJob, Config, ModelSpec
 from data_gen.collect import collect_batch
 from data_gen.encoding import encode_prompts
 from data_gen.generation import left_pad
@@ -54,11 +54,11 @@ def _plain_generate(trio: Trio, batches: list[list[list[int]]], max_new_tokens: 
     return tokens, time.perf_counter() - started
 
 
-def _collection(trio: Trio, batches, config: Config) -> tuple[int, float]:
-    columns = label_rules(config.rules)
+def _collection(trio: Trio, batches, job: CollectJob) -> tuple[int, float]:
+    columns = label_rules(job.rules)
     tokens, started = 0, time.perf_counter()
     for batch in batches:
-        rows = collect_batch(trio, batch, config, columns)
+        rows = collect_batch(trio, batch, job.sampling, job.rules, job.collect.max_new_tokens, job.seed, columns)
         tokens += sum(len(r["response_ids"]) for r in rows)
     return tokens, time.perf_counter() - started
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     batches = [encoded[i : i + args.batch_size] for i in range(0, len(encoded), args.batch_size)]
     _plain_generate(trio, [[p.token_ids for p in batches[0]]], 8)  # warm-up
     plain_tokens, plain_s = _plain_generate(trio, [[p.token_ids for p in b] for b in batches], args.max_new_tokens)
-    ours_tokens, ours_s = _collection(trio, batches, config)
+    ours_tokens, ours_s = _collection(trio, batches, config.collect_job())
     table = Table(title=f"collection throughput — {len(encoded)} prompts, batch {args.batch_size}, "
                         f"{args.max_new_tokens} new tokens, {torch.get_num_threads()} threads")
     for name in ("pipeline", "response tokens", "seconds", "tokens/s"):

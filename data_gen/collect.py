@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from ahconf.entry import CONF_DIR, run_entry
-from ahconf.schema import Config, ConfigError
+from ahconf.schema import CollectJob, ConfigError, RulesConfig, SamplingConfig
 from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.generation import generate_responses, teacher_forced_logits
@@ -56,7 +56,7 @@ def features_for(column_names: list[str]) -> datasets.Features:
     return datasets.Features(spec)
 
 
-def fingerprint(config: Config, trio_description: dict[str, Any]) -> dict[str, Any]:
+def fingerprint(job: CollectJob, trio_description: dict[str, Any]) -> dict[str, Any]:
     """Everything that changes the collected data; a directory never mixes two fingerprints.
 
     ``manifest_version`` stands for the column schema: shards of an older schema are never resumed.
@@ -64,27 +64,28 @@ def fingerprint(config: Config, trio_description: dict[str, Any]) -> dict[str, A
     return {
         "manifest_version": MANIFEST_VERSION,
         "models": trio_description,
-        "prompts": asdict(config.prompts),
-        "sampling": asdict(config.sampling),
-        "rules": asdict(config.rules),
-        "max_new_tokens": config.collect.max_new_tokens,
-        "shard_size": config.collect.shard_size,
-        "seed": config.seed,
+        "prompts": asdict(job.prompts),
+        "sampling": asdict(job.sampling),
+        "rules": asdict(job.rules),
+        "max_new_tokens": job.collect.max_new_tokens,
+        "shard_size": job.collect.shard_size,
+        "seed": job.seed,
     }
 
 
-def collect_batch(trio: Trio, batch: list[EncodedPrompt], config: Config, label_columns: dict) -> list[dict]:
+def collect_batch(trio: Trio, batch: list[EncodedPrompt], sampling_config: SamplingConfig, rules: RulesConfig,
+                  max_new_tokens: int, seed: int, label_columns: dict) -> list[dict]:
     """Generate, score and label one batch of prompts; one row per prompt."""
-    sampling = Sampling(**asdict(config.sampling))
+    sampling = Sampling(**asdict(sampling_config))
     device = trio.target.device  # generators live where the draws are made (decode.rules.sample)
-    generators = [torch.Generator(device=device).manual_seed(prompt_seed(config.seed, p.prompt_id)) for p in batch]
+    generators = [torch.Generator(device=device).manual_seed(prompt_seed(seed, p.prompt_id)) for p in batch]
     tokenizer = trio.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     generated = generate_responses(
         trio.target,
         [p.token_ids for p in batch],
         sampling=sampling,
-        max_new_tokens=config.collect.max_new_tokens,
+        max_new_tokens=max_new_tokens,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=pad,
         generators=generators,
@@ -103,7 +104,7 @@ def collect_batch(trio: Trio, batch: list[EncodedPrompt], config: Config, label_
         valid,
         sampling=sampling,
         label_columns=label_columns,
-        companion_rules=indicator_rules(config.rules),
+        companion_rules=indicator_rules(rules),
     )
     per_row = {name: values.split(lengths) for name, values in columns.items()}
     rows = []
@@ -121,42 +122,43 @@ def collect_batch(trio: Trio, batch: list[EncodedPrompt], config: Config, label_
     return rows
 
 
-def collect_split(trio: Trio, config: Config, split: str, root: Path, world: World) -> SplitProgress:
+def collect_split(trio: Trio, job: CollectJob, split: str, root: Path, world: World) -> SplitProgress:
     """Collect the shards of ``split`` that this rank owns and that are not complete yet."""
-    prompts_cfg = config.prompts
+    prompts_cfg = job.prompts
     size = prompts_cfg.sizes.get(split)
     prompts = load_prompts(
         prompts_cfg.source,
         split,
         size=size,
         style=prompts_cfg.style,
-        seed=config.seed,
+        seed=job.seed,
         revision=prompts_cfg.revision,
         text_field=prompts_cfg.text_field,
         sizes=None if prompts_cfg.source == "builtin" else dict(prompts_cfg.sizes),
     )
-    budget = min(prompts_cfg.max_prompt_tokens, context_length(trio) - config.collect.max_new_tokens)
+    budget = min(prompts_cfg.max_prompt_tokens, context_length(trio) - job.collect.max_new_tokens)
     if budget < 1:
         raise ConfigError(
-            f"collect.max_new_tokens={config.collect.max_new_tokens} leaves no room for a prompt in the "
+            f"collect.max_new_tokens={job.collect.max_new_tokens} leaves no room for a prompt in the "
             f"models' context of {context_length(trio)} tokens; lower it"
         )
     encoded, skipped = encode_prompts(prompts, trio.tokenizer, prompts_cfg.template, budget, prompts_cfg.truncation)
-    shard_size = config.collect.shard_size
+    shard_size = job.collect.shard_size
     shards = [encoded[i : i + shard_size] for i in range(0, len(encoded), shard_size)]
     done = {int(p.name.split("_")[1]) for p in complete_shards(root, split)}
     todo = [i for i in range(len(shards)) if world.owns(i) and i not in done]
     progress = SplitProgress(prompts_available=len(encoded), skipped=skipped, shards_total=len(shards))
-    label_columns = label_rules(config.rules)
+    label_columns = label_rules(job.rules)
     column_names: list[str] | None = None
     started = time.perf_counter()
     bar = tqdm(total=sum(len(shards[i]) for i in todo), desc=f"collect {split}", unit="prompt",
                disable=not world.is_main and world.size > 1)
     for index in todo:
         rows: list[dict] = []
-        for start in range(0, len(shards[index]), config.collect.batch_size):
-            batch = shards[index][start : start + config.collect.batch_size]
-            rows.extend(collect_batch(trio, batch, config, label_columns))
+        for start in range(0, len(shards[index]), job.collect.batch_size):
+            batch = shards[index][start : start + job.collect.batch_size]
+            rows.extend(collect_batch(trio, batch, job.sampling, job.rules, job.collect.max_new_tokens,
+                                      job.seed, label_columns))
             progress.response_tokens += sum(len(r["response_ids"]) for r in rows[-len(batch):])
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{progress.response_tokens / max(time.perf_counter() - started, 1e-9):.0f}")
@@ -175,27 +177,27 @@ def context_length(trio: Trio) -> int:
     return min(int(getattr(m.config, "max_position_embeddings", 10**9)) for m in models)
 
 
-def collect(config: Config) -> dict[str, Any]:
-    """Run the collection described by ``config``; returns the manifest."""
+def collect(job: CollectJob) -> dict[str, Any]:
+    """Run the collection described by ``job``; returns the manifest."""
     world = init_world()
     started = time.perf_counter()
     try:
-        torch.manual_seed(config.seed)
-        trio = load_trio(config.models, config.paths.zoo_dir, with_companion=config.models.companion is not None)
+        torch.manual_seed(job.seed)
+        trio = load_trio(job.models, job.paths.zoo_dir, with_companion=job.models.companion is not None)
         device = local_device(world)
         for model in (trio.target, trio.draft, trio.companion):
             if model is not None and getattr(model, "hf_device_map", None) is None:
                 model.to(device)
-        root = Path(config.paths.data_dir)
+        root = Path(job.paths.data_dir)
         if world.is_main:
-            claim_directory(root, fingerprint(config, trio.description), overwrite=config.collect.overwrite)
+            claim_directory(root, fingerprint(job, trio.description), overwrite=job.collect.overwrite)
             (root / MANIFEST_FILE).unlink(missing_ok=True)  # the manifest is rewritten when the run completes
         world.barrier()
-        progress = {split: collect_split(trio, config, split, root, world) for split in config.collect.splits}
+        progress = {split: collect_split(trio, job, split, root, world) for split in job.collect.splits}
         world.barrier()
         manifest: dict[str, Any] = {}
         if world.is_main:
-            manifest = build_manifest(config, trio, root, progress, time.perf_counter() - started, world.size)
+            manifest = build_manifest(job, trio, root, progress, time.perf_counter() - started, world.size)
             write_json_atomic(root / MANIFEST_FILE, manifest)
             print_summary(manifest)
         return manifest
@@ -205,7 +207,7 @@ def collect(config: Config) -> dict[str, Any]:
 
 @hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run_entry(cfg, "data_gen.collect", collect, check_prompt_choices)
+    run_entry(cfg, "data_gen.collect", lambda config: collect(config.collect_job()), check_prompt_choices)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ahconf.schema import Config
+from ahconf.schema import CollectJob, RulesConfig, SamplingConfig
 from data_gen.labels import candidate_column, companion_columns, indicator_rules, label_rules
 from data_gen.shards import complete_shards, load_split
 from decode.sampling import Sampling
@@ -42,17 +42,17 @@ def _mean(table, column: str) -> float | None:
     return float(values.mean()) if values.size else None
 
 
-def companion_schema(config: Config) -> dict[str, dict[str, Any]]:
+def companion_schema(sampling_config: SamplingConfig, rules: RulesConfig) -> dict[str, dict[str, Any]]:
     """Per configured rule: its indicator columns, the transform and the candidate column they use.
 
     What :func:`decode.profile.companion_indicators` is called with at decode time, recorded so
     that the stored ``sv_*_<rule>`` columns describe themselves.
     """
-    sampling = Sampling(**asdict(config.sampling))
+    sampling = Sampling(**asdict(sampling_config))
     return {
         rule.name: {"columns": companion_columns(rule), "transform": rule.transform(sampling).to_dict(),
                     "candidate": candidate_column(rule)}
-        for rule in indicator_rules(config.rules)
+        for rule in indicator_rules(rules)
     }
 
 
@@ -81,11 +81,11 @@ def split_stats(root: Path, split: str, label_columns: list[str], indicator_colu
 
 
 def build_manifest(
-    config: Config, trio: Trio, root: Path, progress: dict[str, SplitProgress], seconds: float, world_size: int
+    job: CollectJob, trio: Trio, root: Path, progress: dict[str, SplitProgress], seconds: float, world_size: int
 ) -> dict[str, Any]:
     """Everything needed to know what the dataset is and to regenerate it."""
-    label_columns = label_rules(config.rules)
-    companion = companion_schema(config) if trio.companion is not None else {}
+    label_columns = label_rules(job.rules)
+    companion = companion_schema(job.sampling, job.rules) if trio.companion is not None else {}
     indicator_columns = {rule: schema["columns"] for rule, schema in companion.items()}
     splits = {}
     for split, done in progress.items():
@@ -99,16 +99,16 @@ def build_manifest(
         }
     return {
         "manifest_version": MANIFEST_VERSION,
-        "exp_name": config.exp_name,
+        "exp_name": job.exp_name,
         "models": trio.description,
         "tokenizer_hash": trio.description["tokenizer_hash"],
-        "sampling": asdict(config.sampling),
+        "sampling": asdict(job.sampling),
         "rules": {column: rule.spec() for column, rule in label_columns.items()},
         "fuzzy": "labels are 1[divergence < T] on the stored js / kl / tv columns, for any T",
         "companion_indicators": companion,
-        "prompts": asdict(config.prompts),
-        "max_new_tokens": config.collect.max_new_tokens,
-        "seed": config.seed,
+        "prompts": asdict(job.prompts),
+        "max_new_tokens": job.collect.max_new_tokens,
+        "seed": job.seed,
         "code_version": code_version(),
         "python": platform.python_version(),
         "world_size": world_size,

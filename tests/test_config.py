@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,11 @@ def test_cli_typo_exits_nonzero_naming_the_key(tmp_path):
     )
     assert result.returncode != 0
     assert "max_stepz" in result.stderr
+
+
+def test_each_stage_job_holds_the_root_configs_groups_and_pickles():
+    config = Config()
+    for job in (config.collect_job(), config.train_job(), config.evaluate_job()):
+        for field in fields(job):
+            assert getattr(job, field.name) is getattr(config, field.name)
+        assert pickle.loads(pickle.dumps(job)) == job  # the evaluation's workers are spawned with it

@@ -44,8 +44,8 @@ def cuda_pipeline(micro_trio: dict[str, Path], tmp_path_factory: pytest.TempPath
     root = tmp_path_factory.mktemp("gpu")
     overrides = [*model_overrides(micro_trio), *DATA_OVERRIDES, *TRAIN_OVERRIDES, f"paths.root={root}",
                  "trainer=gpu", "trainer.num_workers=0"]
-    manifest = collect(compose_config(*overrides))
-    result = train(compose_config(*overrides))
+    manifest = collect(compose_config(*overrides).collect_job())
+    result = train(compose_config(*overrides).train_job())
     return {"overrides": overrides, "manifest": manifest, "result": result, "root": root}
 
 
@@ -90,7 +90,7 @@ def test_evaluate_runs_on_cuda(cuda_pipeline: dict) -> None:
         "evaluate.max_new_tokens=8", "evaluate.fixed_k=[1,3]", "evaluate.confidence_taus=[0.4]",
         "evaluate.thresholds=[0.5,0.9]", "evaluate.fuzzy_thresholds=[0.3]", "evaluate.hf_baselines=false",
     )
-    results = evaluate(config)
+    results = evaluate(config.evaluate_job())
     assert (out_dir / "results.parquet").is_file()
     assert results.metadata["device"].startswith("cuda")
 

@@ -22,10 +22,10 @@ def micro_results(micro_trio, tmp_path_factory) -> Path:
     """A micro evaluation (with collected dev data for the calibration notebook); returns its out_dir."""
     root = tmp_path_factory.mktemp("notebook_run")
     common = [*model_overrides(micro_trio), *DATA_OVERRIDES, f"paths.root={root}"]
-    collect(compose_config(*common, "prompts.sizes={train: 2, dev: 2}"))
+    collect(compose_config(*common, "prompts.sizes={train: 2, dev: 2}").collect_job())
     write_artifacts(root / "tiny" / "heads", micro_trio["draft"])
     config = compose_config(*common, *EVAL_OVERRIDES, "evaluate.hf_baselines=false")
-    evaluate(config)
+    evaluate(config.evaluate_job())
     return Path(config.evaluate.out_dir)
 
 

@@ -1,29 +1,39 @@
-"""HF assisted generation on the same pair and prompts: constant K, the heuristic schedule, a confidence threshold.
+"""The baselines' runners: HF assisted generation and Speculative Ensemble, each on the draft + target pair.
 
-``target.generate(assistant_model=draft)`` with the draft's generation config set per schedule
-(HF defaults otherwise: 20 assistant tokens to start). Target and draft forwards are counted with
-forward hooks. HF does not report acceptances, so ``accepted`` is estimated as generated − target
-calls (one target-emitted token per verification) and ``drafted`` as the draft's forward count,
-which is also the verified total (per-round lengths are not recorded).
-Without scikit-learn HF keeps the confidence threshold fixed (with it, HF adapts it online).
+:class:`HFRunner` (``hf-constant``, ``hf-heuristic``, ``hf-confidence``) calls
+``target.generate(assistant_model=draft)`` with the draft's generation config set per schedule (HF
+defaults otherwise: 20 assistant tokens to start). Target and draft forwards are counted with forward
+hooks. HF does not report acceptances, so ``accepted`` is estimated as generated − target calls (one
+target-emitted token per verification) and ``drafted`` as the draft's forward count, which is also the
+verified total (per-round lengths are not recorded). Without scikit-learn HF keeps the confidence
+threshold fixed (with it, HF adapts it online).
+
+:class:`SERunner` (``se-plain``: both models every token; ``se-sd``: the draft proposes γ, the target
+scores; ``se-alternate``: SE's alternate proposals, γ for the draft, 1 for the target) decodes with
+:class:`decode.EnsembleDecoder`; the ensemble is the configured ``ensemble`` rule's ``r`` (DESIGN §4).
+Per-call lengths are not recorded: ``verified`` is the positions the target scored beyond one per call
+(the cost model charges the mean length, :func:`accept_heads.evaluation.table.verification_units`).
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers.utils import is_sklearn_available
 
+import decode
+from ahconf.schema import RulesConfig
 from data_gen.seeding import prompt_seed
 from data_gen.models import Trio
 from decode.bench import CallCounter
 from decode.sampling import Sampling
 
-from accept_heads.evaluation.runs import Generation, RunSpec
-from accept_heads.evaluation.sets import PromptSet
+from accept_heads.evaluation.inputs import PromptSet
+from accept_heads.evaluation.runs import Generation, RunSpec, build_rule
 
 #: HF's default initial number of assistant tokens (``GenerationConfig.num_assistant_tokens``).
 HF_START_TOKENS = 20
@@ -51,52 +61,101 @@ def sampling_kwargs(rule: str, sampling: Sampling) -> dict[str, Any]:
             "top_p": sampling.top_p or 1.0}
 
 
-def describe() -> dict[str, Any]:
-    """Metadata on how the baselines were run."""
+def describe_hf() -> dict[str, Any]:
+    """Metadata on how the HF baselines were run."""
     return {"start_tokens": HF_START_TOKENS, "heuristic": "persistent across the prompts of a run (HF 'heuristic')",
             "confidence_adaptive": is_sklearn_available(),
             "counts": "forward hooks; accepted estimated as generated - target calls"}
 
 
-@torch.inference_mode()
-def run_hf(spec: RunSpec, trio: Trio, prompts: PromptSet, sampling: Sampling, max_new_tokens: int, seed: int,
-           with_quality: bool) -> list[dict[str, Any]]:
-    """Decode every prompt of the set with HF assisted generation (rules ``speculative`` / ``greedy`` only)."""
-    if spec.rule not in ("speculative", "greedy"):
-        raise ValueError(f"HF assisted generation implements the speculative and greedy rules, not {spec.rule!r}")
-    target, draft = trio.target, trio.draft
-    saved = copy.deepcopy(draft.generation_config)
-    for key, value in assistant_settings(spec).items():
-        setattr(draft.generation_config, key, value)
-    eos = target.generation_config.eos_token_id
-    pad = target.generation_config.pad_token_id
-    kwargs = {**sampling_kwargs(spec.rule, sampling), "max_new_tokens": max_new_tokens,
-              "pad_token_id": pad if pad is not None else (eos if isinstance(eos, int) else 0)}
-    records = []
-    try:
+@dataclass
+class HFRunner:
+    """Runs the ``hf-*`` families with HF assisted generation (rules ``speculative`` / ``greedy`` only)."""
+
+    trio: Trio
+    sampling: Sampling
+    max_new_tokens: int
+    seed: int
+
+    @torch.inference_mode()
+    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
+        """Decode every prompt of the set with HF assisted generation, seeded per prompt."""
+        if spec.rule not in ("speculative", "greedy"):
+            raise ValueError(f"HF assisted generation implements the speculative and greedy rules, not {spec.rule!r}")
+        target, draft = self.trio.target, self.trio.draft
+        saved = copy.deepcopy(draft.generation_config)
+        for key, value in assistant_settings(spec).items():
+            setattr(draft.generation_config, key, value)
+        eos = target.generation_config.eos_token_id
+        pad = target.generation_config.pad_token_id
+        kwargs = {**sampling_kwargs(spec.rule, self.sampling), "max_new_tokens": self.max_new_tokens,
+                  "pad_token_id": pad if pad is not None else (eos if isinstance(eos, int) else 0)}
+        records = []
+        try:
+            for prompt in prompts.prompts:
+                ids = torch.tensor([prompt.token_ids], device=target.device)
+                counters = CallCounter(target), CallCounter(draft)
+                item_seed = prompt_seed(self.seed, prompt.prompt_id)
+                torch.manual_seed(item_seed)
+                start = time.perf_counter()
+                try:
+                    sequences = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft,
+                                                **kwargs)
+                finally:
+                    for counter in counters:
+                        counter.remove()
+                wall = time.perf_counter() - start
+                generated = sequences.shape[1] - ids.shape[1]
+                target_calls, draft_calls = counters[0].calls, counters[1].calls
+                accepted = max(0, generated - target_calls)
+                generation = Generation(
+                    prompt_id=prompt.prompt_id, seed=item_seed, generated=generated, target_calls=target_calls,
+                    draft_calls=draft_calls, companion_calls=0, drafted=draft_calls, accepted=accepted,
+                    discarded=max(0, draft_calls - accepted), rounds=target_calls, verified=draft_calls, wall_s=wall,
+                )
+                if with_quality:
+                    generation = generation.with_quality(target, sequences, ids.shape[1])
+                records.append(generation.record(spec, prompts, "hf"))
+        finally:
+            draft.generation_config = saved
+        return records
+
+
+def se_available() -> bool:
+    """Whether this ``decode`` has the ensemble decoder (the SE runs are skipped otherwise)."""
+    return hasattr(decode, "EnsembleDecoder")
+
+
+@dataclass
+class SERunner:
+    """Runs the ``se-*`` families: the ensemble of ``[draft, target]`` in the spec's mode."""
+
+    trio: Trio
+    sampling: Sampling
+    rules: RulesConfig
+    max_new_tokens: int
+    seed: int
+
+    @torch.inference_mode()
+    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
+        """Decode every prompt of the set with :class:`decode.EnsembleDecoder`, seeded per prompt."""
+        mode = spec.family.removeprefix("se-")
+        gamma = [int(spec.param), 1] if spec.param is not None else None
+        ensemble = build_rule("ensemble", spec.rule_param, self.rules)
+        decoder = decode.EnsembleDecoder([self.trio.draft, self.trio.target], ensemble=ensemble,
+                                         proposal_lengths=gamma, mode=mode, sampling=self.sampling)
+        records = []
         for prompt in prompts.prompts:
-            ids = torch.tensor([prompt.token_ids], device=target.device)
-            counters = CallCounter(target), CallCounter(draft)
-            item_seed = prompt_seed(seed, prompt.prompt_id)
-            torch.manual_seed(item_seed)
-            start = time.perf_counter()
-            try:
-                sequences = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft, **kwargs)
-            finally:
-                for counter in counters:
-                    counter.remove()
-            wall = time.perf_counter() - start
-            generated = sequences.shape[1] - ids.shape[1]
-            target_calls, draft_calls = counters[0].calls, counters[1].calls
-            accepted = max(0, generated - target_calls)
+            item_seed = prompt_seed(self.seed, prompt.prompt_id)
+            out = decoder.generate(prompt.token_ids, max_new_tokens=self.max_new_tokens, seed=item_seed)
+            stats = out.stats
             generation = Generation(
-                prompt_id=prompt.prompt_id, seed=item_seed, generated=generated, target_calls=target_calls,
-                draft_calls=draft_calls, companion_calls=0, drafted=draft_calls, accepted=accepted,
-                discarded=max(0, draft_calls - accepted), rounds=target_calls, verified=draft_calls, wall_s=wall,
+                prompt_id=prompt.prompt_id, seed=item_seed, generated=stats.generated, target_calls=stats.calls[1],
+                draft_calls=stats.calls[0], companion_calls=0, drafted=sum(stats.proposed), accepted=stats.accepted,
+                discarded=stats.rejected + stats.discarded, rounds=stats.calls[1],
+                verified=stats.scored[1] - stats.calls[1], wall_s=stats.wall_time_s,
             )
             if with_quality:
-                generation = generation.with_quality(target, sequences, ids.shape[1])
-            records.append(generation.record(spec, prompts, "hf"))
-    finally:
-        draft.generation_config = saved
-    return records
+                generation = generation.with_quality(self.trio.target, out.sequences, len(prompt.token_ids))
+            records.append(generation.record(spec, prompts, "ensemble"))
+        return records

@@ -1,7 +1,8 @@
 """Decoding run specs: in this process, or in worker processes that each hold their own copy of the models.
 
-A worker is spawned (not forked: safe with CUDA and OpenMP), sets its torch threads, and rebuilds
-the same :class:`Executor` from the config (models, artifacts, prompt sets); specs are handed out one
+Each family is decoded by its :class:`~accept_heads.evaluation.runs.Runner` (:func:`runners`). A
+worker is spawned (not forked: safe with CUDA and OpenMP), sets its torch threads, and rebuilds the
+same :class:`Executor` from the job (models, artifacts, prompt sets); specs are handed out one
 at a time and their records come back in spec order, so the results do not depend on the number of
 workers (only the wall-clock columns do).
 """
@@ -17,11 +18,10 @@ from typing import Any
 
 import torch
 
-from ahconf.schema import Config
-from accept_heads.evaluation import baselines, ensemble
-from accept_heads.evaluation.artifacts import Artifacts, discover
-from accept_heads.evaluation.runs import Decoding, RunSpec
-from accept_heads.evaluation.sets import PromptSet, load_sets
+from ahconf.schema import EvaluateJob
+from accept_heads.evaluation.baselines import HFRunner, SERunner
+from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
+from accept_heads.evaluation.runs import DECODE_FAMILIES, HF_FAMILIES, SE_FAMILIES, Decoding, Runner, RunSpec
 from data_gen.models import Trio, load_trio
 from decode.costs import CostModel
 from decode.sampling import Sampling
@@ -43,53 +43,58 @@ def default_workers(device: str) -> int:
     return 1 if device != "cpu" else max(1, len(os.sched_getaffinity(0)))
 
 
+def runners(decoding: Decoding, hf: HFRunner, se: SERunner) -> dict[str, Runner]:
+    """The runner of each run family."""
+    return {**dict.fromkeys(DECODE_FAMILIES, decoding), **dict.fromkeys(HF_FAMILIES, hf),
+            **dict.fromkeys(SE_FAMILIES, se)}
+
+
 @dataclass
 class Executor:
-    """Everything a run needs: the models, the exported artifacts, the prompt sets."""
+    """Everything a run needs: the models, the exported artifacts, the prompt sets, each family's runner."""
 
-    config: Config
+    job: EvaluateJob
     trio: Trio
     device: str
     artifacts: Artifacts
     described: dict[str, Any]  # the artifacts' metadata, for the results
     sets: dict[str, PromptSet]
     decoding: Decoding
+    runners: dict[str, Runner]
 
     @classmethod
-    def build(cls, config: Config, notes: dict[str, str]) -> Executor:
-        """Load the models, discover the heads / profiles and load the prompt sets of ``config``."""
-        e = config.evaluate
-        trio = load_trio(config.models, config.paths.zoo_dir)
+    def build(cls, job: EvaluateJob, notes: dict[str, str]) -> Executor:
+        """Load the models, discover the heads / profiles and load the prompt sets of ``job``."""
+        e = job.evaluate
+        trio = load_trio(job.models, job.paths.zoo_dir)
         device = place(trio)
-        sampling = Sampling(**asdict(config.sampling))
-        artifacts, described = discover(config, trio, sampling, notes)
-        sets = load_sets(config, trio.tokenizer, trio.target.config.max_position_embeddings)
-        decoding = Decoding(trio, sampling, config.rules, artifacts, e.max_new_tokens, config.seed,
-                            config.head.k_min, config.head.k_max, batch_size=e.batch_size,
+        sampling = Sampling(**asdict(job.sampling))
+        artifacts, described = discover(job.paths.head_dir, trio, sampling, notes)
+        sets = load_sets(job.prompts, e, job.seed, trio.tokenizer, trio.target.config.max_position_embeddings)
+        decoding = Decoding(trio, sampling, job.rules, artifacts, e.max_new_tokens, job.seed,
+                            job.head.k_min, job.head.k_max, batch_size=e.batch_size,
                             timed_prompts=e.timed_prompts)
-        return cls(config, trio, device, artifacts, described, {s.name: s for s in sets}, decoding)
+        table = runners(decoding, HFRunner(trio, sampling, e.max_new_tokens, job.seed),
+                        SERunner(trio, sampling, job.rules, e.max_new_tokens, job.seed))
+        return cls(job, trio, device, artifacts, described, {s.name: s for s in sets}, decoding, table)
 
     def run(self, spec: RunSpec) -> list[dict[str, Any]]:
-        """Decode one run: a record per generation."""
+        """Decode one run with its family's runner: a record per generation."""
+        runner = self.runners.get(spec.family)
+        if runner is None:
+            raise ValueError(f"unknown run family {spec.family!r}; valid: {', '.join(self.runners)}")
         prompts = self.sets[spec.set]
-        with_quality = prompts.role != "dev"
-        d = self.decoding
-        if spec.family.startswith("hf-"):
-            return baselines.run_hf(spec, d.trio, prompts, d.sampling, d.max_new_tokens, d.seed, with_quality)
-        if spec.family.startswith("se-"):
-            return ensemble.run_se(spec, d.trio, prompts, d.sampling, self.config.rules, d.max_new_tokens, d.seed,
-                                   with_quality)
-        return d.run(spec, prompts, with_quality)
+        return runner.run(spec, prompts, with_quality=prompts.role != "dev")
 
 
 _WORKER: Executor | None = None
 
 
-def _start_worker(config: Config, costs: CostModel | None) -> None:
+def _start_worker(job: EvaluateJob, costs: CostModel | None) -> None:
     global _WORKER
-    if config.evaluate.threads is not None:
-        torch.set_num_threads(config.evaluate.threads)
-    _WORKER = Executor.build(config, notes={})
+    if job.evaluate.threads is not None:
+        torch.set_num_threads(job.evaluate.threads)
+    _WORKER = Executor.build(job, notes={})
     _WORKER.decoding.costs = costs
 
 
@@ -110,7 +115,7 @@ class WorkerPool:
         if self.workers > 1:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_start_worker,
-                                             initargs=(self.executor.config, self.executor.decoding.costs))
+                                             initargs=(self.executor.job, self.executor.decoding.costs))
         return self
 
     def __exit__(self, *exc: object) -> None:

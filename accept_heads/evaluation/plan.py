@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ahconf.schema import Config
+from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
 
-from accept_heads.evaluation import ensemble
-from accept_heads.evaluation.artifacts import Artifacts
+from accept_heads.evaluation.baselines import se_available
+from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.runs import RunSpec, build_rule, rule_param
-from accept_heads.evaluation.sets import PromptSet
 
 #: Speculative Ensemble modes whose proposal length γ is chosen on dev.
 SE_TUNED = ("se-sd", "se-alternate")
@@ -51,36 +50,37 @@ class Choice:
         return (self.value, self.rule_param) if self.swept == "param" else (self.param, self.value)
 
 
-def eval_rules(config: Config) -> list[str]:
+def eval_rules(job: EvaluateJob) -> list[str]:
     """Rules to decode with: ``evaluate.rules``, else ``rules.names``."""
-    return list(config.evaluate.rules or config.rules.names)
+    return list(job.evaluate.rules or job.rules.names)
 
 
-def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None, config: Config) -> tuple[list, list]:
+def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None,
+                       rules: RulesConfig) -> tuple[list, list]:
     """Names of the heads and profiles fitted for exactly this rule (and rule parameters)."""
-    spec = build_rule(rule, param, config.rules).spec()
+    spec = build_rule(rule, param, rules).spec()
     heads = sorted(n for n, h in artifacts.heads.items() if h.metadata.get("rule") == spec)
     profiles = sorted(n for n, p in artifacts.profiles.items() if p.metadata.get("rule") == spec)
     return heads, profiles
 
 
-def unmatched(config: Config, artifacts: Artifacts, rules: list[str]) -> list[str]:
+def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str]) -> list[str]:
     """Heads and profiles fitted for a rule (or rule parameters) that none of ``rules`` decodes with."""
-    specs = [build_rule(rule, rule_param(rule, config.rules), config.rules).spec() for rule in rules]
+    specs = [build_rule(rule, rule_param(rule, rules_config), rules_config).spec() for rule in rules]
     items = [*artifacts.heads.items(), *artifacts.profiles.items()]
     return sorted(f"{name} ({a.metadata.get('rule')})" for name, a in items if a.metadata.get("rule") not in specs)
 
 
-def sweep(config: Config, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
+def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
     """Every policy of ``rule`` with its whole grid (K, τ, h) plus the parameter-free ones."""
-    e = config.evaluate
-    param = rule_param(rule, config.rules)
+    e = job.evaluate
+    param = rule_param(rule, job.rules)
     base = RunSpec(set=set_name, rule=rule, family="fixed", rule_param=param)
-    heads, profiles = matching_artifacts(artifacts, rule, param, config)
+    heads, profiles = matching_artifacts(artifacts, rule, param, job.rules)
     specs = [replace(base, param=float(k), chosen_on="grid") for k in e.fixed_k]
     specs.append(replace(base, family="heuristic"))
     specs += [replace(base, family="confidence", param=float(t), chosen_on="grid") for t in e.confidence_taus]
-    thresholds = e.thresholds or config.head.thresholds
+    thresholds = e.thresholds or job.head.thresholds
     specs += [replace(base, family="head", artifact=name, param=float(h), chosen_on="grid")
               for name in heads for h in thresholds]
     specs += [replace(base, family="head-goodput", artifact=name) for name in heads]
@@ -97,11 +97,11 @@ def mark_chosen(specs: Iterable[RunSpec], choices: list[Choice]) -> list[RunSpec
             s.rule_param) in picked else s for s in specs]
 
 
-def applied(config: Config, specs: list[RunSpec], choices: list[Choice]) -> list[RunSpec]:
+def applied(e: EvaluateConfig, specs: list[RunSpec], choices: list[Choice]) -> list[RunSpec]:
     """A dev sweep's runs on a test / OOD set: each tuned one at its dev choice only (the whole grid,
     marked ``grid``, with ``evaluate.sweep_test``)."""
     specs = mark_chosen(specs, choices)
-    if config.evaluate.sweep_test:
+    if e.sweep_test:
         return specs
     return [s for s in specs if s.chosen_on != "grid"]
 
@@ -127,13 +127,13 @@ def extended_k(grid: list[int]) -> list[int]:
     return sorted({k for k in (round(top * 1.5), 2 * top) if top < k <= K_CEILING})
 
 
-def fixed_specs(config: Config, set_name: str, rule: str, ks: list[int]) -> list[RunSpec]:
+def fixed_specs(rules: RulesConfig, set_name: str, rule: str, ks: list[int]) -> list[RunSpec]:
     """Fixed-K runs of ``rule`` at each K of ``ks`` (grid points)."""
-    return [RunSpec(set=set_name, rule=rule, family="fixed", param=float(k), rule_param=rule_param(rule, config.rules),
+    return [RunSpec(set=set_name, rule=rule, family="fixed", param=float(k), rule_param=rule_param(rule, rules),
                     chosen_on="grid") for k in ks]
 
 
-def fsd_sweep(config: Config, set_name: str, choices: list[Choice]) -> list[RunSpec]:
+def fsd_sweep(job: EvaluateJob, set_name: str, choices: list[Choice]) -> list[RunSpec]:
     """Fuzzy rule at each ``evaluate.fuzzy_thresholds`` T with the fixed K chosen on dev for fuzzy (``grid``).
 
     The configured T is left out: the fuzzy rule's own sweep decodes it at that K.
@@ -142,17 +142,16 @@ def fsd_sweep(config: Config, set_name: str, choices: list[Choice]) -> list[RunS
     if k is None:
         return []
     return [RunSpec(set=set_name, rule="fuzzy", family="fixed", param=k, rule_param=float(t), chosen_on="grid")
-            for t in config.evaluate.fuzzy_thresholds if t != config.rules.fuzzy_threshold]
+            for t in job.evaluate.fuzzy_thresholds if t != job.rules.fuzzy_threshold]
 
 
-def hf_specs(config: Config, set_name: str, rules: list[str], choices: list[Choice]) -> list[RunSpec]:
+def hf_specs(e: EvaluateConfig, set_name: str, rules: list[str], choices: list[Choice]) -> list[RunSpec]:
     """HF assisted generation for the speculative / greedy rules: constant K (``evaluate.hf_k``, else the
     fixed K chosen on dev), the heuristic schedule and confidence 0.4."""
     specs = []
     for rule in (r for r in rules if r in ("speculative", "greedy")):
-        if config.evaluate.hf_k:
-            specs += [RunSpec(set=set_name, rule=rule, family="hf-constant", param=float(k))
-                      for k in config.evaluate.hf_k]
+        if e.hf_k:
+            specs += [RunSpec(set=set_name, rule=rule, family="hf-constant", param=float(k)) for k in e.hf_k]
         else:
             specs += [RunSpec(set=set_name, rule=rule, family="hf-constant", param=c.value, chosen_on="dev")
                       for c in choices if c.rule == rule and c.family == "fixed"]
@@ -166,35 +165,37 @@ def unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
     return list(dict.fromkeys(specs))
 
 
-def se_sweep(config: Config, set_name: str) -> list[RunSpec]:
+def se_sweep(job: EvaluateJob, set_name: str) -> list[RunSpec]:
     """Speculative Ensemble of draft + target: SD and alternate proposals at each ``evaluate.se_gammas`` γ."""
-    base = RunSpec(set=set_name, rule="ensemble", family="se-sd", rule_param=rule_param("ensemble", config.rules))
+    base = RunSpec(set=set_name, rule="ensemble", family="se-sd", rule_param=rule_param("ensemble", job.rules))
     return [replace(base, family=family, param=float(g), chosen_on="grid")
-            for family in SE_TUNED for g in config.evaluate.se_gammas]
+            for family in SE_TUNED for g in job.evaluate.se_gammas]
 
 
-def dev_sweeps(config: Config, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:
+def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:
     """The dev runs decoded before any choice: every rule's policy sweep and the SE γ sweep."""
-    specs = [spec for rule in rules for spec in sweep(config, artifacts, "dev", rule)]
-    if "ensemble" in rules and ensemble.available():
-        specs += se_sweep(config, "dev")
+    specs = [spec for rule in rules for spec in sweep(job, artifacts, "dev", rule)]
+    if "ensemble" in rules and se_available():
+        specs += se_sweep(job, "dev")
     return unique(specs)
 
 
-def after_selection(config: Config, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
+def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
                     choices: list[Choice]) -> list[RunSpec]:
     """Everything decoded once the dev choices are made, on every test / OOD set: the policies, FSD
     (its whole T grid on test), SE (with the plain ensemble) and HF runs."""
     specs = []
     for s in (s for s in sets if s.role != "dev"):
-        specs += [spec for rule in rules for spec in applied(config, sweep(config, artifacts, s.name, rule), choices)]
+        specs += [spec for rule in rules
+                  for spec in applied(job.evaluate, sweep(job, artifacts, s.name, rule), choices)]
         if "fuzzy" in rules:
-            fsd = mark_chosen(fsd_sweep(config, s.name, choices), choices)
-            specs += fsd if s.role == "test" else applied(config, fsd, choices)
-        if "ensemble" in rules and ensemble.available():
+            fsd = mark_chosen(fsd_sweep(job, s.name, choices), choices)
+            specs += fsd if s.role == "test" else applied(job.evaluate, fsd, choices)
+        if "ensemble" in rules and se_available():
             specs.append(RunSpec(set=s.name, rule="ensemble", family="se-plain",
-                                 rule_param=rule_param("ensemble", config.rules)))
-            specs += applied(config, se_sweep(config, s.name), choices)
-    if config.evaluate.hf_baselines:
-        specs += [spec for s in sets if s.role in config.evaluate.hf_sets for spec in hf_specs(config, s.name, rules, choices)]
+                                 rule_param=rule_param("ensemble", job.rules)))
+            specs += applied(job.evaluate, se_sweep(job, s.name), choices)
+    if job.evaluate.hf_baselines:
+        specs += [spec for s in sets if s.role in job.evaluate.hf_sets
+                  for spec in hf_specs(job.evaluate, s.name, rules, choices)]
     return unique(specs)

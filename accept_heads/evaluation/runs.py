@@ -1,10 +1,15 @@
-"""One evaluation run = one rule × one length policy decoding one prompt set; a row per generation."""
+"""One evaluation run = one rule × one length policy decoding one prompt set; a row per generation.
+
+:class:`RunSpec` names a run, :class:`Generation` is its record per prompt, :class:`Runner` is what
+decodes a run: :class:`Decoding` (our decoder, the :data:`DECODE_FAMILIES`) here, the HF and SE
+baselines in :mod:`accept_heads.evaluation.baselines`. Counts and costs: DESIGN §5.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from transformers import PreTrainedModel
@@ -18,11 +23,14 @@ from decode import rules as rule_defs
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
 
-from accept_heads.evaluation.artifacts import Artifacts
-from accept_heads.evaluation.sets import PromptSet
+from accept_heads.evaluation.inputs import Artifacts, PromptSet
 
 #: Length-policy families of :mod:`decode.policies`, in table order.
 DECODE_FAMILIES = ("fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle")
+#: HF assisted-generation families (:class:`accept_heads.evaluation.baselines.HFRunner`).
+HF_FAMILIES = ("hf-constant", "hf-heuristic", "hf-confidence")
+#: Speculative Ensemble families (:class:`accept_heads.evaluation.baselines.SERunner`).
+SE_FAMILIES = ("se-plain", "se-sd", "se-alternate")
 #: Families whose rows in a batch decide exactly as alone (SV chooses a batch's lengths jointly; the oracle's
 #: lookahead is batch 1 only), so :class:`Decoding` may batch their prompts.
 BATCHED_FAMILIES = ("fixed", "heuristic", "confidence", "head", "head-goodput")
@@ -144,6 +152,14 @@ class Generation:
     def record(self, spec: RunSpec, prompts: PromptSet, source: str) -> dict[str, Any]:
         """The flat row of ``generations.parquet``: the run's keys, the set's, the source, these counts."""
         return {**spec.to_dict(), **prompts.key(), "source": source, **asdict(self)}
+
+
+class Runner(Protocol):
+    """Decodes the runs of some families: a record (:meth:`Generation.record`) per prompt of the set."""
+
+    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
+        """Decode every prompt of ``prompts`` as ``spec`` says; ``with_quality``: also score the outputs."""
+        ...
 
 
 @dataclass

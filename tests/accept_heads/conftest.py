@@ -38,7 +38,7 @@ def micro_root(micro_trio, tmp_path_factory) -> Path:
     from data_gen.collect import collect
 
     root = tmp_path_factory.mktemp("accept_heads")
-    collect(compose_config(*model_overrides(micro_trio), *DATA_OVERRIDES, f"paths.root={root}"))
+    collect(compose_config(*model_overrides(micro_trio), *DATA_OVERRIDES, f"paths.root={root}").collect_job())
     return root
 
 

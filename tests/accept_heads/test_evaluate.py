@@ -13,9 +13,12 @@ import torch
 
 from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.costs import fit_costs
+from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.figures import FIGURES
+from accept_heads.evaluation.inputs import Artifacts
 from accept_heads.evaluation.plan import SE_TUNED, Choice, edge_rules, extended_k
 from accept_heads.evaluation.results import load_results
+from accept_heads.evaluation.runs import DECODE_FAMILIES, HF_FAMILIES, SE_FAMILIES, RunSpec
 from accept_heads.evaluation.table import KEYS, add_costs, aggregate, select, verification_units
 from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
 from decode.costs import CostModel, LatencyShape
@@ -61,7 +64,7 @@ def evaluated(make_config, micro_trio, micro_root, tmp_path_factory):
     write_artifacts(root / "heads", micro_trio["draft"])
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
                          f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={root / 'heads'}")
-    return config, evaluate(config)
+    return config, evaluate(config.evaluate_job())
 
 
 def test_worker_processes_decode_the_same_generations_as_one_process(make_config, micro_trio, micro_root,
@@ -73,7 +76,7 @@ def test_worker_processes_decode_the_same_generations_as_one_process(make_config
                              f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
                              "evaluate.hf_baselines=false", "evaluate.figures=false", "evaluate.calibration_rows=0",
                              f"evaluate.workers={workers}")
-        results = evaluate(config)
+        results = evaluate(config.evaluate_job())
         assert results.metadata["workers"] == workers
         return results.generations.drop(columns=["wall_s"])
 
@@ -92,7 +95,7 @@ def test_batched_prompts_decode_the_same_generations_as_alone(make_config, micro
                              "evaluate.prompts={dev: 5, test: 2, ood: 1}", "evaluate.hf_baselines=false",
                              "evaluate.figures=false", "evaluate.calibration_rows=0",
                              f"evaluate.batch_size={batch_size}", "evaluate.timed_prompts=1")
-        return evaluate(config).generations
+        return evaluate(config.evaluate_job()).generations
 
     alone, batched = run(1), run(3)
     assert set(alone["batch"]) == {1}
@@ -331,3 +334,15 @@ def test_help_lists_the_evaluate_group(repo_root):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "evaluate:" in result.stdout and "fixed_k:" in result.stdout  # the evaluate config is listed
+
+
+def test_each_family_has_its_runner_and_an_unknown_family_names_the_valid_ones():
+    decoding, hf, se = object(), object(), object()
+    table = runners(decoding, hf, se)
+    assert [f for f, r in table.items() if r is decoding] == list(DECODE_FAMILIES)
+    assert [f for f, r in table.items() if r is hf] == list(HF_FAMILIES)
+    assert [f for f, r in table.items() if r is se] == list(SE_FAMILIES)
+    executor = Executor(job=None, trio=None, device="cpu", artifacts=Artifacts(), described={}, sets={},
+                        decoding=None, runners=table)
+    with pytest.raises(ValueError, match="unknown run family 'hf-bogus'; valid: fixed, .*, se-alternate$"):
+        executor.run(RunSpec(set="dev", rule="speculative", family="hf-bogus"))

@@ -22,10 +22,10 @@ def export_dir(tmp_path, make_config) -> Path:
         "tokenizer_hash": "f" * 64, "exp_name": "tiny",
         "splits": {"train": {"labelled_positions": 900}, "dev": {"labelled_positions": 120}},
     }
-    common = common_metadata(config, manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
+    common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
     calibration = [{"threshold": 0.2, "generated": 64, "throughput": 30.0},
                    {"threshold": 0.4, "generated": 64, "throughput": 33.5}]
-    meta = head_metadata(common, config, {"val/binary_kl": 0.25, "val/auroc": 0.8}, calibration, 0.4)
+    meta = head_metadata(common, config.train_job(), {"val/binary_kl": 0.25, "val/auroc": 0.8}, calibration, 0.4)
     directory = tmp_path / "export"
     directory.mkdir()
     save_head(AcceptanceHead(HeadConfig(hidden_size=8, depth=1)), directory / "head.safetensors", meta)

@@ -24,7 +24,7 @@ def trained(make_config, train_overrides, tmp_path_factory):
     root = tmp_path_factory.mktemp("trained")
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
     config = make_config(*train_overrides, f"paths.root={root}", f"paths.data_dir={data_dir}", "loss.w_rej=3")
-    return config, train(config)
+    return config, train(config.train_job())
 
 
 def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micro_trio):
@@ -38,7 +38,7 @@ def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micr
     assert meta["hidden_size"] == 32 and len(meta["training_data"]["manifest_sha256"]) == 64
     assert meta["dev_metrics"]["val/auroc"] == pytest.approx(result["dev_metrics"]["val/auroc"])
 
-    run = prepare_head_run(config)  # a fresh module, weights from the best checkpoint
+    run = prepare_head_run(config.train_job())  # a fresh module, weights from the best checkpoint
     load_head_weights(run.head, result["best_checkpoint"])
     run.module.eval()
     batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
@@ -57,11 +57,11 @@ def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head.timing=post",
                          "head.mixing_r=0.5", "trainer.max_epochs=1", "head.calibration_prompts=0")
-    result = train(config)
+    result = train(config.train_job())
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
     head = load_head(result["head_path"], draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
     assert head.config.timing == "post" and head.metadata["train_config"]["head"]["mixing_r"] == 0.5
-    run = prepare_head_run(config)
+    run = prepare_head_run(config.train_job())
     load_head_weights(run.head, result["best_checkpoint"])
     batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
                       0.5, config.seed, "dev", 0, every_position=loss_everywhere("post"))
@@ -95,11 +95,11 @@ def test_a_run_stopped_mid_epoch_resumes_from_last_ckpt(make_config, train_overr
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
     common = [*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
               "trainer.checkpoint_every_n_steps=1", "head.calibration_prompts=0"]
-    stopped = train(make_config(*common, "trainer.max_steps=3"))  # 4 batches per epoch: stops mid-epoch
+    stopped = train(make_config(*common, "trainer.max_steps=3").train_job())  # 4 batches per epoch: stops mid-epoch
     assert stopped["global_step"] == 3
     last = Path(stopped["checkpoint_dir"]) / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 3
-    resumed = train(make_config(*common, "ckpt_path=last"))
+    resumed = train(make_config(*common, "ckpt_path=last").train_job())
     assert resumed["global_step"] == 8  # 4 batches x 2 epochs, as without the interruption
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == resumed["global_step"]
 
@@ -109,10 +109,10 @@ def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_
     shutil.copytree(Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data", data_dir)
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
                          "trainer.feature_cache=true", "trainer.max_epochs=1", "head.calibration_prompts=0")
-    result = train(config)
+    result = train(config.train_job())
     caches = list((data_dir / "feature_cache").glob("*/dev.safetensors"))
     assert len(caches) == 1 and result["dev_metrics"]["val/binary_kl"] > 0
-    run = prepare_head_run(config)
+    run = prepare_head_run(config.train_job())
     first = next(iter(run.datamodule.val_dataloader()))
     run.datamodule.cache_description = None  # the same datamodule, reading the data without the cache
     live = mix_batch(next(iter(run.datamodule.val_dataloader())), config.head.mixing_r, config.seed, "dev", 0,
@@ -128,7 +128,7 @@ def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, t
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head=sv_profile",
                          "head.x_bins=4", "head.y_bins=3", "head.min_bin_count=4", "head.k_max=3",
                          "head.latency_repeats=2")
-    result = train(config)
+    result = train(config.train_job())
     profile = load_profile(result["profile_path"])
     assert tuple(profile.table.shape) == tuple(result["bins"]) and profile.latency.numel() == 3
     assert profile.counts.sum() == profile.metadata["training_data"]["positions"]["train"]
@@ -143,7 +143,7 @@ def test_sv_profile_for_the_greedy_rule_bins_the_greedy_indicators(make_config, 
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head=sv_profile",
                          "head.rule=greedy", "head.x_bins=4", "head.y_bins=3", "head.min_bin_count=4", "head.k_max=2",
                          "head.latency_repeats=1")
-    profile = load_profile(train(config)["profile_path"])
+    profile = load_profile(train(config.train_job())["profile_path"])
     assert profile.metadata["rule"] == {"name": "greedy", "params": {}}
     table = load_split(data_dir, "train")
 
@@ -159,7 +159,7 @@ def test_sv_profile_for_the_greedy_rule_bins_the_greedy_indicators(make_config, 
 def test_draft_features_are_the_lm_head_input_and_its_logits(make_config, train_overrides, micro_trio):
     """The head sees exactly what decode.runner.ModelRunner captures: the LM head's input."""
     config = make_config(*train_overrides)
-    run = prepare_head_run(config)
+    run = prepare_head_run(config.train_job())
     batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[0]]), 0.15, 0, "dev", 0)
     captured = {}
     hook = run.draft.get_output_embeddings().register_forward_hook(lambda m, a, o: captured.update(x=a[0][0], y=o[0]))

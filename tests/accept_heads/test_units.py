@@ -121,7 +121,7 @@ def test_positions_read_the_companion_columns_of_their_rule(tmp_path):
 
 def test_head_blocks_have_independent_parameters(make_config):
     config = make_config("head.depth=3")
-    head = AcceptanceHead(head_architecture(config, hidden_size=16))
+    head = AcceptanceHead(head_architecture(config.head, hidden_size=16))
     weights = [block.weight for block in head.blocks]
     assert len(weights) == 3
     assert len({w.data_ptr() for w in weights}) == 3

@@ -67,7 +67,7 @@ def _prompt_ids(data_dir: Path, split: str) -> list[str]:
 def collected(micro_trio, tmp_path_factory):
     root = tmp_path_factory.mktemp("collect")
     config = _config(micro_trio, root, "sampling.temperature=0.8", "sampling.top_k=100")
-    manifest = collect(config)
+    manifest = collect(config.collect_job())
     return config, manifest, Path(config.paths.data_dir)
 
 
@@ -255,7 +255,7 @@ def test_collection_aligns_a_target_with_a_padded_vocabulary(micro_trio, tmp_pat
     tokenizer.save_pretrained(padded)
     config = _config({**micro_trio, "target": padded}, tmp_path, "collect.splits=[dev]",
                      f"sampling.temperature={temperature}")
-    manifest = collect(config)
+    manifest = collect(config.collect_job())
     assert manifest["models"]["vocab_size"] == vocab == len(tokenizer)
     table = load_split(config.paths.data_dir, "dev")
     sampling = Sampling(temperature=temperature)
@@ -300,18 +300,18 @@ def test_manifest_describes_the_run(collected):
 def test_rerun_is_a_no_op_and_a_different_config_is_refused(collected, micro_trio):
     config, _, data_dir = collected
     before = _prompt_ids(data_dir, "train")
-    collect(config)
+    collect(config.collect_job())
     assert _prompt_ids(data_dir, "train") == before
     other = _config(micro_trio, Path(config.paths.root), "collect.max_new_tokens=8")
     with pytest.raises(CollectionDirError, match="overwrite"):
-        collect(other)
+        collect(other.collect_job())
 
 
 def test_long_prompts_are_skipped_or_left_truncated(micro_trio, tmp_path):
     skip = collect(_config(micro_trio, tmp_path / "skip", "prompts.max_prompt_tokens=20", "prompts.truncation=skip",
-                           "collect.splits=[dev]"))
+                           "collect.splits=[dev]").collect_job())
     left = collect(_config(micro_trio, tmp_path / "left", "prompts.max_prompt_tokens=20",
-                           "collect.splits=[dev]"))
+                           "collect.splits=[dev]").collect_job())
     assert skip["splits"]["dev"]["prompts_skipped"].get("too_long", 0) > 0
     assert left["splits"]["dev"]["prompts_skipped"] == {}
     lengths = [len(r) for r in load_split(tmp_path / "left" / "tiny" / "data", "dev")["prompt_ids"]]
@@ -385,10 +385,10 @@ def test_a_qwen2_trio_collects_and_trains_a_head(micro_trio, tmp_path):
         Qwen2ForCausalLM(config).save_pretrained(paths[role])
         tokenizer.save_pretrained(paths[role])
     config = compose_config(*model_overrides(paths), *DATA_OVERRIDES, *TRAIN_OVERRIDES, f"paths.root={tmp_path}")
-    manifest = collect(config)
+    manifest = collect(config.collect_job())
     train = manifest["splits"]["train"]
     assert train["labelled_positions"] > 0 and 0 < train["mean_label"]["label_speculative"] < 1
-    result = head_training.train(config)
+    result = head_training.train(config.train_job())
     assert len(result["calibration"]) == 2 and result["dev_metrics"]["val/binary_kl_constant"] > 0
     draft = load_causal_lm(str(paths["draft"]), dtype="float32")
     assert isinstance(draft, Qwen2ForCausalLM)

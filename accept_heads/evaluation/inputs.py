@@ -1,0 +1,144 @@
+"""What an evaluation decodes with: the prompt sets and the exported heads / SV profiles.
+
+:func:`load_sets` encodes dev (selection), test and the out-of-distribution sets (``prompts.ood``);
+:func:`discover` loads every head and profile under ``paths.head_dir`` and validates it against the
+models. Both are rebuilt identically in every worker process (:mod:`accept_heads.evaluation.executor`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from ahconf.schema import ConfigError, EvaluateConfig, PromptsConfig
+from data_gen.encoding import EncodedPrompt, encode_prompts
+from data_gen.models import Trio
+from data_gen.prompts import available_splits, load_prompts, parse_source
+from decode.export import load_head, load_profile
+from decode.head import AcceptanceHead
+from decode.profile import SVProfile
+from decode.sampling import Sampling
+
+#: Load this many times the wanted count, so that prompts skipped as too long can be replaced.
+_OVERSAMPLE = 4
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """Encoded prompts of one set; ``role`` is ``dev``, ``test`` or ``ood``."""
+
+    name: str
+    role: str
+    source: str
+    style: str | None
+    split: str
+    prompts: list[EncodedPrompt]
+    skipped: dict[str, int]
+
+    def key(self) -> dict[str, str]:
+        """The set's columns in a results row."""
+        return {"role": self.role, "split": self.split}
+
+    def describe(self) -> dict[str, object]:
+        """Metadata: where the prompts come from and which ones were used."""
+        return {
+            "name": self.name, "role": self.role, "source": self.source, "style": self.style, "split": self.split,
+            "count": len(self.prompts), "skipped": self.skipped, "prompt_ids": [p.prompt_id for p in self.prompts],
+        }
+
+
+def ood_split(source: str) -> str:
+    """The split an out-of-distribution source is read from: ``test`` when it has one, else its last."""
+    splits = available_splits(source)
+    return "test" if "test" in splits else splits[-1]
+
+
+def _load(p: PromptsConfig, seed: int, tokenizer: PreTrainedTokenizerBase, budget: int, *, name: str, role: str,
+          source: str, style: str | None, split: str, count: int) -> PromptSet:
+    raw = load_prompts(source, split, size=count * _OVERSAMPLE, style=style, seed=seed,
+                       revision=p.revision if role != "ood" else None, text_field=p.text_field,
+                       sizes=p.sizes if role != "ood" else None)
+    encoded, skipped = encode_prompts(raw, tokenizer, p.template, budget, p.truncation)
+    if not encoded:
+        raise ValueError(f"prompt set {name!r}: every prompt was skipped ({skipped}); raise prompts.max_prompt_tokens")
+    return PromptSet(name, role, source, style, split, encoded[:count], skipped)
+
+
+def load_sets(p: PromptsConfig, e: EvaluateConfig, seed: int, tokenizer: PreTrainedTokenizerBase,
+              context: int) -> list[PromptSet]:
+    """dev, test (the configured source) and every ``prompts.ood`` set, sized by ``evaluate.prompts``."""
+    sizes = e.prompts
+    budget = min(p.max_prompt_tokens, context - e.max_new_tokens - 2)
+    if budget < 1:
+        raise ValueError(f"evaluate.max_new_tokens={e.max_new_tokens} leaves no room for a prompt "
+                         f"in the models' context of {context} tokens")
+    sets = [_load(p, seed, tokenizer, budget, name=split, role=split, source=p.source, style=p.style, split=split,
+                  count=sizes[split]) for split in ("dev", "test")]
+    for spec in p.ood:
+        source, style = parse_source(spec)
+        sets.append(_load(p, seed, tokenizer, budget, name=spec, role="ood", source=source, style=style,
+                          split=ood_split(source), count=sizes["ood"]))
+    return sets
+
+
+@dataclass
+class Artifacts:
+    """Exported heads and SV profiles found under ``paths.head_dir``, by name."""
+
+    heads: dict[str, AcceptanceHead] = field(default_factory=dict)
+    profiles: dict[str, SVProfile] = field(default_factory=dict)
+
+
+def head_name(path: Path, root: Path, timing: str) -> str:
+    """A head's name: its folder under ``paths.head_dir``, or its timing when it lies in the folder itself."""
+    relative = path.parent.relative_to(root).as_posix()
+    return timing if relative == "." else relative
+
+
+def discover(head_dir: str, trio: Trio, sampling: Sampling,
+             notes: dict[str, str]) -> tuple[Artifacts, dict[str, Any]]:
+    """Load every ``head.safetensors`` / ``profile.safetensors`` under ``paths.head_dir`` (validated).
+
+    Artifacts that need the companion are left out (with a note) when no companion is configured.
+    """
+    root = Path(head_dir)
+    artifacts, described = Artifacts(), {"heads": {}, "profiles": {}}
+    if not root.is_dir():
+        notes["artifacts"] = f"no {root}: no head or SV profile to evaluate"
+        return artifacts, described
+    for path in sorted(root.rglob("head.safetensors")):
+        try:
+            head = load_head(path, draft=trio.draft, tokenizer=trio.tokenizer, sampling=sampling)
+        except ValueError as error:
+            raise ConfigError(f"cannot evaluate {path} with these models: {error}") from error
+        name = head_name(path, root, head.config.timing)
+        if head.config.companion_features and trio.companion is None:
+            notes[f"head[{name}]"] = f"head[{name}] reads companion features but no companion is configured; skipped"
+            continue
+        artifacts.heads[name] = head.to(trio.draft.device)
+        meta = head.metadata
+        described["heads"][name] = {
+            "path": str(path), "timing": head.config.timing, "depth": head.config.depth, "rule": meta["rule"],
+            "companion_features": head.config.companion_features, "calibrated_threshold": meta.get("threshold"),
+            "dev_metrics": meta.get("dev_metrics", {}), "k_min": meta.get("k_min"), "k_max": meta.get("k_max"),
+            "sampling": meta["sampling"], "training_data": meta.get("training_data"), "code_version": meta.get("code_version"),
+        }
+    for path in sorted(root.rglob("profile.safetensors")):
+        try:
+            profile = load_profile(path, tokenizer=trio.tokenizer, sampling=sampling)
+        except ValueError as error:
+            raise ConfigError(f"cannot evaluate {path} with these models: {error}") from error
+        name = head_name(path, root, "profile")
+        if trio.companion is None:
+            notes[f"profile[{name}]"] = f"SV profile[{name}] needs the companion model, which is not configured; skipped"
+            continue
+        artifacts.profiles[name] = profile
+        described["profiles"][name] = {
+            "path": str(path), "rule": profile.metadata["rule"], "k_max": profile.metadata.get("k_max"),
+            "information": profile.metadata.get("information", {}), "latency_device": profile.metadata.get("latency_device"),
+            **{key: tensor.tolist() for key, tensor in profile.tensors().items()},
+        }
+    return artifacts, described
