@@ -62,17 +62,21 @@ def test_random_pairs_are_seeded_and_sized():
     assert target.dtype == draft.dtype == torch.bfloat16
 
 
-def test_bench_batch_sizes_on_saved_micro_models(tmp_path, capsys, make_lm):
+@pytest.fixture
+def saved_pair(tmp_path, make_lm) -> list[str]:
+    """A saved micro target / draft pair and a random ``post`` head: the bench's model arguments."""
     make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "target")
     make_lm(64, seed=32).save_pretrained(tmp_path / "draft")
     torch.manual_seed(0)
     metadata = {"draft": "draft", "tokenizer_hash": "none", "rule": Speculative(), "sampling": Sampling()}
     save_head(AcceptanceHead(HeadConfig(16, depth=1, timing="post")), tmp_path / "head.safetensors", metadata)
-    results = bench.main(
-        ["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--k", "3",
-         "--max-new-tokens", "6", "--device", "cpu", "--batch-sizes", "1", "3", "--layouts", "compact", "holes",
-         "--head", str(tmp_path / "head.safetensors"), "--threshold", "0.5"]
-    )
+    return ["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
+            "--head", str(tmp_path / "head.safetensors"), "--device", "cpu", "--max-new-tokens", "6"]
+
+
+def test_bench_batch_sizes_on_saved_micro_models(saved_pair, capsys):
+    results = bench.main([*saved_pair, "--k", "3", "--batch-sizes", "1", "3", "--layouts", "compact", "holes",
+                          "--threshold", "0.5"])
     printed = capsys.readouterr().out
     names = ["target alone (HF generate)", "decode Fixed(3) batched [compact]", "decode Fixed(3) batched [holes]",
              "decode Head(h=0.5) batched [compact]", "decode Head(h=0.5) batched [holes]", "decode Fixed(3) one by one"]
@@ -87,17 +91,8 @@ def test_bench_batch_sizes_on_saved_micro_models(tmp_path, capsys, make_lm):
     assert batched[3].target_calls < one_by_one[3].target_calls  # rows share the target's forwards
 
 
-def test_bench_goodput_prices_every_method_at_the_measured_batch_costs(tmp_path, capsys, make_lm):
-    make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "target")
-    make_lm(64, seed=32).save_pretrained(tmp_path / "draft")
-    torch.manual_seed(0)
-    metadata = {"draft": "draft", "tokenizer_hash": "none", "rule": Speculative(), "sampling": Sampling()}
-    save_head(AcceptanceHead(HeadConfig(16, depth=1, timing="post")), tmp_path / "head.safetensors", metadata)
-    rows = bench.main(
-        ["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--max-new-tokens", "6",
-         "--device", "cpu", "--batch-sizes", "1", "3", "--goodput", "--k-grid", "1", "3",
-         "--head", str(tmp_path / "head.safetensors")]
-    )
+def test_bench_goodput_prices_every_method_at_the_measured_batch_costs(saved_pair, capsys):
+    rows = bench.main([*saved_pair, "--batch-sizes", "1", "3", "--goodput", "--k-grid", "1", "3"])
     printed = capsys.readouterr().out
     names = ["Fixed(1)", "Fixed(3)", "Head(h=0.5)", "GoodputHead (batch costs)"]
     assert [(r.method, r.batch) for r in rows] == [(n, b) for b in (1, 3) for n in names]
