@@ -286,7 +286,7 @@ class _BatchLoop:
         for row in rows:
             row.policy.start_round()
             if self.batch_costs is not None:
-                row.policy.batch_round(len(rows), self.round_throughput)
+                row.policy.batch_round()
             row.k = min(row.policy.k_cap(), row.budget - row.stats.generated - 1)
             row.state = DraftRound(self.rule_sampling)
         self._draft(rows)

@@ -101,9 +101,9 @@ class Policy:
     def start_round(self) -> None:
         """Called before the first candidate of each round."""
 
-    def batch_round(self, batch: int, throughput: float) -> None:
-        """Called by the batched loop before each round with the live rows and the batch's modelled throughput
-        (tokens per second of all rows, from the policy's ``batch_costs``); only batch-aware policies use it."""
+    def batch_round(self) -> None:
+        """Called by the batched loop before each round of a policy with ``batch_costs`` (the loop then decides
+        the batch's stop, :func:`batch_drafting_pays`); only batch-aware policies use it."""
 
     def after_propose(self, state: DraftRound) -> Decision:
         """Check after ``y_i`` is sampled (``dynamic`` policies only)."""
@@ -276,7 +276,7 @@ class GoodputHead(Head):
     one verification feeds every row as many columns as the widest, so a further drafting step costs
     a draft forward of the live rows plus a verification column for all of them, and pays when the
     rows' expected accepted tokens ``Σ_r Π_r·P̂_r`` exceed ``λ_B`` (the batch's modelled throughput so
-    far, reported through :meth:`batch_round`) times that cost. No threshold is tuned per batch size:
+    far, tracked by the batched loop) times that cost. No threshold is tuned per batch size:
     a device whose verification is nearly free in its length drafts longer, a compute-bound one
     shorter. Each row's stop is still a stopping time (other rows' values do not depend on its
     future tokens), so lossless rules stay lossless. Without ``batch_costs`` rows decide as alone.
@@ -290,17 +290,17 @@ class GoodputHead(Head):
         self.costs = costs
         self.batch_costs = batch_costs
         self._tokens, self._seconds = 0, 0.0
-        self._batch: tuple[int, float] | None = None  # (live rows, batch throughput) of the current batched round
+        self._in_batch = False  # decoding inside the batched loop (which stops the rows together)
         #: In a batch: this row's running keep-probability and latest ``P̂`` (read by :func:`batch_drafting_pays`).
         self.outlook: tuple[float, float] = (0.0, 0.0)
 
     def reset(self) -> None:
         self._tokens, self._seconds = 0, 0.0
-        self._batch = None
+        self._in_batch = False
         self.outlook = (0.0, 0.0)
 
-    def batch_round(self, batch: int, throughput: float) -> None:
-        self._batch = (batch, throughput)
+    def batch_round(self) -> None:
+        self._in_batch = True
 
     @property
     def throughput(self) -> float:
@@ -319,7 +319,7 @@ class GoodputHead(Head):
         with torch.no_grad():
             accept = float(self.head.predict(hidden.float(), features))
         self._keep_prob *= accept
-        if self.batch_costs is not None and self._batch is not None:
+        if self.batch_costs is not None and self._in_batch:
             self.outlook = (self._keep_prob, accept)
             return Decision.CONTINUE  # the batched loop stops the rows together (batch_drafting_pays)
         stop = state.i >= self.k_min and not drafting_pays(
