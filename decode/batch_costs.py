@@ -19,28 +19,35 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from decode.costs import CostModel, LatencyShape
+
 
 @dataclass(frozen=True)
 class BatchCosts:
     """Seconds of one batched forward, measured at a grid of batch sizes.
 
     ``draft[b]``: a draft forward of ``batches[b]`` rows, one token each; ``target[b][l - 1]``: a
-    target forward of ``batches[b]`` rows feeding ``l`` tokens each (``l = 1..len(target[b])``).
-    Between grid points the times are interpolated linearly; beyond the grid they grow linearly
-    with the last interval's slope (never decreasing: a measured table can dip by noise).
+    target forward of ``batches[b]`` rows feeding ``l`` tokens each (``l = 1..len(target[b])``);
+    ``companion`` (optional, same layout as ``target``): the companion's forwards, which score a
+    round's candidates (:class:`~decode.policies.SV`). Between grid points the times are
+    interpolated linearly; beyond the grid they grow linearly with the last interval's slope (never
+    decreasing: a measured table can dip by noise).
     """
 
     batches: tuple[int, ...]
     draft: tuple[float, ...]
     target: tuple[tuple[float, ...], ...]
+    companion: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.batches or list(self.batches) != sorted(set(self.batches)) or self.batches[0] < 1:
             raise ValueError(f"batch sizes must be increasing and >= 1, got {self.batches}")
-        if len(self.draft) != len(self.batches) or len(self.target) != len(self.batches):
-            raise ValueError("need one draft time and one target row per batch size")
-        if len({len(row) for row in self.target}) != 1 or not self.target[0]:
-            raise ValueError("every target row needs the same (non-empty) number of lengths")
+        if len(self.draft) != len(self.batches):
+            raise ValueError("need one draft time per batch size")
+        for name, table in (("target", self.target), ("companion", self.companion)):
+            if (table or name == "target") and (len(table) != len(self.batches) or not table[0]
+                                                or len({len(row) for row in table}) != 1):
+                raise ValueError(f"need one {name} row per batch size, each with the same (non-empty) number of lengths")
 
     def draft_time(self, batch: float) -> float:
         """Seconds of a draft forward of ``batch`` rows."""
@@ -51,10 +58,26 @@ class BatchCosts:
 
         Rows are taken to verify the mean length ``T / B`` each (at least one token).
         """
-        lengths = np.arange(1, len(self.target[0]) + 1)
-        per_row = max(total / batch, 1.0)
-        at_length = [_extend(per_row, lengths, row) for row in self.target]
-        return _extend(batch, self.batches, at_length)
+        return _table_time(self.batches, self.target, batch, total)
+
+    def companion_time(self, batch: int, total: float) -> float:
+        """Seconds of a companion forward of ``total`` tokens over ``batch`` rows (as :meth:`target_time`)."""
+        if not self.companion:
+            raise ValueError("these BatchCosts have no companion prices: measure them with a companion model")
+        return _table_time(self.batches, self.companion, batch, total)
+
+    def target_alone_seconds(self, batch: int, forwards: int) -> float:
+        """Seconds of ``forwards`` decoding steps of the target alone over ``batch`` rows (one token per row each)."""
+        return forwards * self.target_time(batch, batch)
+
+    def batch_one(self) -> CostModel:
+        """The batch-1 cost model of these measurements (what :class:`~decode.policies.GoodputHead` uses
+        outside a batch): ``t_t`` verifies one candidate (two tokens fed), its shape the measured lengths."""
+        verify = [self.verify_time(1, candidates) for candidates in range(1, len(self.target[0]))] or [
+            self.verify_time(1, 1)]
+        t_companion = self.companion_time(1, 1) if self.companion else 0.0
+        return CostModel(t_draft=self.draft_time(1), t_target=verify[0], t_companion=t_companion,
+                         latency=LatencyShape(tuple(t / verify[0] for t in verify)))
 
     def verify_time(self, batch: int, candidates: float) -> float:
         """Seconds of a verification of ``candidates`` over ``batch`` rows: each row also feeds its last token."""
@@ -70,18 +93,27 @@ class BatchCosts:
 
         Each model's first forward (the prompts) is left out: every method on the same prompts pays it.
         A target forward of ``B`` rows × ``w`` tokens costs ``t_t(B, B·w)``; a draft forward ``w·t_d(B)``
-        (drafting feeds one token per row; the ensemble rules' settling forwards two). Companion
-        forwards have no measured price here and are refused.
+        (drafting feeds one token per row; the ensemble rules' settling forwards two); a companion
+        forward is priced like a target forward from the companion's table.
         """
-        if companion_shapes:
-            raise ValueError("BatchCosts has no companion prices: model a generation without companion forwards")
         target = sum(self.target_time(rows, rows * width) for rows, width in target_shapes[1:])
         draft = sum(width * self.draft_time(rows) for rows, width in draft_shapes[1:])
-        return target + draft
+        companion = sum(self.companion_time(rows, rows * width) for rows, width in companion_shapes[1:])
+        return target + draft + companion
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready fields (metadata)."""
-        return {"batches": list(self.batches), "draft": list(self.draft), "target": [list(r) for r in self.target]}
+        return {"batches": list(self.batches), "draft": list(self.draft), "target": [list(r) for r in self.target],
+                "companion": [list(r) for r in self.companion]}
+
+
+def _table_time(batches: Sequence[int], table: Sequence[Sequence[float]], batch: int, total: float) -> float:
+    """Seconds of a forward of ``total`` tokens over ``batch`` rows from a ``[batch size][tokens per row]`` table;
+    rows are taken to feed the mean ``total / batch`` tokens each (at least one)."""
+    lengths = np.arange(1, len(table[0]) + 1)
+    per_row = max(total / batch, 1.0)
+    at_length = [_extend(per_row, lengths, row) for row in table]
+    return _extend(batch, batches, at_length)
 
 
 def _extend(x: float, grid: Sequence[float], values: Sequence[float]) -> float:
@@ -129,15 +161,21 @@ def forward_seconds(model: PreTrainedModel, batch: int, tokens: int, context: in
 
 
 def measure_batch_costs(target: PreTrainedModel, draft: PreTrainedModel, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
-                        max_length: int = 8, context: int = 64, repeats: int = 5) -> BatchCosts:
-    """Time the draft (one token per row) and the target (``1..max_length`` tokens per row) at each batch size.
+                        max_length: int = 8, context: int = 64, repeats: int = 5,
+                        companion: PreTrainedModel | None = None) -> BatchCosts:
+    """Time the draft (one token per row) and the target (``1..max_length`` tokens per row) at each batch size,
+    and the companion like the target when one is given.
 
-    A forward over more rows or more tokens does not take less time, so the measured table is made
+    A forward over more rows or more tokens does not take less time, so the measured tables are made
     non-decreasing in both (running maximum): what is left of timer noise cannot reward a longer draft.
     """
     batches = tuple(sorted(set(batches)))
     draft_times = np.maximum.accumulate([forward_seconds(draft, b, 1, context, repeats) for b in batches])
-    target_times = np.array([[forward_seconds(target, b, length, context, repeats)
-                              for length in range(1, max_length + 1)] for b in batches])
-    target_times = np.maximum.accumulate(np.maximum.accumulate(target_times, axis=1), axis=0)
-    return BatchCosts(batches, tuple(draft_times.tolist()), tuple(tuple(row) for row in target_times.tolist()))
+
+    def table(model: PreTrainedModel) -> tuple[tuple[float, ...], ...]:
+        times = np.array([[forward_seconds(model, b, length, context, repeats) for length in range(1, max_length + 1)]
+                          for b in batches])
+        times = np.maximum.accumulate(np.maximum.accumulate(times, axis=1), axis=0)
+        return tuple(tuple(row) for row in times.tolist())
+
+    return BatchCosts(batches, tuple(draft_times.tolist()), table(target), table(companion) if companion else ())

@@ -3,7 +3,7 @@
     python -m decode.bench [--target PATH --draft PATH | --random-init {tiny,1b}] [--k 5]
                            [--prompts N] [--max-new-tokens 128] [--dtype bfloat16] [--breakdown]
                            [--batch-sizes 1 8 32 [--layouts compact holes] [--head PATH --threshold H]
-                                                 [--goodput [--k-grid 1 2 4 8]]]
+                                                 [--goodput [--k-grid 1 2 4 8] [--profile PATH]]]
 
 Without ``--target/--draft`` the built-in model zoo is loaded from its cache directory
 (:mod:`decode.zoo_dir`; build it first with ``python -m data_gen.zoo``); ``--random-init``
@@ -43,6 +43,7 @@ from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_d
 from decode.policies import Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
+from decode.target_alone import generate_target_alone
 from decode.zoo_dir import built_zoo_dir
 
 TEXT_PROMPTS = [
@@ -304,24 +305,12 @@ def batch_prompts(path: str | None, count: int, vocab: int, device: torch.device
 BatchRun = Callable[[list[torch.Tensor], int], int]
 
 
-def hf_batch(target: PreTrainedModel, common: dict, eos: int | list[int] | None) -> BatchRun:
-    """The target alone: HF ``generate`` on the left-padded batch; returns the generated tokens (to EOS)."""
-    stops = torch.tensor([eos] if isinstance(eos, int) else list(eos or []), dtype=torch.long)
+def hf_batch(target: PreTrainedModel, budget: int, eos: int | list[int] | None) -> BatchRun:
+    """The target alone: HF ``generate`` on the left-padded batch (:mod:`decode.target_alone`); returns the
+    generated tokens (to EOS)."""
 
     def run(prompts: list[torch.Tensor], seed: int) -> int:
-        width = max(len(p) for p in prompts)
-        ids = torch.zeros(len(prompts), width, dtype=torch.long, device=prompts[0].device)
-        mask = torch.zeros_like(ids)
-        for i, prompt in enumerate(prompts):
-            ids[i, width - len(prompt) :] = prompt
-            mask[i, width - len(prompt) :] = 1
-        torch.manual_seed(seed)
-        with torch.inference_mode():
-            new = target.generate(ids, attention_mask=mask, **common)[:, width:]
-        # A row's tokens end at its first EOS (HF pads the rows that stopped early).
-        stop = torch.isin(new, stops.to(new.device)).long()
-        before = (stop.cumsum(1) - stop) == 0
-        return int(before.sum())
+        return generate_target_alone(target, prompts, budget, eos, seed=seed).tokens
 
     return run
 
@@ -379,7 +368,7 @@ def measure_batched(
 
 
 def run_batched(
-    args: argparse.Namespace, target: PreTrainedModel, draft: PreTrainedModel, common: dict,
+    args: argparse.Namespace, target: PreTrainedModel, draft: PreTrainedModel,
     eos: int | list[int] | None, device: torch.device,
 ) -> list[BatchResult]:
     """The ``--batch-sizes`` comparison; prints one table and returns its rows."""
@@ -390,7 +379,7 @@ def run_batched(
     if args.head:
         head = load_head(args.head, draft=draft, sampling=Sampling(), rule=Speculative())
         policies.append((f"Head(h={args.threshold})", Head(head, threshold=args.threshold)))
-    methods: list[tuple[str, BatchRun]] = [("target alone (HF generate)", hf_batch(target, common, eos))]
+    methods: list[tuple[str, BatchRun]] = [("target alone (HF generate)", hf_batch(target, budget, eos))]
     for label, policy in policies:
         decoder = SpeculativeDecoder(target, draft, rule=Speculative(), policy=policy, sampling=Sampling(),
                                      eos_token_id=eos)
@@ -455,6 +444,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --batch-sizes: measure the batch costs on this device and compare the modelled goodput of "
         "batched Fixed(K) over --k-grid, and with --head of Head(h) and the batch-aware GoodputHead",
     )
+    parser.add_argument("--profile", help="with --goodput: an SV profile file / directory: also batched SV, its rows' "
+                        "verification lengths chosen jointly at the measured t_t(B, T)")
+    parser.add_argument("--companion", help="the profile's companion model (hub id or directory); default: the zoo's")
     parser.add_argument("--k-grid", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8], metavar="K",
                         help="fixed K values of --goodput (default 1 2 3 4 5 6 8)")
     args = parser.parse_args(argv)
@@ -462,6 +454,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--batch-sizes takes sizes >= 1 and no --breakdown")
     if (args.head or args.goodput) and args.batch_sizes is None:
         parser.error("--head and --goodput are used with --batch-sizes only")
+    if (args.profile or args.companion) and not args.goodput:
+        parser.error("--profile and --companion are used with --goodput only")
     if min(args.k_grid) < 1:
         parser.error("--k-grid takes K >= 1")
     if args.random_init and args.draft:
@@ -494,6 +488,17 @@ def load_pair(args: argparse.Namespace, device: torch.device) -> tuple[PreTraine
     return target, draft, f"target={Path(args.target).name} draft={Path(args.draft).name}"
 
 
+def load_companion(args: argparse.Namespace, device: torch.device) -> PreTrainedModel | None:
+    """The SV profile's companion (``--companion``, else the zoo's); None without ``--profile``."""
+    if not args.profile:
+        return None
+    if args.companion is None and args.random_init:
+        print("error: --profile with --random-init needs --companion", file=sys.stderr)
+        sys.exit(2)
+    path = args.companion or str(zoo_dir_or_exit() / "companion")
+    return load_causal_lm(path, dtype=args.dtype).to(device)
+
+
 def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | list[GoodputRow]:
     """Run the benchmark and print the table; returns the per-method (per-batch-size) results."""
     args = parse_args(argv)
@@ -511,10 +516,10 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
     if args.batch_sizes is not None and args.goodput:
         print(f"{described} device={device} max_new_tokens={budget}")
         prompts = batch_prompts(args.target, max(args.batch_sizes), target.config.get_text_config().vocab_size, device)
-        return run_goodput(args, target, draft, prompts, eos)
+        return run_goodput(args, target, draft, prompts, eos, companion=load_companion(args, device))
     if args.batch_sizes is not None:
         print(f"{described} device={device} K={args.k}")
-        return run_batched(args, target, draft, common, eos, device)
+        return run_batched(args, target, draft, eos, device)
     prompts = make_prompts(args.target, args.prompts, target.config.get_text_config().vocab_size, device)
     draft.generation_config.num_assistant_tokens_schedule = "constant"
     draft.generation_config.num_assistant_tokens = args.k

@@ -8,6 +8,7 @@ from test_batched import comparable, make_decoder, wide_prompts
 
 from decode import HeadConfig, policies, rules
 from decode.batch_costs import BatchCosts, measure_batch_costs
+from decode.target_alone import generate_target_alone
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES, AcceptanceHead
 
@@ -45,6 +46,48 @@ def test_measured_costs_cover_every_batch_size_and_length(wide):
     assert costs.draft[0] <= costs.draft[1]  # made non-decreasing in the rows and in the tokens
     assert all(a <= b for row in costs.target for a, b in zip(row, row[1:]))
     assert all(a <= b for a, b in zip(costs.target[0], costs.target[1]))
+
+
+def test_companion_forwards_are_priced_from_the_companions_table():
+    costs = BatchCosts(batches=(1, 4), draft=(0.2, 0.5), target=((1.0, 1.5), (2.0, 4.0)),
+                       companion=((0.3, 0.4), (0.6, 0.9)))
+    assert costs.companion_time(4, 8) == pytest.approx(0.9) and costs.companion_time(1, 1) == pytest.approx(0.3)
+    prompt = (4, 10)  # every model's first forward holds the prompts: left out
+    seconds = costs.modelled_seconds([prompt, (4, 2)], [prompt, (4, 1)], [prompt, (4, 2)])
+    assert seconds == pytest.approx(4.0 + 0.5 + 0.9)
+    assert costs.batch_one().t_companion == pytest.approx(0.3)
+    without = BatchCosts(batches=(1, 4), draft=(0.2, 0.5), target=((1.0, 1.5), (2.0, 4.0)))
+    with pytest.raises(ValueError, match="no companion prices"):  # never priced as free
+        without.modelled_seconds([prompt, (4, 2)], [prompt], [prompt, (4, 2)])
+    assert without.batch_one().t_companion == 0.0
+    with pytest.raises(ValueError, match="companion row"):
+        BatchCosts(batches=(1, 4), draft=(0.2, 0.5), target=((1.0,), (2.0,)), companion=((0.3,),))
+
+
+def test_the_target_alone_pays_one_forward_of_one_token_per_row_and_step():
+    costs = BatchCosts(batches=(1, 4), draft=(0.2, 0.5), target=((1.0, 1.5), (2.0, 4.0)))
+    assert costs.target_alone_seconds(4, 10) == pytest.approx(10 * 2.0)
+    assert costs.target_alone_seconds(1, 3) == pytest.approx(3 * 1.0)
+
+
+def test_measured_companion_table_has_the_targets_layout(wide):
+    costs = measure_batch_costs(wide["target"], wide["draft"], batches=(1, 2), max_length=3, context=4, repeats=1,
+                                companion=wide["companion"])
+    assert [len(row) for row in costs.companion] == [3, 3] and min(min(r) for r in costs.companion) > 0
+    assert all(a <= b for row in costs.companion for a, b in zip(row, row[1:]))
+
+
+@pytest.mark.parametrize("eos", [None, [5, 7, 9, 11, 13]])
+def test_target_alone_counts_tokens_to_each_rows_eos_and_the_steps_the_batch_paid(wide, eos):
+    prompts = wide_prompts(96)[:3]
+    out = generate_target_alone(wide["target"], prompts, 12, eos, do_sample=True, seed=2)
+    assert out.rows == 3 and out.wall_time_s > 0 and out.steps <= 11
+    if eos is None:
+        assert out.tokens == 3 * 12 and out.steps == 11  # every row decodes the budget
+    else:
+        assert 3 <= out.tokens < 3 * 12  # some row stopped at an EOS id (seeded), each kept at least one token
+    greedy = [generate_target_alone(wide["target"], prompts, 12, eos, do_sample=False, seed=s).tokens for s in (1, 2)]
+    assert greedy[0] == greedy[1]  # greedy does not depend on the seed
 
 
 def goodput_head(hidden: int, batch_costs: BatchCosts | None, t_target: float = 1.0) -> policies.GoodputHead:

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from decode import bench, bench_ensemble
-from decode.export import save_head
+from decode.export import save_head, save_profile
 from decode.head import AcceptanceHead, HeadConfig
+from decode.profile import SVProfile
 from decode.rules import Speculative
 from decode.sampling import Sampling
 from decode.zoo_dir import ENV_VAR, METADATA_FILE
@@ -99,6 +100,23 @@ def test_bench_goodput_prices_every_method_at_the_measured_batch_costs(saved_pai
     assert all(r.tokens == 6 * 3 and r.modelled_s > 0 for r in rows)  # the same 3 prompts at every B
     marked = [line for line in printed.splitlines() if line.startswith("Fixed(") and " * " in line]
     assert "measured costs" in printed and len(marked) == 2  # one best fixed K per batch size
+
+
+def test_bench_goodput_prices_sv_with_the_companions_measured_costs(saved_pair, tmp_path, make_lm, capsys):
+    make_lm(64, seed=33).save_pretrained(tmp_path / "companion")
+    profile = SVProfile(x_edges=torch.tensor([0.0, 0.5, 1.0]), y_edges=torch.tensor([0.0, 0.5, 1.0]),
+                        table=torch.tensor([[0.2, 0.6], [0.5, 0.9]]), counts=torch.ones(2, 2),
+                        latency=torch.tensor([1.0, 1.1, 1.2, 1.3]))
+    metadata = {"draft": "draft", "tokenizer_hash": "none", "rule": Speculative(), "sampling": Sampling(), "k_max": 4}
+    save_profile(profile, tmp_path / "profile.safetensors", metadata)
+    rows = bench.main([*saved_pair, "--batch-sizes", "1", "3", "--goodput", "--k-grid", "2",
+                       "--profile", str(tmp_path / "profile.safetensors"), "--companion", str(tmp_path / "companion")])
+    printed = capsys.readouterr().out
+    sv = [r for r in rows if r.method == "SV(k=4, batch costs)"]
+    assert [r.batch for r in sv] == [1, 3] and all(r.tokens == 6 * 3 and r.modelled_s > 0 for r in sv)
+    assert "companion" in printed  # the companion's measured table is printed with the others
+    with pytest.raises(SystemExit):  # a profile belongs to a --goodput comparison
+        bench.parse_args([*saved_pair, "--batch-sizes", "1", "--profile", "p"])
 
 
 def test_bench_without_batch_sizes_refuses_a_head():

@@ -1,0 +1,61 @@
+"""The baseline every speculative method is measured against: the target alone, decoding a batch with HF ``generate``.
+
+Prompts of different lengths are left-padded with an attention mask; each step feeds one token per
+row. A row's generated tokens end at its first EOS (HF keeps stepping rows that stopped, padded,
+until every row has stopped or the budget is spent), so :attr:`TargetAloneBatch.steps` is what
+the batch paid and :attr:`TargetAloneBatch.tokens` what it produced.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+
+@dataclass(frozen=True)
+class TargetAloneBatch:
+    """One batched ``generate`` of the target: ``rows`` prompts, ``steps`` decoding forwards after the prompt's."""
+
+    rows: int
+    tokens: int
+    steps: int
+    wall_time_s: float
+
+
+def eos_ids(eos: int | list[int] | None) -> list[int]:
+    """The EOS token ids as a list (none: an empty list)."""
+    return [eos] if isinstance(eos, int) else list(eos or [])
+
+
+@torch.inference_mode()
+def generate_target_alone(target: PreTrainedModel, prompts: list[torch.Tensor], max_new_tokens: int,
+                          eos: int | list[int] | None, do_sample: bool = True, seed: int = 0) -> TargetAloneBatch:
+    """Decode the 1-D ``prompts`` together with ``target.generate`` (temperature 1 sampling or greedy);
+    ``eos`` None: every row decodes ``max_new_tokens``."""
+    device = target.device
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long, device=device)
+    mask = torch.zeros_like(ids)
+    for i, prompt in enumerate(prompts):
+        ids[i, width - len(prompt) :] = prompt.to(device)
+        mask[i, width - len(prompt) :] = 1
+    stops = eos_ids(eos)
+    sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if do_sample else {"do_sample": False}
+    torch.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    # Without EOS ids every row decodes the whole budget (the generation config's EOS must not stop it).
+    new = target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                          min_new_tokens=0 if stops else max_new_tokens, pad_token_id=stops[0] if stops else 0,
+                          **({"eos_token_id": stops} if stops else {}), **sampling)[:, width:]
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    stop = torch.isin(new, torch.tensor(stops, dtype=torch.long, device=new.device)).long()
+    before = (stop.cumsum(1) - stop) == 0  # a row's tokens up to and including its first EOS
+    return TargetAloneBatch(rows=len(prompts), tokens=int(before.sum()), steps=max(new.shape[1] - 1, 0),
+                            wall_time_s=seconds)
