@@ -14,6 +14,7 @@ at the start. Writes the table, metadata and figures under ``evaluate.out_dir`` 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from tqdm.auto import tqdm
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import ConfigError, EvaluateJob
 from accept_heads.evaluation.baselines import describe_hf, se_available
+from accept_heads.evaluation import batch_axis
+from accept_heads.evaluation.batch_axis import BatchRun
 from accept_heads.evaluation.bootstrap import add_intervals
 from accept_heads.evaluation.costs import CostFit, Latency, fit_costs, measure_latency, paper_model
 from accept_heads.evaluation.figures import draw_all
@@ -42,16 +45,18 @@ from accept_heads.evaluation.table import (add_comparisons, add_costs, aggregate
                                            select_threshold, sort_rows, verification_units)
 from data_gen.models import Trio
 from data_gen.prompts import check_prompt_choices
+from decode.batch_costs import measure_batch_costs
 from decode.costs import CostModel, LatencyShape
 from decode.head import AcceptanceHead
 from decode.version import code_version
 
 
-def execute(specs: list[RunSpec], pool: WorkerPool, description: str) -> list[dict[str, Any]]:
-    """Decode every run (a progress bar over runs); one record per generation, in spec order."""
+def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,
+            method: str = "run") -> list[dict[str, Any]]:
+    """Decode every run with the executor's ``method`` (a progress bar over runs); its records, in spec order."""
     records: list[dict[str, Any]] = []
     with tqdm(total=len(specs), desc=description, unit="run", dynamic_ncols=True) as bar:
-        for spec, run_records in zip(specs, pool.map(specs)):
+        for spec, run_records in zip(specs, pool.map(specs, method)):
             bar.set_postfix_str(f"{spec.set} {spec.rule} {spec.label}", refresh=False)
             bar.update()
             records += run_records
@@ -145,6 +150,17 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
     }
 
 
+def decode_batch_axis(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
+                      choices: list[Choice], pool: WorkerPool) -> list[dict[str, Any]]:
+    """The batch axis: the fixed-K grid on dev at every batch size, then the test set's runs; a record per
+    batched generate (:mod:`accept_heads.evaluation.batch_axis`)."""
+    records = execute(batch_axis.dev_fixed_runs(job, rules), pool, "batch axis: dev fixed K", "run_batches")
+    best_k = batch_axis.best_fixed_k(pd.DataFrame(records))
+    runs = [run for s in sets if s.role == "test"
+            for run in batch_axis.test_runs(job, artifacts, s.name, rules, choices, best_k)]
+    return records + execute(runs, pool, "batch axis: test", "run_batches")
+
+
 def evaluate(job: EvaluateJob) -> Results:
     """Run the whole evaluation, save the results and figures, print the report; returns the results."""
     start = time.perf_counter()
@@ -164,6 +180,12 @@ def evaluate(job: EvaluateJob) -> Results:
     latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency_lengths, e.latency_repeats)
     paper = paper_model(job.cost, latency)
     executor.decoding.costs = paper  # the goodput head stops by the model the selection uses
+    axis_rules = batch_axis.axis_rules(job, rules) if e.batch_sizes else []
+    if axis_rules:
+        companion = trio.companion if artifacts.profiles else None
+        executor.batch_costs = measure_batch_costs(trio.target, trio.draft, batches=e.batch_sizes,
+                                                   max_length=e.latency_lengths, repeats=e.latency_repeats,
+                                                   companion=companion)
 
     with WorkerPool(executor, workers) as pool:
         records = execute(dev_sweeps(job, artifacts, rules), pool, "dev sweeps")
@@ -180,17 +202,21 @@ def evaluate(job: EvaluateJob) -> Results:
             records += execute(fsd_sweep(job, "dev", choices), pool, "dev FSD sweep")
             choices += select_threshold(costed(records, paper), "throughput_cost", choices)
         records += execute(after_selection(job, artifacts, sets, rules, choices), pool, "test / OOD")
+        batch_records = decode_batch_axis(job, artifacts, sets, axis_rules, choices, pool) if axis_rules else []
 
     generations = mark_dev_choices(pd.DataFrame(records), choices)
     table, fit = results_table(generations, paper, latency.shape, job.seed)
     calibration = calibration_frame(job, artifacts, trio, notes)
     metadata = {**describe(job, trio, device, rules, sets, choices, paper, fit, latency), **executor.described,
                 "workers": workers, "notes": notes}
-    results = Results(Path(e.out_dir), table, generations, calibration, metadata)
+    if axis_rules:
+        metadata["batch_axis"] = batch_axis.describe(job, executor.batch_costs, axis_rules, e.threads)
+    results = Results(Path(e.out_dir), table, generations, calibration, metadata,
+                      batch_axis.summarise(pd.DataFrame(batch_records)) if batch_records else pd.DataFrame())
     figures = draw_all(results) if e.figures else {}
     metadata["seconds"] = time.perf_counter() - start
     files = save_results(results)
-    print_report(results.table, metadata, files, figures)
+    print_report(results.table, metadata, files, figures, results.batch_axis)
     return results
 
 

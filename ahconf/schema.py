@@ -292,6 +292,11 @@ class EvaluateConfig:
     batch_size: int = 32
     # the first this-many prompts of every run decode alone: their wall times fit the costs (a batch's are shared)
     timed_prompts: int = 2
+    # batch axis: throughput per policy at each batch size B, measured and modelled at batch costs measured on
+    # this device (e.g. [1, 8, 32]; empty = none); the best fixed K per B is chosen on dev
+    batch_sizes: List[int] = field(default_factory=list)
+    batch_prompts: int = 32  # the first this-many prompts of each set decoded at every B
+    batch_rules: Optional[List[str]] = None  # rules of the batch axis; null = every evaluated rule
 
     def __post_init__(self) -> None:
         for name in self.rules or []:
@@ -314,6 +319,11 @@ class EvaluateConfig:
             raise ConfigError("evaluate.threads must be >= 1 or null")
         if self.workers is not None and self.workers < 1:
             raise ConfigError("evaluate.workers must be >= 1 or null (one per CPU core)")
+        for name in self.batch_rules or []:
+            _choice("evaluate.batch_rules", name, RULE_NAMES)
+        if any(b < 1 for b in self.batch_sizes) or self.batch_prompts < 1:
+            raise ConfigError("evaluate.batch_sizes and evaluate.batch_prompts must be >= 1 (an empty batch_sizes "
+                              "turns the batch axis off)")
         if self.batch_size < 1 or self.timed_prompts < 1:
             raise ConfigError("evaluate.batch_size and evaluate.timed_prompts must be >= 1 (the cost fit times "
                               "generations decoded alone)")

@@ -85,7 +85,8 @@ def test_typo_in_a_yaml_group_file_fails(tmp_path):
 @pytest.mark.parametrize(
     "override, key",
     [("head.timing=middle", "head.timing"), ("rules.names=[exact]", "rules.names"), ("sampling.temperature=-1", "temperature"),
-     ("head.timing=post", "head.mixing_r=1 leaves none")],  # the tiny recipe's r = 1 suits pre heads only
+     ("head.timing=post", "head.mixing_r=1 leaves none"), ("evaluate.batch_rules=[exact]", "evaluate.batch_rules"),
+     ("evaluate.batch_sizes=[0,8]", "evaluate.batch_sizes")],  # the tiny recipe's r = 1 suits pre heads only
 )
 def test_invalid_values_fail_validation_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key):

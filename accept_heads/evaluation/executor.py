@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import torch
 
 from ahconf.schema import EvaluateJob
 from accept_heads.evaluation.baselines import HFRunner, SERunner
+from accept_heads.evaluation.batch_axis import BatchRun, measure_batches
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
 from accept_heads.evaluation.runs import DECODE_FAMILIES, HF_FAMILIES, SE_FAMILIES, Decoding, Runner, RunSpec
 from data_gen.models import Trio, load_trio
+from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.sampling import Sampling
 
@@ -61,6 +64,7 @@ class Executor:
     sets: dict[str, PromptSet]
     decoding: Decoding
     runners: dict[str, Runner]
+    batch_costs: BatchCosts | None = None  # the batch axis's prices, measured on this device before decoding
 
     @classmethod
     def build(cls, job: EvaluateJob, notes: dict[str, str]) -> Executor:
@@ -86,21 +90,29 @@ class Executor:
         prompts = self.sets[spec.set]
         return runner.run(spec, prompts, with_quality=prompts.role != "dev")
 
+    def run_batches(self, run: BatchRun) -> list[dict[str, Any]]:
+        """Decode one batch-axis run at the measured batch costs: a record per batched generate."""
+        if self.batch_costs is None:
+            raise ValueError("a batch-axis run needs Executor.batch_costs (measured before decoding)")
+        return measure_batches(self.decoding, self.batch_costs, run, self.sets[run.run.set],
+                               self.job.evaluate.batch_prompts)
+
 
 _WORKER: Executor | None = None
 
 
-def _start_worker(job: EvaluateJob, costs: CostModel | None) -> None:
+def _start_worker(job: EvaluateJob, costs: CostModel | None, batch_costs: BatchCosts | None) -> None:
     global _WORKER
     if job.evaluate.threads is not None:
         torch.set_num_threads(job.evaluate.threads)
     _WORKER = Executor.build(job, notes={})
     _WORKER.decoding.costs = costs
+    _WORKER.batch_costs = batch_costs
 
 
-def _run_in_worker(spec: RunSpec) -> list[dict[str, Any]]:
+def _call_in_worker(method: str, spec: RunSpec | BatchRun) -> list[dict[str, Any]]:
     assert _WORKER is not None, "worker not initialised"
-    return _WORKER.run(spec)
+    return getattr(_WORKER, method)(spec)
 
 
 class WorkerPool:
@@ -115,15 +127,16 @@ class WorkerPool:
         if self.workers > 1:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_start_worker,
-                                             initargs=(self.executor.job, self.executor.decoding.costs))
+                                             initargs=(self.executor.job, self.executor.decoding.costs,
+                                                       self.executor.batch_costs))
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
 
-    def map(self, specs: list[RunSpec]) -> Iterator[list[dict[str, Any]]]:
-        """Each spec's records, in the order of ``specs``."""
+    def map(self, specs: Sequence[RunSpec | BatchRun], method: str = "run") -> Iterator[list[dict[str, Any]]]:
+        """Each spec's records from the executor's ``method`` (``run``, ``run_batches``), in the order of ``specs``."""
         if self._pool is None:
-            return map(self.executor.run, specs)
-        return self._pool.map(_run_in_worker, specs)
+            return map(getattr(self.executor, method), specs)
+        return self._pool.map(partial(_call_in_worker, method), specs)

@@ -278,6 +278,32 @@ def draw_se(results: Results) -> Figure | None:
     return figure
 
 
+def draw_batch_axis(results: Results) -> Figure | None:
+    """Throughput over the target alone vs batch size, per rule: modelled (solid) and measured (dashed)."""
+    axis = results.batch_axis
+    if axis.empty:
+        return None
+    test = axis[(axis["role"] == "test") & (axis["family"] != "target")]
+    rules = list(dict.fromkeys(test["rule"]))
+    figure, axes = _panels(len(rules))
+    for ax, rule in zip(axes, rules):
+        rows = test[test["rule"] == rule]
+        for (family, artifact), group in rows.groupby(["family", "artifact"], dropna=False, sort=False):
+            group = group.sort_values("batch")
+            color = COLORS.get(family, "grey")
+            label = _family_label(family, artifact) + (" (K per B on dev)" if family == "fixed" else "")
+            ax.plot(group["batch"], group["x_target"], "o-", color=color, label=label)
+            ax.plot(group["batch"], group["x_target_measured"], "x--", color=color, alpha=0.5, lw=1)
+        ax.axhline(1.0, color="black", lw=1, label="target alone")
+        ax.set_xscale("log", base=2)
+        ax.set(title=f"{rule} — {rows['set'].iloc[0]}", xlabel="batch size B",
+               ylabel="throughput / target alone (solid: modelled, dashed: measured)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    figure.suptitle("Batch axis: modelled at the batch costs measured on this device")
+    return figure
+
+
 FIGURES: dict[str, Callable[[Results], Figure | None]] = {
     "pareto": draw_pareto,
     "throughput_vs_k": draw_throughput_vs_k,
@@ -286,6 +312,7 @@ FIGURES: dict[str, Callable[[Results], Figure | None]] = {
     "sv_profile": draw_sv_profile,
     "fsd": draw_fsd,
     "se": draw_se,
+    "batch_axis": draw_batch_axis,
 }
 
 

@@ -91,6 +91,24 @@ def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
     return out
 
 
+def batch_axis_table(axis: pd.DataFrame, batch_costs: dict[str, Any]) -> Table:
+    """Per test set, rule, policy and batch size: measured and modelled tokens/s, × the target alone and × the
+    best fixed K (chosen on dev at that B)."""
+    rows = axis[axis["role"] != "dev"]
+    draft_ms = " ".join(f"B={b}: {1e3 * t:.2f}" for b, t in zip(batch_costs["batches"], batch_costs["draft"]))
+    out = Table(title=f"batch axis — throughput per batch size B (modelled at the batch costs measured here; "
+                      f"draft forward ms {draft_ms})", title_justify="left")
+    for column in ("set", "rule", "policy", "chosen on", "B", "tokens", "tokens/s measured", "×target measured",
+                   "tokens/s modelled", "×target modelled", "×best K (B) modelled"):
+        out.add_column(column, justify="left" if column in ("set", "rule", "policy") else "right")
+    for _, row in rows.iterrows():
+        out.add_row(row["set"], row["rule"], escape(row["policy"]), row["chosen_on"] or "—", str(row["batch"]),
+                    str(row["tokens"]), _num(row["tokens_per_s"], 1), _num(row["x_target_measured"], 3, "×"),
+                    _num(row["modelled_tokens_per_s"], 1), _num(row["x_target"], 3, "×"),
+                    _num(row["x_best_fixed_k"], 3, "×"))
+    return out
+
+
 def cost_lines(metadata: dict[str, Any]) -> list[str]:
     """The fitted ``t_d``, ``t_c``, ``t_t(L)`` and R², and what the cost pair assumes."""
     fit, fitted, paper = metadata["cost_fit"], metadata["cost_models"]["fitted"], metadata["cost_models"]["cost"]
@@ -109,7 +127,7 @@ def cost_lines(metadata: dict[str, Any]) -> list[str]:
 
 
 def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str, Path],
-                 figures: dict[str, Path | None]) -> None:
+                 figures: dict[str, Path | None], batch_axis: pd.DataFrame | None = None) -> None:
     """Everything the user needs at the end of a run."""
     console = Console()
     if not console.is_terminal:
@@ -119,6 +137,8 @@ def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str,
         console.print(results_table(table, set_name, metadata["cost_models"]["cost"]))
     if metadata["heads"]:
         console.print(heads_table(table, metadata["heads"]))
+    if batch_axis is not None and len(batch_axis):
+        console.print(batch_axis_table(batch_axis, metadata["batch_axis"]["batch_costs"]))
     for line in cost_lines(metadata):
         console.print(line, markup=False)
     for note in metadata["notes"].values():

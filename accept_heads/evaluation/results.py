@@ -8,6 +8,7 @@ Layout of ``evaluate.out_dir``::
                          cost fit, selection
     generations.parquet  one row per generated sequence (counts, verified length of every round)
     calibration.parquet  heads' dev predictions vs labels (reliability diagrams)
+    batch_axis.parquet   throughput per policy and batch size (``evaluate.batch_sizes``; empty without)
     figures/*.png
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ class Results:
     generations: pd.DataFrame
     calibration: pd.DataFrame
     metadata: dict[str, Any]
+    batch_axis: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def figure_dir(self) -> Path:
@@ -53,7 +55,7 @@ def save_results(results: Results) -> dict[str, Path]:
     root = results.root
     root.mkdir(parents=True, exist_ok=True)
     paths = {name: root / name for name in ("results.parquet", "results.csv", "results.json",
-                                            "generations.parquet", "calibration.parquet")}
+                                            "generations.parquet", "calibration.parquet", "batch_axis.parquet")}
     text = _json(results.metadata)
     arrow = pa.Table.from_pandas(results.table, preserve_index=False)
     pq.write_table(arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), METADATA_KEY: text.encode()}),
@@ -68,6 +70,7 @@ def save_results(results: Results) -> dict[str, Path]:
     paths["results.json"].write_text(text + "\n")
     results.generations.to_parquet(paths["generations.parquet"], index=False)
     results.calibration.to_parquet(paths["calibration.parquet"], index=False)
+    results.batch_axis.to_parquet(paths["batch_axis.parquet"], index=False)
     return paths
 
 
@@ -84,5 +87,7 @@ def load_results(root: str | Path | None = None) -> Results:
                                 f"or set {RESULTS_ENV}")
     table = pq.read_table(root / "results.parquet")
     metadata = json.loads(table.schema.metadata[METADATA_KEY])
+    batch_axis = root / "batch_axis.parquet"  # absent in results written before the batch axis
     return Results(root, table.to_pandas(), pd.read_parquet(root / "generations.parquet"),
-                   pd.read_parquet(root / "calibration.parquet"), metadata)
+                   pd.read_parquet(root / "calibration.parquet"), metadata,
+                   pd.read_parquet(batch_axis) if batch_axis.is_file() else pd.DataFrame())

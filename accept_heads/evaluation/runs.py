@@ -18,6 +18,7 @@ from ahconf.schema import RulesConfig
 from data_gen.seeding import prompt_seed
 from data_gen.models import Trio
 from decode import SpeculativeDecoder, policies
+from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode import rules as rule_defs
 from decode.sampling import Sampling
@@ -178,8 +179,9 @@ class Decoding:
     batch_size: int = 1  # prompts per batched generate (families whose rows decide as alone: BATCHED_FAMILIES)
     timed_prompts: int = 0  # the first this-many prompts of a batched run decode alone (they time the models)
 
-    def policy(self, spec: RunSpec) -> policies.Policy:
-        """The length policy of ``spec`` (heads keep the K range they were calibrated with)."""
+    def policy(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> policies.Policy:
+        """The length policy of ``spec`` (heads keep the K range they were calibrated with); with measured
+        ``batch_costs`` the goodput head and SV decide at a batch's prices (the evaluation's batch axis)."""
         if spec.family == "fixed":
             return policies.Fixed(int(spec.param))
         if spec.family == "heuristic":
@@ -191,20 +193,25 @@ class Decoding:
             k_min, k_max = head.metadata.get("k_min", self.k_min), head.metadata.get("k_max", self.k_max)
             return policies.Head(head, threshold=spec.param, k_min=k_min, k_max=k_max)
         if spec.family == "head-goodput":
-            if self.costs is None:
-                raise ValueError("a head-goodput run needs Decoding.costs (the cost model it stops by)")
             head = self.artifacts.heads[spec.artifact]
             k_min, k_max = head.metadata.get("k_min", self.k_min), head.metadata.get("k_max", self.k_max)
+            if batch_costs is not None:
+                return policies.GoodputHead(head, batch_costs.batch_one(), k_min=k_min, k_max=k_max,
+                                            batch_costs=batch_costs)
+            if self.costs is None:
+                raise ValueError("a head-goodput run needs Decoding.costs (the cost model it stops by)")
             return policies.GoodputHead(head, self.costs, k_min=k_min, k_max=k_max)
         if spec.family == "sv":
             profile = self.artifacts.profiles[spec.artifact]
-            return policies.SV(profile, k=int(profile.metadata.get("k_max", profile.latency.numel())))
+            return policies.SV(profile, k=int(profile.metadata.get("k_max", profile.latency.numel())),
+                               batch_latency=batch_costs.verify_time if batch_costs is not None else None)
         if spec.family == "oracle":
             return policies.Oracle()
         raise ValueError(f"unknown policy family {spec.family!r}; valid: {', '.join(DECODE_FAMILIES)}")
 
-    def decoder(self, spec: RunSpec) -> SpeculativeDecoder:
-        policy = self.policy(spec)
+    def decoder(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> SpeculativeDecoder:
+        """Our decoder for ``spec`` (its policy as :meth:`policy` builds it)."""
+        policy = self.policy(spec, batch_costs)
         companion = self.trio.companion if policy.companion is not None else None
         return SpeculativeDecoder(self.trio.target, self.trio.draft, rule=build_rule(spec.rule, spec.rule_param, self.rules),
                                   policy=policy, companion=companion, sampling=self.sampling)

@@ -1,0 +1,162 @@
+"""The evaluation's batch axis (``evaluate.batch_sizes``): throughput per policy and batch size.
+
+At each batch size ``B`` the first ``evaluate.batch_prompts`` prompts of a set are decoded in
+consecutive batches of ``B`` (one batch of the whole set when it has fewer) by the target alone
+(HF ``generate``, :mod:`decode.target_alone`) and by our batched decoder with each policy. Every
+batched generate is one record: generated tokens, its wall seconds (measured throughput) and its
+forwards priced at the batch costs measured on this device before decoding (modelled throughput,
+:meth:`decode.batch_costs.BatchCosts.modelled_seconds`; prompts left out). The fixed ``K`` is chosen
+per ``B`` on dev by modelled throughput; on test the target alone, that ``K``, the confidence τ and
+head thresholds h chosen on dev by the main evaluation, and the policies that need no threshold at
+any ``B`` (the goodput head and SV, both at the measured batch costs) are decoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+import torch
+
+from ahconf.schema import EvaluateJob
+from accept_heads.evaluation.inputs import Artifacts, PromptSet
+from accept_heads.evaluation.plan import Choice, matching_artifacts
+from accept_heads.evaluation.runs import Decoding, RunSpec, rule_param
+from accept_heads.selection import best_value
+from data_gen.seeding import prompt_seed
+from decode.batch_costs import BatchCosts
+from decode.target_alone import generate_target_alone
+
+#: Families of the batch axis besides the fixed K: the target alone and the policies chosen or free of a parameter.
+AXIS_FAMILIES = ("target", "fixed", "confidence", "head", "head-goodput", "sv")
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One policy (``run``) decoding a set's batch-axis prompts in batches of ``batch``."""
+
+    run: RunSpec
+    batch: int
+
+    @property
+    def set(self) -> str:
+        return self.run.set
+
+    @property
+    def rule(self) -> str:
+        return self.run.rule
+
+    @property
+    def label(self) -> str:
+        """The policy's label and the batch size, e.g. ``fixed(K=2) B=8``."""
+        return f"{self.run.label} B={self.batch}"
+
+
+def axis_rules(job: EvaluateJob, rules: list[str]) -> list[str]:
+    """The rules of the batch axis: ``evaluate.batch_rules`` (those the evaluation decodes), else all of ``rules``."""
+    wanted = job.evaluate.batch_rules
+    return [rule for rule in rules if wanted is None or rule in wanted]
+
+
+def dev_fixed_runs(job: EvaluateJob, rules: list[str]) -> list[BatchRun]:
+    """The fixed-K grid on dev at every batch size (the best K is chosen per ``B``)."""
+    e = job.evaluate
+    return [BatchRun(RunSpec(set="dev", rule=rule, family="fixed", param=float(k), rule_param=rule_param(rule, job.rules),
+                             chosen_on="grid"), batch)
+            for batch in e.batch_sizes for rule in rules for k in e.fixed_k]
+
+
+def best_fixed_k(dev: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """Per ``(rule, B)``: the fixed K with the highest modelled throughput on dev (ties: the smaller K)."""
+    runs = summarise(dev)
+    return {(rule, int(batch)): best_value(group["param"].tolist(), group["modelled_tokens_per_s"].tolist())
+            for (rule, batch), group in runs.groupby(["rule", "batch"])}
+
+
+def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str], choices: list[Choice],
+              best_k: dict[tuple[str, int], float]) -> list[BatchRun]:
+    """What each batch size decodes on ``set_name``: the target alone, the dev-chosen K at that ``B``, the main
+    evaluation's dev-chosen τ and h, and each head's goodput stop and each SV profile at the batch costs."""
+    chosen = {(c.rule, c.family, c.artifact): c.value for c in choices if c.swept == "param"}
+    runs = []
+    for batch in job.evaluate.batch_sizes:
+        for rule in rules:
+            base = RunSpec(set=set_name, rule=rule, family="target", rule_param=rule_param(rule, job.rules))
+            heads, profiles = matching_artifacts(artifacts, rule, base.rule_param, job.rules)
+            specs = [base, replace(base, family="fixed", param=best_k[(rule, batch)], chosen_on="dev")]
+            if (rule, "confidence", None) in chosen:
+                specs.append(replace(base, family="confidence", param=chosen[(rule, "confidence", None)],
+                                     chosen_on="dev"))
+            specs += [replace(base, family="head", artifact=name, param=chosen[(rule, "head", name)], chosen_on="dev")
+                      for name in heads if (rule, "head", name) in chosen]
+            specs += [replace(base, family="head-goodput", artifact=name) for name in heads]
+            specs += [replace(base, family="sv", artifact=name) for name in profiles]
+            runs += [BatchRun(spec, batch) for spec in specs]
+    return runs
+
+
+@torch.inference_mode()
+def measure_batches(decoding: Decoding, costs: BatchCosts, run: BatchRun, prompts: PromptSet,
+                    count: int) -> list[dict[str, Any]]:
+    """Decode the first ``count`` prompts of the set in batches of ``run.batch``: a record per batched generate."""
+    spec = run.run
+    items = prompts.prompts[:count]
+    records = []
+    for start in range(0, len(items), run.batch):
+        chunk = items[start : start + run.batch]
+        ids = [torch.tensor(p.token_ids, dtype=torch.long) for p in chunk]
+        seeds = [prompt_seed(decoding.seed, p.prompt_id) for p in chunk]
+        if spec.family == "target":
+            out = generate_target_alone(decoding.trio.target, ids, decoding.max_new_tokens,
+                                        decoding.trio.target.generation_config.eos_token_id,
+                                        do_sample=spec.rule != "greedy", seed=seeds[0])
+            counts = {"tokens": out.tokens, "wall_s": out.wall_time_s,
+                      "modelled_s": costs.target_alone_seconds(len(chunk), out.steps),
+                      "target_calls": out.steps + 1, "draft_calls": 0, "companion_calls": 0}
+        else:
+            totals = decoding.decoder(spec, batch_costs=costs).generate_batch(
+                ids, max_new_tokens=decoding.max_new_tokens, seed=seeds).totals
+            counts = {"tokens": totals.tokens, "wall_s": totals.wall_time_s,
+                      "modelled_s": costs.modelled_seconds(totals.target_shapes, totals.draft_shapes,
+                                                           totals.companion_shapes),
+                      "target_calls": totals.target_calls, "draft_calls": totals.draft_calls,
+                      "companion_calls": totals.companion_calls}
+        records.append({**spec.to_dict(), **prompts.key(), "batch": run.batch, "rows": len(chunk), **counts})
+    return records
+
+
+KEYS = ["set", "role", "rule", "rule_param", "family", "artifact", "param", "policy", "chosen_on", "batch"]
+
+
+def summarise(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per run and batch size: totals, measured and modelled tokens/s, and × the target alone and × the
+    dev-chosen fixed K at the same set, rule and ``B`` (both modelled)."""
+    sums = ["rows", "tokens", "wall_s", "modelled_s", "target_calls", "draft_calls", "companion_calls"]
+    table = records.groupby(KEYS, dropna=False, sort=False)[sums].sum().reset_index()
+    table["tokens_per_s"] = table["tokens"] / table["wall_s"]
+    table["modelled_tokens_per_s"] = table["tokens"] / table["modelled_s"]
+    table["x_target"] = _over(table, table["family"] == "target", "modelled_tokens_per_s")
+    table["x_best_fixed_k"] = _over(table, (table["family"] == "fixed") & (table["chosen_on"] != "grid"),
+                                    "modelled_tokens_per_s")
+    table["x_target_measured"] = _over(table, table["family"] == "target", "tokens_per_s")
+    return table
+
+
+def _over(table: pd.DataFrame, reference: pd.Series, column: str) -> pd.Series:
+    """``column`` of each row over ``column`` of the ``reference`` row of the same set, rule and batch size."""
+    keys = ["set", "rule", "batch"]
+    values = table[reference].set_index(keys)[column]
+    return table[column] / values.reindex(pd.MultiIndex.from_frame(table[keys])).to_numpy()
+
+
+def describe(job: EvaluateJob, costs: BatchCosts, rules: list[str], threads: int | None) -> dict[str, Any]:
+    """Metadata of the batch axis: sizes, prompts, rules, the measured costs and what the figures mean."""
+    e = job.evaluate
+    return {"batch_sizes": list(e.batch_sizes), "prompts_per_set": e.batch_prompts, "rules": rules,
+            "batch_costs": costs.to_dict(), "threads_per_process": threads,
+            "measured": "generated tokens / wall seconds of the batched generates (each worker process with "
+                        "evaluate.threads torch threads; prompts included)",
+            "modelled": "generated tokens / seconds of the batch's forwards priced at batch_costs (prompts left out)",
+            "selection": "fixed K per batch size by modelled throughput on dev; confidence tau and head h from the "
+                         "main evaluation's dev selection; goodput head and SV at the measured batch costs"}

@@ -1,0 +1,97 @@
+"""The evaluation's batch axis: every policy at every batch size, the fixed K chosen per batch size on dev."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from accept_heads.evaluate import evaluate
+from accept_heads.evaluation.batch_axis import best_fixed_k, summarise
+from accept_heads.evaluation.results import load_results
+
+from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
+from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
+
+
+@pytest.fixture(scope="module")
+def axis(make_config, micro_trio, micro_root, tmp_path_factory):
+    root = tmp_path_factory.mktemp("batch-axis")
+    write_artifacts(root / "heads", micro_trio["draft"])
+    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
+                         f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative,greedy]",
+                         "evaluate.prompts={dev: 3, test: 3, ood: 1}", "evaluate.hf_baselines=false",
+                         "evaluate.calibration_rows=0", "evaluate.batch_sizes=[1,2]",
+                         "evaluate.batch_prompts=3")
+    return config, evaluate(config.evaluate_job())
+
+
+def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
+    config, results = axis
+    table = results.batch_axis
+    test = table[table["role"] == "test"]
+    speculative = {"target", "fixed", "confidence", "head", "head-goodput", "sv"}
+    for batch in (1, 2):
+        at = test[test["batch"] == batch]
+        assert set(at.loc[at["rule"] == "speculative", "family"]) == speculative
+        assert set(at.loc[at["rule"] == "greedy", "family"]) == {"target", "fixed", "confidence"}  # heads: speculative
+        assert set(at.loc[at["family"] == "head", "artifact"]) == {"pre", "post"}
+    assert (test["rows"] == 3).all()  # every run decodes the same 3 prompts (at B=2: a batch of 2, then 1)
+    assert (test["tokens_per_s"] > 0).all() and (test["modelled_s"] > 0).all()
+    assert test["modelled_tokens_per_s"].tolist() == pytest.approx((test["tokens"] / test["modelled_s"]).tolist())
+    assert test.loc[test["family"] == "target", "x_target"].tolist() == pytest.approx([1.0] * 4)
+    assert (test.loc[test["family"] == "sv", "companion_calls"] > 0).all()
+    greedy_fixed = test[(test["rule"] == "greedy") & (test["family"].isin(["fixed", "confidence"]))]
+    assert greedy_fixed.groupby(["family", "param"])["tokens"].nunique().eq(1).all()  # rows decide as alone
+    loaded = load_results(config.evaluate.out_dir).batch_axis
+    pd.testing.assert_frame_equal(loaded, table, check_dtype=False)
+    assert (Path(config.evaluate.out_dir) / "figures" / "batch_axis.png").stat().st_size > 0
+    meta = results.metadata["batch_axis"]
+    assert meta["batch_sizes"] == [1, 2] and len(meta["batch_costs"]["companion"]) == 2  # SV's companion priced
+
+
+def test_the_fixed_k_of_each_batch_size_is_the_dev_grids_best(axis):
+    _, results = axis
+    table = results.batch_axis
+    dev = table[(table["role"] == "dev") & (table["family"] == "fixed")]
+    grid = results.metadata["evaluate"]["fixed_k"]  # the main evaluation's grid, grown past an edge choice
+    assert set(dev["param"]) == set(map(float, grid)) and {1, 3} <= set(grid) and set(dev["batch"]) == {1, 2}
+    for (rule, batch), group in dev.groupby(["rule", "batch"]):
+        best = group.sort_values(["modelled_tokens_per_s", "param"], ascending=[False, True]).iloc[0]["param"]
+        chosen = table[(table["role"] == "test") & (table["rule"] == rule) & (table["batch"] == batch)
+                       & (table["family"] == "fixed")]
+        assert chosen["param"].tolist() == [best] and chosen["chosen_on"].tolist() == ["dev"]
+        assert chosen["x_best_fixed_k"].tolist() == pytest.approx([1.0])
+
+
+def record(rule: str, family: str, k: float | None, batch: int, tokens: int, modelled_s: float, role: str = "dev",
+           chosen_on: str = "grid") -> dict:
+    return {"set": role, "role": role, "rule": rule, "rule_param": None, "family": family, "artifact": None,
+            "param": k, "policy": f"{family}({k})", "chosen_on": chosen_on, "batch": batch, "rows": 2,
+            "tokens": tokens, "wall_s": 1.0, "modelled_s": modelled_s, "target_calls": 1, "draft_calls": 1,
+            "companion_calls": 0}
+
+
+def test_best_fixed_k_maximises_modelled_throughput_per_rule_and_batch_size_ties_to_the_smaller_k():
+    records = pd.DataFrame([
+        record("speculative", "fixed", 1.0, 1, 10, 1.0), record("speculative", "fixed", 3.0, 1, 20, 1.0),
+        record("speculative", "fixed", 1.0, 8, 30, 1.0), record("speculative", "fixed", 3.0, 8, 15, 0.5),  # a tie
+        record("greedy", "fixed", 1.0, 1, 10, 1.0), record("greedy", "fixed", 3.0, 1, 10, 2.0),
+    ])
+    assert best_fixed_k(records) == {("speculative", 1): 3.0, ("speculative", 8): 1.0, ("greedy", 1): 1.0}
+
+
+def test_ratios_compare_rows_of_the_same_rule_and_batch_size_only():
+    records = pd.DataFrame([
+        record("speculative", "target", None, 1, 10, 1.0, "test", ""), record("speculative", "fixed", 2.0, 1, 15, 1.0,
+                                                                             "test", "dev"),
+        record("speculative", "target", None, 8, 40, 1.0, "test", ""), record("speculative", "fixed", 2.0, 8, 20, 1.0,
+                                                                             "test", "dev"),
+        record("speculative", "sv", None, 8, 30, 1.0, "test", ""),
+    ])
+    table = summarise(records).set_index(["family", "batch"])
+    assert table.loc[("fixed", 1), "x_target"] == pytest.approx(1.5)
+    assert table.loc[("fixed", 8), "x_target"] == pytest.approx(0.5)
+    assert table.loc[("sv", 8), "x_best_fixed_k"] == pytest.approx(1.5)
+    assert table.loc[("sv", 8), "x_target_measured"] == pytest.approx(30 / 40)
