@@ -8,7 +8,8 @@ forwards priced at the batch costs measured on this device before decoding (mode
 :meth:`decode.batch_costs.BatchCosts.modelled_seconds`; prompts left out). The fixed ``K`` is chosen
 per ``B`` on dev by modelled throughput; on test the target alone, that ``K``, the confidence τ and
 head thresholds h chosen on dev by the main evaluation, and the policies that need no threshold at
-any ``B`` (the goodput head and SV, both at the measured batch costs) are decoded.
+any ``B`` (the goodput head and SV, both at the measured batch costs; SV drafting its profile's
+``k_max`` and drafting that ``K``) are decoded.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def best_fixed_k(dev: pd.DataFrame) -> dict[tuple[str, int], float]:
 def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str], choices: list[Choice],
               best_k: dict[tuple[str, int], float]) -> list[BatchRun]:
     """What each batch size decodes on ``set_name``: the target alone, the dev-chosen K at that ``B``, the main
-    evaluation's dev-chosen τ and h, and each head's goodput stop and each SV profile at the batch costs."""
+    evaluation's dev-chosen τ and h, and each head's goodput stop and each SV profile at the batch costs (SV
+    drafting its profile's ``k_max``, and drafting the fixed K chosen at this ``B``)."""
     chosen = {(c.rule, c.family, c.artifact): c.value for c in choices if c.swept == "param"}
     runs = []
     for batch in job.evaluate.batch_sizes:
@@ -91,7 +93,9 @@ def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list
             specs += [replace(base, family="head", artifact=name, param=chosen[(rule, "head", name)], chosen_on="dev")
                       for name in heads if (rule, "head", name) in chosen]
             specs += [replace(base, family="head-goodput", artifact=name) for name in heads]
-            specs += [replace(base, family="sv", artifact=name) for name in profiles]
+            # SV drafts its profile's k_max, and (as the SV paper does) the K of the fixed-K baseline at this B
+            specs += [replace(base, family="sv", artifact=name, **extra) for name in profiles
+                      for extra in ({}, {"param": best_k[(rule, batch)], "chosen_on": "dev"})]
             runs += [BatchRun(spec, batch) for spec in specs]
     return runs
 

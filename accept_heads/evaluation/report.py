@@ -100,7 +100,8 @@ def batch_axis_table(axis: pd.DataFrame, batch_costs: dict[str, Any]) -> Table:
                       f"draft forward ms {draft_ms})", title_justify="left")
     for column in ("set", "rule", "policy", "chosen on", "B", "tokens", "tokens/s measured", "×target measured",
                    "tokens/s modelled", "×target modelled", "×best K (B) modelled"):
-        out.add_column(column, justify="left" if column in ("set", "rule", "policy") else "right")
+        out.add_column(column, justify="left" if column in ("set", "rule", "policy") else "right",
+                       overflow="fold" if column == "policy" else "ellipsis")
     for _, row in rows.iterrows():
         out.add_row(row["set"], row["rule"], escape(row["policy"]), row["chosen_on"] or "—", str(row["batch"]),
                     str(row["tokens"]), _num(row["tokens_per_s"], 1), _num(row["x_target_measured"], 3, "×"),

@@ -37,15 +37,16 @@ SE_FAMILIES = ("se-plain", "se-sd", "se-alternate")
 BATCHED_FAMILIES = ("fixed", "heuristic", "confidence", "head", "head-goodput")
 #: The symbol of each family's ``param``.
 SYMBOLS = {"fixed": "K", "hf-constant": "K", "confidence": "τ", "hf-confidence": "τ", "head": "h",
-           "se-sd": "γ", "se-alternate": "γ"}
+           "se-sd": "γ", "se-alternate": "γ", "sv": "k"}
 
 
 @dataclass(frozen=True)
 class RunSpec:
     """What one run decodes; also the key columns of the results table.
 
-    ``param``: K (fixed, hf-constant), τ (confidence, hf-confidence), h (head) or γ (se-sd,
-    se-alternate). ``rule_param``: the fuzzy threshold T or the ensemble λ / μ. ``chosen_on``:
+    ``param``: K (fixed, hf-constant), τ (confidence, hf-confidence), h (head), γ (se-sd,
+    se-alternate) or SV's drafted k (default: its profile's ``k_max``). ``rule_param``: the fuzzy
+    threshold T or the ensemble λ / μ. ``chosen_on``:
     ``dev`` when the swept parameter (``param``; ``rule_param`` in the FSD T sweep) was selected on
     the dev split, ``grid`` for another point of a swept grid, ``""`` when nothing is chosen (no
     parameter, or one fixed by the config).
@@ -66,7 +67,7 @@ class RunSpec:
         if self.param is None:
             return name
         symbol = SYMBOLS[self.family]
-        value = int(self.param) if symbol in ("K", "γ") else self.param
+        value = int(self.param) if symbol in ("K", "γ", "k") else self.param
         return f"{name}({symbol}={value})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,7 +204,8 @@ class Decoding:
             return policies.GoodputHead(head, self.costs, k_min=k_min, k_max=k_max)
         if spec.family == "sv":
             profile = self.artifacts.profiles[spec.artifact]
-            return policies.SV(profile, k=int(profile.metadata.get("k_max", profile.latency.numel())),
+            k = spec.param if spec.param is not None else profile.metadata.get("k_max", profile.latency.numel())
+            return policies.SV(profile, k=int(k),
                                batch_latency=batch_costs.verify_time if batch_costs is not None else None)
         if spec.family == "oracle":
             return policies.Oracle()

@@ -42,6 +42,10 @@ def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
     assert test["modelled_tokens_per_s"].tolist() == pytest.approx((test["tokens"] / test["modelled_s"]).tolist())
     assert test.loc[test["family"] == "target", "x_target"].tolist() == pytest.approx([1.0] * 4)
     assert (test.loc[test["family"] == "sv", "companion_calls"] > 0).all()
+    sv = test[test["family"] == "sv"]  # drafting the profile's k_max, and the fixed K chosen at that B
+    fixed_k = test[(test["family"] == "fixed") & (test["rule"] == "speculative")].set_index("batch")["param"]
+    for batch, group in sv.groupby("batch"):
+        assert sorted(group["param"].fillna(0).tolist()) == [0.0, fixed_k[batch]]
     greedy_fixed = test[(test["rule"] == "greedy") & (test["family"].isin(["fixed", "confidence"]))]
     assert greedy_fixed.groupby(["family", "param"])["tokens"].nunique().eq(1).all()  # rows decide as alone
     loaded = load_results(config.evaluate.out_dir).batch_axis
