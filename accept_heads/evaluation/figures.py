@@ -288,19 +288,21 @@ def draw_batch_axis(results: Results) -> Figure | None:
     figure, axes = _panels(len(rules))
     for ax, rule in zip(axes, rules):
         rows = test[test["rule"] == rule]
-        for (family, artifact), group in rows.groupby(["family", "artifact"], dropna=False, sort=False):
+        # one line per policy: fixed K and SV's drafted k chosen per B on dev (chosen_on) are one line each
+        for (family, artifact, chosen), group in rows.groupby(["family", "artifact", "chosen_on"], dropna=False,
+                                                              sort=False):
             group = group.sort_values("batch")
             color = COLORS.get(family, "grey")
-            label = _family_label(family, artifact) + (" (K per B on dev)" if family == "fixed" else "")
-            ax.plot(group["batch"], group["x_target"], "o-", color=color, label=label)
+            per_b = " (K per B on dev)" if family == "fixed" else " (k = K per B)" if family == "sv" and chosen else ""
+            ax.plot(group["batch"], group["x_target"], "s-." if family == "sv" and chosen else "o-", color=color,
+                    label=_family_label(family, artifact) + per_b)
             ax.plot(group["batch"], group["x_target_measured"], "x--", color=color, alpha=0.5, lw=1)
         ax.axhline(1.0, color="black", lw=1, label="target alone")
         ax.set_xscale("log", base=2)
-        ax.set(title=f"{rule} — {rows['set'].iloc[0]}", xlabel="batch size B",
-               ylabel="throughput / target alone (solid: modelled, dashed: measured)")
+        ax.set(title=f"{rule} — {rows['set'].iloc[0]}", xlabel="batch size B", ylabel="throughput / target alone")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    figure.suptitle("Batch axis: modelled at the batch costs measured on this device")
+    figure.suptitle("Batch axis: solid = modelled at the batch costs measured on this device, dashed = measured")
     return figure
 
 
