@@ -92,4 +92,5 @@ def profile_metadata(
         "information": information,
         "latency_device": latency_device,
         "k_max": head.k_max,
+        "latency_batches": list(head.latency_batches),
     }

@@ -30,6 +30,7 @@ from torchmetrics import Metric
 from transformers import DynamicCache, PreTrainedModel
 
 from accept_heads.data import PositionTable
+from decode.batch_costs import forward_table
 from decode.profile import SVProfile
 
 
@@ -142,13 +143,27 @@ def device_description(device: torch.device) -> str:
     return str(device)
 
 
-def build_profile(fitter: ProfileFitter, min_count: int, latency: Tensor) -> SVProfile:
-    """The exported profile from the fitter's accumulated train counts."""
+def build_profile(fitter: ProfileFitter, min_count: int, latency: Tensor,
+                  batch_latency: tuple[list[int], Tensor] | None = None) -> SVProfile:
+    """The exported profile from the fitter's accumulated train counts; ``batch_latency``: the batch sizes and
+    the ``[B, L]`` forward table of :func:`batch_latency_table` (None: the profile has none)."""
     counts = fitter.train_bins.compute()
+    sizes, table = batch_latency if batch_latency is not None else (None, None)
     return SVProfile(
         x_edges=fitter.train_bins.x_edges.float(),
         y_edges=fitter.train_bins.y_edges.float(),
         table=backed_off_table(counts["sums"], counts["counts"], min_count),
         counts=counts["counts"].float(),
         latency=latency.float(),
+        batch_sizes=torch.tensor(sizes, dtype=torch.int64) if sizes is not None else None,
+        batch_latency_table=table.float() if table is not None else None,
     )
+
+
+def batch_latency_table(target: PreTrainedModel, batches: list[int], k_max: int, context: int,
+                        repeats: int) -> tuple[list[int], Tensor]:
+    """Target forwards of ``B`` rows × ``1..k_max + 1`` tokens at each batch size (a verification feeds each
+    row's last token and its candidates): batched SV's ``t_t(B, T)``
+    (:meth:`decode.profile.SVProfile.batch_latency`)."""
+    sizes = sorted(set(batches))
+    return sizes, torch.tensor(forward_table(target, sizes, k_max + 1, context, repeats), dtype=torch.float64)

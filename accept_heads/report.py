@@ -64,4 +64,7 @@ def print_profile_summary(result: dict[str, Any]) -> None:
     table.add_row("dev information gain", f"{info['gain']:.4f} bits ({100 * info['gain_fraction']:.1f}% of H(A))")
     latency = ", ".join(f"{1000 * t:.2f}" for t in result["latency"])
     table.add_row("latency L=1.. (ms)", f"{latency} on {result['latency_device']}")
+    batched = result.get("batch_latency")
+    for size, row in zip(batched["batch_sizes"], batched["table"]) if batched else ():
+        table.add_row(f"B={size}: 1..{len(row)} tokens/row (ms)", ", ".join(f"{1000 * t:.2f}" for t in row))
     Console().print(table)

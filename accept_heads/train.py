@@ -39,6 +39,7 @@ from accept_heads.metrics import information_gain
 from accept_heads.module import HeadModule, fold_prior_shift
 from accept_heads.profile_fit import (
     ProfileFitter,
+    batch_latency_table,
     build_profile,
     device_description,
     equal_frequency_edges,
@@ -291,7 +292,9 @@ def fit_profile(job: TrainJob) -> dict[str, Any]:
     prompts = sorted(tables["dev"].prompts, key=len)
     typical = prompts[len(prompts) // 2].tolist()
     latency = verification_latency(target, typical, head.k_max, head.latency_repeats)
-    profile = build_profile(fitter, head.min_bin_count, latency)
+    batched = (batch_latency_table(target, head.latency_batches, head.k_max, len(typical), head.latency_repeats)
+               if head.latency_batches else None)
+    profile = build_profile(fitter, head.min_bin_count, latency, batched)
     latency_device = device_description(target.device) + f", prompt of {len(typical)} tokens"
     common = common_metadata(job, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
     path = artifact_dir(job.paths, job.head) / "profile.safetensors"
@@ -304,6 +307,7 @@ def fit_profile(job: TrainJob) -> dict[str, Any]:
         "requested_bins": [head.x_bins, head.y_bins],
         "backed_off_bins": int((profile.counts < head.min_bin_count).sum()),
         "information": information, "latency": profile.latency.tolist(), "latency_device": latency_device,
+        "batch_latency": {"batch_sizes": batched[0], "table": batched[1].tolist()} if batched else None,
     }
     print_profile_summary(result)
     return result

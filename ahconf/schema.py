@@ -155,6 +155,8 @@ class HeadTrainConfig:
     min_bin_count: int = 20  # sparser SV bins back off to their row marginal
     a_bins: int = 10  # equal-width bins of the acceptance A for H(A) and H(A | X, Y)
     latency_repeats: int = 5  # SV latency profile: median of this many timed verifications per L
+    # SV profile: batch sizes of the t_t(B, T) table measured with it (batched SV's joint lengths; empty = none)
+    latency_batches: List[int] = field(default_factory=lambda: [1, 8, 32])
     calibration_prompts: int = 8  # threshold sweep: this many dev prompts ...
     calibration_tokens: int = 64  # ... decoded for this many new tokens each (0 prompts = no sweep)
     name: Optional[str] = None  # artifact subdirectory under paths.head_dir (multirun: set per job); null = head_dir
@@ -175,8 +177,8 @@ class HeadTrainConfig:
             raise ConfigError("need 1 <= head.k_min <= head.k_max")
         if any(not 0 < h < 1 for h in self.thresholds):
             raise ConfigError("head.thresholds must lie in (0, 1)")
-        if min(self.x_bins, self.y_bins, self.a_bins, self.latency_repeats) < 1:
-            raise ConfigError("head.x_bins, y_bins, a_bins and latency_repeats must be >= 1")
+        if min(self.x_bins, self.y_bins, self.a_bins, self.latency_repeats, *self.latency_batches) < 1:
+            raise ConfigError("head.x_bins, y_bins, a_bins, latency_repeats and latency_batches must be >= 1")
         if self.calibration_prompts < 0 or self.calibration_tokens < 1:
             raise ConfigError("need head.calibration_prompts >= 0 and head.calibration_tokens >= 1")
 

@@ -58,13 +58,13 @@ class BatchCosts:
 
         Rows are taken to verify the mean length ``T / B`` each (at least one token).
         """
-        return _table_time(self.batches, self.target, batch, total)
+        return table_time(self.batches, self.target, batch, total)
 
     def companion_time(self, batch: int, total: float) -> float:
         """Seconds of a companion forward of ``total`` tokens over ``batch`` rows (as :meth:`target_time`)."""
         if not self.companion:
             raise ValueError("these BatchCosts have no companion prices: measure them with a companion model")
-        return _table_time(self.batches, self.companion, batch, total)
+        return table_time(self.batches, self.companion, batch, total)
 
     def target_alone_seconds(self, batch: int, forwards: int) -> float:
         """Seconds of ``forwards`` decoding steps of the target alone over ``batch`` rows (one token per row each)."""
@@ -107,7 +107,7 @@ class BatchCosts:
                 "companion": [list(r) for r in self.companion]}
 
 
-def _table_time(batches: Sequence[int], table: Sequence[Sequence[float]], batch: int, total: float) -> float:
+def table_time(batches: Sequence[float], table: Sequence[Sequence[float]], batch: float, total: float) -> float:
     """Seconds of a forward of ``total`` tokens over ``batch`` rows from a ``[batch size][tokens per row]`` table;
     rows are taken to feed the mean ``total / batch`` tokens each (at least one)."""
     lengths = np.arange(1, len(table[0]) + 1)
@@ -171,11 +171,15 @@ def measure_batch_costs(target: PreTrainedModel, draft: PreTrainedModel, batches
     """
     batches = tuple(sorted(set(batches)))
     draft_times = np.maximum.accumulate([forward_seconds(draft, b, 1, context, repeats) for b in batches])
+    return BatchCosts(batches, tuple(draft_times.tolist()), forward_table(target, batches, max_length, context, repeats),
+                      forward_table(companion, batches, max_length, context, repeats) if companion else ())
 
-    def table(model: PreTrainedModel) -> tuple[tuple[float, ...], ...]:
-        times = np.array([[forward_seconds(model, b, length, context, repeats) for length in range(1, max_length + 1)]
-                          for b in batches])
-        times = np.maximum.accumulate(np.maximum.accumulate(times, axis=1), axis=0)
-        return tuple(tuple(row) for row in times.tolist())
 
-    return BatchCosts(batches, tuple(draft_times.tolist()), table(target), table(companion) if companion else ())
+def forward_table(model: PreTrainedModel, batches: Sequence[int], max_length: int, context: int = 64,
+                  repeats: int = 5) -> tuple[tuple[float, ...], ...]:
+    """Least seconds of a forward of ``b`` rows × ``l`` tokens each for every ``b`` of ``batches`` (increasing) and
+    ``l = 1..max_length``, made non-decreasing in both (running maximum)."""
+    times = np.array([[forward_seconds(model, b, length, context, repeats) for length in range(1, max_length + 1)]
+                      for b in batches])
+    times = np.maximum.accumulate(np.maximum.accumulate(times, axis=1), axis=0)
+    return tuple(tuple(row) for row in times.tolist())

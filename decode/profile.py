@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from decode.batch_costs import table_time
 from decode.sampling import Sampling
 
 
@@ -136,7 +137,9 @@ class SVProfile:
 
     ``x_edges[nx+1]``, ``y_edges[ny+1]``: bin edges (equal-frequency, fitted elsewhere);
     ``table[nx, ny]``: mean acceptance (sparse bins already backed off at fit time);
-    ``counts[nx, ny]``; ``latency[Lmax]``: target verification time for ``L = 1..Lmax``.
+    ``counts[nx, ny]``; ``latency[Lmax]``: target verification time for ``L = 1..Lmax``;
+    optionally ``batch_sizes[nB]`` and ``batch_latency_table[nB, L]``: target forwards of ``B`` rows ×
+    ``l`` tokens measured on the device, SV's ``t_t(B, T)`` in a batch (:meth:`batch_latency`).
     """
 
     x_edges: Tensor
@@ -144,6 +147,8 @@ class SVProfile:
     table: Tensor
     counts: Tensor
     latency: Tensor
+    batch_sizes: Tensor | None = None
+    batch_latency_table: Tensor | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -155,6 +160,12 @@ class SVProfile:
             )
         if self.latency.numel() < 1:
             raise ValueError("profile latency table is empty")
+        if (self.batch_sizes is None) != (self.batch_latency_table is None) or (
+                self.batch_sizes is not None and (self.batch_latency_table.dim() != 2
+                                                  or self.batch_latency_table.shape[0] != self.batch_sizes.numel()
+                                                  or self.batch_latency_table.shape[1] < 1)):
+            raise ValueError("a profile's batch latency needs batch_sizes [B] and batch_latency_table [B, L >= 1] "
+                             "together")
 
     def alpha(self, x: Tensor, y: Tensor) -> Tensor:
         """Predicted acceptance for indicator values ``x``, ``y`` (any matching shapes)."""
@@ -185,12 +196,18 @@ class SVProfile:
         return goodput_length(self.alpha(x, y), self.alpha_given_x(x), self.latency)
 
     def batch_latency(self, batch: int, total: int) -> float:
-        """Default ``t_t(B, T)`` from the batch-1 table: ``latency(L)`` at the rows' mean length ``L = ⌈T / B⌉``.
+        """``t_t(B, T)``: seconds of a verification of ``T`` candidates over ``B`` rows (SV's default batch latency).
 
-        It assumes a row costs in a batch what it costs alone (no batch effect); pass a measured
-        ``t_t(B, T)`` to :class:`~decode.policies.SV` where verification is compute-bound. At
-        ``B = 1`` it is the table itself, so a batch of one verifies what ``generate`` does.
+        With a measured batch table (``batch_sizes``, ``batch_latency_table[b][l - 1]``: a target forward
+        of ``batch_sizes[b]`` rows × ``l`` tokens, as :func:`decode.batch_costs.forward_table` measures it)
+        each row feeds its last token and its share of the candidates, interpolated as
+        :class:`~decode.batch_costs.BatchCosts` does. Without one: the batch-1 table at the rows' mean
+        length ``L = ⌈T / B⌉``, i.e. a row costs in a batch what it costs alone (no batch effect; at
+        ``B = 1`` the table itself, so a batch of one verifies what ``generate`` does).
         """
+        if self.batch_latency_table is not None:
+            return table_time(self.batch_sizes.tolist(), self.batch_latency_table.double().tolist(), batch,
+                              total + batch)
         table = self.latency.double().tolist()
         return table[min(max(math.ceil(total / batch), 1), len(table)) - 1]
 
@@ -202,4 +219,6 @@ class SVProfile:
             "table": self.table,
             "counts": self.counts,
             "latency": self.latency,
+            **({"batch_sizes": self.batch_sizes, "batch_latency_table": self.batch_latency_table}
+               if self.batch_sizes is not None else {}),
         }

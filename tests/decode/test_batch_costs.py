@@ -8,6 +8,7 @@ from test_batched import comparable, make_decoder, wide_prompts
 
 from decode import HeadConfig, policies, rules
 from decode.batch_costs import BatchCosts, measure_batch_costs
+from decode.profile import SVProfile
 from decode.target_alone import generate_target_alone
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES, AcceptanceHead
@@ -88,6 +89,24 @@ def test_target_alone_counts_tokens_to_each_rows_eos_and_the_steps_the_batch_pai
         assert 3 <= out.tokens < 3 * 12  # some row stopped at an EOS id (seeded), each kept at least one token
     greedy = [generate_target_alone(wide["target"], prompts, 12, eos, do_sample=False, seed=s).tokens for s in (1, 2)]
     assert greedy[0] == greedy[1]  # greedy does not depend on the seed
+
+
+def test_a_profiles_measured_batch_table_is_svs_t_t_of_b_and_t():
+    sizes, table = (1, 4), ((1.0, 1.5, 2.0), (2.0, 4.0, 6.0))
+    profile = SVProfile(x_edges=torch.tensor([0.0, 1.0]), y_edges=torch.tensor([0.0, 1.0]), table=torch.ones(1, 1),
+                        counts=torch.ones(1, 1), latency=torch.tensor([1.0, 1.0]),
+                        batch_sizes=torch.tensor(sizes), batch_latency_table=torch.tensor(table, dtype=torch.float64))
+    costs = BatchCosts(batches=sizes, draft=(0.1, 0.2), target=table)
+    for batch, total in ((1, 1), (4, 4), (4, 7), (2, 3), (4, 12)):
+        assert profile.batch_latency(batch, total) == pytest.approx(costs.verify_time(batch, total))
+    flat = SVProfile(x_edges=torch.tensor([0.0, 1.0]), y_edges=torch.tensor([0.0, 1.0]), table=torch.ones(1, 1),
+                     counts=torch.ones(1, 1), latency=torch.tensor([1.0, 1.0]))
+    assert flat.batch_latency(4, 12) == 1.0 != profile.batch_latency(4, 12)  # without a table: no batch effect
+    assert set(profile.tensors()) - set(flat.tensors()) == {"batch_sizes", "batch_latency_table"}
+    with pytest.raises(ValueError, match="together"):
+        SVProfile(x_edges=torch.tensor([0.0, 1.0]), y_edges=torch.tensor([0.0, 1.0]), table=torch.ones(1, 1),
+                  counts=torch.ones(1, 1), latency=torch.tensor([1.0]), batch_sizes=torch.tensor([1, 4]),
+                  batch_latency_table=torch.ones(3, 2))
 
 
 def goodput_head(hidden: int, batch_costs: BatchCosts | None, t_target: float = 1.0) -> policies.GoodputHead:
