@@ -92,14 +92,14 @@ def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
 
 
 def batch_axis_table(axis: pd.DataFrame, batch_costs: dict[str, Any]) -> Table:
-    """Per test set, rule, policy and batch size: measured and modelled tokens/s, × the target alone and × the
-    best fixed K (chosen on dev at that B)."""
+    """Per test set, rule, policy and batch size: measured (meas.) and modelled (model) tokens/s, × the target
+    alone and × the best fixed K (chosen on dev at that B)."""
     rows = axis[axis["role"] != "dev"]
     draft_ms = " ".join(f"B={b}: {1e3 * t:.2f}" for b, t in zip(batch_costs["batches"], batch_costs["draft"]))
     out = Table(title=f"batch axis — throughput per batch size B (modelled at the batch costs measured here; "
                       f"draft forward ms {draft_ms})", title_justify="left")
-    for column in ("set", "rule", "policy", "chosen on", "B", "tokens", "tokens/s measured", "×target measured",
-                   "tokens/s modelled", "×target modelled", "×best K (B) modelled"):
+    for column in ("set", "rule", "policy", "chosen on", "B", "tokens", "tok/s meas.", "×target meas.",
+                   "tok/s model", "×target model", "×best K(B) model"):
         out.add_column(column, justify="left" if column in ("set", "rule", "policy") else "right",
                        overflow="fold" if column == "policy" else "ellipsis")
     for _, row in rows.iterrows():
