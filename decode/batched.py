@@ -324,18 +324,36 @@ class _BatchLoop:
         return outcome.accepted_by_rule
 
 
+def unpadded_rows(ids: Tensor | Sequence, attention_mask: Tensor) -> list[Tensor]:
+    """The rows of a padded ``[B, n]`` batch without their padding (left or right: each row's mask must be
+    one run of ones, as a tokenizer's padding makes it)."""
+    if not isinstance(ids, Tensor) or tuple(attention_mask.shape) != tuple(ids.shape):
+        raise ValueError("attention_mask goes with a [B, n] tensor of ids of the same shape (a tokenizer's "
+                         "input_ids and attention_mask)")
+    rows = []
+    for i, (row, mask) in enumerate(zip(ids, attention_mask.bool())):
+        kept = mask.nonzero().flatten()
+        if kept.numel() == 0 or kept[-1] - kept[0] + 1 != kept.numel():
+            raise ValueError(f"attention_mask row {i} must be one non-empty run of ones (left or right padding)")
+        rows.append(row[kept[0] : kept[-1] + 1])
+    return rows
+
+
 def generate_batch(
     decoder: Decoder,
     prompts: Sequence[Tensor | str | Sequence[int]] | Tensor,
     max_new_tokens: int | Sequence[int],
     seed: int | Sequence[int],
     layout: Layout,
+    attention_mask: Tensor | None = None,
 ) -> BatchDecodeOutput:
     """Implementation of :meth:`SpeculativeDecoder.generate_batch`."""
     check_supported(decoder.policy)
     owner = "SpeculativeDecoder.generate_batch"
     if isinstance(prompts, str) or (isinstance(prompts, Tensor) and prompts.dim() != 2):
         raise ValueError("generate_batch takes a list of prompts or a [B, n] tensor; for one prompt pass [prompt]")
+    if attention_mask is not None:
+        prompts = unpadded_rows(prompts, attention_mask)
     prompts = list(prompts.unbind(0)) if isinstance(prompts, Tensor) else list(prompts)
     if not prompts:
         raise ValueError("generate_batch needs at least one prompt")

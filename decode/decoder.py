@@ -141,8 +141,10 @@ class SpeculativeDecoder:
         max_new_tokens: int | Sequence[int] = 64,
         seed: int | Sequence[int] = 0,
         layout: Layout = "holes",
+        attention_mask: Tensor | None = None,
     ) -> BatchDecodeOutput:
-        """Decode a batch of prompts of different lengths (ids, ``[1, n]`` / 1-D tensors, or text).
+        """Decode a batch of prompts of different lengths (ids, ``[1, n]`` / 1-D tensors, or text), or a padded
+        ``[B, n]`` tensor with its ``attention_mask`` (left or right padding, as a tokenizer returns them).
 
         Row ``i`` is decoded as ``generate(prompts[i], max_new_tokens[i], seed=row_seed(seed, i))``
         would decode it (a per-row policy copy, generator, budget and EOS stop), with the draft and
@@ -151,7 +153,7 @@ class SpeculativeDecoder:
         row's own seed; ``layout`` is how the KV caches keep rows of different lengths
         (:mod:`decode.batch_cache`). Supported rules and policies: :data:`decode.batched.SUPPORTED`.
         """
-        return generate_batch(self, prompts, max_new_tokens, seed, layout)
+        return generate_batch(self, prompts, max_new_tokens, seed, layout, attention_mask)
 
 
 class _Loop:

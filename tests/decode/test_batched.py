@@ -371,6 +371,24 @@ def test_text_prompts_and_a_2d_tensor(wide, make_tokenizer):
     assert torch.equal(again.sequences[0], out.sequences[0])
 
 
+def test_padded_ids_with_an_attention_mask_decode_as_the_unpadded_rows(wide):
+    """A tokenizer's padded input_ids + attention_mask, left or right padded, are the rows without padding."""
+    decoder = make_decoder(wide, rules.Greedy(), policies.Fixed(3))
+    rows = [torch.tensor([3, 4, 5, 6]), torch.tensor([9, 2])]
+    expected = decoder.generate_batch(rows, max_new_tokens=5).sequences
+    left = torch.tensor([[3, 4, 5, 6], [0, 0, 9, 2]]), torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    right = torch.tensor([[3, 4, 5, 6], [9, 2, 0, 0]]), torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    for ids, mask in (left, right):
+        out = decoder.generate_batch(ids, max_new_tokens=5, attention_mask=mask)
+        assert all(torch.equal(a, b) for a, b in zip(out.sequences, expected))
+    unmasked = decoder.generate_batch(left[0], max_new_tokens=5).sequences[1]  # padding read as prompt tokens
+    assert not torch.equal(unmasked, expected[1])
+    with pytest.raises(ValueError, match="one non-empty run of ones"):
+        decoder.generate_batch(left[0], max_new_tokens=5, attention_mask=torch.tensor([[1, 0, 1, 1], [0, 0, 1, 1]]))
+    with pytest.raises(ValueError, match="same shape"):
+        decoder.generate_batch(left[0], max_new_tokens=5, attention_mask=torch.ones(2, 3, dtype=torch.long))
+
+
 @pytest.mark.parametrize("family", ["qwen2", "phi3", "gpt2", "mistral", "gemma2"])
 def test_model_families(family):
     """Full-attention families decode batched as alone (GPT-2: learned positions); sliding windows are refused."""
