@@ -50,7 +50,7 @@ def common_metadata(
         "sampling": sampling.to_dict(),
         "training_data": {
             "manifest_sha256": manifest_sha256,
-            "data_dir": str(job.paths.data_dir),
+            "data_dir": str(Path(job.paths.data_dir).resolve()),  # absolute: evaluate may run from elsewhere
             "exp_name": manifest.get("exp_name"),
             "positions": {s: v.get("labelled_positions") for s, v in manifest.get("splits", {}).items()},
         },

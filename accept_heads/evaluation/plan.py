@@ -160,6 +160,18 @@ def hf_specs(e: EvaluateConfig, set_name: str, rules: list[str], choices: list[C
     return specs
 
 
+def sv_at_fixed_k(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str],
+                  choices: list[Choice]) -> list[RunSpec]:
+    """SV drafting the fixed K chosen on dev for its rule, beside SV drafting its profile's ``k_max``: the SV
+    paper's comparison (verify a goodput-optimal prefix of the drafts the fixed-K baseline makes)."""
+    specs = []
+    for choice in (c for c in choices if c.family == "fixed" and c.swept == "param" and c.rule in rules):
+        _, profiles = matching_artifacts(artifacts, choice.rule, choice.rule_param, job.rules)
+        specs += [RunSpec(set=set_name, rule=choice.rule, family="sv", param=choice.value, artifact=name,
+                          rule_param=choice.rule_param, chosen_on="dev") for name in profiles]
+    return specs
+
+
 def unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
     """Drop repeated runs, keeping the first occurrence's order."""
     return list(dict.fromkeys(specs))
@@ -182,12 +194,13 @@ def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list
 
 def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
                     choices: list[Choice]) -> list[RunSpec]:
-    """Everything decoded once the dev choices are made, on every test / OOD set: the policies, FSD
-    (its whole T grid on test), SE (with the plain ensemble) and HF runs."""
+    """Everything decoded once the dev choices are made, on every test / OOD set: the policies (SV also at
+    the dev-chosen fixed K), FSD (its whole T grid on test), SE (with the plain ensemble) and HF runs."""
     specs = []
     for s in (s for s in sets if s.role != "dev"):
         specs += [spec for rule in rules
                   for spec in applied(job.evaluate, sweep(job, artifacts, s.name, rule), choices)]
+        specs += sv_at_fixed_k(job, artifacts, s.name, rules, choices)
         if "fuzzy" in rules:
             fsd = mark_chosen(fsd_sweep(job, s.name, choices), choices)
             specs += fsd if s.role == "test" else applied(job.evaluate, fsd, choices)

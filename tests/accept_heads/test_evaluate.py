@@ -268,6 +268,10 @@ def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
     assert set(hf["rule"]) == {"speculative", "greedy"} and (hf["chosen_on"] == "dev").all()
     for _, row in hf.iterrows():  # HF's constant schedule runs at the K chosen on dev for our decoder
         assert picked[(row["rule"], "fixed", None)] == row["param"]
+    sv = table[(table["role"] != "dev") & (table["family"] == "sv")]  # its profile's k_max, and the dev K
+    for set_name in ("test", "builtin:module"):
+        params = sv.loc[sv["set"] == set_name, "param"].tolist()
+        assert len(params) == 2 and picked[("speculative", "fixed", None)] in params
     assert {"fixed", "confidence", "head"} <= {c["family"] for c in results.metadata["selection"]}
 
 
@@ -281,7 +285,7 @@ def test_test_rows_are_marked_dev_only_when_their_parameter_was_chosen_on_dev(ev
     assert not marked.empty
     for _, row in marked.iterrows():
         rule_param = None if pd.isna(row["rule_param"]) else row["rule_param"]
-        if row["family"] == "hf-constant":
+        if row["family"] in ("hf-constant", "sv"):  # HF's constant K and SV's drafts: the fixed K chosen on dev
             assert row["param"] == fixed_k[row["rule"]]
         else:
             assert (row["rule"], row["family"], row["artifact"], row["param"], rule_param) in chosen, row["policy"]

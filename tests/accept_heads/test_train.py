@@ -123,9 +123,10 @@ def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_
     torch.testing.assert_close(first["label"], live["label"][live["loss_mask"]])
 
 
-def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, tmp_path):
+def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, tmp_path, monkeypatch):
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
-    config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head=sv_profile",
+    monkeypatch.chdir(data_dir.parent)  # a relative data_dir is recorded absolute (evaluate may run elsewhere)
+    config = make_config(*train_overrides, f"paths.root={tmp_path}", "paths.data_dir=data", "head=sv_profile",
                          "head.x_bins=4", "head.y_bins=3", "head.min_bin_count=4", "head.k_max=3",
                          "head.latency_repeats=2", "head.latency_batches=[2,1]")
     result = train(config.train_job())
@@ -135,6 +136,7 @@ def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, t
     assert profile.batch_sizes.tolist() == [1, 2] and tuple(profile.batch_latency_table.shape) == (2, 4)
     assert (profile.batch_latency_table.diff(dim=1) >= 0).all() and (profile.batch_latency_table.diff(dim=0) >= 0).all()
     assert profile.metadata["latency_batches"] == [2, 1]
+    assert profile.metadata["training_data"]["data_dir"] == str(data_dir.resolve())
     assert profile.counts.sum() == profile.metadata["training_data"]["positions"]["train"]
     dev = result["information"]["dev"]
     assert dev["h_a"] > 0 and 0 <= dev["h_a_given_xy"] <= dev["h_a"] + 1e-9
