@@ -30,7 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.batch_cache import BatchRunner, Layout
 from decode.inputs import prompt_ids
-from decode.policies import SV, Decision, DraftRound, Policy, batch_drafting_pays
+from decode.policies import SV, Decision, DraftRound, Policy, batch_drafting_pays, batch_opening_pays
 from decode.rounds import bonus_pending, record_round, verify_round
 from decode.rules import Rule
 from decode.sampling import Sampling
@@ -289,6 +289,10 @@ class _BatchLoop:
                 row.policy.batch_round()
             row.k = min(row.policy.k_cap(), row.budget - row.stats.generated - 1)
             row.state = DraftRound(self.rule_sampling)
+        if self.batch_costs is not None and not batch_opening_pays([row.policy for row in rows], len(rows),
+                                                                   self.round_throughput):
+            for row in rows:  # drafting does not pay this round: a target-only step
+                row.k = 0
         self._draft(rows)
         for row in rows:
             row.next_q = row.next_hidden = None

@@ -280,6 +280,14 @@ class GoodputHead(Head):
     a device whose verification is nearly free in its length drafts longer, a compute-bound one
     shorter. Each row's stop is still a stopping time (other rows' values do not depend on its
     future tokens), so lossless rules stay lossless. Without ``batch_costs`` rows decide as alone.
+
+    The same rule decides, in a batch, whether a round drafts at all (:func:`batch_opening_pays`):
+    before the first candidate exists each row's ``P̂`` is forecast by the mean ``P̂`` of its first
+    candidates so far (:attr:`forecast`), and when drafting does not pay for its first draft
+    forward and verification column at ``λ_B`` the round is a target-only step (one token per row,
+    what the target alone pays). So where speculation does not pay at a batch size, as verification
+    grows compute-bound, the batch falls back to plain decoding without being told; ``k_min`` holds
+    for the rounds that draft.
     """
 
     name = "head-goodput"
@@ -293,11 +301,19 @@ class GoodputHead(Head):
         self._in_batch = False  # decoding inside the batched loop (which stops the rows together)
         #: In a batch: this row's running keep-probability and latest ``P̂`` (read by :func:`batch_drafting_pays`).
         self.outlook: tuple[float, float] = (0.0, 0.0)
+        self._first_sum, self._first_count = 0.0, 0
 
     def reset(self) -> None:
         self._tokens, self._seconds = 0, 0.0
         self._in_batch = False
         self.outlook = (0.0, 0.0)
+        self._first_sum, self._first_count = 0.0, 0
+
+    @property
+    def forecast(self) -> float | None:
+        """The mean ``P̂`` of this generation's first candidates so far (None before the first): the forecast of
+        the next round's first ``P̂`` before it is drafted (:func:`batch_opening_pays`)."""
+        return self._first_sum / self._first_count if self._first_count else None
 
     def batch_round(self) -> None:
         self._in_batch = True
@@ -319,6 +335,8 @@ class GoodputHead(Head):
         with torch.no_grad():
             accept = float(self.head.predict(hidden.float(), features))
         self._keep_prob *= accept
+        if state.i == 1:
+            self._first_sum, self._first_count = self._first_sum + accept, self._first_count + 1
         if self.batch_costs is not None and self._in_batch:
             self.outlook = (self._keep_prob, accept)
             return Decision.CONTINUE  # the batched loop stops the rows together (batch_drafting_pays)
@@ -371,6 +389,25 @@ def batch_drafting_pays(rows: list[GoodputHead], i: int, batch: int, throughput:
         return costs.draft_time(len(rows)) + batch * costs.marginal_candidate(batch, n)
 
     return drafting_pays([row.outlook for row in rows], i, first.k_max, throughput, step_cost)
+
+
+def batch_opening_pays(rows: list[GoodputHead], batch: int, throughput: float) -> bool:
+    """Whether a batch of :class:`GoodputHead` rows with ``batch_costs`` drafts at all this round.
+
+    The first step costs a draft forward of the rows plus the first verification column over the
+    target alone's step (``t_v(B, B) − t_t(B, B)``), later steps as in :func:`batch_drafting_pays`;
+    each row's candidates are forecast by its :attr:`GoodputHead.forecast`. A row without a forecast
+    yet (its first round) makes the batch draft.
+    """
+    forecasts = [row.forecast for row in rows]
+    if any(forecast is None for forecast in forecasts):
+        return True
+    costs = rows[0].batch_costs
+
+    def step_cost(n: int) -> float:
+        return costs.draft_time(len(rows)) + batch * costs.marginal_candidate(batch, n)
+
+    return drafting_pays([(1.0, forecast) for forecast in forecasts], 0, rows[0].k_max, throughput, step_cost)
 
 
 class SV(Policy):

@@ -129,6 +129,39 @@ def test_a_batch_of_one_at_the_same_prices_decides_as_the_batch_one_goodput_head
     assert comparable(batch.stats[0]) == comparable(alone.stats)
 
 
+def test_the_batch_opens_a_drafting_round_only_where_the_forecast_pays(wide):
+    hidden = wide["draft"].config.hidden_size
+    flat = BatchCosts((1, 4), draft=(0.2, 0.25), target=((1.0,) * 6, (1.2,) * 6))
+    rows = [goodput_head(hidden, flat) for _ in range(4)]
+    assert policies.batch_opening_pays(rows, 4, throughput=10.0)  # no forecast yet: the first round drafts
+    for row, first in zip(rows, (0.9, 0.8, 0.7, 0.9)):
+        row._first_sum, row._first_count = first, 1
+    assert policies.batch_opening_pays(rows, 4, throughput=4 / 1.2)  # draft forwards are cheap, columns free
+    assert not policies.batch_opening_pays(rows, 4, throughput=40.0)  # a batch 10x faster: not worth a draft
+    costly = [goodput_head(hidden, BatchCosts((1, 4), draft=(5.0, 5.0), target=((1.0,) * 6, (1.2,) * 6)))
+              for _ in range(4)]
+    for row in costly:
+        row._first_sum, row._first_count = 0.9, 1
+    assert not policies.batch_opening_pays(costly, 4, throughput=4 / 1.2)
+
+
+def test_where_drafting_never_pays_the_batch_decodes_target_only_steps(wide):
+    """After the first round (no forecast yet) every round of the batch is a target step: no draft forwards."""
+    hidden = wide["draft"].config.hidden_size
+    hopeless = BatchCosts((1, 4), draft=(50.0, 50.0), target=((1.0,) * 6, (1.2,) * 6))
+    cheap = BatchCosts((1, 4), draft=(0.01, 0.01), target=((1.0,) * 6, (1.2,) * 6))
+    prompts = wide_prompts(96)[:4]
+    runs = {}
+    for name, costs in (("hopeless", hopeless), ("cheap", cheap)):
+        decoder = make_decoder(wide, rules.Speculative(), goodput_head(hidden, costs))
+        runs[name] = decoder.generate_batch(prompts, max_new_tokens=16, seed=2)
+    off, on = runs["hopeless"], runs["cheap"]
+    assert all(s.generated == 16 for s in off.stats)  # every row still decodes its budget
+    assert all(set(s.verified_per_round[1:]) == {0} for s in off.stats)  # later rounds verify nothing
+    assert off.totals.draft_calls <= 8 and off.totals.target_calls >= 15  # the first round's drafts only
+    assert on.totals.draft_calls > off.totals.draft_calls and on.totals.target_calls < off.totals.target_calls
+
+
 def test_rows_draft_longer_where_verification_is_cheap_in_its_length(wide):
     """Same head, same prompts: a device whose verification barely grows with the candidates (GPU-like) drafts
     more per round than one that pays per candidate (compute-bound)."""

@@ -27,12 +27,15 @@ from test_exact_distribution import random_head as tiny_head
 
 from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.batch_cache import BatchRunner
+from decode.batch_costs import BatchCosts
 from decode.batched import row_seed
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.profile import goodput_length, joint_goodput_lengths
 
 LAYOUTS = ["compact", "holes"]
+#: Batch costs at which drafting never pays: a draft forward costs 50 target forwards.
+HOPELESS = BatchCosts(batches=(1, 8), draft=(50.0, 50.0), target=((1.0,) * 4, (1.0,) * 4))
 BUDGETS = [20, 6, 20, 0, 13, 20, 9]
 
 
@@ -55,6 +58,9 @@ def wide_policy(name: str, models: dict) -> policies.Policy:
         return policies.Head(head, threshold=0.5)
     if name == "head_post":
         return policies.Head(AcceptanceHead(HeadConfig(hidden, depth=2, timing="post")), threshold=0.5, k_min=2)
+    if name == "goodput_off":  # at these prices only the first round drafts: then target-only steps (k = 0)
+        head = AcceptanceHead(HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES))
+        return policies.GoodputHead(head, HOPELESS.batch_one(), k_max=8, batch_costs=HOPELESS)
     if name == "head_goodput":  # throughput state carried across rounds, per row
         head = AcceptanceHead(HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES))
         return policies.GoodputHead(head, CostModel(t_draft=0.2, t_target=1.0, t_companion=0.0), k_max=8)
@@ -84,7 +90,7 @@ def target_greedy(models: dict, prompt: torch.Tensor, budget: int, eos: int | No
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("policy_name", ["fixed5", "head_pre", "head_post", "sv"])
+@pytest.mark.parametrize("policy_name", ["fixed5", "head_pre", "head_post", "sv", "goodput_off"])
 def test_greedy_batch_equals_target_greedy_row_by_row(wide, policy_name, layout):
     prompts = wide_prompts(96)
     free = [target_greedy(wide, p, b, None) for p, b in zip(prompts, BUDGETS)]
@@ -199,6 +205,10 @@ BATCH_CASES = {
     "speculative-fixed4": (rules.Speculative, target_only, lambda m: policies.Fixed(4)),
     "speculative-head_post": (rules.Speculative, target_only, lambda m: policies.Head(tiny_head(m, "post"), 0.66)),
     "weighted-fixed4": (lambda: rules.Ensemble("weighted", weight=0.5), weighted(0.5), lambda m: policies.Fixed(4)),
+    # the first round drafts, the later ones are target-only steps (the draft's cache catches up after them)
+    "speculative-goodput_off": (rules.Speculative, target_only,
+                                lambda m: policies.GoodputHead(tiny_head(m, "post"), HOPELESS.batch_one(),
+                                                               batch_costs=HOPELESS)),
 }
 
 
