@@ -289,8 +289,10 @@ class _BatchLoop:
                 row.policy.batch_round()
             row.k = min(row.policy.k_cap(), row.budget - row.stats.generated - 1)
             row.state = DraftRound(self.rule_sampling)
+        # a round drafts if its forecast gain pays at the better of the batch's throughput and the target alone's
+        alone = len(rows) / self.batch_costs.target_time(len(rows), len(rows)) if self.batch_costs is not None else 0.0
         if self.batch_costs is not None and not batch_opening_pays([row.policy for row in rows], len(rows),
-                                                                   self.round_throughput):
+                                                                   max(self.round_throughput, alone)):
             for row in rows:  # drafting does not pay this round: a target-only step
                 row.k = 0
         self._draft(rows)

@@ -284,8 +284,9 @@ class GoodputHead(Head):
     The same rule decides, in a batch, whether a round drafts at all (:func:`batch_opening_pays`):
     before the first candidate exists each row's ``P̂`` is forecast by the mean ``P̂`` of its first
     candidates so far (:attr:`forecast`), and when drafting does not pay for its first draft
-    forward and verification column at ``λ_B`` the round is a target-only step (one token per row,
-    what the target alone pays). So where speculation does not pay at a batch size, as verification
+    forward and verification column at the better of ``λ_B`` and the target alone's throughput (the
+    alternative on offer) the round is a target-only step (one token per row, what the target alone
+    pays). So where speculation does not pay at a batch size, as verification
     grows compute-bound, the batch falls back to plain decoding without being told; ``k_min`` holds
     for the rounds that draft.
     """
