@@ -29,7 +29,9 @@ class BatchCosts:
     ``draft[b]``: a draft forward of ``batches[b]`` rows, one token each; ``target[b][l - 1]``: a
     target forward of ``batches[b]`` rows feeding ``l`` tokens each (``l = 1..len(target[b])``);
     ``companion`` (optional, same layout as ``target``): the companion's forwards, which score a
-    round's candidates (:class:`~decode.policies.SV`). Between grid points the times are
+    round's candidates (:class:`~decode.policies.SV`); ``draft_widths`` (optional, same layout): the
+    draft's forwards of ``l`` tokens per row, which catch its cache up after a round (without it a
+    forward of ``l`` tokens is priced as ``l`` one-token forwards). Between grid points the times are
     interpolated linearly; beyond the grid they grow linearly with the last interval's slope (never
     decreasing: a measured table can dip by noise).
     """
@@ -38,13 +40,14 @@ class BatchCosts:
     draft: tuple[float, ...]
     target: tuple[tuple[float, ...], ...]
     companion: tuple[tuple[float, ...], ...] = ()
+    draft_widths: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.batches or list(self.batches) != sorted(set(self.batches)) or self.batches[0] < 1:
             raise ValueError(f"batch sizes must be increasing and >= 1, got {self.batches}")
         if len(self.draft) != len(self.batches):
             raise ValueError("need one draft time per batch size")
-        for name, table in (("target", self.target), ("companion", self.companion)):
+        for name, table in (("target", self.target), ("companion", self.companion), ("draft_widths", self.draft_widths)):
             if (table or name == "target") and (len(table) != len(self.batches) or not table[0]
                                                 or len({len(row) for row in table}) != 1):
                 raise ValueError(f"need one {name} row per batch size, each with the same (non-empty) number of lengths")
@@ -52,6 +55,13 @@ class BatchCosts:
     def draft_time(self, batch: float) -> float:
         """Seconds of a draft forward of ``batch`` rows."""
         return _extend(batch, self.batches, self.draft)
+
+    def draft_forward_time(self, batch: int, width: int) -> float:
+        """Seconds of a draft forward of ``width`` tokens per row over ``batch`` rows (from ``draft_widths`` when
+        measured, else ``width`` one-token forwards)."""
+        if self.draft_widths:
+            return table_time(self.batches, self.draft_widths, batch, batch * width)
+        return width * self.draft_time(batch)
 
     def target_time(self, batch: int, total: float) -> float:
         """``t_t(B, T)``: seconds of a verification of ``total`` candidates over ``batch`` rows.
@@ -92,19 +102,20 @@ class BatchCosts:
         """Modelled seconds of a batched generation from its forwards' ``(rows, tokens per row)``.
 
         Each model's first forward (the prompts) is left out: every method on the same prompts pays it.
-        A target forward of ``B`` rows × ``w`` tokens costs ``t_t(B, B·w)``; a draft forward ``w·t_d(B)``
-        (drafting feeds one token per row; the ensemble rules' settling forwards two); a companion
-        forward is priced like a target forward from the companion's table.
+        A target forward of ``B`` rows × ``w`` tokens costs ``t_t(B, B·w)``; a draft forward
+        :meth:`draft_forward_time` (drafting feeds one token per row; catching up after a round and the
+        ensemble rules' settling forwards more); a companion forward is priced like a target forward
+        from the companion's table.
         """
         target = sum(self.target_time(rows, rows * width) for rows, width in target_shapes[1:])
-        draft = sum(width * self.draft_time(rows) for rows, width in draft_shapes[1:])
+        draft = sum(self.draft_forward_time(rows, width) for rows, width in draft_shapes[1:])
         companion = sum(self.companion_time(rows, rows * width) for rows, width in companion_shapes[1:])
         return target + draft + companion
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready fields (metadata)."""
         return {"batches": list(self.batches), "draft": list(self.draft), "target": [list(r) for r in self.target],
-                "companion": [list(r) for r in self.companion]}
+                "companion": [list(r) for r in self.companion], "draft_widths": [list(r) for r in self.draft_widths]}
 
 
 def table_time(batches: Sequence[float], table: Sequence[Sequence[float]], batch: float, total: float) -> float:
@@ -163,16 +174,18 @@ def forward_seconds(model: PreTrainedModel, batch: int, tokens: int, context: in
 def measure_batch_costs(target: PreTrainedModel, draft: PreTrainedModel, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
                         max_length: int = 8, context: int = 64, repeats: int = 5,
                         companion: PreTrainedModel | None = None) -> BatchCosts:
-    """Time the draft (one token per row) and the target (``1..max_length`` tokens per row) at each batch size,
-    and the companion like the target when one is given.
+    """Time the draft and the target (``1..max_length`` tokens per row) at each batch size, and the companion
+    like the target when one is given (``draft``: the draft's one-token forwards, ``draft_widths``: all widths).
 
     A forward over more rows or more tokens does not take less time, so the measured tables are made
     non-decreasing in both (running maximum): what is left of timer noise cannot reward a longer draft.
     """
     batches = tuple(sorted(set(batches)))
-    draft_times = np.maximum.accumulate([forward_seconds(draft, b, 1, context, repeats) for b in batches])
-    return BatchCosts(batches, tuple(draft_times.tolist()), forward_table(target, batches, max_length, context, repeats),
-                      forward_table(companion, batches, max_length, context, repeats) if companion else ())
+    draft_widths = forward_table(draft, batches, max_length, context, repeats)  # one token per row: its first column
+    return BatchCosts(batches, tuple(row[0] for row in draft_widths),
+                      forward_table(target, batches, max_length, context, repeats),
+                      forward_table(companion, batches, max_length, context, repeats) if companion else (),
+                      draft_widths)
 
 
 def forward_table(model: PreTrainedModel, batches: Sequence[int], max_length: int, context: int = 64,

@@ -55,11 +55,10 @@ def decode_rows(decoder: SpeculativeDecoder, prompts: list[torch.Tensor], batch:
 
 def print_costs(costs: BatchCosts) -> None:
     """The measured table, in milliseconds."""
-    print("measured costs (ms): B, draft forward, target forward at 1..L tokens per row")
-    for b, draft_s, row in zip(costs.batches, costs.draft, costs.target):
-        print(f"  {b:4d} {1e3 * draft_s:8.2f}  " + " ".join(f"{1e3 * t:.2f}" for t in row))
-    for b, row in zip(costs.batches, costs.companion):
-        print(f"  {b:4d} companion  " + " ".join(f"{1e3 * t:.2f}" for t in row))
+    print("measured costs (ms) at B rows x 1..L tokens per row")
+    for name, table in (("target", costs.target), ("draft", costs.draft_widths), ("companion", costs.companion)):
+        for b, row in zip(costs.batches, table):
+            print(f"  {name:<9} B={b:<4d} " + " ".join(f"{1e3 * t:.2f}" for t in row))
 
 
 def run_goodput(args: argparse.Namespace, target: PreTrainedModel, draft: PreTrainedModel, prompts: list[torch.Tensor],

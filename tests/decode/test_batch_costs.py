@@ -43,6 +43,7 @@ def test_a_malformed_table_is_refused(bad):
 def test_measured_costs_cover_every_batch_size_and_length(wide):
     costs = measure_batch_costs(wide["target"], wide["draft"], batches=(1, 3), max_length=2, context=4, repeats=1)
     assert costs.batches == (1, 3) and len(costs.draft) == 2 and [len(r) for r in costs.target] == [2, 2]
+    assert [len(r) for r in costs.draft_widths] == [2, 2] and costs.draft == tuple(r[0] for r in costs.draft_widths)
     assert min(costs.draft) > 0 and min(min(r) for r in costs.target) > 0
     assert costs.draft[0] <= costs.draft[1]  # made non-decreasing in the rows and in the tokens
     assert all(a <= b for row in costs.target for a, b in zip(row, row[1:]))
@@ -63,6 +64,18 @@ def test_companion_forwards_are_priced_from_the_companions_table():
     assert without.batch_one().t_companion == 0.0
     with pytest.raises(ValueError, match="companion row"):
         BatchCosts(batches=(1, 4), draft=(0.2, 0.5), target=((1.0,), (2.0,)), companion=((0.3,),))
+
+
+def test_draft_forwards_are_priced_from_the_measured_widths_when_there_are_some():
+    linear = BatchCosts(batches=(1, 4), draft=(0.2, 0.5), target=((1.0, 1.5), (2.0, 4.0)))
+    measured = BatchCosts(batches=(1, 4), draft=(0.2, 0.5), target=((1.0, 1.5), (2.0, 4.0)),
+                          draft_widths=((0.2, 0.25, 0.3), (0.5, 0.6, 0.9)))
+    assert linear.draft_forward_time(4, 2) == pytest.approx(1.0)  # two one-token forwards
+    assert measured.draft_forward_time(4, 2) == pytest.approx(0.6) and measured.draft_forward_time(1, 1) == 0.2
+    prompt = (4, 10)
+    assert measured.modelled_seconds([prompt], [prompt, (4, 1), (4, 2)]) == pytest.approx(0.5 + 0.6)
+    with pytest.raises(ValueError, match="draft_widths row"):
+        BatchCosts(batches=(1, 4), draft=(0.2, 0.5), target=((1.0,), (2.0,)), draft_widths=((0.2,),))
 
 
 def test_the_target_alone_pays_one_forward_of_one_token_per_row_and_step():
