@@ -14,7 +14,8 @@ call.
 The exceptions are :class:`~decode.policies.SV`, whose verification lengths are chosen jointly for
 the rows of a round (:meth:`SV.batch_verification_lengths`, DESIGN §3 batch scheduling), and a
 policy with measured ``batch_costs`` (:class:`~decode.policies.GoodputHead`), whose rows stop at the
-batch's prices and throughput: a row's length, never its tokens' distribution, depends on the other rows.
+batch's prices and throughput, and whose batch takes target-only steps in rounds where drafting does not
+pay: a row's length, never its tokens' distribution, depends on the other rows.
 """
 
 from __future__ import annotations
@@ -280,6 +281,13 @@ class _BatchLoop:
         self.modelled_seconds += (draft_steps * self.batch_costs.draft_time(batch)
                                   + self.batch_costs.verify_time(batch, verified))
 
+    def _drafting_pays_this_round(self, rows: list[_Row]) -> bool:
+        """Whether the rows' forecast gain pays for drafting at the better of the batch's throughput so far and
+        the target alone's (:func:`~decode.policies.batch_opening_pays`)."""
+        batch = len(rows)
+        alone = batch / self.batch_costs.target_time(batch, batch)
+        return batch_opening_pays([row.policy for row in rows], batch, max(self.round_throughput, alone))
+
     def _round(self, rows: list[_Row]) -> None:
         """One draft / verify round of the live rows."""
         self.round_throughput = self._batch_throughput(len(rows)) if self.batch_costs is not None else 0.0
@@ -289,11 +297,8 @@ class _BatchLoop:
                 row.policy.batch_round()
             row.k = min(row.policy.k_cap(), row.budget - row.stats.generated - 1)
             row.state = DraftRound(self.rule_sampling)
-        # a round drafts if its forecast gain pays at the better of the batch's throughput and the target alone's
-        alone = len(rows) / self.batch_costs.target_time(len(rows), len(rows)) if self.batch_costs is not None else 0.0
-        if self.batch_costs is not None and not batch_opening_pays([row.policy for row in rows], len(rows),
-                                                                   max(self.round_throughput, alone)):
-            for row in rows:  # drafting does not pay this round: a target-only step
+        if self.batch_costs is not None and not self._drafting_pays_this_round(rows):
+            for row in rows:  # a target-only step
                 row.k = 0
         self._draft(rows)
         for row in rows:
