@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ZOO_VERSION = "v3"  # bump whenever data_gen.zoo's default recipe or its build procedure changes
+ZOO_VERSION = "v4"  # bump whenever data_gen.zoo's default recipe or its build procedure changes
 ENV_VAR = "ACCEPT_HEADS_ZOO_DIR"
 METADATA_FILE = "zoo.json"  # written last: a directory without it holds no complete zoo
 BUILD_COMMAND = "python -m data_gen.zoo"

@@ -130,7 +130,7 @@ def _build_into(staging: Path, recipe: ZooRecipe, started: float, check_realism:
 
     from .data import spaced_windows, token_stream
     from .evaluation import held_out_loss, line_start_prompts
-    from .models import build_model, parameter_count
+    from .models import build_model, fold_temperature, parameter_count
     from .precision import resolve_precision
     from .realism import measure_realism
     from .tokenizer import train_tokenizer
@@ -150,6 +150,7 @@ def _build_into(staging: Path, recipe: ZooRecipe, started: float, check_realism:
         distil_losses = distil_students(
             models["target"], {r: models[r] for r in STUDENT_ROLES}, train_stream, recipe, precision.autocast_bf16
         )
+        fold_temperature(models["target"], recipe.target_temperature)
 
         prompts = line_start_prompts(
             tokenizer, dev_modules, recipe.accept_prompts, recipe.accept_prompt_tokens, recipe.eval_seed

@@ -34,6 +34,18 @@ def build_model(shape: ModelShape, tokenizer: PreTrainedTokenizerFast, context: 
     return model
 
 
+@torch.no_grad()
+def fold_temperature(model: LlamaForCausalLM, temperature: float) -> None:
+    """Make ``model`` emit ``logits / temperature`` by scaling its final norm's weight in place.
+
+    The final RMSNorm feeds only the language-model head, so scaling its weight scales the logits
+    exactly, also with tied input / output embeddings (where scaling the head would scale the inputs).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    model.model.norm.weight.div_(temperature)
+
+
 def parameter_count(model: torch.nn.Module) -> int:
     """Number of distinct parameters (tied embeddings counted once)."""
     return sum(p.numel() for p in model.parameters())

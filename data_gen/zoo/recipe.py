@@ -39,6 +39,10 @@ class ZooRecipe:
     distil_batch: int = 16
     distil_lr: float = 3e-3
     distil_kl_weight: float = 0.5  # loss = w * KL(target || student) + (1 - w) * CE
+    draft_kl_weight: float | None = 0.9  # the draft's own w (None: distil_kl_weight)
+    # Folded into the target after distillation (logits / T): like an instruction-tuned target, its
+    # responses are sharper than the text it and the students learned from (data_gen.zoo.models).
+    target_temperature: float = 0.85
     warmup_fraction: float = 0.05
     precision: str = "auto"  # auto | bf16 | fp32: bf16 autocast of training forwards (weights stay float32);
     # auto = bf16 only where the CPU runs it natively (data_gen.zoo.precision)
@@ -66,6 +70,13 @@ class ZooRecipe:
             return self.draft_steps
         self.shape(role)  # validates the name
         return self.distil_steps
+
+    def kl_weight(self, role: str) -> float:
+        """Distillation weight ``w`` of student ``role`` (loss ``w * KL + (1 - w) * CE``)."""
+        if role == "draft" and self.draft_kl_weight is not None:
+            return self.draft_kl_weight
+        self.shape(role)  # validates the name
+        return self.distil_kl_weight
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, stored in ``zoo.json``."""

@@ -84,14 +84,14 @@ def distil_students(
 ) -> dict[str, float]:
     """Train every student on shared batches: distilled from ``teacher`` and / or on the text itself.
 
-    Loss per student: ``w * KL(teacher || student) + (1 - w) * CE``; returns final losses. With
-    ``w = 0`` (students trained on the data alone, as real drafts are) the teacher is not run. Each
-    student trains for ``recipe.steps(role)`` steps on the first batches of the shared sequence, with
+    Loss per student: ``w * KL(teacher || student) + (1 - w) * CE``, ``w = recipe.kl_weight(role)``;
+    returns final losses. Where every ``w = 0`` (students trained on the data alone) the teacher is
+    not run. Each student trains for ``recipe.steps(role)`` steps on the first batches of the shared sequence, with
     its own warm-up / cosine schedule over them.
     """
     generator = torch.Generator().manual_seed(recipe.data_seed + 1)
     optimizers = {role: _optimizer(m, recipe.distil_lr, recipe.weight_decay) for role, m in students.items()}
-    weight = recipe.distil_kl_weight
+    weights = {role: recipe.kl_weight(role) for role in students}
     teacher.eval()
     for model in students.values():
         model.train()
@@ -101,7 +101,7 @@ def distil_students(
     for step in bar:
         windows = random_windows(stream, recipe.distil_batch, recipe.context, generator).to(teacher.device)
         teacher_logp = None
-        if weight > 0:
+        if any(w > 0 for w in weights.values()):
             with torch.no_grad(), _autocast(autocast_bf16):
                 teacher_logits = teacher(input_ids=windows).logits
             teacher_logp = F.log_softmax(teacher_logits.float(), dim=-1).flatten(0, 1)
@@ -111,10 +111,11 @@ def distil_students(
             lr = recipe.distil_lr * lr_factor(step, steps[role], recipe.warmup_fraction)
             with _autocast(autocast_bf16):
                 logits = model(input_ids=windows).logits
-            loss = (1.0 - weight) * next_token_loss(logits, windows)
-            if teacher_logp is not None:
+            loss = (1.0 - weights[role]) * next_token_loss(logits, windows)
+            if weights[role] > 0:
                 student_logp = F.log_softmax(logits.float(), dim=-1).flatten(0, 1)
-                loss = loss + weight * F.kl_div(student_logp, teacher_logp, log_target=True, reduction="batchmean")
+                kl = F.kl_div(student_logp, teacher_logp, log_target=True, reduction="batchmean")
+                loss = loss + weights[role] * kl
             _step(optimizers[role], model, loss, lr)
             losses[role] = loss.item()
         bar.set_postfix({role: f"{value:.3f}" for role, value in losses.items()}, refresh=False)

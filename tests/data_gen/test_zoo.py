@@ -6,10 +6,13 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
 from data_gen.corpus import corpus_hash, modules_in, split_of
 from data_gen.zoo import ROLES, ModelShape, Zoo, ZooRecipe, ensure_zoo, zoo_summary_table
 from data_gen.zoo.__main__ import main
+from data_gen.zoo.models import fold_temperature
 from data_gen.zoo.precision import resolve_precision
 from decode.zoo_dir import ZOO_VERSION, default_cache_dir
 
@@ -171,3 +174,28 @@ def test_auto_precision_trains_in_float32_without_native_bf16() -> None:
 def test_zoo_json_records_the_training_precision(tiny_zoo: Zoo) -> None:
     expected = resolve_precision(TINY.precision)
     assert tiny_zoo.metadata["precision"] == {"training": expected.name, "reason": expected.reason}
+
+
+def test_folded_temperature_divides_the_logits_of_a_tied_model(tiny_zoo: Zoo) -> None:
+    target = AutoModelForCausalLM.from_pretrained(zoo_path := tiny_zoo.path("target")).eval()
+    ids = torch.tensor([[5, 17, 42, 9, 100]])
+    with torch.no_grad():
+        before = target(input_ids=ids).logits
+        fold_temperature(target, 0.8)
+        assert torch.allclose(target(input_ids=ids).logits, before / 0.8, atol=1e-5)
+        # Control: scaling the tied head scales the input embeddings as well, which is not a temperature.
+        tied = AutoModelForCausalLM.from_pretrained(zoo_path).eval()
+        tied.lm_head.weight.div_(0.8)
+        assert not torch.allclose(tied(input_ids=ids).logits, before / 0.8, atol=1e-3)
+    with pytest.raises(ValueError, match="positive"):
+        fold_temperature(target, 0.0)
+
+
+def test_the_draft_may_have_its_own_distillation_weight_and_steps() -> None:
+    recipe = ZooRecipe(distil_kl_weight=0.5, draft_kl_weight=0.9, distil_steps=300, draft_steps=240)
+    assert (recipe.kl_weight("draft"), recipe.kl_weight("companion")) == (0.9, 0.5)
+    assert (recipe.steps("draft"), recipe.steps("companion")) == (240, 300)
+    shared = ZooRecipe(distil_kl_weight=0.5, draft_kl_weight=None)
+    assert shared.kl_weight("draft") == shared.kl_weight("companion") == 0.5
+    with pytest.raises(ValueError, match="unknown role"):
+        recipe.kl_weight("verifier")
