@@ -3,7 +3,8 @@
 Speed is the cost model of DESIGN §5 (:class:`decode.costs.CostModel`, companion calls at ``t_c``):
 modelled throughput = generated tokens / modelled time, summed over the prompts. Every threshold decodes the
 same prompts with the same seeds (each prompt's :func:`data_gen.seeding.prompt_seed`, as in the evaluation:
-common random numbers), so the comparison is paired; :func:`accept_heads.selection.best_value` picks.
+common random numbers), so the comparison is paired; :func:`accept_heads.selection.best_value` picks. The
+prompts decode as one batch (:meth:`decode.SpeculativeDecoder.generate_batch`: each row decides as alone).
 """
 
 from __future__ import annotations
@@ -62,8 +63,7 @@ def sweep_thresholds(
         use_companion = companion if head.config.companion_features else None
         decoder = SpeculativeDecoder(target, draft, rule=rule, policy=policy, companion=use_companion, sampling=sampling)
         totals = DecodeStats()
-        for seed, prompt in zip(seeds, prompts):
-            stats = decoder.generate(prompt, max_new_tokens=max_new_tokens, seed=seed).stats
+        for stats in decoder.generate_batch(prompts, max_new_tokens=max_new_tokens, seed=seeds).stats:
             for name in ("generated", "draft_calls", "target_calls", "companion_calls", "rejected", "unverified"):
                 setattr(totals, name, getattr(totals, name) + getattr(stats, name))
             totals.verified_per_round.extend(stats.verified_per_round)
