@@ -11,7 +11,7 @@ STAMP := $(VENV)/.accept-heads-installed
 SYSTEM_TORCH := $(shell $(PYTHON) -c 'import torch' >/dev/null 2>&1 && echo --system-site-packages)
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 
-.PHONY: setup demo contrastive test clean
+.PHONY: setup demo more-heads test clean
 
 setup: $(STAMP)
 
@@ -23,10 +23,10 @@ $(STAMP): pyproject.toml
 
 # The main job on the embedded default: build (or reuse) the tiny-code zoo; collect labelled data
 # from the target's sampled (T = 1) responses and, for the greedy rule, from its greedy responses;
-# train a `pre` acceptance head for every rule (speculative, greedy, fuzzy, ensemble weighted) and the
-# SV profile (exported under runs/tiny/heads/, each with a model card); then evaluate every length
-# policy (results table, per-head summary and figures under runs/tiny/eval/). The contrastive ensemble,
-# a second kind of the ensemble rule, is `make contrastive` (after the demo; README "Evaluate").
+# train a `pre` acceptance head for the speculative, greedy and (weighted) ensemble rules and the SV
+# profile (exported under runs/tiny/heads/, each with a model card); then evaluate every length policy
+# of those rules (results table, per-head summary and figures under runs/tiny/eval/). The fuzzy and
+# contrastive-ensemble heads are `make more-heads` (after the demo; README "Evaluate").
 GREEDY_DATA := sampling=greedy 'paths.data_dir=$${paths.run_dir}/data-greedy'
 TRAIN := $(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true
 CONTRASTIVE := rules.ensemble_kind=contrastive
@@ -37,13 +37,15 @@ demo: setup
 	$(OFFLINE) $(PY) -m data_gen.collect $(GREEDY_DATA) 'prompts.sizes={train: 400, dev: 100, test: 100}'
 	$(TRAIN) head.name=speculative-pre
 	$(TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
-	$(TRAIN) head.rule=fuzzy head.name=fuzzy-pre
 	$(TRAIN) head.rule=ensemble head.name=ensemble-weighted-pre
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
-	$(OFFLINE) $(PY) -m accept_heads.evaluate
+	$(OFFLINE) $(PY) -m accept_heads.evaluate 'evaluate.rules=[speculative,greedy,ensemble]'
 
-# The contrastive ensemble's head and its evaluation (needs the demo's data and zoo).
-contrastive: setup
+# The other two heads, each with its evaluation (after `make demo`: its zoo and data): the fuzzy (FSD) rule,
+# with the FSD threshold sweep, and the contrastive kind of the ensemble rule.
+more-heads: setup
+	$(TRAIN) head.rule=fuzzy head.name=fuzzy-pre
+	$(OFFLINE) $(PY) -m accept_heads.evaluate 'evaluate.rules=[fuzzy]' 'evaluate.out_dir=$${paths.run_dir}/eval-fuzzy'
 	$(TRAIN) $(CONTRASTIVE) head.rule=ensemble head.name=ensemble-contrastive-pre
 	$(OFFLINE) $(PY) -m accept_heads.evaluate $(CONTRASTIVE) 'evaluate.rules=[ensemble]' \
 		'evaluate.out_dir=$${paths.run_dir}/eval-contrastive' evaluate.hf_baselines=false

@@ -293,7 +293,7 @@ class EvaluateConfig:
     # prompts decoded together by one batched generate (policies the batched loop supports; 1 = each alone)
     batch_size: int = 32
     # the first this-many prompts of every run decode alone: their wall times fit the costs (a batch's are shared)
-    timed_prompts: int = 2
+    timed_prompts: int = 1
     # batch axis: throughput per policy at each batch size B, measured and modelled at batch costs measured on
     # this device (e.g. [1, 8, 32]; empty = none); the best fixed K per B is chosen on dev
     batch_sizes: List[int] = field(default_factory=list)
