@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 # train a `pre` acceptance head for the speculative, greedy and (weighted) ensemble rules and the SV
 # profile (exported under runs/tiny/heads/, each with a model card); then evaluate every length policy
 # of those rules (results table, per-head summary and figures under runs/tiny/eval/). The fuzzy and
-# contrastive-ensemble heads are `make more-heads` (after the demo; README "Evaluate").
+# contrastive-ensemble heads are `make more-heads` (after the demo; README "Quick start").
 GREEDY_DATA := sampling=greedy 'paths.data_dir=$${paths.run_dir}/data-greedy'
 TRAIN := $(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true
 CONTRASTIVE := rules.ensemble_kind=contrastive
