@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-# The main job on the embedded default: build (or reuse) the tiny-code zoo; collect labelled data
+# The main job on the embedded default: install (first use) and check the shipped tiny-code trio; collect labelled data
 # from the target's sampled (T = 1) responses and, for the greedy rule, from its greedy responses;
 # train a `pre` acceptance head for the speculative, greedy and (weighted) ensemble rules and the SV
 # profile (exported under runs/tiny/heads/, each with a model card); then evaluate every length policy

@@ -6,7 +6,7 @@
                                                  [--goodput [--k-grid 1 2 4 8] [--profile PATH]]]
 
 Without ``--target/--draft`` the built-in model zoo is loaded from its cache directory
-(:mod:`decode.zoo_dir`; build it first with ``python -m data_gen.zoo``); ``--random-init``
+(:mod:`decode.zoo_dir`; install it first with ``python -m data_gen.zoo``); ``--random-init``
 builds a seeded random Llama pair in code instead (no files). Every method decodes the same
 prompts at temperature 1 (no top-k / top-p) with the same constant K, the methods taking turns
 on each prompt; model calls are counted with forward hooks. ``--breakdown`` then decodes the
@@ -44,7 +44,7 @@ from decode.policies import Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 from decode.target_alone import generate_target_alone
-from decode.zoo_dir import built_zoo_dir
+from decode.zoo_dir import installed_zoo_dir
 
 TEXT_PROMPTS = [
     "def fibonacci(n):\n",
@@ -464,9 +464,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def zoo_dir_or_exit() -> Path:
-    """The built zoo's directory; without one, exit with status 2 and one line naming the build command."""
+    """The installed zoo's directory; without one, exit with status 2 and one line naming the install command."""
     try:
-        return built_zoo_dir()
+        return installed_zoo_dir()
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

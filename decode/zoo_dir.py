@@ -1,8 +1,8 @@
-"""Where the built-in tiny-code model zoo lives on disk: the one lookup its builder and its readers share.
+"""Where the built-in tiny-code model zoo lives on disk: the one lookup its installer and its readers share.
 
-``data_gen.zoo`` builds the zoo into this directory; ``decode.bench`` and ``decode.bench_ensemble``
-only read it (``from_pretrained`` directories ``target/``, ``draft/``, ``companion/``), so the
-decode library never depends on the builder.
+``data_gen.zoo`` installs the shipped trio (or a rebuild) into this directory; ``decode.bench`` and
+``decode.bench_ensemble`` only read it (``from_pretrained`` directories ``target/``, ``draft/``,
+``companion/``), so the decode library never depends on the installer.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ZOO_VERSION = "v4"  # bump whenever data_gen.zoo's default recipe or its build procedure changes
+ZOO_VERSION = "v5"  # bump whenever the shipped trio (data_gen/zoo/tiny-code) or its recipe changes
 ENV_VAR = "ACCEPT_HEADS_ZOO_DIR"
-METADATA_FILE = "zoo.json"  # written last: a directory without it holds no complete zoo
-BUILD_COMMAND = "python -m data_gen.zoo"
+METADATA_FILE = "zoo.json"  # a directory without it holds no complete zoo
+INSTALL_COMMAND = "python -m data_gen.zoo"
 
 
 def default_cache_dir() -> Path:
@@ -29,9 +29,9 @@ def is_built(root: Path) -> bool:
     return (root / METADATA_FILE).is_file()
 
 
-def built_zoo_dir() -> Path:
-    """The default zoo directory; ``FileNotFoundError`` naming the build command when no zoo is built there."""
+def installed_zoo_dir() -> Path:
+    """The default zoo directory; ``FileNotFoundError`` naming the install command when no zoo is installed there."""
     root = default_cache_dir()
     if not is_built(root):
-        raise FileNotFoundError(f"no built model zoo in {root}; build it first with `{BUILD_COMMAND}`")
+        raise FileNotFoundError(f"no model zoo installed in {root}; install it first with `{INSTALL_COMMAND}`")
     return root

@@ -1,19 +1,26 @@
-"""The built-in ``tiny-code`` model trio (target / draft / companion), trained offline on stdlib source.
+"""The built-in ``tiny-code`` model trio (target / draft / companion): shipped with the package, rebuildable.
 
-``ensure_zoo()`` returns the cached zoo, building it on first use (about ten minutes on two CPU
-cores); ``python -m data_gen.zoo`` does the same from the command line and prints a summary.
-Where the zoo is cached (``$ACCEPT_HEADS_ZOO_DIR``, the zoo version) is :mod:`decode.zoo_dir`.
+``ensure_zoo()`` installs the shipped reference build into the cache directory on first use (a copy,
+sha256-checked; the same bytes on every machine) and verifies it at every load; ``rebuild_zoo()``
+trains the recipe instead. ``python -m data_gen.zoo`` does either from the command line and prints
+the trio's models and realism figures. Where the zoo lives (``$ACCEPT_HEADS_ZOO_DIR``, the zoo
+version) is :mod:`decode.zoo_dir`.
 """
 
-from .build import Zoo, ensure_zoo
 from .recipe import ROLES, ModelShape, ZooRecipe
-from .summary import zoo_summary_table
+from .store import SHIPPED_DIR, Zoo, ZooError, ZooRealismError, ensure_zoo, rebuild_zoo
+from .summary import realism_table, zoo_summary_table
 
 __all__ = [
     "ROLES",
+    "SHIPPED_DIR",
     "ModelShape",
     "Zoo",
+    "ZooError",
+    "ZooRealismError",
     "ZooRecipe",
     "ensure_zoo",
+    "realism_table",
+    "rebuild_zoo",
     "zoo_summary_table",
 ]

@@ -1,4 +1,4 @@
-"""Held-out loss of the zoo's models, dev prompts and the target's responses to them."""
+"""Held-out loss of the zoo's models, and the prompt sets its realism is measured on."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import random
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
-from tqdm.auto import tqdm
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from data_gen.corpus import StdlibModule
-from decode.rules import sample
+from data_gen.corpus import StdlibModule, modules_in
+from data_gen.encoding import encode_prompts
+from data_gen.prompts import load_prompts
 
+from .recipe import ZooRecipe
 from .training import next_token_loss
 
 
@@ -44,25 +44,27 @@ def line_start_prompts(
     return torch.tensor(prompts, dtype=torch.long)
 
 
-@torch.no_grad()
-def target_responses(
-    model: LlamaForCausalLM, prompts: torch.Tensor, new_tokens: int, seed: int, eos_token_id: int, greedy: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``new_tokens`` after each prompt, sampled at temperature 1 or greedy (KV cache, no top-k/top-p).
+#: The evaluation's prompt styles (``conf/prompts/builtin.yaml``): its dev prompts and its OOD set.
+EVALUATION_SETS: tuple[tuple[str, str, str], ...] = (
+    ("function (dev)", "dev", "function"),
+    ("module (test, OOD)", "test", "module"),
+)
 
-    Returns the full sequences and a mask of the response positions that count: those up to
-    and including the first EOS.
-    """
-    prompts = prompts.to(model.device)
-    generator = torch.Generator(device=model.device).manual_seed(seed)
-    out = model(input_ids=prompts, use_cache=True)
-    sampled = []
-    for _ in tqdm(range(new_tokens), desc=f"zoo: {'greedy' if greedy else 'sampled'} responses", unit="tok", leave=False):
-        logits = out.logits[:, -1].float()
-        token = (logits.argmax(dim=-1) if greedy else sample(F.softmax(logits, dim=-1), generator))[:, None]
-        sampled.append(token)
-        out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
-    response = torch.cat(sampled, dim=1)
-    is_eos = (response == eos_token_id).long()
-    mask = (is_eos.cumsum(dim=1) - is_eos) == 0
-    return torch.cat([prompts, response], dim=1), mask
+
+def builtin_prompt_ids(tokenizer: PreTrainedTokenizerFast, split: str, style: str, count: int, budget: int,
+                       seed: int) -> list[list[int]]:
+    """The first ``count`` builtin prompts of ``split`` / ``style`` that fit ``budget`` tokens, as the evaluation
+    picks them (seeded shuffle, raw template, longer ones skipped)."""
+    prompts = load_prompts("builtin", split, style=style, seed=seed)
+    encoded, _ = encode_prompts(prompts, tokenizer, "raw", budget, "skip")
+    return [p.token_ids for p in encoded[:count]]
+
+
+def realism_prompt_sets(tokenizer: PreTrainedTokenizerFast, recipe: ZooRecipe) -> dict[str, list[list[int]]]:
+    """Prompt sets of the realism figures: line starts of dev modules, then the evaluation's styles."""
+    sets = {"line start (dev)": line_start_prompts(tokenizer, modules_in("dev"), recipe.realism_prompts,
+                                                   recipe.line_prompt_tokens, recipe.eval_seed).tolist()}
+    for name, split, style in EVALUATION_SETS:
+        sets[name] = builtin_prompt_ids(tokenizer, split, style, recipe.realism_prompts, recipe.prompt_budget,
+                                        recipe.prompt_seed)
+    return sets

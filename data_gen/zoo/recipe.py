@@ -7,6 +7,7 @@ from typing import Any
 
 ROLES: tuple[str, ...] = ("target", "draft", "companion")
 STUDENT_ROLES: tuple[str, ...] = ("draft", "companion")
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,12 @@ class ZooRecipe:
     draft: ModelShape = field(default_factory=lambda: ModelShape(2, 128, 2, 344, seed=2))
     companion: ModelShape = field(default_factory=lambda: ModelShape(1, 192, 3, 512, seed=3))
     # Target pre-training (next-token cross-entropy).
-    target_steps: int = 500
+    target_steps: int = 1000  # 4.1M tokens: 0.8 of a pass over the train split
     target_batch: int = 16
     target_lr: float = 3e-3
     # Distillation of draft and companion from the target (shared target forward).
-    distil_steps: int = 300
-    draft_steps: int | None = 240  # the draft stops earlier (a real draft is clearly weaker); None: distil_steps
+    distil_steps: int = 1000
+    draft_steps: int | None = 450  # the draft stops earlier (a real draft is clearly weaker); None: distil_steps
     distil_batch: int = 16
     distil_lr: float = 3e-3
     distil_kl_weight: float = 0.5  # loss = w * KL(target || student) + (1 - w) * CE
@@ -44,17 +45,24 @@ class ZooRecipe:
     # responses are sharper than the text it and the students learned from (data_gen.zoo.models).
     target_temperature: float = 0.85
     warmup_fraction: float = 0.05
-    precision: str = "auto"  # auto | bf16 | fp32: bf16 autocast of training forwards (weights stay float32);
-    # auto = bf16 only where the CPU runs it natively (data_gen.zoo.precision)
+    precision: str = "fp32"  # fp32 | bf16: bf16 autocast of training forwards (weights stay float32); the
+    # shipped trio trained in fp32 (bf16 is fast only on CPUs with native bfloat16 and trains other bytes)
     weight_decay: float = 0.1
     data_seed: int = 0
-    # Evaluation on dev-split modules.
+    # Realism figures (data_gen.zoo.realism).
     eval_windows: int = 96  # held-out loss: this many full-context windows of dev text
-    accept_prompts: int = 64  # acceptance: this many dev prompts ...
-    accept_prompt_tokens: int = 64  # ... of this many tokens, starting at a line boundary,
-    accept_response_tokens: int = 128  # ... each followed by this many target-sampled tokens
+    realism_prompts: int = 64  # prompts per set: line starts of dev modules, and the evaluation's two styles
+    line_prompt_tokens: int = 64  # line-start prompts: this many tokens from a random line of a dev module
+    prompt_budget: int = 128  # the evaluation's prompts: at most this many tokens (prompts.max_prompt_tokens)
+    prompt_seed: int = 0  # ... picked by the evaluation's seeded shuffle (the config's seed)
+    response_tokens: int = 96  # target responses (T = 1 and greedy) of this many tokens after each prompt
+    degeneracy_tokens: int = 64  # greedy continuations checked for whitespace and loops: their first tokens
     eval_seed: int = 1234
     train_module_limit: int | None = None  # None: all train-split modules (tests use a few)
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown zoo precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
 
     def shape(self, role: str) -> ModelShape:
         """The shape of ``role`` (target, draft or companion)."""

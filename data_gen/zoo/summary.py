@@ -1,24 +1,36 @@
-"""Rich summary tables of a built zoo: its models, and its realism figures against their targets."""
+"""Rich summary tables of a zoo: its models, and its realism figures against their targets."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from .build import Zoo
 from .realism import Realism, RealismTargets
 from .recipe import ROLES
+from .store import Zoo
+
+_ACTIONS = {"verified": "verified", "installed": "installed from the package", "rebuilt": "rebuilt"}
+
+
+def describe_origin(metadata: dict) -> str:
+    """Where a trio comes from: the shipped reference build, or a rebuild (and whether it equals the shipped one)."""
+    machine = metadata["machine"]
+    built = (f"trained in {metadata['precision']} on a {machine['cpu_capability']} CPU path, {machine['threads']} "
+             f"threads, torch {machine['torch']}, in {metadata['build_seconds']:.0f} s")
+    if metadata["origin"] == "shipped":
+        return f"the shipped reference build ({built})"
+    same = metadata.get("matches_shipped")
+    verdict = "byte-identical to" if same else "differs from"
+    return f"a rebuild ({built}), {verdict} the shipped trio"
 
 
 def zoo_summary_table(zoo: Zoo) -> Table:
-    """Per model: layers, hidden size, params, held-out loss and acceptance vs the target."""
+    """Per model: layers, hidden size, params, steps, held-out loss and acceptance vs the target."""
     meta = zoo.metadata
-    precision = meta.get("precision", {}).get("training", "bf16-autocast")
-    built = f"built in {meta['build_seconds']:.1f} s with {meta['threads']} threads, {precision} training"
-    timing = f"cache hit ({zoo.seconds:.2f} s; {built})" if zoo.cache_hit else built
     table = Table(
         title=f"{meta['name']} zoo {meta['zoo_version']} at {zoo.root}",
-        caption=f"{timing}; held-out loss in nats/token on dev-split modules; "
-        f"acceptance = mean 1 - TV(p, q) along target samples at temperature 1",
+        caption=f"{_ACTIONS[zoo.action]} in {zoo.seconds:.2f} s: {describe_origin(meta)}; held-out loss in "
+        f"nats/token on dev-split modules; acceptance = mean 1 - TV(p, q) along T = 1 target responses "
+        f"to the evaluation's dev prompts",
     )
     for column in ("model", "layers", "hidden", "params", "steps", "held-out loss", "acceptance vs target"):
         table.add_column(column, justify="left" if column == "model" else "right")
@@ -37,16 +49,20 @@ def zoo_summary_table(zoo: Zoo) -> Table:
     return table
 
 
-def realism_table(zoo: Zoo, targets: RealismTargets = RealismTargets()) -> Table:
-    """The four realism figures of :mod:`data_gen.zoo.realism`, each with its target and a verdict."""
-    record = dict(zoo.metadata["realism"])
-    record.pop("failures")
-    realism = Realism(**record)
-    table = Table(title="realism on dev prompts (data_gen.zoo.realism)",
-                  caption="enforced: a build that misses the target fails; tracked: reported only")
-    for column in ("figure", "value", "target", "ok", "check"):
-        table.add_column(column, justify="left" if column == "figure" else "right")
+def realism_table(realism: Realism, reference: Realism | None = None,
+                  targets: RealismTargets = RealismTargets()) -> Table:
+    """Every realism figure with its target and margin; beside ``reference`` (the shipped trio's) when given."""
+    table = Table(title="realism of the trio (data_gen.zoo.realism)",
+                  caption="margin: how far inside its target a figure is (negative: missed)")
+    columns = ["prompt set / figure", "value", *(["shipped"] if reference else []), "target", "margin", "ok"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "prompt set / figure" else "right")
+    shipped = {c.name: c.value for c in reference.checks(targets)} if reference else {}
     for check in realism.checks(targets):
         verdict = "[green]yes[/green]" if check.ok else "[red]no[/red]"
-        table.add_row(check.figure, check.value, check.target, verdict, "enforced" if check.enforced else "tracked")
+        margin = "-" if check.margin is None else f"{check.margin:+.3f}"
+        set_name = check.name.rpartition("/")[0]
+        label = f"{set_name}: {check.figure}" if set_name else check.figure
+        table.add_row(label, check.value, *([shipped.get(check.name, "-")] if reference else []), check.target,
+                      margin, verdict)
     return table

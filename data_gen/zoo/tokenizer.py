@@ -15,10 +15,15 @@ def train_tokenizer(texts: Sequence[str], vocab_size: int, context: int) -> PreT
     """Train a byte-level BPE of ``vocab_size`` tokens (specials included) on ``texts``.
 
     The tokenizer adds no special tokens on its own: training windows are arbitrary slices of a
-    ``<|bos|> module <|eos|>`` stream, so prompts need no ``<|bos|>``.
+    ``<|bos|> module <|eos|>`` stream, so prompts need no ``<|bos|>``. A newline is always a token of
+    its own (as in Llama's and most code tokenizers): with GPT-2's rule it merges with the next line's
+    indentation (``"\n   "``), so a prompt ending in a newline would end on a token that in training
+    only ever precedes column-0 text — and the target would never indent the body it is asked for.
     """
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split("\n", behavior="isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

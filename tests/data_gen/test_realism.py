@@ -1,22 +1,25 @@
-"""The zoo's realism figures: greedy oracle counting, confidence AUROC, and the build's hard check."""
+"""The zoo's realism figures: greedy oracle counting, confidence AUROC, degeneracy, checks and margins."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-from data_gen.zoo import Zoo, ensure_zoo
-from data_gen.zoo.build import ZooRealismError
-from data_gen.zoo.realism import PAPER_COSTS, Realism, RealismTargets, acceptance, confidence_auroc, greedy_oracle_gain
+from data_gen.zoo.realism import (
+    PAPER_COSTS,
+    Realism,
+    RealismTargets,
+    SetRealism,
+    acceptance,
+    confidence_auroc,
+    greedy_oracle_gain,
+    is_degenerate,
+)
 from data_gen.zoo.summary import realism_table
 from decode.costs import CostModel
-from decode.zoo_dir import METADATA_FILE
-
-from tests.data_gen.test_zoo import TINY
 
 
 def test_greedy_oracle_gain_counts_rounds_as_thm_4_1() -> None:
@@ -81,37 +84,57 @@ def test_confidence_auroc_is_chance_when_the_draft_says_nothing() -> None:
     assert abs(auroc - 0.5) < 4 * sigma
 
 
-def test_build_fails_and_writes_nothing_when_the_trio_is_not_realistic(tmp_path: Path) -> None:
-    with pytest.raises(ZooRealismError, match="does not behave like a real draft / target pair"):
-        ensure_zoo(tmp_path / "strict", recipe=TINY)
-    assert not (tmp_path / "strict" / METADATA_FILE).exists()
-    assert not list(tmp_path.glob(".strict.tmp-*"))
+def test_confidence_auroc_is_undefined_when_every_draft_is_accepted() -> None:
+    sharp_p, sharp_q = _outcomes(True, 50)
+    identical = confidence_auroc(sharp_q, sharp_q, torch.ones(1, 50, dtype=torch.bool), seed=0)
+    assert identical is None  # p = q: every candidate accepted, one class
 
 
-def test_metadata_and_summary_carry_the_realism_figures(tmp_path: Path) -> None:
-    zoo: Zoo = ensure_zoo(tmp_path / "z", recipe=TINY, check_realism=False)
-    record = dict(zoo.metadata["realism"])
-    failures = record.pop("failures")
-    realism = Realism(**record)
-    assert failures == realism.failures()
-    assert 0.0 <= realism.acceptance <= 1.0 and 0.0 <= realism.confidence_auroc <= 1.0
-    assert realism.greedy_oracle_gain >= 1.0 - 1e-9  # the oracle never loses to a fixed K
-    assert realism.acceptance == zoo.metadata["models"]["draft"]["acceptance_vs_target"]
-    assert realism_table(zoo).row_count == 5
+def test_degenerate_continuations_are_whitespace_or_short_loops() -> None:
+    assert is_degenerate([5, 5, 5], "\n\n\n")
+    assert is_degenerate([], "")
+    assert is_degenerate([1, 2, 3] + [7, 8] * 10, "abc" + "x = " * 10)  # second half: period 2
+    assert is_degenerate([9] * 4 + [1, 2, 3, 4] * 4, "....")  # period 4
+    assert not is_degenerate([1, 2, 3, 4, 5] * 4, "a b c d e " * 4)  # period 5 is code, not a loop
+    assert not is_degenerate(list(range(40)), "return sum(values) / len(values)")
+    assert not is_degenerate([1, 1, 1], "x")  # too short to call a loop
+    assert not is_degenerate([4] * 10 + list(range(10, 30)), "loops first, then real text")
+
+
+def _set(name: str = "function (dev)", **changes: object) -> SetRealism:
+    fields = dict(name=name, prompts=64, acceptance=0.72, companion_acceptance=0.8, confidence_auroc=0.75,
+                  greedy_oracle_gain=1.5, greedy_best_fixed_k=3, degenerate_share=0.02)
+    return SetRealism(**{**fields, **changes})
+
+
+LOSSES = {"target": 2.9, "companion": 3.0, "draft": 3.2}
+
+
+def test_checks_carry_margins_and_fail_outside_their_targets() -> None:
+    realism = Realism((_set(), _set("module (test, OOD)", degenerate_share=0.25)), LOSSES)
+    checks = {c.name: c for c in realism.checks()}
+    assert checks["function (dev)/acceptance"].margin == pytest.approx(0.07)  # min(0.72 - 0.65, 0.85 - 0.72)
+    assert checks["function (dev)/confidence_auroc"].margin == pytest.approx(0.05)
+    assert checks["loss_gap"].margin == pytest.approx(0.1)
+    assert checks["companion_between"].margin == pytest.approx(0.1)
+    assert realism.failures() == ["module (test, OOD)/degenerate_share = 25.0%, target <= 10%"]
+    stricter = RealismTargets(loss_gap=0.4)
+    assert realism.failures(stricter)[-1] == "loss_gap = 0.300, target >= 0.4"
+    outside = Realism((_set(acceptance=0.9),), {"target": 2.9, "companion": 3.3, "draft": 3.2})
+    assert outside.failures() == ["function (dev)/acceptance = 0.900, target 0.65-0.85",
+                                  "companion_between = 3.300, target 2.900-3.200"]
+
+
+def test_an_undefined_auroc_prints_as_undefined_and_fails() -> None:
+    realism = Realism((_set(confidence_auroc=None),), LOSSES)
+    (check,) = [c for c in realism.checks() if c.name.endswith("confidence_auroc")]
+    assert check.value == "undefined (one class)" and check.margin is None and not check.ok
+    assert realism.failures() == ["function (dev)/confidence_auroc = undefined (one class), target >= 0.7"]
+    assert "0.000" not in str([cell for column in realism_table(realism).columns for cell in column._cells])
+
+
+def test_realism_round_trips_through_its_json_record() -> None:
+    realism = Realism((_set(), _set("line start (dev)", confidence_auroc=None)), LOSSES)
+    assert Realism.from_dict(realism.to_dict()) == realism
+    assert dataclasses.replace(realism.sets[0], acceptance=0.5) != realism.sets[0]
     assert PAPER_COSTS.t_draft / PAPER_COSTS.t_target == pytest.approx(0.21, abs=0.01)
-
-
-def test_only_enforced_figures_fail_a_build() -> None:
-    realistic_but_unconfident = Realism(acceptance=0.7, confidence_auroc=0.55, greedy_oracle_gain=1.4,
-                                        greedy_best_fixed_k=3, loss_gap=0.3, companion_between=True)
-    assert realistic_but_unconfident.failures() == [
-        "AUROC of draft confidence log q(y) vs sampled accept = 0.550, target >= 0.7"
-    ]
-    auroc_tracked = RealismTargets(enforced=RealismTargets().enforced - {"confidence_auroc"})
-    assert realistic_but_unconfident.failures(auroc_tracked) == []
-    (auroc,) = [c for c in realistic_but_unconfident.checks(auroc_tracked) if c.name == "confidence_auroc"]
-    assert not auroc.ok and not auroc.enforced
-    realistic_but_unconfident = dataclasses.replace(realistic_but_unconfident, confidence_auroc=0.75)
-    assert realistic_but_unconfident.failures() == []
-    too_close = dataclasses.replace(realistic_but_unconfident, loss_gap=0.06)
-    assert too_close.failures() == ["held-out loss gap draft - target (nats) = 0.060, target >= 0.2"]

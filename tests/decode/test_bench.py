@@ -1,4 +1,4 @@
-"""The benchmark CLIs run end to end on micro models saved to disk, on random-init pairs and on a built zoo."""
+"""The benchmark CLIs run end to end on micro models saved to disk, on random-init pairs and on an installed zoo."""
 
 from __future__ import annotations
 
@@ -124,10 +124,10 @@ def test_bench_without_batch_sizes_refuses_a_head():
         bench.parse_args(["--random-init", "tiny", "--head", "x"])
 
 
-def test_bench_reads_the_built_zoo_from_its_directory(tmp_path, monkeypatch, capsys, make_lm):
+def test_bench_reads_the_installed_zoo_from_its_directory(tmp_path, monkeypatch, capsys, make_lm):
     make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "zoo" / "target")
     make_lm(64, seed=32).save_pretrained(tmp_path / "zoo" / "draft")
-    (tmp_path / "zoo" / METADATA_FILE).write_text("{}")  # what marks a finished build
+    (tmp_path / "zoo" / METADATA_FILE).write_text("{}")  # what marks an installed zoo
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "zoo"))
     results = bench.main(["--k", "2", "--prompts", "1", "--max-new-tokens", "4", "--device", "cpu"])
     assert "target=target draft=draft" in capsys.readouterr().out
@@ -135,11 +135,12 @@ def test_bench_reads_the_built_zoo_from_its_directory(tmp_path, monkeypatch, cap
 
 
 @pytest.mark.parametrize("main", [bench.main, bench_ensemble.main])
-def test_benches_without_a_built_zoo_name_the_build_command(main, tmp_path, monkeypatch, capsys):
+def test_benches_without_an_installed_zoo_name_the_install_command(main, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(ENV_VAR, str(tmp_path / "no-zoo"))
     with pytest.raises(SystemExit) as stopped:
         main(["--prompts", "1", "--device", "cpu"])
     assert stopped.value.code == 2
     error = capsys.readouterr().err
-    assert error == f"error: no built model zoo in {tmp_path / 'no-zoo'}; build it first with `python -m data_gen.zoo`\n"
-    assert not (tmp_path / "no-zoo").exists()  # the bench builds nothing
+    assert error == (f"error: no model zoo installed in {tmp_path / 'no-zoo'}; install it first with "
+                     "`python -m data_gen.zoo`\n")
+    assert not (tmp_path / "no-zoo").exists()  # the bench installs nothing
