@@ -9,6 +9,7 @@ Predictions ``s_t = σ(logit_t)`` against soft targets ``a_t ∈ [0, 1]``; every
   the same for the constant predictor ``s = mean train label``;
 * ``auroc``: of ``s_t`` against sampled outcomes ``o_t = 1[u_t < a_t]`` (fixed seed, see
   :mod:`accept_heads.data`), which in expectation equals the AUROC with ``a_t`` as soft weights;
+  NaN (undefined) when every outcome is the same;
 * ``ece``: expected calibration error over 15 equal-width bins of ``s``, against the soft ``a``
   (``Σ_b |Σ_{t∈b} s_t − Σ_{t∈b} a_t| / N``; the expected gap w.r.t. sampled outcomes);
 * ``mean_pred`` / ``mean_label``.
@@ -90,6 +91,7 @@ class AcceptanceMetrics(nn.Module):
         self.kl, self.kl_constant = MeanMetric(), MeanMetric()
         self.mean_pred, self.mean_label = MeanMetric(), MeanMetric()
         self.auroc = BinaryAUROC(thresholds=auroc_thresholds)
+        self.accepted, self.outcomes = SumMetric(), SumMetric()  # AUROC is undefined with one class
         self.ece = SoftCalibrationError()
 
     @torch.no_grad()
@@ -110,13 +112,15 @@ class AcceptanceMetrics(nn.Module):
         self.mean_pred.update(probs)
         self.mean_label.update(labels)
         self.auroc.update(probs, outcomes.long())
+        self.accepted.update(outcomes.float().sum())
+        self.outcomes.update(torch.tensor(float(outcomes.numel()), device=outcomes.device))
         self.ece.update(probs, labels)
 
     def compute(self) -> dict[str, Tensor]:
         values = {
             "weighted_bce": self.bce_num.compute() / self.bce_den.compute().clamp_min(1e-12),
             "binary_kl": self.kl.compute(),
-            "auroc": self.auroc.compute(),
+            "auroc": self._auroc(),
             "ece": self.ece.compute(),
             "mean_pred": self.mean_pred.compute(),
             "mean_label": self.mean_label.compute(),
@@ -124,6 +128,12 @@ class AcceptanceMetrics(nn.Module):
         if self.constant is not None:
             values["binary_kl_constant"] = self.kl_constant.compute()
         return {self.prefix + name: value.float() for name, value in values.items()}
+
+    def _auroc(self) -> Tensor:
+        accepted, total = self.accepted.compute(), self.outcomes.compute()
+        if accepted == 0 or accepted == total:
+            return torch.tensor(float("nan"))
+        return self.auroc.compute()
 
     def reset(self) -> None:
         for metric in self.children():

@@ -31,7 +31,8 @@ def print_head_summary(result: dict[str, Any]) -> None:
         change = 100 * (kl / kl_constant - 1)
         gain = f" ({abs(change):.1f}% {'lower' if change < 0 else 'higher'})"
     table.add_row("dev binary KL", f"{_fmt(kl)} vs constant predictor {_fmt(kl_constant)}{gain}")
-    table.add_row("dev AUROC", _fmt(dev.get("val/auroc"), 3))
+    auroc = dev.get("val/auroc")
+    table.add_row("dev AUROC", "undefined (every dev outcome the same)" if auroc is None else _fmt(auroc, 3))
     table.add_row("dev ECE", _fmt(dev.get("val/ece")))
     table.add_row("dev mean pred / label", f"{_fmt(dev.get('val/mean_pred'), 3)} / {_fmt(dev.get('val/mean_label'), 3)}")
     table.add_row("dev weighted BCE", _fmt(dev.get("val/weighted_bce")))

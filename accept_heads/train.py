@@ -10,6 +10,7 @@ under its own ``<head_dir>/<job>`` (see :func:`job_name`).
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 import warnings
@@ -242,7 +243,8 @@ def train_head(job: TrainJob) -> dict[str, Any]:
     trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_checkpoint(job.ckpt_path, checkpoint_dir))
     if best.best_model_path:
         load_head_weights(head, best.best_model_path)
-    dev_metrics = {k: float(v) for k, v in trainer.validate(module, datamodule=datamodule, verbose=False)[0].items()}
+    validated = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
+    dev_metrics = {k: None if math.isnan(float(v)) else float(v) for k, v in validated.items()}  # None: undefined
     if not trainer.is_global_zero:
         return {}
     device = trainer.strategy.root_device

@@ -175,7 +175,8 @@ def _dev_metrics(doc: dict[str, Any]) -> list[str]:
         return ["### Dev metrics", "", "None recorded."]
     lines = ["### Dev metrics", "", "| metric | value | meaning |", "|---|---|---|"]
     for key, value in metrics.items():
-        lines.append(f"| `{key}` | {_number(value)} | {_METRICS.get(key.split('/')[-1], '')} |")
+        shown = "undefined (one class)" if value is None else _number(value)
+        lines.append(f"| `{key}` | {shown} | {_METRICS.get(key.split('/')[-1], '')} |")
     dev = ((doc.get("training_data") or {}).get("positions") or {}).get("dev")
     count = dev if dev is not None else "an unrecorded number of"
     lines += ["", f"Point estimates on the dev split ({count} labelled positions, correlated within responses). "

@@ -167,7 +167,7 @@ def draw_calibration(results: Results) -> Figure | None:
         share.set_ylabel("share of positions")
         meta = results.metadata["heads"].get(name, {})
         auroc = meta.get("dev_metrics", {}).get("val/auroc")
-        auroc_text = f", AUROC {auroc:.3f}" if auroc is not None else ""
+        auroc_text = f", AUROC {auroc:.3f}" if auroc is not None else ", AUROC undefined (one class)"
         ax.set(title=f"head[{name}] ({meta.get('timing', '?')}, {meta.get('rule', {}).get('name', '?')})\n"
                      f"ECE {expected_calibration_error(rows):.3f}{auroc_text}",
                xlabel="predicted acceptance P̂", ylabel="mean acceptance label", xlim=(0, 1), ylim=(0, 1))

@@ -87,7 +87,8 @@ def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
                 row = rows[(rows["family"] == family) & (rows["chosen_on"] != "grid")]
                 cells.append(_with_interval(row.iloc[0], "speedup_fixed_cost", 3, "×") if len(row) else "—")
         rule = head["rule"]["name"] + "".join(f" {k}={v}" for k, v in head["rule"].get("params", {}).items())
-        out.add_row(escape(name), escape(rule), _num(head["dev_metrics"].get("val/auroc"), 3), *cells)
+        auroc = head["dev_metrics"].get("val/auroc")
+        out.add_row(escape(name), escape(rule), "undefined" if auroc is None else _num(auroc, 3), *cells)
     return out
 
 

@@ -118,3 +118,14 @@ def test_cli_help(capsys):
     assert excinfo.value.code == 0
     out = capsys.readouterr().out
     assert "REPO_ID" in out and "--dry-run" in out and "--revision" in out and "upload_folder" in out
+
+
+def test_an_undefined_dev_auroc_reads_undefined_in_the_card(tmp_path, make_config):
+    config = make_config()
+    manifest = {"models": {"draft": {"id": "micro-org/draft"}, "target": {"id": "micro-org/target"}},
+                "tokenizer_hash": "f" * 64, "exp_name": "tiny", "splits": {}}
+    common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
+    meta = head_metadata(common, config.train_job(), {"val/binary_kl": 0.0, "val/auroc": None}, [], None)
+    save_head(AcceptanceHead(HeadConfig(hidden_size=8, depth=1)), tmp_path / "head.safetensors", meta)
+    card = (tmp_path / "README.md").read_text()
+    assert "| `val/auroc` | undefined (one class) |" in card and "| `val/auroc` | 0" not in card

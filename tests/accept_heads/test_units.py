@@ -78,6 +78,14 @@ def test_metrics_of_a_perfect_and_a_constant_predictor():
     assert float(values["val/binary_kl_constant"]) == pytest.approx(math.log(2), rel=1e-5)
 
 
+def test_auroc_with_one_outcome_class_is_undefined_not_zero():
+    metrics = AcceptanceMetrics("val/", 1.0, 1.0)
+    metrics.update(torch.tensor([-1.0, 0.5, 2.0]), torch.ones(3), torch.ones(3))  # every draft accepted
+    assert math.isnan(float(metrics.compute()["val/auroc"]))
+    metrics.update(torch.tensor([-3.0]), torch.zeros(1), torch.zeros(1))  # one rejection: defined again
+    assert float(metrics.compute()["val/auroc"]) == pytest.approx(1.0)
+
+
 def test_token_mixing_is_seeded_and_keeps_about_r_target_tokens():
     r = 0.15
     first = mixing_mask(20000, r, seed=3, split="train", epoch=0, row=7)
