@@ -55,6 +55,7 @@ def test_sv_and_ensemble_experiments():
     sv = to_config(_compose("+exp=qwen72b_sv"))
     assert sv.head.kind == "sv_profile" and sv.models.companion is not None
     assert sv.models.companion.id == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert sv.cost.t_companion is None  # priced at the call ratio measured on the serving device
     cd = to_config(_compose("+exp=llama8b_cd"))
     assert cd.rules.ensemble_kind == "contrastive" and cd.rules.ensemble_mu == pytest.approx(0.1)
 
@@ -63,6 +64,8 @@ def test_default_is_the_embedded_tiny_trio():
     config = to_config(_compose())
     assert config.models.target.id.startswith("zoo:")
     assert config.prompts.source == "builtin"
+    assert config.cost.t_companion == pytest.approx(0.0236 * 1.17, abs=1e-4)  # configured: the same on every CPU
+    assert config.evaluate.prompts == {"dev": 40, "test": 80, "ood": 40} and config.evaluate.max_new_tokens == 96
 
 
 def test_typo_in_key_fails_at_compose_time_naming_the_key():

@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command; returns the exit status (0 ok, 1 a rebuild missed a realism target, 2 a bad zoo)."""
     args = parser().parse_args(argv)
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)  # logs and pipes: do not squeeze the tables into 80 columns
     if (args.force or args.ship or args.precision != "fp32") and not args.rebuild:
         print("error: --force, --ship and --precision go with --rebuild", file=sys.stderr)
         return 2

@@ -91,7 +91,7 @@ def ensure_zoo(cache_dir: str | Path | None = None, *, reinstall: bool = False) 
     root = _root(cache_dir)
     if not reinstall and is_built(root):
         return Zoo(root, verify(root), "verified", time.perf_counter() - started)
-    root.parent.mkdir(parents=True, exist_ok=True)
+    _writable_parent(root)
     with zoo_lock(root, "installing the shipped tiny-code trio"):
         if not reinstall and is_built(root):
             return Zoo(root, verify(root), "verified", time.perf_counter() - started)
@@ -116,7 +116,7 @@ def rebuild_zoo(cache_dir: str | Path | None = None, recipe: ZooRecipe | None = 
     started = time.perf_counter()
     root = _root(cache_dir)
     recipe = recipe or ZooRecipe()
-    root.parent.mkdir(parents=True, exist_ok=True)
+    _writable_parent(root)
     with zoo_lock(root, "rebuilding the tiny-code trio"):
         with _staging(root) as staging:
             metadata = build_into(staging, recipe)
@@ -162,6 +162,17 @@ def verify(root: Path, shown_as: Path | None = None) -> dict[str, Any]:
 
 def _root(cache_dir: str | Path | None) -> Path:
     return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+
+
+def _writable_parent(root: Path) -> None:
+    """Create ``root``'s parent; :class:`ZooError` when it cannot hold the zoo."""
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(root.parent, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as error:
+        raise ZooError(f"cannot write the zoo next to {root} ({error.strerror}); choose a writable directory with "
+                       f"--cache-dir or ACCEPT_HEADS_ZOO_DIR") from None
 
 
 def _fix_command(root: Path) -> str:

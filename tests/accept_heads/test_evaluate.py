@@ -39,6 +39,7 @@ EVAL_OVERRIDES = [
     "evaluate.latency_repeats=2",
     "evaluate.workers=1",
     "head.k_max=4",
+    "cost.t_companion=null",  # the measured companion price (the SV experiment's); the tiny default configures it
 ]
 
 

@@ -174,6 +174,15 @@ def test_a_process_that_waits_for_the_lock_says_for_whom(tmp_path: Path, capsys:
     assert ensure_zoo(root).action == "verified"
 
 
+def test_an_unwritable_cache_dir_is_one_line(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with pytest.raises(ZooError) as error:
+        ensure_zoo(blocked / "zoo")
+    assert str(error.value) == (f"cannot write the zoo next to {blocked / 'zoo'} (File exists); choose a writable "
+                                "directory with --cache-dir or ACCEPT_HEADS_ZOO_DIR")
+
+
 def test_env_var_overrides_default_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACCEPT_HEADS_ZOO_DIR", str(tmp_path / "elsewhere"))
     assert default_cache_dir() == tmp_path / "elsewhere"
