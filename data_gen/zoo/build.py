@@ -1,4 +1,4 @@
-"""Train the zoo from its recipe into a directory: tokenizer, three models, realism figures, ``zoo.json``.
+"""Train the zoo from its recipe into a directory: tokenizer and three models, plus the record for ``zoo.json``.
 
 Seeded and deterministic on one machine class (:func:`machine_class`): the same SIMD path,
 thread count, training precision and library versions give the same bytes. Only
@@ -63,7 +63,7 @@ def _torch_threads(count: int) -> Iterator[None]:
 
 
 def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
-    """Train tokenizer and models, measure their realism, write everything into ``staging``; returns ``zoo.json``."""
+    """Train tokenizer and models into ``staging`` and measure their realism; returns the record for ``zoo.json``."""
     # Heavy imports stay here so that installing the shipped trio does not pay for them.
     import torch
 

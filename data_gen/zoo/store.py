@@ -100,9 +100,9 @@ def ensure_zoo(cache_dir: str | Path | None = None, *, reinstall: bool = False) 
                            "reinstall the package (pip install -e .)")
         with _staging(root) as staging:
             shutil.copytree(SHIPPED_DIR, staging, dirs_exist_ok=True)
-            verify(staging, shown_as=root)
+            metadata = verify(staging, shown_as=root)
             _replace_dir(staging, root)
-    return Zoo(root, verify(root), "installed", time.perf_counter() - started)
+    return Zoo(root, metadata, "installed", time.perf_counter() - started)
 
 
 def rebuild_zoo(cache_dir: str | Path | None = None, recipe: ZooRecipe | None = None, *,
