@@ -25,30 +25,54 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from ahconf.entry import CONF_DIR, run_entry
-from ahconf.schema import ConfigError, EvaluateJob
-from accept_heads.evaluation.baselines import describe_hf, se_available
 from accept_heads.evaluation import batch_axis
+from accept_heads.evaluation.baselines import describe_hf
 from accept_heads.evaluation.batch_axis import BatchRun
 from accept_heads.evaluation.bootstrap import add_intervals
-from accept_heads.evaluation.costs import CostFit, Latency, fit_costs, measure_latency, paper_model
+from accept_heads.evaluation.costs import (
+    CostFit,
+    Latency,
+    companion_price_source,
+    fit_costs,
+    measure_latency,
+    paper_model,
+)
+from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
 from accept_heads.evaluation.figures import draw_all
-from accept_heads.evaluation.plan import (Choice, after_selection, dev_sweeps, edge_rules, eval_rules, extended_k,
-                                          fixed_specs, fsd_sweep, unmatched)
+from accept_heads.evaluation.inputs import Artifacts, PromptSet
+from accept_heads.evaluation.plan import (
+    Choice,
+    after_selection,
+    dev_sweeps,
+    edge_rules,
+    eval_rules,
+    extended_k,
+    fixed_specs,
+    fsd_sweep,
+    unmatched,
+)
+from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
-from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
-from accept_heads.evaluation.inputs import Artifacts, PromptSet
-from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.runs import BATCHED_FAMILIES, RunSpec
-from accept_heads.evaluation.table import (add_comparisons, add_costs, aggregate, mark_dev_choices, select,
-                                           select_threshold, sort_rows, verification_units)
+from accept_heads.evaluation.table import (
+    add_comparisons,
+    add_costs,
+    aggregate,
+    mark_dev_choices,
+    select,
+    select_threshold,
+    sort_rows,
+    verification_units,
+)
+from ahconf.entry import CONF_DIR, run_entry
+from ahconf.schema import ConfigError, CostConfig, EvaluateJob
 from data_gen.models import Trio
 from data_gen.prompts import check_prompt_choices
+from decode.artifacts.version import code_version
 from decode.batch_costs import measure_batch_costs
 from decode.costs import CostModel, LatencyShape
 from decode.head import AcceptanceHead
-from decode.version import code_version
 
 
 def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,
@@ -115,11 +139,12 @@ def results_table(generations: pd.DataFrame, paper: CostModel, shape: LatencySha
     return sort_rows(table), fit
 
 
-def cost_models(paper: CostModel, fit: CostFit, latency: Latency) -> dict[str, Any]:
+def cost_models(paper: CostModel, fit: CostFit, latency: Latency, cost: CostConfig) -> dict[str, Any]:
     """Metadata: the model behind each ``*_cost`` / ``*_fitted`` column, and what it assumes."""
     return {
-        "cost": {**paper.to_dict(), "assumes": "cost.* pair; t_companion = cost.t_draft x latency.companion_ratio "
-                 "(the paper measures no companion); verification latency flat in L (latency_shape [1])"},
+        "cost": {**paper.to_dict(), "t_companion_from": companion_price_source(cost),
+                 "assumes": "cost.* pair; t_companion from t_companion_from (the paper measures no companion); "
+                 "verification latency flat in L (latency_shape [1])"},
         "fitted": {**fit.model(latency.shape).to_dict(), "assumes": "t_d, t_c, t_t fitted (cost_fit); "
                    "latency_shape measured on this device at the start (latency)"},
     }
@@ -137,7 +162,7 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         "selection_set": "dev", "selection": [asdict(c) for c in choices],
         "selection_criterion": "max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
                                "FSD T at the fuzzy rule's chosen K",
-        "cost": asdict(job.cost), "cost_models": cost_models(paper, fit, latency), "cost_fit": fit.to_dict(),
+        "cost": asdict(job.cost), "cost_models": cost_models(paper, fit, latency, job.cost), "cost_fit": fit.to_dict(),
         "cost_fit_tuples": "per run of our decoder, companion runs included, oracle excluded, over its generations "
                            "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
                            "latency_shape(verified length), wall s)",
@@ -172,8 +197,6 @@ def evaluate(job: EvaluateJob) -> Results:
     executor = Executor.build(job, notes)
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
     workers = e.workers if e.workers is not None else default_workers(device)
-    if "ensemble" in rules and not se_available():
-        notes["se"] = "decode.EnsembleDecoder is not available: no SE runs (se-plain / se-sd / se-alternate)"
     unused = unmatched(job.rules, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from transformers import PreTrainedModel
 
-from ahconf.schema import CostConfig
 from accept_heads.profile_fit import device_description, verification_latency
+from ahconf.schema import CostConfig
 from data_gen.models import Trio
 from decode.costs import CostModel, LatencyShape
 
@@ -71,6 +71,11 @@ def configured_model(cost: CostConfig, companion_ratio: float | None) -> CostMod
     if t_companion is None:
         t_companion = cost.t_draft * (1.0 if companion_ratio is None else companion_ratio)
     return CostModel(cost.t_draft, cost.t_target, t_companion)
+
+
+def companion_price_source(cost: CostConfig) -> str:
+    """Where :func:`configured_model` takes ``t_c`` from, as the report and the metadata say it."""
+    return "cost.t_companion" if cost.t_companion is not None else "t_d x the companion/draft call ratio measured here"
 
 
 def paper_model(cost: CostConfig, latency: Latency) -> CostModel:

@@ -124,7 +124,7 @@ def cost_lines(metadata: dict[str, Any]) -> list[str]:
         f"(t_d/t_t = {_num(ratio, 3)}), R² (uncentred) = {fit['r2']:.3f}",
         f"fitted t_t(L) for L = 1..{len(fitted['latency_shape'])} (ms, measured latency shape): {lengths}",
         f"cost pair: t_d = {paper['t_draft']:g} s, t_t = {paper['t_target']:g} s (flat in L), "
-        f"t_c = {paper['t_companion']:.4g} s (t_d × measured t_c/t_d)",
+        f"t_c = {paper['t_companion']:.4g} s ({paper['t_companion_from']})",
     ]
 
 

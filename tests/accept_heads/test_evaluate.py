@@ -17,14 +17,14 @@ from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.figures import FIGURES
 from accept_heads.evaluation.inputs import Artifacts
 from accept_heads.evaluation.plan import SE_TUNED, Choice, edge_rules, extended_k
+from accept_heads.evaluation.report import cost_lines
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.runs import DECODE_FAMILIES, HF_FAMILIES, SE_FAMILIES, RunSpec
 from accept_heads.evaluation.table import KEYS, add_costs, aggregate, select, verification_units
 from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
+from decode.artifacts.hub import load_tokenizer, tokenizer_hash
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES
-from decode.hub import load_tokenizer, tokenizer_hash
-
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 
 EVAL_OVERRIDES = [
@@ -331,6 +331,11 @@ def test_results_carry_metadata(evaluated, micro_trio):
     assert paper["latency_shape"] == [1.0] and paper["t_companion"] == pytest.approx(
         0.0236 * latency["companion_s"] / latency["draft_s"])
     assert fitted["latency_shape"] == latency["shape"] and fitted["t_companion"] == meta["cost_fit"]["t_companion"]
+    assert paper["t_companion_from"] == "t_d x the companion/draft call ratio measured here"  # cost.t_companion=null
+    assert cost_lines(meta)[-1].endswith("(t_d x the companion/draft call ratio measured here)")
+    configured = {**meta, "cost_models": {**meta["cost_models"], "cost": {**paper, "t_companion": 0.0276,
+                                                                          "t_companion_from": "cost.t_companion"}}}
+    assert cost_lines(configured)[-1].endswith("t_c = 0.0276 s (cost.t_companion)")
     assert set(results.calibration["head"]) == {"pre", "post"}
 
 
