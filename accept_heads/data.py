@@ -47,6 +47,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from ahconf.rules import build_rule
 from ahconf.schema import ConfigError, HeadTrainConfig, RulesConfig
 from data_gen.labels import candidate_column, companion_columns, label_column
 from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
@@ -56,14 +57,8 @@ SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
 
 
 def training_rule(head: HeadTrainConfig, rules: RulesConfig) -> rule_defs.Rule:
-    """The rule whose acceptance the head learns (``head.rule``; ensemble kind and λ / μ from ``rules``)."""
-    if head.rule == "fuzzy":
-        return rule_defs.Fuzzy(head.fuzzy_divergence, head.fuzzy_threshold)
-    if head.rule == "ensemble":
-        if rules.ensemble_kind == "weighted":
-            return rule_defs.Ensemble("weighted", weight=rules.ensemble_weight)
-        return rule_defs.Ensemble("contrastive", mu=rules.ensemble_mu)
-    return rule_defs.from_spec(head.rule)
+    """The rule whose acceptance the head learns: ``head.rule`` as configured by ``rules``."""
+    return build_rule(head.rule, rules)
 
 
 def read_manifest(data_dir: str | Path) -> tuple[dict[str, Any], str]:

@@ -1,7 +1,7 @@
 """The frozen draft model turned into head inputs at the loss positions of a mixed batch.
 
 The hidden state is the draft's final hidden state after its final norm — the input of its LM
-head, the same tensor :class:`decode.runner.ModelRunner` captures at decode time. It is read as
+head, the same tensor :class:`decode.loops.runner.ModelRunner` captures at decode time. It is read as
 ``last_hidden_state`` of the draft's decoder (``get_decoder()``), so full-vocabulary logits are
 only computed where a ``pre`` head needs ``q_t``.
 

@@ -9,7 +9,7 @@ from torch import Tensor
 from ahconf.schema import LossConfig, OptimConfig
 from accept_heads.features import DraftFeatures
 from accept_heads.metrics import AcceptanceMetrics, prior_shift, weighted_bce
-from data_gen.zoo.training import warmup_cosine
+from data_gen.schedule import warmup_cosine
 from decode.head import AcceptanceHead
 
 

@@ -29,7 +29,12 @@ from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accept_heads.data import (
-    AcceptanceDataModule, PositionTable, check_rule_in_manifest, load_positions, loss_everywhere, read_manifest,
+    AcceptanceDataModule,
+    PositionTable,
+    check_rule_in_manifest,
+    load_positions,
+    loss_everywhere,
+    read_manifest,
     training_rule,
 )
 from accept_heads.evaluation.costs import configured_model, one_call_seconds
@@ -54,9 +59,9 @@ from ahconf.schema import ConfigError, HeadTrainConfig, LoggerConfig, ModelSpec,
 from data_gen.models import resolve_model_id
 from data_gen.prompts import check_prompt_choices
 from data_gen.seeding import prompt_seed
-from decode.export import load_head, load_profile, save_head, save_profile
+from decode.artifacts.export import load_head, load_profile, save_head, save_profile
+from decode.artifacts.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.head import PRE_FEATURES, AcceptanceHead, HeadConfig
-from decode.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.rules import Rule
 from decode.sampling import Sampling
 

@@ -9,7 +9,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from ahconf.schema import Config, ConfigError, register_configs
-from decode.hub import ModelLoadError, quiet_hub_logs
+from decode.artifacts.hub import ModelLoadError, quiet_hub_logs
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 USER_ERRORS = (ConfigError, ModelLoadError, FileNotFoundError)  # bad input: one line, never a traceback

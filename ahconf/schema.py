@@ -13,11 +13,14 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT
+from decode.divergence import DIVERGENCES as DIVERGENCE_FUNCTIONS
+from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT, EnsembleFn
+from decode.rules import RULES
 
 ZOO_PREFIX = "zoo:"
-RULE_NAMES = ("speculative", "greedy", "fuzzy", "ensemble")
-DIVERGENCES = ("js", "kl", "tv")
+RULE_NAMES = tuple(RULES)  # the rules and divergences decode defines, in its order
+DIVERGENCES = tuple(DIVERGENCE_FUNCTIONS)
+ENSEMBLE_KINDS = EnsembleFn.KINDS
 TIMINGS = ("post", "pre")
 HEAD_KINDS = ("specdecpp", "sv_profile")
 LOGGERS = ("csv", "wandb", "tensorboard", "none")
@@ -101,9 +104,9 @@ class RulesConfig:
     """Verification rules to label (collection) and to decode with (evaluation)."""
 
     names: List[str] = field(default_factory=lambda: list(RULE_NAMES))
-    fuzzy_divergence: str = "js"  # divergence used when decoding with the fuzzy rule
+    fuzzy_divergence: str = "js"  # the fuzzy rule's divergence and threshold T (collection, heads, decoding)
     fuzzy_threshold: float = 0.3
-    ensemble_kind: str = "weighted"  # weighted | contrastive
+    ensemble_kind: str = "weighted"  # one of ENSEMBLE_KINDS
     ensemble_weight: float = DEFAULT_WEIGHT  # λ of r = λ q + (1 - λ) p
     ensemble_mu: float = DEFAULT_MU  # μ of r = softmax(l_p - μ l_q)
 
@@ -111,7 +114,7 @@ class RulesConfig:
         for name in self.names:
             _choice("rules.names", name, RULE_NAMES)
         _choice("rules.fuzzy_divergence", self.fuzzy_divergence, DIVERGENCES)
-        _choice("rules.ensemble_kind", self.ensemble_kind, ("weighted", "contrastive"))
+        _choice("rules.ensemble_kind", self.ensemble_kind, ENSEMBLE_KINDS)
         if not 0 <= self.ensemble_weight <= 1:
             raise ConfigError("rules.ensemble_weight must be in [0, 1]")
 
@@ -141,9 +144,7 @@ class HeadTrainConfig:
     timing: str = "pre"  # post: state after consuming y_i (paper, +1 draft call); pre: state producing q_i + features
     depth: int = 3
     use_companion: bool = False  # add the companion indicators X, Y as features
-    rule: str = "speculative"  # which label column to train on
-    fuzzy_divergence: str = "js"
-    fuzzy_threshold: float = 0.3
+    rule: str = "speculative"  # which label column to train on (fuzzy T and divergence, ensemble kind: rules.*)
     mixing_r: float = 0.15  # probability of keeping the target token in token mixing (pre: 1 = true prefix)
     thresholds: List[float] = field(
         default_factory=lambda: [0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99]
@@ -165,7 +166,6 @@ class HeadTrainConfig:
         _choice("head.kind", self.kind, HEAD_KINDS)
         _choice("head.timing", self.timing, TIMINGS)
         _choice("head.rule", self.rule, RULE_NAMES)
-        _choice("head.fuzzy_divergence", self.fuzzy_divergence, DIVERGENCES)
         if self.depth < 1:
             raise ConfigError("head.depth must be >= 1")
         if not 0 <= self.mixing_r <= 1:

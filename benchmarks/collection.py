@@ -1,4 +1,4 @@
-"""``python -m data_gen.bench``: collection throughput vs plain batched ``target.generate``.
+"""``python -m benchmarks.collection``: collection throughput vs plain batched ``target.generate``.
 
 Both sides get the same prompts, batch size, sampling transform and token budget; the figure is
 response tokens per second (wall clock). Collection additionally runs the draft and companion
@@ -26,7 +26,7 @@ from data_gen.prompts import load_prompts
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m data_gen.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.collection", description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="zoo:target", help="hub id, local dir or zoo:<role> (default: zoo:target)")
     parser.add_argument("--draft", default="zoo:draft")
     parser.add_argument("--companion", default="zoo:companion", help="'none' to collect without a companion")

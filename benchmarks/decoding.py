@@ -1,12 +1,12 @@
 """Throughput of ``Fixed(k)`` speculative decoding vs HF assisted generation and the target alone.
 
-    python -m decode.bench [--target PATH --draft PATH | --random-init {tiny,1b}] [--k 5]
+    python -m benchmarks.decoding [--target PATH --draft PATH | --random-init {tiny,1b}] [--k 5]
                            [--prompts N] [--max-new-tokens 128] [--dtype bfloat16] [--breakdown]
                            [--batch-sizes 1 8 32 [--layouts compact holes] [--head PATH --threshold H]
                                                  [--goodput [--k-grid 1 2 4 8] [--profile PATH]]]
 
 Without ``--target/--draft`` the built-in model zoo is loaded from its cache directory
-(:mod:`decode.zoo_dir`; install it first with ``python -m data_gen.zoo``); ``--random-init``
+(:mod:`data_gen.zoo.paths`; install it first with ``python -m data_gen.zoo``); ``--random-init``
 builds a seeded random Llama pair in code instead (no files). Every method decodes the same
 prompts at temperature 1 (no top-k / top-p) with the same constant K, the methods taking turns
 on each prompt; model calls are counted with forward hooks. ``--breakdown`` then decodes the
@@ -19,7 +19,7 @@ different lengths: the target alone (HF ``generate`` on the left-padded batch) a
 ``SpeculativeDecoder.generate_batch`` with ``Fixed(k)`` (once per cache layout of ``--layouts``)
 and, with ``--head``, with a trained SpecDec++ head, and ``Fixed(k)`` decoding the rows one by
 one with ``generate``; calls are (batched) forwards. With ``--goodput`` it compares modelled goodput
-at costs measured on the device instead (:mod:`decode.bench_goodput`).
+at costs measured on the device instead (:mod:`benchmarks.goodput`).
 """
 
 from __future__ import annotations
@@ -34,17 +34,18 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from decode.batch_cache import LAYOUTS
-from decode.batched import row_seed
-from decode.bench_goodput import GoodputRow, run_goodput
-from decode.decoder import SpeculativeDecoder
-from decode.export import load_head
-from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
+from benchmarks.goodput import GoodputRow, run_goodput
+from data_gen.zoo.paths import installed_zoo_dir
+from decode.artifacts.export import load_head
+from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
+from decode.loops.batch_cache import LAYOUTS
+from decode.loops.batched import row_seed
+from decode.loops.decoder import SpeculativeDecoder
+from decode.loops.target_alone import generate_target_alone
 from decode.policies import Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
-from decode.target_alone import generate_target_alone
-from decode.zoo_dir import installed_zoo_dir
+from decode.stats import CallCounter
 
 TEXT_PROMPTS = [
     "def fibonacci(n):\n",
@@ -105,20 +106,6 @@ class Breakdown:
         """``(phase, seconds)`` with the unattributed rest as ``other``, then ``total``."""
         rest = self.seconds - sum(self.phases.values())
         return [*self.phases.items(), ("other (bookkeeping, rollback, host syncs)", rest), ("total", self.seconds)]
-
-
-class CallCounter:
-    """Counts forward calls of a module via a forward hook."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.calls = 0
-        self._handle = model.register_forward_hook(self._hook)
-
-    def _hook(self, *args: object) -> None:
-        self.calls += 1
-
-    def remove(self) -> None:
-        self._handle.remove()
 
 
 class PhaseTimer:
@@ -306,7 +293,7 @@ BatchRun = Callable[[list[torch.Tensor], int], int]
 
 
 def hf_batch(target: PreTrainedModel, budget: int, eos: int | list[int] | None) -> BatchRun:
-    """The target alone: HF ``generate`` on the left-padded batch (:mod:`decode.target_alone`); returns the
+    """The target alone: HF ``generate`` on the left-padded batch (:mod:`decode.loops.target_alone`); returns the
     generated tokens (to EOS)."""
 
     def run(prompts: list[torch.Tensor], seed: int) -> int:
@@ -405,7 +392,7 @@ def run_batched(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m decode.bench", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.decoding", description=__doc__.split("\n\n")[0]
     )
     models = parser.add_mutually_exclusive_group()
     models.add_argument("--target", help="target model (hub id or directory); default: the zoo's target")

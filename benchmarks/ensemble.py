@@ -1,6 +1,6 @@
 """Speculative Ensemble vs the plain ensemble on the zoo's draft / companion / target.
 
-    python -m decode.bench_ensemble [--zoo-dir DIR] [--prompts 4] [--max-new-tokens 64] [--gammas 1,5]
+    python -m benchmarks.ensemble [--zoo-dir DIR] [--prompts 4] [--max-new-tokens 64] [--gammas 1,5]
 
 Ensembles: draft+target and draft+companion+target (the draft, smallest, proposes), each
 ``weighted`` (uniform weights) and ``contrastive`` (expert = target, ``μ`` for every other model).
@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from decode.bench import make_prompts, zoo_dir_or_exit
-from decode.ensemble import EnsembleDecoder
+from benchmarks.decoding import make_prompts, zoo_dir_or_exit
+from decode.artifacts.hub import load_causal_lm
+from decode.ensemble.decoder import EnsembleDecoder
 from decode.ensemble_fn import DEFAULT_MU, EnsembleFn
-from decode.hub import load_causal_lm
 from decode.sampling import Sampling
 
 ROLES = ("draft", "companion", "target")
@@ -91,7 +91,7 @@ def speedup(row: Row, plain: Row, costs: list[float]) -> float:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m decode.bench_ensemble", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ensemble", description=__doc__.split("\n\n")[0])
     parser.add_argument("--zoo-dir", help="directory with draft/, companion/, target/ (default: the built-in zoo)")
     parser.add_argument("--prompts", type=int, default=4, help="number of prompts")
     parser.add_argument("--max-new-tokens", type=int, default=64)

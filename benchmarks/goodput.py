@@ -1,4 +1,4 @@
-"""``python -m decode.bench --batch-sizes 1 8 32 --goodput [--head PATH] [--profile PATH]``: modelled goodput per B.
+"""``python -m benchmarks.decoding --batch-sizes 1 8 32 --goodput [--head PATH] [--profile PATH]``: modelled goodput per B.
 
 Measures the batch costs of the pair (and of the companion, with ``--profile``) on this device
 (:func:`decode.batch_costs.measure_batch_costs`), decodes the same ``max(B)`` prompts in batches of
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from decode.artifacts.export import load_head, load_profile
 from decode.batch_costs import BatchCosts, measure_batch_costs
-from decode.decoder import SpeculativeDecoder
-from decode.export import load_head, load_profile
+from decode.loops.decoder import SpeculativeDecoder
 from decode.policies import SV, Fixed, GoodputHead, Head, Policy
 from decode.rules import Speculative
 from decode.sampling import Sampling

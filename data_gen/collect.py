@@ -32,12 +32,11 @@ from data_gen.manifest import MANIFEST_VERSION, SplitProgress, build_manifest, p
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import check_prompt_choices, load_prompts
 from data_gen.seeding import prompt_seed
-from data_gen.shards import claim_directory, complete_shards, write_json_atomic, write_shard, MANIFEST_FILE
+from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
 from decode.sampling import Sampling
 
 log = logging.getLogger(__name__)
 
-POSITION_FLOAT_COLUMNS = ("draft_prob", "target_prob", "draft_entropy", "draft_top_prob", "js", "kl", "tv")
 POSITION_INT_COLUMNS = ("draft_token", "draft_argmax", "target_argmax")
 
 

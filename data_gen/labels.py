@@ -17,7 +17,8 @@ from typing import TypeVar
 import torch
 from torch import Generator, Tensor
 
-from ahconf.schema import RulesConfig
+from ahconf.rules import build_rule
+from ahconf.schema import ENSEMBLE_KINDS, RulesConfig
 from decode import rules as rule_defs
 from decode.divergence import divergences
 from decode.profile import CompanionIndicators, companion_indicators_from_probs
@@ -33,14 +34,9 @@ def label_rules(config: RulesConfig) -> dict[str, rule_defs.Rule]:
     divergence columns, so any threshold can be chosen later. Ensembles get one column per kind
     with the configured λ and μ.
     """
-    columns: dict[str, rule_defs.Rule] = {}
-    for name in config.names:
-        if name in ("speculative", "greedy"):
-            columns[f"label_{name}"] = rule_defs.from_spec(name)
-        elif name == "ensemble":
-            columns["label_ensemble_weighted"] = rule_defs.Ensemble(kind="weighted", weight=config.ensemble_weight)
-            columns["label_ensemble_contrastive"] = rule_defs.Ensemble(kind="contrastive", mu=config.ensemble_mu)
-    return columns
+    kinds = {"speculative": [None], "greedy": [None], "ensemble": list(ENSEMBLE_KINDS)}
+    rules = [build_rule(name, config, kind=kind) for name in config.names for kind in kinds.get(name, [])]
+    return {label_column(rule): rule for rule in rules}
 
 
 def label_column(rule: rule_defs.Rule) -> str:
@@ -63,7 +59,7 @@ def indicator_rules(config: RulesConfig) -> list[rule_defs.Rule]:
     The indicators depend only on a rule's transform and candidate, not on fuzzy's threshold or an
     ensemble's kind, so each name stands for all of its parameter choices.
     """
-    return [rule_defs.from_spec(name) for name in config.names]
+    return [build_rule(name, config) for name in config.names]
 
 
 def companion_columns(rule: rule_defs.Rule) -> dict[str, str]:

@@ -14,8 +14,8 @@ from rich.table import Table
 from ahconf.schema import CollectJob, RulesConfig, SamplingConfig
 from data_gen.labels import candidate_column, companion_columns, indicator_rules, label_rules
 from data_gen.shards import complete_shards, load_split
+from decode.artifacts.version import code_version
 from decode.sampling import Sampling
-from decode.version import code_version
 
 if TYPE_CHECKING:
     from data_gen.models import Trio

@@ -8,8 +8,8 @@ from typing import Any
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ahconf.schema import ZOO_PREFIX, ModelsConfig, ModelSpec
-from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, tokenizer_hash
-from decode.runner import vocab_size
+from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, tokenizer_hash
+from decode.loops.runner import vocab_size
 
 
 @dataclass

@@ -260,35 +260,12 @@ class Head(Policy):
 
 
 class GoodputHead(Head):
-    """A head with a stop rule derived from the costs instead of a swept threshold ``h``.
+    """A head with a stop rule derived from the costs instead of a swept threshold ``h`` (DESIGN §2, goodput stop).
 
-    After ``y_i`` the running keep-probability ``Π_i = Π_{j≤i} P̂_j`` is the head's probability that
-    all candidates so far are accepted; drafting ``y_{i+1}`` adds ``Π_i·P̂_{i+1}`` expected tokens
-    (``P̂_i`` stands in for the unseen ``P̂_{i+1}``) and costs one draft call (and a companion call for
-    a head that reads companion features) plus the growth of the verification,
-    ``t_d + t_t·(shape(i+1) − shape(i))``. By the renewal-reward argument of optimal
-    stopping, drafting pays while that gain per second exceeds the throughput ``λ`` the decoder
-    achieves; ``λ`` is this generation's modelled throughput so far, starting from the target alone
-    (``1 / t_t``). With calibrated ``P̂`` (DESIGN §5 for the cost model) no parameter is tuned.
-
-    In a batch with measured ``batch_costs`` (:class:`~decode.batch_costs.BatchCosts`) the same rule
-    is taken for the batch as a whole (:func:`batch_drafting_pays`): the rows draft in lockstep and
-    one verification feeds every row as many columns as the widest, so a further drafting step costs
-    a draft forward of the live rows plus a verification column for all of them, and pays when the
-    rows' expected accepted tokens ``Σ_r Π_r·P̂_r`` exceed ``λ_B`` (the batch's modelled throughput so
-    far, tracked by the batched loop) times that cost. No threshold is tuned per batch size:
-    a device whose verification is nearly free in its length drafts longer, a compute-bound one
-    shorter. Each row's stop is still a stopping time (other rows' values do not depend on its
-    future tokens), so lossless rules stay lossless. Without ``batch_costs`` rows decide as alone.
-
-    The same rule decides, in a batch, whether a round drafts at all (:func:`batch_opening_pays`):
-    before the first candidate exists each row's ``P̂`` is forecast by the mean ``P̂`` of its first
-    candidates so far (:attr:`forecast`), and when drafting does not pay for its first draft
-    forward and verification column at the better of ``λ_B`` and the target alone's throughput (the
-    alternative on offer) the round is a target-only step (one token per row, what the target alone
-    pays). So where speculation does not pay at a batch size, as verification
-    grows compute-bound, the batch falls back to plain decoding without being told; ``k_min`` holds
-    for the rounds that draft.
+    Drafting ``y_{i+1}`` pays while the expected tokens it adds, ``Π_i·P̂``, exceed the throughput ``λ``
+    achieved so far times its marginal cost (:func:`drafting_pays`). In a batch with measured
+    ``batch_costs`` the rule is taken for the batch as a whole (:func:`batch_drafting_pays`,
+    :func:`batch_opening_pays`; DESIGN §7); without them rows decide as alone.
     """
 
     name = "head-goodput"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from decode.costs import CostModel
 
 
@@ -81,3 +83,17 @@ class DecodeStats:
             self.position_accepted[index] += index < accepted
         self.accepted_per_round.append(accepted)
         self.verified_per_round.append(verified)
+
+
+class CallCounter:
+    """Counts a model's forward calls via a forward hook (HF ``generate`` baselines, benchmarks)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.calls = 0
+        self._handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, *args: object) -> None:
+        self.calls += 1
+
+    def remove(self) -> None:
+        self._handle.remove()

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from decode.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
+from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 
 
 def test_unreachable_hub_id_gives_one_line_naming_the_model():

@@ -1,4 +1,7 @@
-"""The import graph is one-way: decode < ahconf < data_gen < accept_heads, with no module cycle.
+"""The import graph is one-way: decode < ahconf < data_gen < accept_heads < benchmarks, with no module cycle.
+
+Inside decode, the same holds for its parts: the core concepts at its root < artifacts < loops < ensemble <
+the package's ``__init__`` (the public names).
 
 The layer contract is checked statically (``ast``): every import counts, also one inside a function
 or an ``if TYPE_CHECKING:`` block. The inference library (decode) names no part of the training stack
@@ -15,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"decode": 0, "ahconf": 1, "data_gen": 2, "accept_heads": 3}
+LAYERS = {"decode": 0, "ahconf": 1, "data_gen": 2, "accept_heads": 3, "benchmarks": 4}
+DECODE_PARTS = {"core": 0, "artifacts": 1, "loops": 2, "ensemble": 3, "public": 4}  # decode's sub-packages
 TRAINING_STACK = ("hydra", "lightning", "pytorch_lightning", "wandb", "omegaconf", "datasets")  # never in decode
 
 
@@ -102,6 +106,26 @@ def layer_violations(edges: list[Edge]) -> list[str]:
     return violations
 
 
+def decode_part(module: str) -> str:
+    """The part of decode a module of it belongs to (:data:`DECODE_PARTS`)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "public"
+    return parts[1] if parts[1] in DECODE_PARTS else "core"
+
+
+def decode_part_violations(edges: list[Edge]) -> list[str]:
+    """Imports inside decode from a higher part into a lower one (e.g. a core module importing a loop)."""
+    violations = []
+    for edge in edges:
+        if edge.source.split(".")[0] != "decode" or edge.target.split(".")[0] != "decode":
+            continue
+        have, used = decode_part(edge.source), decode_part(edge.target)
+        if DECODE_PARTS[used] > DECODE_PARTS[have]:
+            violations.append(f"{edge.path}:{edge.line} imports {edge.target} (decode.{used} above decode.{have})")
+    return violations
+
+
 def package_graph(edges: list[Edge]) -> dict[str, set[str]]:
     """Top-level package → the other top-level packages it imports."""
     graph: dict[str, set[str]] = {package: set() for package in LAYERS}
@@ -141,12 +165,13 @@ def contract_violations(root: Path) -> list[str]:
     graph: dict[str, set[str]] = {}
     for edge in edges:
         graph.setdefault(edge.source, set()).add(edge.target)
-    return layer_violations(edges) + [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(graph)]
+    return layer_violations(edges) + decode_part_violations(edges) + [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(graph)]
 
 
 def test_packages_import_downward_only_and_modules_form_no_cycle():
     violations = contract_violations(ROOT)
-    assert not violations, "layer contract (decode < ahconf < data_gen < accept_heads):\n" + "\n".join(violations)
+    assert not violations, "layer contract (decode < ahconf < data_gen < accept_heads < benchmarks):\n" + "\n".join(
+        violations)
 
 
 def test_package_graph_follows_the_layers():
@@ -156,6 +181,7 @@ def test_package_graph_follows_the_layers():
         "ahconf": ["decode"],
         "data_gen": ["ahconf", "decode"],
         "accept_heads": ["ahconf", "data_gen", "decode"],
+        "benchmarks": ["ahconf", "data_gen", "decode"],
     }
 
 
@@ -166,8 +192,9 @@ def test_decode_never_imports_the_training_stack():
 SYNTHETIC = {
     "decode/__init__.py": "from decode import rules\n",
     "decode/rules.py": "import torch\n",
-    "decode/hub.py": "def quiet():\n    import datasets.utils\n    from omegaconf import OmegaConf\n",
-    "decode/bench.py": "def main():\n    from data_gen.zoo import ensure_zoo\n",
+    "decode/artifacts/hub.py": "def quiet():\n    import datasets.utils\n    from omegaconf import OmegaConf\n",
+    "decode/loops/decoder.py": "def main():\n    from data_gen.zoo import ensure_zoo\n",
+    "decode/profile.py": "from decode.loops.decoder import main\n",
     "ahconf/__init__.py": "",
     "ahconf/schema.py": "from decode.rules import x\nfrom typing import TYPE_CHECKING\n"
                         "if TYPE_CHECKING:\n    from accept_heads.report import Table\n",
@@ -188,8 +215,9 @@ def test_the_checks_report_upward_imports_a_cycle_and_the_training_stack(tmp_pat
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert contract_violations(tmp_path) == [
-        "decode/bench.py:2 imports data_gen.zoo (layer 2 > 0)",
+        "decode/loops/decoder.py:2 imports data_gen.zoo (layer 2 > 0)",
         "ahconf/schema.py:4 imports accept_heads.report (layer 3 > 1)",
+        "decode/profile.py:1 imports decode.loops.decoder (decode.loops above decode.core)",
         "import cycle: data_gen.collect -> data_gen.manifest -> data_gen.collect",
     ]
     edges = {(e.source, e.target) for e in import_edges(tmp_path)}
@@ -197,7 +225,7 @@ def test_the_checks_report_upward_imports_a_cycle_and_the_training_stack(tmp_pat
             ("accept_heads.train", "data_gen.zoo.build"), ("decode", "decode.rules")} <= edges
     assert package_graph(import_edges(tmp_path))["decode"] == {"data_gen"}
     assert training_stack_imports(tmp_path, "decode") == [
-        "decode/hub.py:2 imports datasets.utils", "decode/hub.py:3 imports omegaconf.OmegaConf"
+        "decode/artifacts/hub.py:2 imports datasets.utils", "decode/artifacts/hub.py:3 imports omegaconf.OmegaConf"
     ]
 
 
@@ -215,7 +243,7 @@ class _HidingPathFinder(importlib.machinery.PathFinder):
         return super().find_spec(name, path, target)
 sys.meta_path[:] = [_HidingPathFinder if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
 import decode
-import decode.hub
+import decode.artifacts.hub
 print("ok", sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED))
 """
 

@@ -26,14 +26,14 @@ import torch
 from transformers.utils import is_sklearn_available
 
 import decode
-from ahconf.schema import RulesConfig
-from data_gen.seeding import prompt_seed
-from data_gen.models import Trio
-from decode.bench import CallCounter
-from decode.sampling import Sampling
-
 from accept_heads.evaluation.inputs import PromptSet
-from accept_heads.evaluation.runs import Generation, RunSpec, build_rule
+from accept_heads.evaluation.runs import Generation, RunSpec
+from ahconf.rules import build_rule
+from ahconf.schema import RulesConfig
+from decode.stats import CallCounter
+from data_gen.models import Trio
+from data_gen.seeding import prompt_seed
+from decode.sampling import Sampling
 
 #: HF's default initial number of assistant tokens (``GenerationConfig.num_assistant_tokens``).
 HF_START_TOKENS = 20
@@ -121,11 +121,6 @@ class HFRunner:
         return records
 
 
-def se_available() -> bool:
-    """Whether this ``decode`` has the ensemble decoder (the SE runs are skipped otherwise)."""
-    return hasattr(decode, "EnsembleDecoder")
-
-
 @dataclass
 class SERunner:
     """Runs the ``se-*`` families: the ensemble of ``[draft, target]`` in the spec's mode."""
@@ -141,7 +136,7 @@ class SERunner:
         """Decode every prompt of the set with :class:`decode.EnsembleDecoder`, seeded per prompt."""
         mode = spec.family.removeprefix("se-")
         gamma = [int(spec.param), 1] if spec.param is not None else None
-        ensemble = build_rule("ensemble", spec.rule_param, self.rules)
+        ensemble = build_rule("ensemble", self.rules, parameter=spec.rule_param)
         decoder = decode.EnsembleDecoder([self.trio.draft, self.trio.target], ensemble=ensemble,
                                          proposal_lengths=gamma, mode=mode, sampling=self.sampling)
         records = []

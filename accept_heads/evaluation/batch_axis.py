@@ -2,7 +2,7 @@
 
 At each batch size ``B`` the first ``evaluate.batch_prompts`` prompts of a set are decoded in
 consecutive batches of ``B`` (one batch of the whole set when it has fewer) by the target alone
-(HF ``generate``, :mod:`decode.target_alone`) and by our batched decoder with each policy. Every
+(HF ``generate``, :mod:`decode.loops.target_alone`) and by our batched decoder with each policy. Every
 batched generate is one record: generated tokens, its wall seconds (measured throughput) and its
 forwards priced at the batch costs measured on this device before decoding (modelled throughput,
 :meth:`decode.batch_costs.BatchCosts.modelled_seconds`; prompts left out). The fixed ``K`` is chosen
@@ -20,17 +20,15 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ahconf.schema import EvaluateJob
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.plan import Choice, matching_artifacts
-from accept_heads.evaluation.runs import Decoding, RunSpec, rule_param
+from accept_heads.evaluation.runs import Decoding, RunSpec
 from accept_heads.selection import best_value
+from ahconf.rules import rule_parameter
+from ahconf.schema import EvaluateJob
 from data_gen.seeding import prompt_seed
 from decode.batch_costs import BatchCosts
-from decode.target_alone import generate_target_alone
-
-#: Families of the batch axis besides the fixed K: the target alone and the policies chosen or free of a parameter.
-AXIS_FAMILIES = ("target", "fixed", "confidence", "head", "head-goodput", "sv")
+from decode.loops.target_alone import generate_target_alone
 
 
 @dataclass(frozen=True)
@@ -63,7 +61,7 @@ def axis_rules(job: EvaluateJob, rules: list[str]) -> list[str]:
 def dev_fixed_runs(job: EvaluateJob, rules: list[str]) -> list[BatchRun]:
     """The fixed-K grid on dev at every batch size (the best K is chosen per ``B``)."""
     e = job.evaluate
-    return [BatchRun(RunSpec(set="dev", rule=rule, family="fixed", param=float(k), rule_param=rule_param(rule, job.rules),
+    return [BatchRun(RunSpec(set="dev", rule=rule, family="fixed", param=float(k), rule_param=rule_parameter(rule, job.rules),
                              chosen_on="grid"), batch)
             for batch in e.batch_sizes for rule in rules for k in e.fixed_k]
 
@@ -84,7 +82,7 @@ def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list
     runs = []
     for batch in job.evaluate.batch_sizes:
         for rule in rules:
-            base = RunSpec(set=set_name, rule=rule, family="target", rule_param=rule_param(rule, job.rules))
+            base = RunSpec(set=set_name, rule=rule, family="target", rule_param=rule_parameter(rule, job.rules))
             heads, profiles = matching_artifacts(artifacts, rule, base.rule_param, job.rules)
             specs = [base, replace(base, family="fixed", param=best_k[(rule, batch)], chosen_on="dev")]
             if (rule, "confidence", None) in chosen:

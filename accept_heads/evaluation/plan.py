@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
-
-from accept_heads.evaluation.baselines import se_available
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
-from accept_heads.evaluation.runs import RunSpec, build_rule, rule_param
+from accept_heads.evaluation.runs import RunSpec
+from ahconf.rules import build_rule, rule_parameter
+from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
 
 #: Speculative Ensemble modes whose proposal length γ is chosen on dev.
 SE_TUNED = ("se-sd", "se-alternate")
@@ -58,7 +57,7 @@ def eval_rules(job: EvaluateJob) -> list[str]:
 def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None,
                        rules: RulesConfig) -> tuple[list, list]:
     """Names of the heads and profiles fitted for exactly this rule (and rule parameters)."""
-    spec = build_rule(rule, param, rules).spec()
+    spec = build_rule(rule, rules, parameter=param).spec()
     heads = sorted(n for n, h in artifacts.heads.items() if h.metadata.get("rule") == spec)
     profiles = sorted(n for n, p in artifacts.profiles.items() if p.metadata.get("rule") == spec)
     return heads, profiles
@@ -66,7 +65,7 @@ def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None,
 
 def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str]) -> list[str]:
     """Heads and profiles fitted for a rule (or rule parameters) that none of ``rules`` decodes with."""
-    specs = [build_rule(rule, rule_param(rule, rules_config), rules_config).spec() for rule in rules]
+    specs = [build_rule(rule, rules_config).spec() for rule in rules]
     items = [*artifacts.heads.items(), *artifacts.profiles.items()]
     return sorted(f"{name} ({a.metadata.get('rule')})" for name, a in items if a.metadata.get("rule") not in specs)
 
@@ -74,7 +73,7 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
 def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
     """Every policy of ``rule`` with its whole grid (K, τ, h) plus the parameter-free ones."""
     e = job.evaluate
-    param = rule_param(rule, job.rules)
+    param = rule_parameter(rule, job.rules)
     base = RunSpec(set=set_name, rule=rule, family="fixed", rule_param=param)
     heads, profiles = matching_artifacts(artifacts, rule, param, job.rules)
     specs = [replace(base, param=float(k), chosen_on="grid") for k in e.fixed_k]
@@ -129,7 +128,7 @@ def extended_k(grid: list[int]) -> list[int]:
 
 def fixed_specs(rules: RulesConfig, set_name: str, rule: str, ks: list[int]) -> list[RunSpec]:
     """Fixed-K runs of ``rule`` at each K of ``ks`` (grid points)."""
-    return [RunSpec(set=set_name, rule=rule, family="fixed", param=float(k), rule_param=rule_param(rule, rules),
+    return [RunSpec(set=set_name, rule=rule, family="fixed", param=float(k), rule_param=rule_parameter(rule, rules),
                     chosen_on="grid") for k in ks]
 
 
@@ -179,7 +178,7 @@ def unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
 
 def se_sweep(job: EvaluateJob, set_name: str) -> list[RunSpec]:
     """Speculative Ensemble of draft + target: SD and alternate proposals at each ``evaluate.se_gammas`` γ."""
-    base = RunSpec(set=set_name, rule="ensemble", family="se-sd", rule_param=rule_param("ensemble", job.rules))
+    base = RunSpec(set=set_name, rule="ensemble", family="se-sd", rule_param=rule_parameter("ensemble", job.rules))
     return [replace(base, family=family, param=float(g), chosen_on="grid")
             for family in SE_TUNED for g in job.evaluate.se_gammas]
 
@@ -187,7 +186,7 @@ def se_sweep(job: EvaluateJob, set_name: str) -> list[RunSpec]:
 def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:
     """The dev runs decoded before any choice: every rule's policy sweep and the SE γ sweep."""
     specs = [spec for rule in rules for spec in sweep(job, artifacts, "dev", rule)]
-    if "ensemble" in rules and se_available():
+    if "ensemble" in rules:
         specs += se_sweep(job, "dev")
     return unique(specs)
 
@@ -204,9 +203,9 @@ def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet
         if "fuzzy" in rules:
             fsd = mark_chosen(fsd_sweep(job, s.name, choices), choices)
             specs += fsd if s.role == "test" else applied(job.evaluate, fsd, choices)
-        if "ensemble" in rules and se_available():
+        if "ensemble" in rules:
             specs.append(RunSpec(set=s.name, rule="ensemble", family="se-plain",
-                                 rule_param=rule_param("ensemble", job.rules)))
+                                 rule_param=rule_parameter("ensemble", job.rules)))
             specs += applied(job.evaluate, se_sweep(job, s.name), choices)
     if job.evaluate.hf_baselines:
         specs += [spec for s in sets if s.role in job.evaluate.hf_sets

@@ -14,17 +14,16 @@ from typing import Any, Protocol
 import torch
 from transformers import PreTrainedModel
 
+from accept_heads.evaluation.inputs import Artifacts, PromptSet
+from ahconf.rules import build_rule
 from ahconf.schema import RulesConfig
-from data_gen.seeding import prompt_seed
 from data_gen.models import Trio
+from data_gen.seeding import prompt_seed
 from decode import SpeculativeDecoder, policies
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
-from decode import rules as rule_defs
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
-
-from accept_heads.evaluation.inputs import Artifacts, PromptSet
 
 #: Length-policy families of :mod:`decode.policies`, in table order.
 DECODE_FAMILIES = ("fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle")
@@ -72,26 +71,6 @@ class RunSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "policy": self.label}
-
-
-def rule_param(name: str, rules: RulesConfig) -> float | None:
-    """The configured parameter of a rule: fuzzy T, ensemble λ (weighted) or μ (contrastive)."""
-    if name == "fuzzy":
-        return rules.fuzzy_threshold
-    if name == "ensemble":
-        return rules.ensemble_weight if rules.ensemble_kind == "weighted" else rules.ensemble_mu
-    return None
-
-
-def build_rule(name: str, param: float | None, rules: RulesConfig) -> rule_defs.Rule:
-    """The rule a run decodes with (fuzzy divergence and ensemble kind from ``rules``)."""
-    if name == "fuzzy":
-        return rule_defs.Fuzzy(rules.fuzzy_divergence, param)
-    if name == "ensemble":
-        if rules.ensemble_kind == "weighted":
-            return rule_defs.Ensemble("weighted", weight=param)
-        return rule_defs.Ensemble("contrastive", mu=param)
-    return rule_defs.from_spec(name)
 
 
 def quality(target: PreTrainedModel, sequences: torch.Tensor, prompt_length: int) -> tuple[float, float]:
@@ -215,7 +194,7 @@ class Decoding:
         """Our decoder for ``spec`` (its policy as :meth:`policy` builds it)."""
         policy = self.policy(spec, batch_costs)
         companion = self.trio.companion if policy.companion is not None else None
-        return SpeculativeDecoder(self.trio.target, self.trio.draft, rule=build_rule(spec.rule, spec.rule_param, self.rules),
+        return SpeculativeDecoder(self.trio.target, self.trio.draft, rule=build_rule(spec.rule, self.rules, parameter=spec.rule_param),
                                   policy=policy, companion=companion, sampling=self.sampling)
 
     @torch.inference_mode()

@@ -4,7 +4,7 @@
 sha256-checked; the same bytes on every machine) and verifies it at every load; ``rebuild_zoo()``
 trains the recipe instead. ``python -m data_gen.zoo`` does either from the command line and prints
 the trio's models and realism figures. Where the zoo lives (``$ACCEPT_HEADS_ZOO_DIR``, the zoo
-version) is :mod:`decode.zoo_dir`.
+version) is :mod:`data_gen.zoo.paths`.
 """
 
 from .recipe import ROLES, ModelShape, ZooRecipe

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from decode.zoo_dir import ENV_VAR
+from data_gen.zoo.paths import ENV_VAR
 
 from .realism import Realism
 from .recipe import PRECISIONS, ZooRecipe

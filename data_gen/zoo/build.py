@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.corpus import corpus_hash, modules_in
-from decode.zoo_dir import METADATA_FILE, ZOO_VERSION
+from data_gen.zoo.paths import METADATA_FILE, ZOO_VERSION
 
 from .recipe import ROLES, STUDENT_ROLES, ZooRecipe
 

@@ -1,7 +1,7 @@
 """Where the built-in tiny-code model zoo lives on disk: the one lookup its installer and its readers share.
 
-``data_gen.zoo`` installs the shipped trio (or a rebuild) into this directory; ``decode.bench`` and
-``decode.bench_ensemble`` only read it (``from_pretrained`` directories ``target/``, ``draft/``,
+``data_gen.zoo`` installs the shipped trio (or a rebuild) into this directory; ``benchmarks.decoding`` and
+``benchmarks.ensemble`` only read it (``from_pretrained`` directories ``target/``, ``draft/``,
 ``companion/``), so the decode library never depends on the installer.
 """
 

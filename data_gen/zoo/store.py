@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from decode.hub import ModelLoadError
-from decode.zoo_dir import INSTALL_COMMAND, METADATA_FILE, ZOO_VERSION, default_cache_dir, is_built
+from data_gen.zoo.paths import INSTALL_COMMAND, METADATA_FILE, ZOO_VERSION, default_cache_dir, is_built
+from decode.artifacts.hub import ModelLoadError
 
 from .build import build_into, file_hashes
 from .realism import Realism
@@ -80,7 +80,7 @@ def shipped_metadata() -> dict[str, Any] | None:
 
 
 def ensure_zoo(cache_dir: str | Path | None = None, *, reinstall: bool = False) -> Zoo:
-    """The zoo in ``cache_dir`` (default: :func:`decode.zoo_dir.default_cache_dir`), verified file by file.
+    """The zoo in ``cache_dir`` (default: :func:`data_gen.zoo.paths.default_cache_dir`), verified file by file.
 
     An empty directory gets the shipped trio (copied, not trained). ``reinstall`` replaces whatever
     the directory holds (an old version, a rebuild, a corrupt file) with the shipped trio. Raises

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 
 import torch
@@ -10,19 +9,10 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import LlamaForCausalLM
 
+from data_gen.schedule import warmup_cosine
+
 from .data import random_windows
 from .recipe import ZooRecipe
-
-
-def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """LR multiplier: linear warm-up over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at ``total``.
-
-    The one schedule of the project: the zoo's training and the heads' (``accept_heads.module``).
-    """
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def lr_factor(step: int, total: int, warmup_fraction: float) -> float:

@@ -13,7 +13,7 @@ every mode; at temperature 0 it is the argmax of ``r``. Modes (batch size 1):
     next call (the one that consumes its last proposal) completes ``r`` there: that token is
     sampled from ``r`` directly (when a ``post`` head stopped drafting after feeding the last
     proposal, that row already exists and costs no call). A length policy (e.g. a :class:`~decode.policies.Head` loaded
-    with :func:`~decode.export.load_head`, trained for ``models[0]``) may drive ``γ_1``.
+    with :func:`~decode.artifacts.export.load_head`, trained for ``models[0]``) may drive ``γ_1``.
 ``alternate``
     The alternate-proposal framework and its n-model generalisation (SE paper, Alg. 1 and 2).
     Each proposal remembers its proposer ``k``; its proposal distribution is ``k``'s own
@@ -26,7 +26,7 @@ every mode; at temperature 0 it is the argmax of ``r``. Modes (batch size 1):
     (the default proposer) proposes ``γ_1`` new tokens. With every ``γ_i = 1`` no generation uses
     more model calls than ``plain`` (paper Cor. 3.7).
 
-Each model keeps its own KV cache (:class:`~decode.runner.ModelRunner`), rolled back on
+Each model keeps its own KV cache (:class:`~decode.loops.runner.ModelRunner`), rolled back on
 rejection (and trimmed to its sliding window, if any, once committed); no model ever scores the
 same position of the same prefix twice.
 """
@@ -34,20 +34,20 @@ same position of the same prefix twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Generator, Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from decode.artifacts.export import check_compatibility
+from decode.ensemble.stats import EnsembleStats
 from decode.ensemble_fn import EnsembleFn
-from decode.ensemble_stats import EnsembleStats
-from decode.export import check_compatibility
-from decode.inputs import token_buffer
+from decode.loops.inputs import id_list, token_buffer
+from decode.loops.runner import ModelRunner, vocab_size
 from decode.policies import Decision, DraftRound, Fixed, Head, Policy
 from decode.rules import Ensemble, sample, uniform
-from decode.runner import ModelRunner, vocab_size
 from decode.sampling import Sampling
 
 MODES = ("plain", "sd", "alternate")
@@ -107,8 +107,8 @@ class EnsembleDecoder:
         self.policy = self._check_policy(policy, proposal_lengths is not None)
         self.vocab = min(vocab_size(model) for model in self.models)
         if eos_token_id == _AUTO:
-            eos_token_id = [i for model in self.models for i in _as_ids(model.generation_config.eos_token_id)]
-        self.eos: frozenset[int] = frozenset(_as_ids(eos_token_id))
+            eos_token_id = [i for model in self.models for i in id_list(model.generation_config.eos_token_id)]
+        self.eos: frozenset[int] = frozenset(id_list(eos_token_id))
 
     def _check_policy(self, policy: Policy | None, explicit_lengths: bool) -> Policy:
         """The ``sd`` proposer's length policy (``Fixed(γ_1)`` by default); refuse unsupported ones."""
@@ -322,10 +322,3 @@ class _Engine:
                     self.call(i)
                 self.propose(i)
 
-
-def _as_ids(value: int | Iterable[int] | None) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    return [int(v) for v in value]

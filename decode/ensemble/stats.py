@@ -1,4 +1,4 @@
-"""Per-generation counters of :class:`decode.ensemble.EnsembleDecoder`."""
+"""Per-generation counters of :class:`decode.ensemble.decoder.EnsembleDecoder`."""
 
 from __future__ import annotations
 

@@ -15,14 +15,7 @@ Two layouts deal with the holes this leaves:
 * ``"compact"``: after each :meth:`BatchRunner.rollback` every row's tokens are gathered to the
   right end of the cache (left padding), so the cache is ``max(valid length)`` columns wide.
 
-``"holes"`` is the default: it was the faster on the micro models. ``python -m decode.bench
---random-init tiny --batch-sizes 1 8 32 --layouts compact holes`` (Fixed(5), 128 new tokens,
-float32, AMD EPYC Zen 3, 1 thread, a CPU shared with another job), tokens/s compact / holes:
-215 / 202 at B = 1, 577 / 680 at B = 8, 816 / 896 at B = 32; at B = 8 with 512 new tokens
-389 / 495 (holes never re-packed: 476, in a run right after). Re-packing every round costs a gather of every
-cache layer (at B = 32 and 64 new tokens 0.26 s of a 2.6 s run), more here than attending over
-the holes (~K+1 columns appended per row and round, accepted or not). Where attention dominates
-(long contexts, large models) the balance may turn: measure with ``--layouts``.
+``"holes"`` is the default: it was the faster on the micro models (figures: ``docs/batched.md``).
 """
 
 from __future__ import annotations
@@ -34,7 +27,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from decode.runner import RunnerBase
+from decode.loops.runner import RunnerBase
 
 Layout = Literal["holes", "compact"]
 LAYOUTS: tuple[str, ...] = ("holes", "compact")

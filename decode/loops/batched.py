@@ -8,7 +8,7 @@ not depend on the other rows, and a batch of one is ``generate``. What is shared
 one draft forward per drafting step for the rows still drafting (the others get masked columns),
 one target forward per round verifying the candidates of all rows, and (ensemble rules) one
 draft forward settling the tentative bonus tokens of the rows that have one; rows that finished
-leave the caches (:mod:`decode.batch_cache`). The prompt runs once, merged into each model's first
+leave the caches (:mod:`decode.loops.batch_cache`). The prompt runs once, merged into each model's first
 call.
 
 The exceptions are :class:`~decode.policies.SV`, whose verification lengths are chosen jointly for
@@ -29,10 +29,10 @@ import torch
 from torch import Generator, Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decode.batch_cache import BatchRunner, Layout
-from decode.inputs import prompt_ids
+from decode.loops.batch_cache import BatchRunner, Layout
+from decode.loops.inputs import prompt_ids
+from decode.loops.rounds import bonus_pending, record_round, verify_round
 from decode.policies import SV, Decision, DraftRound, Policy, batch_drafting_pays, batch_opening_pays
-from decode.rounds import bonus_pending, record_round, verify_round
 from decode.rules import Rule
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
@@ -124,7 +124,7 @@ class _Row:
 
 
 class Decoder(Protocol):
-    """What the batched loop reads of a :class:`~decode.decoder.SpeculativeDecoder` (which imports this module)."""
+    """What the batched loop reads of a :class:`~decode.loops.decoder.SpeculativeDecoder` (which imports this module)."""
 
     target: PreTrainedModel
     draft: PreTrainedModel

@@ -1,25 +1,25 @@
-"""The speculative decoder: one loop for every rule × length policy (batch size 1; batches: :mod:`decode.batched`)."""
+"""The speculative decoder: one loop for every rule × length policy (batch size 1; batches: :mod:`decode.loops.batched`)."""
 
 from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decode.batch_cache import Layout
-from decode.batched import BatchDecodeOutput, generate_batch
-from decode.export import check_compatibility
-from decode.hub import load_causal_lm, load_tokenizer
-from decode.inputs import token_buffer
+from decode.artifacts.export import check_compatibility
+from decode.artifacts.hub import load_causal_lm, load_tokenizer
+from decode.loops.batch_cache import Layout
+from decode.loops.batched import BatchDecodeOutput, generate_batch
+from decode.loops.inputs import id_list, token_buffer
+from decode.loops.rounds import bonus_pending, record_round, verify_round
+from decode.loops.runner import GreedyLookahead, ModelRunner, vocab_size
 from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
-from decode.rounds import bonus_pending, record_round, verify_round
 from decode.rules import Rule, Speculative
-from decode.runner import GreedyLookahead, ModelRunner, vocab_size
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
 
@@ -73,7 +73,7 @@ class SpeculativeDecoder:
         self.policy.to(draft.device)
         if eos_token_id == _AUTO:
             eos_token_id = target.generation_config.eos_token_id
-        self.eos: frozenset[int] = frozenset(_as_ids(eos_token_id))
+        self.eos: frozenset[int] = frozenset(id_list(eos_token_id))
 
     def _check_artifacts(self) -> None:
         """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
@@ -100,7 +100,7 @@ class SpeculativeDecoder:
         device_map: str | dict | None = None,
         **kwargs: object,
     ) -> SpeculativeDecoder:
-        """Load the models (and the target's tokenizer) through :mod:`decode.hub`."""
+        """Load the models (and the target's tokenizer) through :mod:`decode.artifacts.hub`."""
 
         def load(name: str) -> PreTrainedModel:
             return load_causal_lm(name, revision=revision, dtype=dtype, device_map=device_map)
@@ -151,7 +151,7 @@ class SpeculativeDecoder:
         target forwards of all rows batched; ``max_new_tokens`` is one budget for all rows or one
         per row; ``seed`` one seed for the batch (rows seeded by :func:`decode.row_seed`) or each
         row's own seed; ``layout`` is how the KV caches keep rows of different lengths
-        (:mod:`decode.batch_cache`). Supported rules and policies: :data:`decode.batched.SUPPORTED`.
+        (:mod:`decode.loops.batch_cache`). Supported rules and policies: :data:`decode.loops.batched.SUPPORTED`.
         """
         return generate_batch(self, prompts, max_new_tokens, seed, layout, attention_mask)
 
@@ -276,10 +276,3 @@ class _Loop:
                 if runner is not None:
                     runner.rollback(cur - 1)
 
-
-def _as_ids(value: int | Iterable[int] | None) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    return [int(v) for v in value]

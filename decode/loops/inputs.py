@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -46,3 +46,12 @@ def token_buffer(
     tokens = torch.zeros(1, n + max_new_tokens + slack, dtype=torch.long, device=device)
     tokens[:, :n] = ids
     return tokens, n
+
+
+def id_list(value: int | Iterable[int] | None) -> list[int]:
+    """Token ids as a list: None gives none, one id gives one (e.g. an ``eos_token_id`` setting)."""
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]

@@ -10,7 +10,7 @@ from huggingface_hub import HfApi
 from accept_heads.export import common_metadata, head_metadata
 from accept_heads.push_head import main
 from decode import AcceptanceHead, HeadConfig, Sampling, rules, save_head
-from decode.model_card import MARKER
+from decode.artifacts.model_card import MARKER
 
 
 @pytest.fixture

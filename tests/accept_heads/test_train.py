@@ -14,8 +14,8 @@ from accept_heads.data import SequenceDataset, collate_sequences, loss_everywher
 from accept_heads.profile_fit import equal_frequency_edges
 from accept_heads.train import load_head_weights, prepare_head_run, train
 from data_gen.shards import load_split
-from decode.export import load_head, load_profile
-from decode.hub import load_causal_lm, load_tokenizer
+from decode.artifacts.export import load_head, load_profile
+from decode.artifacts.hub import load_causal_lm, load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_sv_profile_for_the_greedy_rule_bins_the_greedy_indicators(make_config, 
 
 
 def test_draft_features_are_the_lm_head_input_and_its_logits(make_config, train_overrides, micro_trio):
-    """The head sees exactly what decode.runner.ModelRunner captures: the LM head's input."""
+    """The head sees exactly what decode.loops.runner.ModelRunner captures: the LM head's input."""
     config = make_config(*train_overrides)
     run = prepare_head_run(config.train_job())
     batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[0]]), 0.15, 0, "dev", 0)

@@ -18,7 +18,7 @@ from accept_heads.selection import best_value
 from accept_heads.train import head_architecture
 from data_gen.collect import features_for
 from data_gen.shards import write_shard
-from data_gen.zoo.training import warmup_cosine
+from data_gen.schedule import warmup_cosine
 from decode import rules
 from decode.head import AcceptanceHead
 

@@ -20,16 +20,16 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from accept_heads import train as head_training
 from ahconf.entry import CONF_DIR, to_config
 from ahconf.schema import RulesConfig
-from data_gen.collect import collect
 from data_gen import labels
+from data_gen.collect import collect
 from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.shards import MANIFEST_FILE, CollectionDirError, load_split
 from decode import rules
-from decode.export import load_head
+from decode.artifacts.export import load_head
+from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.divergence import DIVERGENCES, divergences
-from decode.hub import load_causal_lm, load_tokenizer
+from decode.loops.runner import ModelRunner, vocab_size
 from decode.profile import companion_indicators
-from decode.runner import ModelRunner, vocab_size
 from decode.sampling import Sampling
 from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, compose_config, model_overrides
 

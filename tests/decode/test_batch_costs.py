@@ -8,10 +8,10 @@ from test_batched import comparable, make_decoder, wide_prompts
 
 from decode import HeadConfig, policies, rules
 from decode.batch_costs import BatchCosts, measure_batch_costs
-from decode.profile import SVProfile
-from decode.target_alone import generate_target_alone
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES, AcceptanceHead
+from decode.loops.target_alone import generate_target_alone
+from decode.profile import SVProfile
 
 #: Verifying L candidates (L + 1 tokens fed) costs 1.0 + 0.1 (L - 1): linear, so the cost model's shape and the
 #: table extrapolate alike.

@@ -26,11 +26,11 @@ from test_exact_distribution import (
 from test_exact_distribution import random_head as tiny_head
 
 from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
-from decode.batch_cache import BatchRunner
 from decode.batch_costs import BatchCosts
-from decode.batched import row_seed
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
+from decode.loops.batch_cache import BatchRunner
+from decode.loops.batched import row_seed
 from decode.profile import goodput_length, joint_goodput_lengths
 
 LAYOUTS = ["compact", "holes"]

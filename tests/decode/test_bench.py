@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decode import bench, bench_ensemble
-from decode.export import save_head, save_profile
+from benchmarks import decoding as bench
+from benchmarks import ensemble as bench_ensemble
+from data_gen.zoo.paths import ENV_VAR, METADATA_FILE
+from decode.artifacts.export import save_head, save_profile
 from decode.head import AcceptanceHead, HeadConfig
 from decode.profile import SVProfile
 from decode.rules import Speculative
 from decode.sampling import Sampling
-from decode.zoo_dir import ENV_VAR, METADATA_FILE
 
 
 def test_bench_runs_on_saved_micro_models(tmp_path, capsys, make_lm):

@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
-from decode.runner import ModelRunner
+from decode.loops.runner import ModelRunner
 
 PROMPT = torch.tensor([[3, 17, 42]])
 EOS = 7

@@ -12,21 +12,14 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from test_exact_distribution import (
-    N_SLOW,
-    AcceptAll,
-    empirical,
-    exact_mixture_distribution,
-    report,
-    tv_bound,
-)
+from test_exact_distribution import N_SLOW, AcceptAll, empirical, exact_mixture_distribution, report, tv_bound
 from torch import Tensor
 
 from decode import EnsembleDecoder, EnsembleFn, HeadConfig, Sampling, SpeculativeDecoder, policies, rules
-from decode import ensemble as ensemble_module
-from decode.export import load_head, save_head
+from decode.artifacts.export import load_head, save_head
+from decode.ensemble import decoder as ensemble_module
 from decode.head import PRE_FEATURES, AcceptanceHead
-from decode.runner import ModelRunner
+from decode.loops.runner import ModelRunner
 
 N_ENSEMBLE = 500
 WIDE_PROMPT = torch.tensor([[3, 17, 42]])
@@ -289,7 +282,7 @@ def test_invalid_arguments(wide):
 
 
 def test_bench_runs_on_saved_micro_models(tmp_path, capsys, make_lm):
-    from decode import bench_ensemble
+    from benchmarks import ensemble as bench_ensemble
 
     make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "target")
     make_lm(64, seed=32).save_pretrained(tmp_path / "draft")

@@ -37,7 +37,7 @@ from transformers import (
 
 from decode import EnsembleDecoder, HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.head import AcceptanceHead
-from decode.runner import ModelRunner
+from decode.loops.runner import ModelRunner
 
 VOCAB = 64
 HIDDEN = 16
