@@ -63,7 +63,7 @@ def sweep_thresholds(
         use_companion = companion if head.config.companion_features else None
         decoder = SpeculativeDecoder(target, draft, rule=rule, policy=policy, companion=use_companion, sampling=sampling)
         totals = DecodeStats()
-        for stats in decoder.generate_batch(prompts, max_new_tokens=max_new_tokens, seed=seeds).stats:
+        for stats in decoder.generate(prompts, max_new_tokens=max_new_tokens, seed=seeds).stats:
             for name in ("generated", "draft_calls", "target_calls", "companion_calls", "rejected", "unverified"):
                 setattr(totals, name, getattr(totals, name) + getattr(stats, name))
             totals.verified_per_round.extend(stats.verified_per_round)

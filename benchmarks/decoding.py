@@ -304,7 +304,7 @@ def hf_batch(target: PreTrainedModel, budget: int, eos: int | list[int] | None) 
 
 def ours_batch(decoder: SpeculativeDecoder, budget: int, layout: str) -> BatchRun:
     def run(prompts: list[torch.Tensor], seed: int) -> int:
-        return decoder.generate_batch(prompts, max_new_tokens=budget, seed=seed, layout=layout).totals.tokens
+        return decoder.generate(prompts, max_new_tokens=budget, seed=seed, layout=layout).totals.tokens
 
     return run
 

@@ -47,7 +47,7 @@ def decode_rows(decoder: SpeculativeDecoder, prompts: list[torch.Tensor], batch:
     """Decode all ``prompts`` in consecutive batches of ``batch`` with ``decoder`` and price their forwards."""
     tokens, seconds = 0, 0.0
     for start in range(0, len(prompts), batch):
-        totals = decoder.generate_batch(prompts[start : start + batch], max_new_tokens=budget, seed=start).totals
+        totals = decoder.generate(prompts[start : start + batch], max_new_tokens=budget, seed=start).totals
         tokens += totals.tokens
         seconds += costs.modelled_seconds(totals.target_shapes, totals.draft_shapes, totals.companion_shapes)
     return GoodputRow(name, batch, tokens, seconds)

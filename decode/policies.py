@@ -14,7 +14,7 @@ import enum
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 import torch
 from torch import Tensor
@@ -65,8 +65,6 @@ class Policy:
     """Base class: draft ``k_cap()`` candidates and verify them all."""
 
     name: ClassVar[str]
-    #: Measured costs of batched forwards: when set, the batched loop reports the batch's throughput.
-    batch_costs: BatchCosts | None = None
     dynamic: ClassVar[bool] = False
     needs_hidden: ClassVar[bool] = False
     needs_lookahead: ClassVar[bool] = False
@@ -101,10 +99,6 @@ class Policy:
     def start_round(self) -> None:
         """Called before the first candidate of each round."""
 
-    def batch_round(self) -> None:
-        """Called by the batched loop before each round of a policy with ``batch_costs`` (the loop then decides
-        the batch's stop, :func:`batch_drafting_pays`); only batch-aware policies use it."""
-
     def after_propose(self, state: DraftRound) -> Decision:
         """Check after ``y_i`` is sampled (``dynamic`` policies only)."""
         return Decision.CONTINUE
@@ -120,8 +114,38 @@ class Policy:
     def end_round(self, drafted: int, verified: int, accepted: int) -> None:
         """Feedback after verification."""
 
+    def batch_plan(self) -> BatchPlan:
+        """How the rows of a batch decoded with this policy decide together (default: each as alone)."""
+        return BatchPlan()
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+class BatchPlan:
+    """The decisions a batch's rows take together, hooks of the batched loop (DESIGN §7).
+
+    The defaults leave every decision to each row's own policy, so a row decodes as it would alone.
+    A plan may decide whether a round drafts at all, stop the rows' drafting together, choose the
+    rows' verification lengths jointly and learn from each round; only lengths, never a row's
+    tokens' distribution, may depend on the other rows.
+    """
+
+    def opens_round(self, rows: list[Policy]) -> bool:
+        """Whether this round drafts (False: a target-only step); called after each row's ``start_round``."""
+        return True
+
+    def stops_drafting(self, rows: list[Policy], i: int, batch: int, after: Literal["propose", "feed"]) -> bool:
+        """Whether the ``rows`` still drafting stop together after ``i`` steps (at the point ``after``) of a
+        ``batch``-row round."""
+        return False
+
+    def verification_lengths(self, rows: list[Policy], states: list[DraftRound]) -> list[int]:
+        """How many candidates each row verifies."""
+        return [policy.verification_length(state) if state.i else 0 for policy, state in zip(rows, states)]
+
+    def end_round(self, batch: int, emitted: int, draft_steps: int, verified: int) -> None:
+        """A round of ``batch`` rows ended: ``emitted`` tokens, ``draft_steps`` draft forwards, ``verified`` candidates."""
 
 
 class Fixed(Policy):
@@ -293,8 +317,12 @@ class GoodputHead(Head):
         the next round's first ``P̂`` before it is drafted (:func:`batch_opening_pays`)."""
         return self._first_sum / self._first_count if self._first_count else None
 
-    def batch_round(self) -> None:
+    def join_batch(self) -> None:
+        """Leave the stop to the batch (:class:`BatchGoodput`) for this generation."""
         self._in_batch = True
+
+    def batch_plan(self) -> BatchPlan:
+        return BatchGoodput(self.batch_costs) if self.batch_costs is not None else BatchPlan()
 
     @property
     def throughput(self) -> float:
@@ -388,6 +416,39 @@ def batch_opening_pays(rows: list[GoodputHead], batch: int, throughput: float) -
     return drafting_pays([(1.0, forecast) for forecast in forecasts], 0, rows[0].k_max, throughput, step_cost)
 
 
+class BatchGoodput(BatchPlan):
+    """The goodput stop of :class:`GoodputHead` rows taken for the batch at measured ``batch_costs`` (DESIGN §7).
+
+    Tracks the batch's modelled throughput ``λ_B`` (tokens per modelled second so far; before the
+    first round the target alone's at the batch size), opens a round only where drafting pays
+    (:func:`batch_opening_pays`) and stops the rows together (:func:`batch_drafting_pays`).
+    """
+
+    def __init__(self, costs: BatchCosts) -> None:
+        self.costs = costs
+        self.tokens, self.seconds = 0, 0.0
+        self.throughput = 0.0  # λ_B at the start of the current round
+
+    def opens_round(self, rows: list[Policy]) -> bool:
+        batch = len(rows)
+        alone = batch / self.costs.target_time(batch, batch)
+        self.throughput = self.tokens / self.seconds if self.seconds > 0 else alone
+        heads = cast(list[GoodputHead], rows)  # a batch's rows are copies of one policy (Policy.fresh)
+        for head in heads:
+            head.join_batch()
+        return batch_opening_pays(heads, batch, max(self.throughput, alone))
+
+    def stops_drafting(self, rows: list[Policy], i: int, batch: int, after: Literal["propose", "feed"]) -> bool:
+        heads = cast(list[GoodputHead], rows)
+        if not heads or heads[0].decides_after != after:
+            return False
+        return not batch_drafting_pays(heads, i, batch, self.throughput)
+
+    def end_round(self, batch: int, emitted: int, draft_steps: int, verified: int) -> None:
+        self.tokens += emitted
+        self.seconds += draft_steps * self.costs.draft_time(batch) + self.costs.verify_time(batch, verified)
+
+
 class SV(Policy):
     """Speculative Verification: draft ``k``, score with the companion, verify a goodput-optimal prefix.
 
@@ -440,8 +501,21 @@ class SV(Policy):
                 alpha_next.append(torch.empty(0))
         return joint_goodput_lengths(alpha, alpha_next, self.batch_latency)
 
+    def batch_plan(self) -> BatchPlan:
+        return JointVerification(self)
+
     def __repr__(self) -> str:
         return f"SV(k={self.k})"
+
+
+class JointVerification(BatchPlan):
+    """SV's batch scheduling: the rows' verification lengths chosen jointly (DESIGN §3)."""
+
+    def __init__(self, policy: SV) -> None:
+        self.policy = policy
+
+    def verification_lengths(self, rows: list[Policy], states: list[DraftRound]) -> list[int]:
+        return self.policy.batch_verification_lengths(states)
 
 
 class Oracle(Policy):

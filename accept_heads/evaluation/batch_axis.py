@@ -117,7 +117,7 @@ def measure_batches(decoding: Decoding, costs: BatchCosts, run: BatchRun, prompt
                       "modelled_s": costs.target_alone_seconds(len(chunk), out.steps),
                       "target_calls": out.steps + 1, "draft_calls": 0, "companion_calls": 0}
         else:
-            totals = decoding.decoder(spec, batch_costs=costs).generate_batch(
+            totals = decoding.decoder(spec, batch_costs=costs).generate(
                 ids, max_new_tokens=decoding.max_new_tokens, seed=seeds).totals
             counts = {"tokens": totals.tokens, "wall_s": totals.wall_time_s,
                       "modelled_s": costs.modelled_seconds(totals.target_shapes, totals.draft_shapes,

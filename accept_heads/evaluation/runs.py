@@ -217,7 +217,7 @@ class Decoding:
         for start in range(alone, len(items), self.batch_size):
             chunk = items[start : start + self.batch_size]
             seeds = [prompt_seed(self.seed, prompt.prompt_id) for prompt in chunk]
-            out = decoder.generate_batch([p.token_ids for p in chunk], max_new_tokens=self.max_new_tokens, seed=seeds)
+            out = decoder.generate([p.token_ids for p in chunk], max_new_tokens=self.max_new_tokens, seed=seeds)
             for prompt, seed, stats, sequence in zip(chunk, seeds, out.stats, out.sequences):
                 generations.append((Generation.of(prompt.prompt_id, seed, stats, batch=len(chunk)), sequence[None],
                                     len(prompt.token_ids)))

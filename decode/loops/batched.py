@@ -11,11 +11,9 @@ draft forward settling the tentative bonus tokens of the rows that have one; row
 leave the caches (:mod:`decode.loops.batch_cache`). The prompt runs once, merged into each model's first
 call.
 
-The exceptions are :class:`~decode.policies.SV`, whose verification lengths are chosen jointly for
-the rows of a round (:meth:`SV.batch_verification_lengths`, DESIGN §3 batch scheduling), and a
-policy with measured ``batch_costs`` (:class:`~decode.policies.GoodputHead`), whose rows stop at the
-batch's prices and throughput, and whose batch takes target-only steps in rounds where drafting does not
-pay: a row's length, never its tokens' distribution, depends on the other rows.
+The decisions rows take together are the policy's :class:`~decode.policies.BatchPlan` (DESIGN §7):
+SV's joint verification lengths, the goodput head's batch stop and target-only rounds at measured
+batch costs; a row's length, never its tokens' distribution, may depend on the other rows.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 import torch
 from torch import Generator, Tensor
@@ -32,7 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from decode.loops.batch_cache import BatchRunner, Layout
 from decode.loops.inputs import prompt_ids
 from decode.loops.rounds import bonus_pending, record_round, verify_round
-from decode.policies import SV, Decision, DraftRound, Policy, batch_drafting_pays, batch_opening_pays
+from decode.policies import Decision, DraftRound, Policy
 from decode.rules import Rule
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
@@ -56,7 +54,7 @@ class BatchTotals:
     ``target_calls``: batched target forwards (= verification rounds of the batch);
     ``draft_calls`` / ``companion_calls``: batched forwards of those models; ``tokens``: generated
     tokens of all rows; ``*_shapes``: each forward's ``(rows, tokens per row)``, the first one
-    holding the prompts (what :meth:`decode.batch_costs.BatchCosts.modelled_seconds` prices).
+    holding the prompts (what a measured ``BatchCosts`` table prices, ``BatchCosts.modelled_seconds``).
     """
 
     target_calls: int
@@ -151,10 +149,8 @@ class _BatchLoop:
         self.capture = decoder.policy.needs_hidden
         self.tokens, self.rows = tokens, rows
         self.target, self.draft, self.companion = target, draft, companion
-        #: The batch's modelled tokens and seconds so far, for batch-aware policies (``policy.batch_costs``).
-        self.batch_costs = decoder.policy.batch_costs
-        self.modelled_tokens, self.modelled_seconds = 0, 0.0
-        self.round_throughput = 0.0
+        #: The decisions the rows take together (:meth:`Policy.batch_plan`; by default each row's own).
+        self.plan = decoder.policy.batch_plan()
         for row in rows:
             row.done = row.budget <= 0
 
@@ -213,13 +209,11 @@ class _BatchLoop:
             hidden = self.draft.hidden[cache_index[row.index], -1] if self.capture else None
             row.state.hidden.append(hidden)
 
-    def _batch_stop(self, drafting: list[_Row], i: int, batch: int, after: str) -> list[_Row]:
-        """The rows still drafting after a batch-level stop decision (policies with ``batch_costs``: the rows
-        decide together at the point their head reads its input, ``after`` proposing or feeding ``y_i``)."""
-        if self.batch_costs is None or not drafting or drafting[0].policy.decides_after != after:
-            return drafting
-        pays = batch_drafting_pays([row.policy for row in drafting], i, batch, self.round_throughput)
-        return drafting if pays else []
+    def _batch_stop(self, drafting: list[_Row], i: int, batch: int, after: Literal["propose", "feed"]) -> list[_Row]:
+        """The rows still drafting after the plan's joint stop at ``after`` (proposing or feeding ``y_i``)."""
+        if drafting and self.plan.stops_drafting([row.policy for row in drafting], i, batch, after):
+            return []
+        return drafting
 
     def _draft(self, rows: list[_Row]) -> None:
         """Draft up to ``row.k`` candidates per row, each row stopping as its policy says."""
@@ -268,54 +262,27 @@ class _BatchLoop:
                 for row in scored:
                     row.state.companion_logits.extend(c[row.index][-row.state.i :].unbind(0))
 
-    def _batch_throughput(self, batch: int) -> float:
-        """The batch's modelled tokens per second so far (before the first round: the target alone at ``batch``)."""
-        if self.modelled_seconds > 0:
-            return self.modelled_tokens / self.modelled_seconds
-        return batch / self.batch_costs.target_time(batch, batch)
-
-    def _count_round(self, batch: int, emitted: int, draft_steps: int, verified: int) -> None:
-        """Add one round to the batch's modelled tokens (accepted + 1 per row) and seconds: as many draft forwards
-        of ``batch`` rows as the longest row drafted, one verification of ``verified`` candidates."""
-        self.modelled_tokens += emitted
-        self.modelled_seconds += (draft_steps * self.batch_costs.draft_time(batch)
-                                  + self.batch_costs.verify_time(batch, verified))
-
-    def _drafting_pays_this_round(self, rows: list[_Row]) -> bool:
-        """Whether the rows' forecast gain pays for drafting at the better of the batch's throughput so far and
-        the target alone's (:func:`~decode.policies.batch_opening_pays`)."""
-        batch = len(rows)
-        alone = batch / self.batch_costs.target_time(batch, batch)
-        return batch_opening_pays([row.policy for row in rows], batch, max(self.round_throughput, alone))
-
     def _round(self, rows: list[_Row]) -> None:
         """One draft / verify round of the live rows."""
-        self.round_throughput = self._batch_throughput(len(rows)) if self.batch_costs is not None else 0.0
         for row in rows:
             row.policy.start_round()
-            if self.batch_costs is not None:
-                row.policy.batch_round()
             row.k = min(row.policy.k_cap(), row.budget - row.stats.generated - 1)
             row.state = DraftRound(self.rule_sampling)
-        if self.batch_costs is not None and not self._drafting_pays_this_round(rows):
+        if not self.plan.opens_round([row.policy for row in rows]):
             for row in rows:  # a target-only step
                 row.k = 0
         self._draft(rows)
         for row in rows:
             row.next_q = row.next_hidden = None
-        if isinstance(rows[0].policy, SV):
-            lengths = rows[0].policy.batch_verification_lengths([row.state for row in rows])
-            verify = {row.index: length for row, length in zip(rows, lengths)}
-        else:
-            verify = {row.index: row.policy.verification_length(row.state) if row.state.i else 0 for row in rows}
+        lengths = self.plan.verification_lengths([row.policy for row in rows], [row.state for row in rows])
+        verify = {row.index: length for row, length in zip(rows, lengths)}
         p = self.target.feed(
             self.tokens, {row.index: row.cur + verify[row.index] for row in rows}, keep=max(verify.values()) + 1
         )
         draft_steps = max(row.state.i for row in rows)
         emitted = sum(self._verify(row, p[row.index][-(verify[row.index] + 1):], verify[row.index]) + 1
                       for row in rows)
-        if self.batch_costs is not None:
-            self._count_round(len(rows), emitted, draft_steps, sum(verify.values()))
+        self.plan.end_round(len(rows), emitted, draft_steps, sum(verify.values()))
 
     def _verify(self, row: _Row, p_logits: Tensor, verify: int) -> int:
         """Verify ``row``'s first ``verify`` candidates and commit what it emits (as the batch-1 loop); returns

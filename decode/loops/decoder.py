@@ -6,6 +6,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 from torch import Tensor
@@ -15,7 +16,7 @@ from decode.artifacts.export import check_compatibility
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
-from decode.loops.inputs import id_list, token_buffer
+from decode.loops.inputs import id_list, is_batch, token_buffer
 from decode.loops.rounds import bonus_pending, record_round, verify_round
 from decode.loops.runner import GreedyLookahead, ModelRunner, vocab_size
 from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
@@ -110,10 +111,32 @@ class SpeculativeDecoder:
         return cls(load(target_id), load(draft_id), companion=companion, **kwargs)  # type: ignore[arg-type]
 
     @torch.inference_mode()
-    def generate(
-        self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0
-    ) -> DecodeOutput:
-        """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
+    @overload
+    def generate(self, inputs: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0) -> DecodeOutput:
+        ...
+
+    @overload
+    def generate(self, inputs: Sequence[Tensor | str | Sequence[int]] | Tensor,
+                 max_new_tokens: int | Sequence[int] = 64, seed: int | Sequence[int] = 0, *,
+                 attention_mask: Tensor | None = None, layout: Layout = "holes") -> BatchDecodeOutput:
+        ...
+
+    def generate(self, inputs: Tensor | str | Sequence, max_new_tokens: int | Sequence[int] = 64,
+                 seed: int | Sequence[int] = 0, *, attention_mask: Tensor | None = None,
+                 layout: Layout = "holes") -> DecodeOutput | BatchDecodeOutput:
+        """Generate up to ``max_new_tokens`` tokens after one prompt or each of several, as HF's ``generate`` takes them.
+
+        One prompt (text, ids or ``[1, n]``) gives a :class:`DecodeOutput`. Several — a list of
+        prompts of different lengths, or a padded ``[B, n]`` tensor with its ``attention_mask`` —
+        are decoded together by the batched loop (:meth:`generate_batch`) into a
+        :class:`~decode.loops.batched.BatchDecodeOutput`; row ``i`` decodes as one prompt would with
+        ``seed=row_seed(seed, i)``.
+        """
+        if is_batch(inputs, attention_mask):
+            return generate_batch(self, inputs, max_new_tokens, seed, layout, attention_mask)
+        return self._generate_one(inputs, max_new_tokens, seed)  # type: ignore[arg-type]
+
+    def _generate_one(self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int, seed: int) -> DecodeOutput:
         tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "SpeculativeDecoder", max_new_tokens, slack=2)
         start = time.perf_counter()
         generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -145,6 +168,7 @@ class SpeculativeDecoder:
     ) -> BatchDecodeOutput:
         """Decode a batch of prompts of different lengths (ids, ``[1, n]`` / 1-D tensors, or text), or a padded
         ``[B, n]`` tensor with its ``attention_mask`` (left or right padding, as a tokenizer returns them).
+        :meth:`generate` with several prompts does the same; this name stays for a batch of one.
 
         Row ``i`` is decoded as ``generate(prompts[i], max_new_tokens[i], seed=row_seed(seed, i))``
         would decode it (a per-row policy copy, generator, budget and EOS stop), with the draft and

@@ -30,6 +30,18 @@ def prompt_ids(
     return ids.to(device)
 
 
+def is_batch(inputs: object, attention_mask: Tensor | None = None) -> bool:
+    """Whether ``generate`` input holds several prompts: a list of prompts (texts, id lists or tensors), a
+    ``[B, n]`` tensor with ``B > 1``, or any tensor with an ``attention_mask`` (a padded batch, HF style)."""
+    if attention_mask is not None:
+        return True
+    if isinstance(inputs, Tensor):
+        return inputs.dim() == 2 and inputs.shape[0] > 1
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence) or len(inputs) == 0:
+        return False
+    return not isinstance(inputs[0], int)
+
+
 def token_buffer(
     prompt: Tensor | str | Sequence[int],
     tokenizer: PreTrainedTokenizerBase | None,

@@ -25,7 +25,7 @@ from test_exact_distribution import (
 )
 from test_exact_distribution import random_head as tiny_head
 
-from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
+from decode import BatchDecodeOutput, DecodeOutput, HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
@@ -397,6 +397,21 @@ def test_padded_ids_with_an_attention_mask_decode_as_the_unpadded_rows(wide):
         decoder.generate_batch(left[0], max_new_tokens=5, attention_mask=torch.tensor([[1, 0, 1, 1], [0, 0, 1, 1]]))
     with pytest.raises(ValueError, match="same shape"):
         decoder.generate_batch(left[0], max_new_tokens=5, attention_mask=torch.ones(2, 3, dtype=torch.long))
+
+
+def test_generate_takes_one_prompt_or_several_as_hf_generate_does(wide):
+    """One entry for every batch size: a list of prompts or a padded batch with its mask goes to the batched loop."""
+    decoder = make_decoder(wide, rules.Speculative(), policies.Fixed(3))
+    rows = [torch.tensor([3, 4, 5, 6]), torch.tensor([9, 2])]
+    batch = decoder.generate_batch(rows, max_new_tokens=6, seed=5)
+    listed = decoder.generate(rows, max_new_tokens=6, seed=5)
+    padded = decoder.generate(torch.tensor([[3, 4, 5, 6], [0, 0, 9, 2]]), max_new_tokens=6, seed=5,
+                              attention_mask=torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]]))
+    for out in (listed, padded):
+        assert isinstance(out, BatchDecodeOutput)
+        assert all(torch.equal(a, b) for a, b in zip(out.sequences, batch.sequences))
+    one = decoder.generate([3, 4, 5, 6], max_new_tokens=6, seed=5)  # a list of ids is one prompt
+    assert isinstance(one, DecodeOutput) and torch.equal(one.sequences[0], batch.sequences[0])
 
 
 @pytest.mark.parametrize("family", ["qwen2", "phi3", "gpt2", "mistral", "gemma2"])
