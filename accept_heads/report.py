@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from accept_heads.outcomes import HeadOutcome, ProfileOutcome
+
 
 def _fmt(value: Any, digits: int = 4) -> str:
     if value is None:
@@ -16,15 +18,15 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def print_head_summary(result: dict[str, Any]) -> None:
+def print_head_summary(result: HeadOutcome) -> None:
     """Artifacts, dev metrics against the constant predictor, and the threshold sweep."""
-    dev = result["dev_metrics"]
-    table = Table(title=f"accept_heads.train — {result['name']}", show_header=False)
+    dev = result.dev_metrics
+    table = Table(title=f"accept_heads.train — {result.name}", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
-    table.add_row("head", result["head_path"])
-    table.add_row("checkpoints", result["checkpoint_dir"])
-    table.add_row("head", f"timing={result['timing']} depth={result['depth']} rule={result['rule']['name']}")
+    table.add_row("head", result.head_path)
+    table.add_row("checkpoints", result.checkpoint_dir)
+    table.add_row("head", f"timing={result.timing} depth={result.depth} rule={result.rule['name']}")
     kl, kl_constant = dev.get("val/binary_kl"), dev.get("val/binary_kl_constant")
     gain = ""
     if kl is not None and kl_constant is not None and kl_constant > 1e-6:
@@ -36,36 +38,36 @@ def print_head_summary(result: dict[str, Any]) -> None:
     table.add_row("dev ECE", _fmt(dev.get("val/ece")))
     table.add_row("dev mean pred / label", f"{_fmt(dev.get('val/mean_pred'), 3)} / {_fmt(dev.get('val/mean_label'), 3)}")
     table.add_row("dev weighted BCE", _fmt(dev.get("val/weighted_bce")))
-    table.add_row("calibrated h", _fmt(result["threshold"], 2))
+    table.add_row("calibrated h", _fmt(result.threshold, 2))
     console = Console()
     console.print(table)
-    if result["calibration"]:
+    if result.calibration:
         sweep = Table(title="threshold sweep (modelled throughput = tokens / (t_d·N_d + t_c·N_c + t_t·N_t))")
         for column in ("h", "tokens", "draft calls", "target calls", "discarded", "tokens / modelled s"):
             sweep.add_column(column, justify="right")
-        for row in result["calibration"]:
-            mark = " *" if row["threshold"] == result["threshold"] else ""
+        for row in result.calibration:
+            mark = " *" if row["threshold"] == result.threshold else ""
             sweep.add_row(f"{row['threshold']:.2f}{mark}", str(row["generated"]), str(row["draft_calls"]),
                           str(row["target_calls"]), str(row["discarded"]), f"{row['throughput']:.2f}")
         console.print(sweep)
 
 
-def print_profile_summary(result: dict[str, Any]) -> None:
+def print_profile_summary(result: ProfileOutcome) -> None:
     """Artifact, bins, information gain on dev and the latency profile."""
-    info = result["information"]["dev"]
-    table = Table(title=f"accept_heads.train — SV profile {result['name']}", show_header=False)
+    info = result.information["dev"]
+    table = Table(title=f"accept_heads.train — SV profile {result.name}", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
-    table.add_row("profile", result["profile_path"])
-    table.add_row("bins (X × Y)", f"{result['bins'][0]} × {result['bins'][1]} "
-                  f"(requested {result['requested_bins'][0]} × {result['requested_bins'][1]})")
-    table.add_row("backed-off bins", str(result["backed_off_bins"]))
+    table.add_row("profile", result.profile_path)
+    table.add_row("bins (X × Y)", f"{result.bins[0]} × {result.bins[1]} "
+                  f"(requested {result.requested_bins[0]} × {result.requested_bins[1]})")
+    table.add_row("backed-off bins", str(result.backed_off_bins))
     table.add_row("dev H(A)", f"{info['h_a']:.4f} bits")
     table.add_row("dev H(A | X, Y)", f"{info['h_a_given_xy']:.4f} bits")
     table.add_row("dev information gain", f"{info['gain']:.4f} bits ({100 * info['gain_fraction']:.1f}% of H(A))")
-    latency = ", ".join(f"{1000 * t:.2f}" for t in result["latency"])
-    table.add_row("latency L=1.. (ms)", f"{latency} on {result['latency_device']}")
-    batched = result.get("batch_latency")
+    latency = ", ".join(f"{1000 * t:.2f}" for t in result.latency)
+    table.add_row("latency L=1.. (ms)", f"{latency} on {result.latency_device}")
+    batched = result.batch_latency
     for size, row in zip(batched["batch_sizes"], batched["table"]) if batched else ():
         table.add_row(f"B={size}: 1..{len(row)} tokens/row (ms)", ", ".join(f"{1000 * t:.2f}" for t in row))
     Console().print(table)

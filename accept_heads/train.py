@@ -43,6 +43,7 @@ from accept_heads.features import DraftFeatures
 from accept_heads.loggers import make_logger
 from accept_heads.metrics import information_gain
 from accept_heads.module import HeadModule, fold_prior_shift
+from accept_heads.outcomes import HeadOutcome, ProfileOutcome
 from accept_heads.profile_fit import (
     ProfileFitter,
     batch_latency_table,
@@ -230,7 +231,7 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
     return HeadRun(ctx, draft, tokenizer, head, encoder, datamodule, module)
 
 
-def train_head(job: TrainJob) -> dict[str, Any]:
+def train_head(job: TrainJob) -> HeadOutcome | None:
     """Train a SpecDec++ head, choose its threshold ``h`` on dev and export it; returns paths, dev metrics and ``h``
     (rank 0)."""
     run = prepare_head_run(job)
@@ -251,7 +252,7 @@ def train_head(job: TrainJob) -> dict[str, Any]:
     validated = trainer.validate(module, datamodule=datamodule, verbose=False)[0]
     dev_metrics = {k: None if math.isnan(float(v)) else float(v) for k, v in validated.items()}  # None: undefined
     if not trainer.is_global_zero:
-        return {}
+        return None
     device = trainer.strategy.root_device
     encoder.to(device)
     head.eval()
@@ -262,17 +263,17 @@ def train_head(job: TrainJob) -> dict[str, Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
     save_head(head.cpu(), path, head_metadata(common, job, dev_metrics, calibration, threshold))
     load_head(path, draft=draft, tokenizer=run.tokenizer, sampling=ctx.sampling, rule=ctx.rule)
-    result = {
-        "name": job.head.name or job.exp_name, "head_path": str(path), "checkpoint_dir": str(checkpoint_dir),
-        "timing": head.config.timing, "depth": head.config.depth, "rule": ctx.rule.spec(), "dev_metrics": dev_metrics,
-        "threshold": threshold, "calibration": calibration, "global_step": trainer.global_step,
-        "best_checkpoint": best.best_model_path or None,
-    }
+    result = HeadOutcome(
+        name=job.head.name or job.exp_name, head_path=str(path), checkpoint_dir=str(checkpoint_dir),
+        timing=head.config.timing, depth=head.config.depth, rule=ctx.rule.spec(), dev_metrics=dev_metrics,
+        threshold=threshold, calibration=calibration, global_step=trainer.global_step,
+        best_checkpoint=best.best_model_path or None,
+    )
     print_head_summary(result)
     return result
 
 
-def fit_profile(job: TrainJob) -> dict[str, Any]:
+def fit_profile(job: TrainJob) -> ProfileOutcome | None:
     """Fit, measure and export an SV profile; returns paths, bins and information gain (rank 0)."""
     ctx = data_context(job)
     if job.models.companion is None or "companion" not in ctx.manifest.get("models", {}):
@@ -291,7 +292,7 @@ def fit_profile(job: TrainJob) -> dict[str, Any]:
     information = {split: information_gain(metric.compute()["joint"])
                    for split, metric in (("train", fitter.train_bins), ("dev", fitter.dev_bins))}
     if not trainer.is_global_zero:
-        return {}
+        return None
     target, _ = load_model(job.models.target, job.paths.zoo_dir)
     device = trainer.strategy.root_device
     if getattr(target, "hf_device_map", None) is None:
@@ -308,20 +309,20 @@ def fit_profile(job: TrainJob) -> dict[str, Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
     save_profile(profile, path, profile_metadata(common, job.head, information, latency_device))
     load_profile(path, sampling=ctx.sampling, rule=ctx.rule)
-    result = {
-        "name": job.head.name or job.exp_name, "profile_path": str(path),
-        "bins": [profile.x_edges.numel() - 1, profile.y_edges.numel() - 1],
-        "requested_bins": [head.x_bins, head.y_bins],
-        "backed_off_bins": int((profile.counts < head.min_bin_count).sum()),
-        "information": information, "latency": profile.latency.tolist(), "latency_device": latency_device,
-        "batch_latency": {"batch_sizes": batched[0], "table": batched[1].tolist()} if batched else None,
-    }
+    result = ProfileOutcome(
+        name=job.head.name or job.exp_name, profile_path=str(path),
+        bins=(profile.x_edges.numel() - 1, profile.y_edges.numel() - 1),
+        requested_bins=(head.x_bins, head.y_bins),
+        backed_off_bins=int((profile.counts < head.min_bin_count).sum()),
+        information=information, latency=profile.latency.tolist(), latency_device=latency_device,
+        batch_latency={"batch_sizes": batched[0], "table": batched[1].tolist()} if batched else None,
+    )
     print_profile_summary(result)
     return result
 
 
-def train(job: TrainJob) -> dict[str, Any]:
-    """Train the configured acceptance predictor and export it; ``{}`` on ranks other than 0."""
+def train(job: TrainJob) -> HeadOutcome | ProfileOutcome | None:
+    """Train the configured acceptance predictor and export it; None on ranks other than 0."""
     if job.head.kind == "sv_profile":
         return fit_profile(job)
     return train_head(job)

@@ -53,8 +53,8 @@ def test_collect_and_train_run_on_cuda(cuda_pipeline: dict) -> None:
     train_rows = load_split(Path(config.paths.data_dir), "train")
     assert len(train_rows) == 8 and all(len(r) > 0 for r in train_rows["response_ids"])
     result = cuda_pipeline["result"]
-    assert Path(result["head_path"]).is_file()
-    assert result["dev_metrics"]["val/binary_kl_constant"] > 0
+    assert Path(result.head_path).is_file()
+    assert result.dev_metrics["val/binary_kl_constant"] > 0
 
 
 def test_exported_head_decodes_every_rule_on_cuda(cuda_pipeline: dict, micro_trio: dict[str, Path]) -> None:
@@ -62,7 +62,7 @@ def test_exported_head_decodes_every_rule_on_cuda(cuda_pipeline: dict, micro_tri
     target = load_causal_lm(str(micro_trio["target"]), dtype="float32").to(device)
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32").to(device)
     tokenizer = load_tokenizer(str(micro_trio["draft"]))
-    head = load_head(cuda_pipeline["result"]["head_path"], draft=draft, tokenizer=tokenizer)
+    head = load_head(cuda_pipeline["result"].head_path, draft=draft, tokenizer=tokenizer)
     prompt = torch.tensor([tokenizer.encode("def main():\n    ")], device=device)
     for rule in DECODE_RULES:  # the head was trained for the speculative rule: the decoder refuses it elsewhere
         head_policy = [policies.Head(head, threshold=0.5, k_max=4)] if rule == rules.Speculative() else []

@@ -29,17 +29,17 @@ def trained(make_config, train_overrides, tmp_path_factory):
 
 def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micro_trio):
     config, result = trained
-    assert result["threshold"] in (0.5, 0.9) and len(result["calibration"]) == 2
-    assert result["dev_metrics"]["val/binary_kl_constant"] > 0
+    assert result.threshold in (0.5, 0.9) and len(result.calibration) == 2
+    assert result.dev_metrics["val/binary_kl_constant"] > 0
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
-    head = load_head(result["head_path"], draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
+    head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
     meta = head.metadata
-    assert meta["threshold"] == result["threshold"] and meta["rule"] == {"name": "speculative", "params": {}}
+    assert meta["threshold"] == result.threshold and meta["rule"] == {"name": "speculative", "params": {}}
     assert meta["hidden_size"] == 32 and len(meta["training_data"]["manifest_sha256"]) == 64
-    assert meta["dev_metrics"]["val/auroc"] == pytest.approx(result["dev_metrics"]["val/auroc"])
+    assert meta["dev_metrics"]["val/auroc"] == pytest.approx(result.dev_metrics["val/auroc"])
 
     run = prepare_head_run(config.train_job())  # a fresh module, weights from the best checkpoint
-    load_head_weights(run.head, result["best_checkpoint"])
+    load_head_weights(run.head, result.best_checkpoint)
     run.module.eval()
     batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
                       config.head.mixing_r, config.seed, "dev", 0, every_position=loss_everywhere(config.head.timing))
@@ -59,10 +59,10 @@ def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config
                          "head.mixing_r=0.5", "trainer.max_epochs=1", "head.calibration_prompts=0")
     result = train(config.train_job())
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
-    head = load_head(result["head_path"], draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
+    head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
     assert head.config.timing == "post" and head.metadata["train_config"]["head"]["mixing_r"] == 0.5
     run = prepare_head_run(config.train_job())
-    load_head_weights(run.head, result["best_checkpoint"])
+    load_head_weights(run.head, result.best_checkpoint)
     batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
                       0.5, config.seed, "dev", 0, every_position=loss_everywhere("post"))
     mask = batch["loss_mask"]
@@ -78,16 +78,16 @@ def test_a_mismatched_draft_or_tokenizer_is_refused(trained, micro_trio, tmp_pat
     _, result = trained
     other = load_causal_lm(str(micro_trio["companion"]), dtype="float32")  # hidden size 24, not 32
     with pytest.raises(ValueError, match="hidden size 32"):
-        load_head(result["head_path"], draft=other)
+        load_head(result.head_path, draft=other)
     tokenizer = load_tokenizer(str(micro_trio["draft"]))
     tokenizer.add_tokens(["<not-in-the-training-vocabulary>"])
     with pytest.raises(ValueError, match="tokenizer hash"):
-        load_head(result["head_path"], tokenizer=tokenizer)
+        load_head(result.head_path, tokenizer=tokenizer)
 
 
 def test_checkpoints_hold_only_the_head_and_load_with_weights_only(trained):
     _, result = trained
-    checkpoint = torch.load(Path(result["checkpoint_dir"]) / "last.ckpt", map_location="cpu", weights_only=True)
+    checkpoint = torch.load(Path(result.checkpoint_dir) / "last.ckpt", map_location="cpu", weights_only=True)
     assert checkpoint["state_dict"] and all(k.startswith("head.") for k in checkpoint["state_dict"])
 
 
@@ -96,12 +96,12 @@ def test_a_run_stopped_mid_epoch_resumes_from_last_ckpt(make_config, train_overr
     common = [*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
               "trainer.checkpoint_every_n_steps=1", "head.calibration_prompts=0"]
     stopped = train(make_config(*common, "trainer.max_steps=3").train_job())  # 4 batches per epoch: stops mid-epoch
-    assert stopped["global_step"] == 3
-    last = Path(stopped["checkpoint_dir"]) / "last.ckpt"
+    assert stopped.global_step == 3
+    last = Path(stopped.checkpoint_dir) / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 3
     resumed = train(make_config(*common, "ckpt_path=last").train_job())
-    assert resumed["global_step"] == 8  # 4 batches x 2 epochs, as without the interruption
-    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == resumed["global_step"]
+    assert resumed.global_step == 8  # 4 batches x 2 epochs, as without the interruption
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == resumed.global_step
 
 
 def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_path):
@@ -111,7 +111,7 @@ def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_
                          "trainer.feature_cache=true", "trainer.max_epochs=1", "head.calibration_prompts=0")
     result = train(config.train_job())
     caches = list((data_dir / "feature_cache").glob("*/dev.safetensors"))
-    assert len(caches) == 1 and result["dev_metrics"]["val/binary_kl"] > 0
+    assert len(caches) == 1 and result.dev_metrics["val/binary_kl"] > 0
     run = prepare_head_run(config.train_job())
     first = next(iter(run.datamodule.val_dataloader()))
     run.datamodule.cache_description = None  # the same datamodule, reading the data without the cache
@@ -130,15 +130,15 @@ def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, t
                          "head.x_bins=4", "head.y_bins=3", "head.min_bin_count=4", "head.k_max=3",
                          "head.latency_repeats=2", "head.latency_batches=[2,1]")
     result = train(config.train_job())
-    profile = load_profile(result["profile_path"])
-    assert tuple(profile.table.shape) == tuple(result["bins"]) and profile.latency.numel() == 3
+    profile = load_profile(result.profile_path)
+    assert tuple(profile.table.shape) == tuple(result.bins) and profile.latency.numel() == 3
     # t_t(B, T) measured with it: B = 1, 2 rows x 1..k_max + 1 tokens, non-decreasing in both
     assert profile.batch_sizes.tolist() == [1, 2] and tuple(profile.batch_latency_table.shape) == (2, 4)
     assert (profile.batch_latency_table.diff(dim=1) >= 0).all() and (profile.batch_latency_table.diff(dim=0) >= 0).all()
     assert profile.metadata["latency_batches"] == [2, 1]
     assert profile.metadata["training_data"]["data_dir"] == str(data_dir.resolve())
     assert profile.counts.sum() == profile.metadata["training_data"]["positions"]["train"]
-    dev = result["information"]["dev"]
+    dev = result.information["dev"]
     assert dev["h_a"] > 0 and 0 <= dev["h_a_given_xy"] <= dev["h_a"] + 1e-9
     assert profile.metadata["information"]["dev"]["gain"] == pytest.approx(dev["gain"])
     assert 1 <= profile.verification_length(torch.tensor([0.9, 0.9, 0.1]), torch.tensor([1.0, 1.0, 0.1])) <= 3
@@ -149,7 +149,7 @@ def test_sv_profile_for_the_greedy_rule_bins_the_greedy_indicators(make_config, 
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head=sv_profile",
                          "head.rule=greedy", "head.x_bins=4", "head.y_bins=3", "head.min_bin_count=4", "head.k_max=2",
                          "head.latency_repeats=1")
-    profile = load_profile(train(config.train_job())["profile_path"])
+    profile = load_profile(train(config.train_job()).profile_path)
     assert profile.metadata["rule"] == {"name": "greedy", "params": {}}
     table = load_split(data_dir, "train")
 
