@@ -54,7 +54,7 @@ from accept_heads.evaluation.plan import (
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
-from accept_heads.evaluation.runs import BATCHED_FAMILIES, RunSpec
+from accept_heads.evaluation.runs import RunSpec, family_names
 from accept_heads.evaluation.table import (
     add_comparisons,
     add_costs,
@@ -166,7 +166,7 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         "cost_fit_tuples": "per run of our decoder, companion runs included, oracle excluded, over its generations "
                            "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
                            "latency_shape(verified length), wall s)",
-        "batching": f"families {', '.join(BATCHED_FAMILIES)} decode evaluate.batch_size={job.evaluate.batch_size} "
+        "batching": f"families {', '.join(family_names(rows_alone=True))} decode evaluate.batch_size={job.evaluate.batch_size} "
                     f"prompts per batched generate after the first evaluate.timed_prompts="
                     f"{job.evaluate.timed_prompts} (alone); rows decide as alone, so only wall-clock columns "
                     "depend on it",

@@ -23,7 +23,7 @@ from ahconf.schema import EvaluateJob
 from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRun, measure_batches
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
-from accept_heads.evaluation.runs import DECODE_FAMILIES, HF_FAMILIES, SE_FAMILIES, Decoding, Runner, RunSpec
+from accept_heads.evaluation.runs import FAMILIES, Decoding, Runner, RunSpec
 from data_gen.models import Trio, load_trio
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
@@ -48,8 +48,8 @@ def default_workers(device: str) -> int:
 
 def runners(decoding: Decoding, hf: HFRunner, se: SERunner) -> dict[str, Runner]:
     """The runner of each run family."""
-    return {**dict.fromkeys(DECODE_FAMILIES, decoding), **dict.fromkeys(HF_FAMILIES, hf),
-            **dict.fromkeys(SE_FAMILIES, se)}
+    by_runner: dict[str, Runner] = {"decode": decoding, "hf": hf, "se": se}
+    return {name: by_runner[family.runner] for name, family in FAMILIES.items()}
 
 
 @dataclass

@@ -13,14 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
-from accept_heads.evaluation.runs import RunSpec
+from accept_heads.evaluation.runs import FAMILIES, RunSpec, family_names
 from ahconf.rules import build_rule, rule_parameter
 from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
 
-#: Speculative Ensemble modes whose proposal length γ is chosen on dev.
-SE_TUNED = ("se-sd", "se-alternate")
-#: Families whose parameter is chosen on dev.
-TUNED = ("fixed", "confidence", "head", *SE_TUNED)
 #: HF's default assistant confidence threshold.
 HF_CONFIDENCE = 0.4
 
@@ -92,7 +88,7 @@ def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> l
 def mark_chosen(specs: Iterable[RunSpec], choices: list[Choice]) -> list[RunSpec]:
     """Label the grid points that the dev selection picked ``chosen_on='dev'``."""
     picked = {(c.rule, c.family, c.artifact, *c.run_params()) for c in choices}
-    return [replace(s, chosen_on="dev") if s.family in TUNED and (s.rule, s.family, s.artifact, s.param,
+    return [replace(s, chosen_on="dev") if FAMILIES[s.family].tuned and (s.rule, s.family, s.artifact, s.param,
             s.rule_param) in picked else s for s in specs]
 
 
@@ -180,7 +176,7 @@ def se_sweep(job: EvaluateJob, set_name: str) -> list[RunSpec]:
     """Speculative Ensemble of draft + target: SD and alternate proposals at each ``evaluate.se_gammas`` γ."""
     base = RunSpec(set=set_name, rule="ensemble", family="se-sd", rule_param=rule_parameter("ensemble", job.rules))
     return [replace(base, family=family, param=float(g), chosen_on="grid")
-            for family in SE_TUNED for g in job.evaluate.se_gammas]
+            for family in family_names(runner="se", tuned=True) for g in job.evaluate.se_gammas]
 
 
 def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:

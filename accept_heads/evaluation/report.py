@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from accept_heads.evaluation.runs import SYMBOLS
+from accept_heads.evaluation.runs import FAMILIES
 
 WIDTH = 180
 
@@ -62,7 +62,7 @@ def selection_table(selection: list[dict[str, Any]]) -> Table:
     for choice in selection:
         rule = choice["rule"] if choice["rule_param"] is None else f"{choice['rule']} ({choice['rule_param']:g})"
         if choice["swept"] == "param":
-            value = f"{SYMBOLS[choice['family']]}={choice['value']:g}"
+            value = f"{FAMILIES[choice['family']].symbol}={choice['value']:g}"
         else:
             value = f"T={choice['value']:g} at K={choice['param']:g}"
         out.add_row(rule, choice["family"], escape(choice["artifact"] or "—"), value, choice["chosen_on"],

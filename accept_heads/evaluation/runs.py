@@ -1,7 +1,7 @@
 """One evaluation run = one rule × one length policy decoding one prompt set; a row per generation.
 
 :class:`RunSpec` names a run, :class:`Generation` is its record per prompt, :class:`Runner` is what
-decodes a run: :class:`Decoding` (our decoder, the :data:`DECODE_FAMILIES`) here, the HF and SE
+decodes a run: :class:`Decoding` (our decoder, the ``decode`` :data:`FAMILIES`) here, the HF and SE
 baselines in :mod:`accept_heads.evaluation.baselines`. Counts and costs: DESIGN §5.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from transformers import PreTrainedModel
@@ -19,24 +19,41 @@ from ahconf.rules import build_rule
 from ahconf.schema import RulesConfig
 from data_gen.models import Trio
 from data_gen.seeding import prompt_seed
-from decode import SpeculativeDecoder, policies
+from decode import SpeculativeDecoder
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
+from decode.policies import Policy
+from decode.policy_specs import POLICY_SPECS, PolicyInputs, PolicySpec, policy_spec
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
 
-#: Length-policy families of :mod:`decode.policies`, in table order.
-DECODE_FAMILIES = ("fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle")
-#: HF assisted-generation families (:class:`accept_heads.evaluation.baselines.HFRunner`).
-HF_FAMILIES = ("hf-constant", "hf-heuristic", "hf-confidence")
-#: Speculative Ensemble families (:class:`accept_heads.evaluation.baselines.SERunner`).
-SE_FAMILIES = ("se-plain", "se-sd", "se-alternate")
-#: Families whose rows in a batch decide exactly as alone (SV chooses a batch's lengths jointly; the oracle's
-#: lookahead is batch 1 only), so :class:`Decoding` may batch their prompts.
-BATCHED_FAMILIES = ("fixed", "heuristic", "confidence", "head", "head-goodput")
-#: The symbol of each family's ``param``.
-SYMBOLS = {"fixed": "K", "hf-constant": "K", "confidence": "τ", "hf-confidence": "τ", "head": "h",
-           "se-sd": "γ", "se-alternate": "γ", "sv": "k"}
+@dataclass(frozen=True)
+class Family:
+    """A kind of run in the results table: which runner decodes it, the symbol of its ``param``, whether that
+    parameter is chosen on dev, and whether its rows decide in a batch exactly as alone (so :class:`Decoding`
+    may batch their prompts)."""
+
+    name: str
+    runner: Literal["decode", "hf", "se"]
+    symbol: str | None = None
+    tuned: bool = False
+    rows_alone: bool = False
+
+
+#: Every run family, in table order: our decoder's length policies (:data:`decode.policy_specs.POLICY_SPECS`),
+#: HF assisted generation (:class:`~accept_heads.evaluation.baselines.HFRunner`) and Speculative Ensemble
+#: (:class:`~accept_heads.evaluation.baselines.SERunner`).
+FAMILIES: dict[str, Family] = {family.name: family for family in (
+    *(Family(kind, "decode", spec.symbol, spec.tuned, spec.rows_alone) for kind, spec in POLICY_SPECS.items()),
+    Family("hf-constant", "hf", "K"), Family("hf-heuristic", "hf"), Family("hf-confidence", "hf", "τ"),
+    Family("se-plain", "se"), Family("se-sd", "se", "γ", tuned=True), Family("se-alternate", "se", "γ", tuned=True),
+)}
+
+
+def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None) -> list[str]:
+    """The families with these properties, in table order."""
+    return [f.name for f in FAMILIES.values() if (runner is None or f.runner == runner)
+            and (tuned is None or f.tuned == tuned) and (rows_alone is None or f.rows_alone == rows_alone)]
 
 
 @dataclass(frozen=True)
@@ -65,12 +82,16 @@ class RunSpec:
         name = self.family + (f"[{self.artifact}]" if self.artifact else "")
         if self.param is None:
             return name
-        symbol = SYMBOLS[self.family]
+        symbol = FAMILIES[self.family].symbol
         value = int(self.param) if symbol in ("K", "γ", "k") else self.param
         return f"{name}({symbol}={value})"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "policy": self.label}
+
+    def policy(self) -> PolicySpec:
+        """The typed spec of this run's length policy (our decoder's families only)."""
+        return policy_spec(self.family, self.param, self.artifact)
 
 
 def quality(target: PreTrainedModel, sequences: torch.Tensor, prompt_length: int) -> tuple[float, float]:
@@ -156,39 +177,15 @@ class Decoding:
     k_min: int = 1
     k_max: int = 20
     costs: CostModel | None = None  # the model the goodput head stops by (the evaluation's ``cost`` model)
-    batch_size: int = 1  # prompts per batched generate (families whose rows decide as alone: BATCHED_FAMILIES)
+    batch_size: int = 1  # prompts per batched generate (families whose rows decide as alone: Family.rows_alone)
     timed_prompts: int = 0  # the first this-many prompts of a batched run decode alone (they time the models)
 
-    def policy(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> policies.Policy:
+    def policy(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> Policy:
         """The length policy of ``spec`` (heads keep the K range they were calibrated with); with measured
         ``batch_costs`` the goodput head and SV decide at a batch's prices (the evaluation's batch axis)."""
-        if spec.family == "fixed":
-            return policies.Fixed(int(spec.param))
-        if spec.family == "heuristic":
-            return policies.Heuristic(k0=min(5, self.k_max), k_max=self.k_max)
-        if spec.family == "confidence":
-            return policies.Confidence(spec.param, k_max=self.k_max)
-        if spec.family == "head":
-            head = self.artifacts.heads[spec.artifact]
-            k_min, k_max = head.metadata.get("k_min", self.k_min), head.metadata.get("k_max", self.k_max)
-            return policies.Head(head, threshold=spec.param, k_min=k_min, k_max=k_max)
-        if spec.family == "head-goodput":
-            head = self.artifacts.heads[spec.artifact]
-            k_min, k_max = head.metadata.get("k_min", self.k_min), head.metadata.get("k_max", self.k_max)
-            if batch_costs is not None:
-                return policies.GoodputHead(head, batch_costs.batch_one(), k_min=k_min, k_max=k_max,
-                                            batch_costs=batch_costs)
-            if self.costs is None:
-                raise ValueError("a head-goodput run needs Decoding.costs (the cost model it stops by)")
-            return policies.GoodputHead(head, self.costs, k_min=k_min, k_max=k_max)
-        if spec.family == "sv":
-            profile = self.artifacts.profiles[spec.artifact]
-            k = spec.param if spec.param is not None else profile.metadata.get("k_max", profile.latency.numel())
-            return policies.SV(profile, k=int(k),
-                               batch_latency=batch_costs.verify_time if batch_costs is not None else None)
-        if spec.family == "oracle":
-            return policies.Oracle()
-        raise ValueError(f"unknown policy family {spec.family!r}; valid: {', '.join(DECODE_FAMILIES)}")
+        inputs = PolicyInputs(self.artifacts.heads, self.artifacts.profiles, self.costs, batch_costs, self.k_min,
+                              self.k_max)
+        return spec.policy().build(inputs)
 
     def decoder(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> SpeculativeDecoder:
         """Our decoder for ``spec`` (its policy as :meth:`policy` builds it)."""
@@ -201,13 +198,13 @@ class Decoding:
     def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
         """Decode every prompt of the set, seeded per prompt (the same seeds for every policy and batch size).
 
-        Families in :data:`BATCHED_FAMILIES` decode ``batch_size`` prompts per batched generate after
+        Families whose rows decide as alone (:attr:`Family.rows_alone`) decode ``batch_size`` prompts per batched generate after
         the first ``timed_prompts`` (alone); each row decodes as it would alone (same seed, same
         decisions), so only the wall-clock columns depend on the batching.
         """
         decoder = self.decoder(spec)
         items = prompts.prompts
-        alone = len(items) if self.batch_size == 1 or spec.family not in BATCHED_FAMILIES else self.timed_prompts
+        alone = len(items) if self.batch_size == 1 or not FAMILIES[spec.family].rows_alone else self.timed_prompts
         generations: list[tuple[Generation, torch.Tensor, int]] = []
         for prompt in items[:alone]:
             seed = prompt_seed(self.seed, prompt.prompt_id)

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from accept_heads.evaluation.plan import TUNED, Choice, fsd_k
+from accept_heads.evaluation.plan import Choice, fsd_k
+from accept_heads.evaluation.runs import FAMILIES, family_names
 from accept_heads.selection import best_value
 from ahconf.schema import RULE_NAMES
 from decode.costs import CostModel, LatencyShape
@@ -84,7 +85,7 @@ def select(table: pd.DataFrame, column: str, swept: str = "param") -> list[Choic
     policy parameter (pass the rows of that sweep only). Ties go to the smaller value.
     """
     held = "rule_param" if swept == "param" else "param"
-    dev = table[(table["role"] == "dev") & table["family"].isin(TUNED) & table[column].notna()]
+    dev = table[(table["role"] == "dev") & table["family"].isin(family_names(tuned=True)) & table[column].notna()]
     choices = []
     for (rule, fixed, family, artifact), group in dev.groupby(["rule", held, "family", "artifact"],
                                                               dropna=False, sort=True):
@@ -124,9 +125,7 @@ def add_comparisons(table: pd.DataFrame, name: str) -> None:
     table[f"oracle_gap_share_{name}"] = ((table[column] - fixed) / gap).where(table["rule"] == "greedy")
 
 
-ORDER = {family: i for i, family in enumerate(["fixed", "heuristic", "confidence", "head", "head-goodput", "sv",
-                                                "oracle", "hf-constant", "hf-heuristic", "hf-confidence",
-                                                "se-plain", "se-sd", "se-alternate"])}
+ORDER = {family: i for i, family in enumerate(FAMILIES)}
 
 
 def sort_rows(table: pd.DataFrame) -> pd.DataFrame:

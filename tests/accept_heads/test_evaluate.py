@@ -16,14 +16,15 @@ from accept_heads.evaluation.costs import fit_costs
 from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.figures import FIGURES
 from accept_heads.evaluation.inputs import Artifacts
-from accept_heads.evaluation.plan import SE_TUNED, Choice, edge_rules, extended_k
+from accept_heads.evaluation.plan import Choice, edge_rules, extended_k
 from accept_heads.evaluation.report import cost_lines
 from accept_heads.evaluation.results import load_results
-from accept_heads.evaluation.runs import DECODE_FAMILIES, HF_FAMILIES, SE_FAMILIES, RunSpec
+from accept_heads.evaluation.runs import RunSpec, family_names
 from accept_heads.evaluation.table import KEYS, add_costs, aggregate, select, verification_units
 from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
 from decode.artifacts.hub import load_tokenizer, tokenizer_hash
 from decode.costs import CostModel, LatencyShape
+from decode.policy_specs import POLICY_SPECS
 from decode.head import PRE_FEATURES
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 
@@ -298,8 +299,9 @@ def test_test_rows_are_marked_dev_only_when_their_parameter_was_chosen_on_dev(ev
 def test_se_gamma_and_fsd_threshold_are_chosen_on_dev(evaluated):
     _, results = evaluated
     table, selection = results.table, results.metadata["selection"]
-    se = [c for c in selection if c["family"] in SE_TUNED]
-    assert sorted(c["family"] for c in se) == sorted(SE_TUNED)
+    se_tuned = family_names(runner="se", tuned=True)
+    se = [c for c in selection if c["family"] in se_tuned]
+    assert sorted(c["family"] for c in se) == ["se-alternate", "se-sd"]
     (fsd,) = [c for c in selection if c["swept"] == "rule_param"]
     assert (fsd["rule"], fsd["family"], fsd["param"]) == ("fuzzy", "fixed", next(
         c["value"] for c in selection if c["rule"] == "fuzzy" and c["family"] == "fixed" and c["swept"] == "param"))
@@ -349,9 +351,9 @@ def test_help_lists_the_evaluate_group(repo_root):
 def test_each_family_has_its_runner_and_an_unknown_family_names_the_valid_ones():
     decoding, hf, se = object(), object(), object()
     table = runners(decoding, hf, se)
-    assert [f for f, r in table.items() if r is decoding] == list(DECODE_FAMILIES)
-    assert [f for f, r in table.items() if r is hf] == list(HF_FAMILIES)
-    assert [f for f, r in table.items() if r is se] == list(SE_FAMILIES)
+    assert [f for f, r in table.items() if r is decoding] == list(POLICY_SPECS)  # every policy kind of decode
+    assert [f for f, r in table.items() if r is hf] == ["hf-constant", "hf-heuristic", "hf-confidence"]
+    assert [f for f, r in table.items() if r is se] == ["se-plain", "se-sd", "se-alternate"]
     executor = Executor(job=None, trio=None, device="cpu", artifacts=Artifacts(), described={}, sets={},
                         decoding=None, runners=table)
     with pytest.raises(ValueError, match="unknown run family 'hf-bogus'; valid: fixed, .*, se-alternate$"):

@@ -1,0 +1,214 @@
+"""Length policies named by typed specs: a policy's kind and its own parameters, built through one registry.
+
+A spec is what a plan, a results table or a config names (``FixedSpec(k=4)``, ``HeadSpec("pre", 0.8)``);
+:meth:`PolicySpec.build` makes the :class:`~decode.policies.Policy` from the artifacts and costs it needs
+(:class:`PolicyInputs`). :data:`POLICY_SPECS` maps each kind to its spec class, in table order; each
+class says which parameter it carries (``symbol``), whether that parameter is chosen on dev
+(``tuned``), and whether its rows decide in a batch exactly as alone (``rows_alone``; SV chooses a
+batch's lengths jointly, the oracle's lookahead is batch 1 only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from decode.batch_costs import BatchCosts
+from decode.costs import CostModel
+from decode.head import AcceptanceHead
+from decode.policies import SV, Confidence, Fixed, GoodputHead, Head, Heuristic, Oracle, Policy
+from decode.profile import SVProfile
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What building a policy may need: the heads and profiles by name, the cost models and the K range.
+
+    ``k_min`` / ``k_max`` apply where a head's metadata does not carry the range it was calibrated with.
+    """
+
+    heads: Mapping[str, AcceptanceHead] = field(default_factory=dict)
+    profiles: Mapping[str, SVProfile] = field(default_factory=dict)
+    costs: CostModel | None = None  # the goodput stop's cost model at batch size 1
+    batch_costs: BatchCosts | None = None  # measured batch costs: the goodput head and SV decide at a batch's prices
+    k_min: int = 1
+    k_max: int = 20
+
+    def head(self, name: str) -> tuple[AcceptanceHead, int, int]:
+        """Head ``name`` with its calibrated ``k_min`` and ``k_max``."""
+        head = self.heads[name]
+        return head, head.metadata.get("k_min", self.k_min), head.metadata.get("k_max", self.k_max)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A length policy by kind and typed parameters (DESIGN §6)."""
+
+    kind: ClassVar[str]
+    symbol: ClassVar[str | None] = None  # the parameter's symbol in labels (K, τ, h, k)
+    tuned: ClassVar[bool] = False  # the parameter is chosen on dev
+    rows_alone: ClassVar[bool] = True  # in a batch each row decides as it would alone
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        raise NotImplementedError
+
+    @property
+    def value(self) -> float | None:
+        """The parameter a plan sweeps (None: the policy has none)."""
+        return None
+
+    @property
+    def artifact(self) -> str | None:
+        """The head or profile the policy reads (None: none)."""
+        return None
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        """The spec from its flat form: the parameter value and the artifact name (a results-table row)."""
+        return cls()
+
+
+@dataclass(frozen=True)
+class FixedSpec(PolicySpec):
+    k: int
+    kind: ClassVar[str] = "fixed"
+    symbol: ClassVar[str | None] = "K"
+    tuned: ClassVar[bool] = True
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return Fixed(self.k)
+
+    @property
+    def value(self) -> float:
+        return float(self.k)
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(int(value))
+
+
+@dataclass(frozen=True)
+class HeuristicSpec(PolicySpec):
+    kind: ClassVar[str] = "heuristic"
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return Heuristic(k0=min(5, inputs.k_max), k_max=inputs.k_max)
+
+
+@dataclass(frozen=True)
+class ConfidenceSpec(PolicySpec):
+    tau: float
+    kind: ClassVar[str] = "confidence"
+    symbol: ClassVar[str | None] = "τ"
+    tuned: ClassVar[bool] = True
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return Confidence(self.tau, k_max=inputs.k_max)
+
+    @property
+    def value(self) -> float:
+        return self.tau
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(float(value))
+
+
+@dataclass(frozen=True)
+class HeadSpec(PolicySpec):
+    head: str
+    threshold: float
+    kind: ClassVar[str] = "head"
+    symbol: ClassVar[str | None] = "h"
+    tuned: ClassVar[bool] = True
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        head, k_min, k_max = inputs.head(self.head)
+        return Head(head, threshold=self.threshold, k_min=k_min, k_max=k_max)
+
+    @property
+    def value(self) -> float:
+        return self.threshold
+
+    @property
+    def artifact(self) -> str:
+        return self.head
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(str(artifact), float(value))
+
+
+@dataclass(frozen=True)
+class GoodputHeadSpec(PolicySpec):
+    head: str
+    kind: ClassVar[str] = "head-goodput"
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        head, k_min, k_max = inputs.head(self.head)
+        if inputs.batch_costs is not None:
+            return GoodputHead(head, inputs.batch_costs.batch_one(), k_min=k_min, k_max=k_max,
+                               batch_costs=inputs.batch_costs)
+        if inputs.costs is None:
+            raise ValueError("a head-goodput policy needs the cost model it stops by (PolicyInputs.costs)")
+        return GoodputHead(head, inputs.costs, k_min=k_min, k_max=k_max)
+
+    @property
+    def artifact(self) -> str:
+        return self.head
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(str(artifact))
+
+
+@dataclass(frozen=True)
+class SVSpec(PolicySpec):
+    profile: str
+    k: int | None = None  # candidates drafted per round (None: the profile's k_max)
+    kind: ClassVar[str] = "sv"
+    symbol: ClassVar[str | None] = "k"
+    rows_alone: ClassVar[bool] = False
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        profile = inputs.profiles[self.profile]
+        k = self.k if self.k is not None else profile.metadata.get("k_max", profile.latency.numel())
+        batch = inputs.batch_costs
+        return SV(profile, k=int(k), batch_latency=batch.verify_time if batch is not None else None)
+
+    @property
+    def value(self) -> float | None:
+        return None if self.k is None else float(self.k)
+
+    @property
+    def artifact(self) -> str:
+        return self.profile
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(str(artifact), None if value is None else int(value))
+
+
+@dataclass(frozen=True)
+class OracleSpec(PolicySpec):
+    kind: ClassVar[str] = "oracle"
+    rows_alone: ClassVar[bool] = False
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return Oracle()
+
+
+#: Every policy kind and its spec class, in table order.
+POLICY_SPECS: dict[str, type[PolicySpec]] = {
+    cls.kind: cls for cls in (FixedSpec, HeuristicSpec, ConfidenceSpec, HeadSpec, GoodputHeadSpec, SVSpec, OracleSpec)
+}
+
+
+def policy_spec(kind: str, value: float | None = None, artifact: str | None = None) -> PolicySpec:
+    """The spec of ``kind`` from its flat form (parameter value, artifact name); unknown kinds name the valid ones."""
+    try:
+        cls = POLICY_SPECS[kind]
+    except KeyError:
+        raise ValueError(f"unknown policy kind {kind!r}; valid: {', '.join(POLICY_SPECS)}") from None
+    return cls.of(value, artifact)

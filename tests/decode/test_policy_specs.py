@@ -1,0 +1,68 @@
+"""Typed policy specs: each kind round-trips through its flat form and builds the policy it names."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decode import AcceptanceHead, HeadConfig, SVProfile, policies
+from decode.costs import CostModel
+from decode.head import PRE_FEATURES
+from decode.policy_specs import (
+    POLICY_SPECS,
+    ConfidenceSpec,
+    FixedSpec,
+    GoodputHeadSpec,
+    HeadSpec,
+    HeuristicSpec,
+    OracleSpec,
+    PolicyInputs,
+    SVSpec,
+    policy_spec,
+)
+
+SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
+         SVSpec("profile"), SVSpec("profile", k=3), OracleSpec()]
+
+
+@pytest.fixture()
+def inputs() -> PolicyInputs:
+    head = AcceptanceHead(HeadConfig(8, depth=1, timing="pre", features=PRE_FEATURES))
+    head.metadata = {"k_min": 2, "k_max": 12}
+    profile = SVProfile(x_edges=torch.tensor([0.0, 1.0]), y_edges=torch.tensor([0.0, 1.0]), table=torch.ones(1, 1),
+                        counts=torch.ones(1, 1), latency=torch.ones(6))
+    return PolicyInputs(heads={"pre": head}, profiles={"profile": profile},
+                        costs=CostModel(t_draft=0.2, t_target=1.0, t_companion=0.0), k_max=20)
+
+
+def test_the_registry_holds_every_kind_in_table_order():
+    assert list(POLICY_SPECS) == ["fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle"]
+    assert [kind for kind, spec in POLICY_SPECS.items() if spec.tuned] == ["fixed", "confidence", "head"]
+    assert [kind for kind, spec in POLICY_SPECS.items() if not spec.rows_alone] == ["sv", "oracle"]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=repr)
+def test_each_spec_round_trips_through_its_flat_form(spec):
+    assert policy_spec(spec.kind, spec.value, spec.artifact) == spec
+
+
+def test_each_spec_builds_the_policy_it_names(inputs):
+    built = {repr(spec): spec.build(inputs) for spec in SPECS}
+    assert isinstance(built["FixedSpec(k=4)"], policies.Fixed) and built["FixedSpec(k=4)"].k == 4
+    heuristic = built["HeuristicSpec()"]
+    assert isinstance(heuristic, policies.Heuristic) and (heuristic.k0, heuristic.k_max) == (5, 20)
+    assert built["ConfidenceSpec(tau=0.3)"].tau == 0.3
+    head = built["HeadSpec(head='pre', threshold=0.8)"]
+    assert type(head) is policies.Head and (head.threshold, head.k_min, head.k_max) == (0.8, 2, 12)  # calibrated range
+    goodput = built["GoodputHeadSpec(head='pre')"]
+    assert isinstance(goodput, policies.GoodputHead) and goodput.costs == inputs.costs
+    assert built["SVSpec(profile='profile', k=None)"].k == 6  # the profile's latency table length
+    assert built["SVSpec(profile='profile', k=3)"].k == 3
+    assert isinstance(built["OracleSpec()"], policies.Oracle)
+
+
+def test_a_goodput_head_without_costs_and_an_unknown_kind_are_refused(inputs):
+    with pytest.raises(ValueError, match="needs the cost model"):
+        GoodputHeadSpec("pre").build(PolicyInputs(heads=inputs.heads))
+    with pytest.raises(ValueError, match="unknown policy kind 'bogus'; valid: fixed, heuristic, .*, oracle$"):
+        policy_spec("bogus")
