@@ -110,7 +110,6 @@ class SpeculativeDecoder:
         kwargs.setdefault("tokenizer", load_tokenizer(target_id, revision=revision))
         return cls(load(target_id), load(draft_id), companion=companion, **kwargs)  # type: ignore[arg-type]
 
-    @torch.inference_mode()
     @overload
     def generate(self, inputs: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0) -> DecodeOutput:
         ...
@@ -121,6 +120,7 @@ class SpeculativeDecoder:
                  attention_mask: Tensor | None = None, layout: Layout = "holes") -> BatchDecodeOutput:
         ...
 
+    @torch.inference_mode()
     def generate(self, inputs: Tensor | str | Sequence, max_new_tokens: int | Sequence[int] = 64,
                  seed: int | Sequence[int] = 0, *, attention_mask: Tensor | None = None,
                  layout: Layout = "holes") -> DecodeOutput | BatchDecodeOutput:

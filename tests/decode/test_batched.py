@@ -412,6 +412,7 @@ def test_generate_takes_one_prompt_or_several_as_hf_generate_does(wide):
         assert all(torch.equal(a, b) for a, b in zip(out.sequences, batch.sequences))
     one = decoder.generate([3, 4, 5, 6], max_new_tokens=6, seed=5)  # a list of ids is one prompt
     assert isinstance(one, DecodeOutput) and torch.equal(one.sequences[0], batch.sequences[0])
+    assert one.sequences.is_inference() and listed.sequences[0].is_inference()  # both loops run without autograd
 
 
 @pytest.mark.parametrize("family", ["qwen2", "phi3", "gpt2", "mistral", "gemma2"])

@@ -145,3 +145,14 @@ def test_benches_without_an_installed_zoo_name_the_install_command(main, tmp_pat
     assert error == (f"error: no model zoo installed in {tmp_path / 'no-zoo'}; install it first with "
                      "`python -m data_gen.zoo`\n")
     assert not (tmp_path / "no-zoo").exists()  # the bench installs nothing
+
+
+def test_the_loops_bench_times_both_loops_on_the_same_tokens(capsys):
+    from benchmarks import loops
+
+    figures = loops.main(["--random-init", "tiny", "--prompts", "3", "--max-new-tokens", "6", "--repeats", "1",
+                          "--device", "cpu"])
+    printed = capsys.readouterr().out
+    assert "batch-1 loop" in printed and "batched loop" in printed and "batched / batch-1 time per prompt" in printed
+    assert figures["batch-1 loop"] > 0 and figures["batched loop"] > 0
+    assert figures["time_ratio_lo"] <= figures["time_ratio"] <= figures["time_ratio_hi"]
