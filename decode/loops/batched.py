@@ -29,7 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.loops.batch_cache import BatchRunner, Layout
 from decode.loops.inputs import prompt_ids
-from decode.loops.rounds import bonus_pending, record_round, verify_round
+from decode.loops.rounds import bonus_pending, draft_candidate, record_round, settle_bonus, verify_round
 from decode.policies import Decision, DraftRound, Policy
 from decode.rules import Rule
 from decode.sampling import Sampling
@@ -186,10 +186,8 @@ class _BatchLoop:
         replaced: dict[int, int] = {}
         for row in rows:
             q = logits[row.index]
-            bonus = self.tokens[row.index, row.cur - 1]
-            accepted_t, token_t = self.rule.settle(row.pending, q[0], bonus, self.sampling, row.generator)
-            self.tokens[row.index, row.cur - 1] = token_t  # the bonus itself when accepted
-            accepted, token = torch.stack([accepted_t.to(token_t.dtype), token_t]).tolist()
+            accepted, token = settle_bonus(self.rule, row.pending, q[0], self.tokens[row.index], row.cur - 1,
+                                           self.sampling, row.generator)
             if accepted:
                 row.next_q = q[1]
                 row.next_hidden = self.draft.hidden[cache_index[row.index], -1] if self.capture else None
@@ -236,13 +234,9 @@ class _BatchLoop:
                     row.state.companion_logits.append(c[row.index][-1])
             going = []
             for row in drafting:
-                state, policy = row.state, row.policy
-                y = self.rule.propose(state.q_logits[-1], self.sampling, row.generator)
-                self.tokens[row.index, row.cur + i - 1] = y
-                state.tokens.append(y)
-                if policy.dynamic and (
-                    policy.after_propose(state) is not Decision.CONTINUE or (self.eos and int(y) in self.eos)
-                ):
+                decision = draft_candidate(self.rule, row.policy, row.state, self.tokens[row.index], row.cur + i - 1,
+                                           self.sampling, row.generator, self.eos)
+                if decision is not Decision.CONTINUE:
                     continue
                 if i < row.k:
                     going.append(row)

@@ -17,7 +17,7 @@ from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.inputs import id_list, is_batch, token_buffer
-from decode.loops.rounds import bonus_pending, record_round, verify_round
+from decode.loops.rounds import bonus_pending, draft_candidate, record_round, settle_bonus, verify_round
 from decode.loops.runner import GreedyLookahead, ModelRunner, vocab_size
 from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
 from decode.rules import Rule, Speculative
@@ -211,11 +211,8 @@ class _Loop:
     def _settle(self, p_logits: Tensor, cur: int) -> bool:
         """Check the tentative bonus at ``cur - 1`` against the draft (one host sync); return True if EOS."""
         logits = self.draft.feed(self.tokens, cur, keep=2)
-        accepted_t, token_t = self.rule.settle(
-            p_logits, logits[0], self.tokens[0, cur - 1], self.sampling, self.generator
-        )
-        self.tokens[0, cur - 1] = token_t  # the bonus itself when accepted
-        accepted, token = torch.stack([accepted_t.to(token_t.dtype), token_t]).tolist()
+        accepted, token = settle_bonus(self.rule, p_logits, logits[0], self.tokens[0], cur - 1, self.sampling,
+                                       self.generator)
         if accepted:
             self.next_q = logits[1]
             self.next_hidden = self.draft.hidden[-1] if self.capture else None
@@ -239,19 +236,15 @@ class _Loop:
         for i in range(1, k + 1):
             if step_companion is not None:
                 state.companion_logits.append(step_companion.feed(tokens, cur + i - 1, keep=1)[0])
-            y = self.rule.propose(state.q_logits[-1], self.sampling, self.generator)
-            tokens[0, cur + i - 1] = y
-            state.tokens.append(y)
-            if policy.dynamic:
-                if self.lookahead is not None:
-                    state.reference = self.lookahead.token(cur + i - 1)
-                decision = policy.after_propose(state)
-                if decision is Decision.DROP:
-                    state.tokens.pop()
-                    self.draft.uncount_last_call()  # the forward that produced q_i: hindsight (see Oracle)
-                    break
-                if decision is Decision.STOP or (self.eos and int(y) in self.eos):  # no sync without EOS
-                    break
+            reference = self.lookahead.token(cur + i - 1) if self.lookahead is not None else None
+            decision = draft_candidate(self.rule, policy, state, tokens[0], cur + i - 1, self.sampling, self.generator,
+                                       self.eos, reference)
+            if decision is Decision.DROP:
+                state.tokens.pop()
+                self.draft.uncount_last_call()  # the forward that produced q_i: hindsight (see Oracle)
+                break
+            if decision is Decision.STOP:
+                break
             if i == k:
                 break
             self._draft_next(cur + i)

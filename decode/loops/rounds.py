@@ -1,8 +1,10 @@
-"""One verification round: what a rule's verdict commits, shared by the batch-1 and the batched loop.
+"""One row's round, shared by the batch-1 and the batched loop: draft a candidate, settle a bonus, verify, commit.
 
-The rule decides how many candidates are accepted and which token the target adds (DESIGN §1);
-this module turns that into the tokens a row commits (cut at an end-of-sequence token), the round's
-statistics, and whether the target's token is a tentative ensemble bonus still to be checked.
+The loops differ only in how they feed the models (one row, or a batch of rows in shared caches);
+what a row decides and commits is here. The rule decides how many candidates are accepted and which
+token the target adds (DESIGN §1); this module turns that into the tokens a row commits (cut at an
+end-of-sequence token), the round's statistics, and whether the target's token is a tentative
+ensemble bonus still to be checked.
 """
 
 from __future__ import annotations
@@ -12,10 +14,53 @@ from dataclasses import dataclass
 import torch
 from torch import Generator, Tensor
 
-from decode.policies import DraftRound
+from decode.policies import Decision, DraftRound, Policy
 from decode.rules import Rule
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
+
+
+def draft_candidate(
+    rule: Rule,
+    policy: Policy,
+    state: DraftRound,
+    row: Tensor,
+    position: int,
+    sampling: Sampling,
+    generator: Generator,
+    eos: frozenset[int],
+    reference: int | None = None,
+) -> Decision:
+    """Propose the next candidate from the round's latest ``q`` into ``row[position]`` and ask the policy.
+
+    A dynamic policy is consulted after the sample (``reference``: the oracle's hindsight token), and
+    an end-of-sequence candidate stops drafting; a static one always continues (its ``k`` bounds it).
+    """
+    y = rule.propose(state.q_logits[-1], sampling, generator)
+    row[position] = y
+    state.tokens.append(y)
+    if not policy.dynamic:
+        return Decision.CONTINUE
+    state.reference = reference
+    decision = policy.after_propose(state)
+    if decision is Decision.CONTINUE and eos and int(y) in eos:  # no host sync without EOS ids
+        return Decision.STOP
+    return decision
+
+
+def settle_bonus(
+    rule: Rule, pending: Tensor, q_logits: Tensor, row: Tensor, position: int, sampling: Sampling,
+    generator: Generator,
+) -> tuple[bool, int]:
+    """Check the tentative bonus at ``row[position]`` against the draft's ``q`` there (one host sync).
+
+    ``pending``: the target's logits the bonus was drawn from. The row keeps the bonus when the rule
+    accepts it, else the token the rule draws instead; returns (accepted, the token now at ``position``).
+    """
+    accepted_t, token_t = rule.settle(pending, q_logits, row[position], sampling, generator)
+    row[position] = token_t  # the bonus itself when accepted
+    accepted, token = torch.stack([accepted_t.to(token_t.dtype), token_t]).tolist()
+    return bool(accepted), token
 
 
 @dataclass(frozen=True)

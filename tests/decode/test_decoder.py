@@ -194,8 +194,9 @@ def test_policies_adapt_length(wide):
 
 def test_input_errors(wide):
     dec = decoder(wide, rules.Speculative(), policies.Fixed(2))
-    with pytest.raises(ValueError, match="batch size 1"):
-        dec.generate(torch.tensor([[1, 2], [3, 4]]), 5)
+    assert len(dec.generate(torch.tensor([[1, 2], [3, 4]]), 5).sequences) == 2  # [B, n]: a batch of B prompts
+    with pytest.raises(ValueError, match=r"got input_ids of shape \(1, 1, 2\)"):
+        dec.generate(torch.tensor([[[1, 2]]]), 5)
     with pytest.raises(ValueError, match="empty prompt"):
         dec.generate(torch.zeros(1, 0, dtype=torch.long), 5)
     with pytest.raises(ValueError, match="tokenizer"):
