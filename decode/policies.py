@@ -552,8 +552,3 @@ class Oracle(Policy):
 
     def __repr__(self) -> str:
         return f"Oracle(k_max={self.k_max})"
-
-
-POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Fixed, Heuristic, Confidence, Head, GoodputHead, SV, Oracle)
-}
