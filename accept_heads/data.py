@@ -50,7 +50,8 @@ from torch.utils.data import DataLoader, Dataset
 from ahconf.rules import build_rule
 from ahconf.schema import ConfigError, HeadTrainConfig, RulesConfig
 from data_gen.labels import candidate_column, companion_columns, label_column
-from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
+from data_gen.manifest import CollectionManifest
+from data_gen.shards import load_split, write_json_atomic
 from decode import rules as rule_defs
 
 SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
@@ -61,25 +62,14 @@ def training_rule(head: HeadTrainConfig, rules: RulesConfig) -> rule_defs.Rule:
     return build_rule(head.rule, rules)
 
 
-def read_manifest(data_dir: str | Path) -> tuple[dict[str, Any], str]:
-    """The collection manifest and the SHA-256 of its bytes (recorded in exported artifacts)."""
-    path = Path(data_dir) / MANIFEST_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no collected data at {data_dir} ({MANIFEST_FILE} missing); run `python -m data_gen.collect` first"
-        )
-    raw = path.read_bytes()
-    return json.loads(raw), hashlib.sha256(raw).hexdigest()
-
-
-def check_rule_in_manifest(manifest: dict[str, Any], rule: rule_defs.Rule) -> None:
+def check_rule_in_manifest(manifest: CollectionManifest, rule: rule_defs.Rule) -> None:
     """Refuse a rule whose labels the data does not hold (or holds with other parameters)."""
     if isinstance(rule, rule_defs.Fuzzy):
         return
     column = label_column(rule)
-    stored = manifest.get("rules", {}).get(column)
+    stored = manifest.rules.get(column)
     if stored != rule.spec():
-        have = ", ".join(f"{c}={s}" for c, s in manifest.get("rules", {}).items()) or "none"
+        have = ", ".join(f"{c}={s}" for c, s in manifest.rules.items()) or "none"
         raise ConfigError(
             f"head.rule={rule.name} needs labels {rule.spec()} (column {column}) but the data holds: {have}; "
             "collect with that rule in rules.names (and the same ensemble λ / μ) or pick another head.rule"

@@ -19,6 +19,7 @@ from typing import Any
 
 from accept_heads.metrics import prior_shift
 from ahconf.schema import HeadTrainConfig, PathsConfig, TrainJob
+from data_gen.manifest import CollectionManifest
 from decode.rules import Rule
 from decode.sampling import Sampling
 
@@ -36,23 +37,22 @@ def work_dir(paths: PathsConfig, head: HeadTrainConfig) -> Path:
 
 
 def common_metadata(
-    job: TrainJob, manifest: dict[str, Any], manifest_sha256: str, rule: Rule, sampling: Sampling
+    job: TrainJob, manifest: CollectionManifest, manifest_sha256: str, rule: Rule, sampling: Sampling
 ) -> dict[str, Any]:
     """Keys shared by heads and profiles: models, tokenizer, rule, sampling, training data."""
-    models = manifest.get("models", {})
     return {
-        "draft": models.get("draft", {}).get("id", job.models.draft.id),
-        "draft_revision": models.get("draft", {}).get("revision"),
-        "companion": models.get("companion", {}).get("id"),
-        "target": models.get("target", {}).get("id"),
-        "tokenizer_hash": manifest["tokenizer_hash"],
+        "draft": manifest.model("draft").get("id", job.models.draft.id),
+        "draft_revision": manifest.model("draft").get("revision"),
+        "companion": manifest.model("companion").get("id"),
+        "target": manifest.model("target").get("id"),
+        "tokenizer_hash": manifest.tokenizer_hash,
         "rule": rule.spec(),
         "sampling": sampling.to_dict(),
         "training_data": {
             "manifest_sha256": manifest_sha256,
             "data_dir": str(Path(job.paths.data_dir).resolve()),  # absolute: evaluate may run from elsewhere
-            "exp_name": manifest.get("exp_name"),
-            "positions": {s: v.get("labelled_positions") for s, v in manifest.get("splits", {}).items()},
+            "exp_name": manifest.exp_name,
+            "positions": manifest.positions(),
         },
         "seed": job.seed,
     }

@@ -34,7 +34,6 @@ from accept_heads.data import (
     check_rule_in_manifest,
     load_positions,
     loss_everywhere,
-    read_manifest,
     training_rule,
 )
 from accept_heads.evaluation.costs import configured_model, one_call_seconds
@@ -57,6 +56,7 @@ from accept_heads.report import print_head_summary, print_profile_summary
 from accept_heads.threshold import best_threshold, sweep_thresholds
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import ConfigError, HeadTrainConfig, LoggerConfig, ModelSpec, TrainerConfig, TrainJob
+from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.models import resolve_model_id
 from data_gen.prompts import check_prompt_choices
 from data_gen.seeding import prompt_seed
@@ -71,7 +71,7 @@ from decode.sampling import Sampling
 class DataContext:
     """The collected data a run trains on, and the rule and sampling transform its labels follow."""
 
-    manifest: dict[str, Any]
+    manifest: CollectionManifest
     manifest_sha256: str
     rule: Rule
     sampling: Sampling
@@ -80,13 +80,13 @@ class DataContext:
 def data_context(job: TrainJob) -> DataContext:
     """Read the manifest; refuse data made with another draft, sampling transform or rule parameters."""
     manifest, sha = read_manifest(job.paths.data_dir)
-    sampling = Sampling.from_dict(manifest["sampling"])
+    sampling = Sampling.from_dict(manifest.sampling)
     if sampling.to_dict() != asdict(job.sampling):
         raise ConfigError(
             f"the data at {job.paths.data_dir} was collected under sampling {sampling.to_dict()} but the config "
             f"says {asdict(job.sampling)}; a head is only valid for the transform of its labels"
         )
-    stored_draft = manifest.get("models", {}).get("draft", {})
+    stored_draft = manifest.model("draft")
     if (stored_draft.get("id"), stored_draft.get("revision")) != (job.models.draft.id, job.models.draft.revision):
         raise ConfigError(
             f"the data at {job.paths.data_dir} was collected with draft {stored_draft.get('id')!r} "
@@ -111,11 +111,11 @@ def draft_dtype(trainer: TrainerConfig) -> str:
     return "bfloat16" if gpu else "float32"
 
 
-def load_draft(job: TrainJob, manifest: dict[str, Any]) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load_draft(job: TrainJob, manifest: CollectionManifest) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The frozen draft and its tokenizer, which must be the one the data was collected with."""
     draft, path = load_model(job.models.draft, job.paths.zoo_dir, draft_dtype(job.trainer))
     tokenizer = load_tokenizer(path, revision=job.models.draft.revision)
-    if tokenizer_hash(tokenizer) != manifest["tokenizer_hash"]:
+    if tokenizer_hash(tokenizer) != manifest.tokenizer_hash:
         raise ConfigError(f"the draft's tokenizer ({path}) differs from the one the data was collected with")
     return draft, tokenizer
 
@@ -276,7 +276,7 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
 def fit_profile(job: TrainJob) -> ProfileOutcome | None:
     """Fit, measure and export an SV profile; returns paths, bins and information gain (rank 0)."""
     ctx = data_context(job)
-    if job.models.companion is None or "companion" not in ctx.manifest.get("models", {}):
+    if job.models.companion is None or not ctx.manifest.model("companion"):
         raise ConfigError("head=sv_profile needs data collected with a companion model (models.companion)")
     head = job.head
     tables = {s: load_positions(job.paths.data_dir, s, ctx.rule, seed=job.seed, with_companion=True)

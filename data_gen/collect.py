@@ -28,7 +28,7 @@ from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.labels import batch_columns, draft_candidates, indicator_rules, label_rules
-from data_gen.manifest import MANIFEST_VERSION, SplitProgress, build_manifest, print_summary
+from data_gen.manifest import MANIFEST_VERSION, CollectionManifest, SplitProgress, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import check_prompt_choices, load_prompts
 from data_gen.seeding import prompt_seed
@@ -177,7 +177,7 @@ def context_length(trio: Trio) -> int:
 
 
 def collect(job: CollectJob) -> dict[str, Any]:
-    """Run the collection described by ``job``; returns the manifest."""
+    """Run the collection described by ``job``; returns the manifest (None on ranks other than 0)."""
     world = init_world()
     started = time.perf_counter()
     try:
@@ -194,10 +194,10 @@ def collect(job: CollectJob) -> dict[str, Any]:
         world.barrier()
         progress = {split: collect_split(trio, job, split, root, world) for split in job.collect.splits}
         world.barrier()
-        manifest: dict[str, Any] = {}
+        manifest: CollectionManifest | None = None
         if world.is_main:
             manifest = build_manifest(job, trio, root, progress, time.perf_counter() - started, world.size)
-            write_json_atomic(root / MANIFEST_FILE, manifest)
+            write_json_atomic(root / MANIFEST_FILE, manifest.to_dict())
             print_summary(manifest)
         return manifest
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,19 +10,28 @@ from huggingface_hub import HfApi
 
 from accept_heads.export import common_metadata, head_metadata
 from accept_heads.push_head import main
+from data_gen.manifest import MANIFEST_VERSION, CollectionManifest
 from decode import AcceptanceHead, HeadConfig, Sampling, rules, save_head
 from decode.artifacts.model_card import MARKER
+
+
+def micro_manifest(**changes) -> CollectionManifest:
+    """A collection manifest naming hub-style models (only what an export reads is meaningful)."""
+    manifest = CollectionManifest(
+        manifest_version=MANIFEST_VERSION, exp_name="tiny",
+        models={"draft": {"id": "micro-org/draft", "revision": None}, "target": {"id": "micro-org/target"}},
+        tokenizer_hash="f" * 64, sampling={}, rules={}, fuzzy="", companion_indicators={}, prompts={},
+        max_new_tokens=8, seed=0, code_version="test", python="3", world_size=1, wall_seconds=0.0,
+        splits={"train": {"labelled_positions": 900}, "dev": {"labelled_positions": 120}},
+    )
+    return replace(manifest, **changes)
 
 
 @pytest.fixture
 def export_dir(tmp_path, make_config) -> Path:
     """A head exported with the metadata a training run writes, plus a stray file beside it."""
     config = make_config()
-    manifest = {
-        "models": {"draft": {"id": "micro-org/draft", "revision": None}, "target": {"id": "micro-org/target"}},
-        "tokenizer_hash": "f" * 64, "exp_name": "tiny",
-        "splits": {"train": {"labelled_positions": 900}, "dev": {"labelled_positions": 120}},
-    }
+    manifest = micro_manifest()
     common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
     calibration = [{"threshold": 0.2, "generated": 64, "throughput": 30.0},
                    {"threshold": 0.4, "generated": 64, "throughput": 33.5}]
@@ -122,8 +132,7 @@ def test_cli_help(capsys):
 
 def test_an_undefined_dev_auroc_reads_undefined_in_the_card(tmp_path, make_config):
     config = make_config()
-    manifest = {"models": {"draft": {"id": "micro-org/draft"}, "target": {"id": "micro-org/target"}},
-                "tokenizer_hash": "f" * 64, "exp_name": "tiny", "splits": {}}
+    manifest = micro_manifest(splits={})
     common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
     meta = head_metadata(common, config.train_job(), {"val/binary_kl": 0.0, "val/auroc": None}, [], None)
     save_head(AcceptanceHead(HeadConfig(hidden_size=8, depth=1)), tmp_path / "head.safetensors", meta)

@@ -19,9 +19,10 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from accept_heads import train as head_training
 from ahconf.entry import CONF_DIR, to_config
-from ahconf.schema import RulesConfig
+from ahconf.schema import ConfigError, RulesConfig
 from data_gen import labels
 from data_gen.collect import collect
+from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.shards import MANIFEST_FILE, CollectionDirError, load_split
 from decode import rules
@@ -214,7 +215,7 @@ def test_stored_companion_indicators_are_what_each_rule_sees_at_decode_time(coll
     draft, companion = (load_causal_lm(str(micro_trio[r]), dtype="float32") for r in ("draft", "companion"))
     vocab = min(vocab_size(m) for m in (draft, companion))
     table = load_split(data_dir, "train")
-    assert set(manifest["companion_indicators"]) == set(config.rules.names) == {"speculative", "greedy", "fuzzy",
+    assert set(manifest.companion_indicators) == set(config.rules.names) == {"speculative", "greedy", "fuzzy",
                                                                                  "ensemble"}
     assert not {"sv_x", "sv_y"} & set(table.column_names)
     greedy_candidate_differs = 0
@@ -229,7 +230,7 @@ def test_stored_companion_indicators_are_what_each_rule_sees_at_decode_time(coll
             seen = companion_indicators(transform, q_logits, c_logits, candidates)
             for field in ("x", "y", "log_ratio"):
                 column = f"sv_{field}_{name}"
-                assert manifest["companion_indicators"][name]["columns"][field] == column
+                assert manifest.companion_indicators[name]["columns"][field] == column
                 torch.testing.assert_close(torch.tensor(row[column]), getattr(seen, field), atol=1e-6, rtol=1e-6,
                                            msg=f"column {column}")
         greedy_candidate_differs += int((q_logits.argmax(-1) != sample).sum())
@@ -256,7 +257,7 @@ def test_collection_aligns_a_target_with_a_padded_vocabulary(micro_trio, tmp_pat
     config = _config({**micro_trio, "target": padded}, tmp_path, "collect.splits=[dev]",
                      f"sampling.temperature={temperature}")
     manifest = collect(config.collect_job())
-    assert manifest["models"]["vocab_size"] == vocab == len(tokenizer)
+    assert manifest.models["vocab_size"] == vocab == len(tokenizer)
     table = load_split(config.paths.data_dir, "dev")
     sampling = Sampling(temperature=temperature)
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
@@ -288,7 +289,11 @@ def test_kept_target_logits_equal_teacher_forced_distribution(micro_trio):
 def test_manifest_describes_the_run(collected):
     _, manifest, data_dir = collected
     on_disk = json.loads((data_dir / MANIFEST_FILE).read_text())
-    assert on_disk["tokenizer_hash"] == manifest["tokenizer_hash"]
+    assert on_disk["tokenizer_hash"] == manifest.tokenizer_hash
+    assert read_manifest(data_dir)[0] == manifest  # built once, read back as the same record
+    stale = {k: v for k, v in on_disk.items() if k != "splits"}
+    with pytest.raises(ConfigError, match=r"lacks splits; collect the data again"):
+        CollectionManifest.from_dict(stale)
     assert on_disk["sampling"] == {"temperature": 0.8, "top_k": 100, "top_p": None}
     assert on_disk["rules"]["label_ensemble_weighted"]["params"]["weight"] == pytest.approx(LAMBDA)
     train = on_disk["splits"]["train"]
@@ -312,8 +317,8 @@ def test_long_prompts_are_skipped_or_left_truncated(micro_trio, tmp_path):
                            "collect.splits=[dev]").collect_job())
     left = collect(_config(micro_trio, tmp_path / "left", "prompts.max_prompt_tokens=20",
                            "collect.splits=[dev]").collect_job())
-    assert skip["splits"]["dev"]["prompts_skipped"].get("too_long", 0) > 0
-    assert left["splits"]["dev"]["prompts_skipped"] == {}
+    assert skip.splits["dev"]["prompts_skipped"].get("too_long", 0) > 0
+    assert left.splits["dev"]["prompts_skipped"] == {}
     lengths = [len(r) for r in load_split(tmp_path / "left" / "tiny" / "data", "dev")["prompt_ids"]]
     assert max(lengths) <= 20
 
@@ -386,7 +391,7 @@ def test_a_qwen2_trio_collects_and_trains_a_head(micro_trio, tmp_path):
         tokenizer.save_pretrained(paths[role])
     config = compose_config(*model_overrides(paths), *DATA_OVERRIDES, *TRAIN_OVERRIDES, f"paths.root={tmp_path}")
     manifest = collect(config.collect_job())
-    train = manifest["splits"]["train"]
+    train = manifest.splits["train"]
     assert train["labelled_positions"] > 0 and 0 < train["mean_label"]["label_speculative"] < 1
     result = head_training.train(config.train_job())
     assert len(result.calibration) == 2 and result.dev_metrics["val/binary_kl_constant"] > 0
