@@ -54,7 +54,8 @@ from accept_heads.evaluation.plan import (
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
-from accept_heads.evaluation.runs import RunSpec, family_names
+from accept_heads.evaluation.runs import RunSpec
+from accept_heads.evaluation.specs import family_names
 from accept_heads.evaluation.table import (
     add_comparisons,
     add_costs,

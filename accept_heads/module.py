@@ -6,9 +6,9 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from ahconf.schema import LossConfig, OptimConfig
 from accept_heads.features import DraftFeatures
 from accept_heads.metrics import AcceptanceMetrics, prior_shift, weighted_bce
+from ahconf.schema import LossConfig, OptimConfig
 from data_gen.schedule import warmup_cosine
 from decode.head import AcceptanceHead
 

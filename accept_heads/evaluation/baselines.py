@@ -28,29 +28,13 @@ from transformers.utils import is_sklearn_available
 import decode
 from accept_heads.evaluation.inputs import PromptSet
 from accept_heads.evaluation.runs import Generation, RunSpec
+from accept_heads.evaluation.specs import HF_START_TOKENS
 from ahconf.rules import build_rule
 from ahconf.schema import RulesConfig
-from decode.stats import CallCounter
 from data_gen.models import Trio
 from data_gen.seeding import prompt_seed
 from decode.sampling import Sampling
-
-#: HF's default initial number of assistant tokens (``GenerationConfig.num_assistant_tokens``).
-HF_START_TOKENS = 20
-
-
-def assistant_settings(spec: RunSpec) -> dict[str, Any]:
-    """The draft's generation-config fields for an ``hf-*`` run."""
-    if spec.family == "hf-constant":
-        return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": int(spec.param),
-                "assistant_confidence_threshold": 0.0}
-    if spec.family == "hf-heuristic":
-        return {"num_assistant_tokens_schedule": "heuristic", "num_assistant_tokens": HF_START_TOKENS,
-                "assistant_confidence_threshold": 0.0}
-    if spec.family == "hf-confidence":
-        return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": HF_START_TOKENS,
-                "assistant_confidence_threshold": float(spec.param)}
-    raise ValueError(f"not an HF baseline: {spec.family!r}")
+from decode.stats import CallCounter
 
 
 def sampling_kwargs(rule: str, sampling: Sampling) -> dict[str, Any]:
@@ -84,7 +68,7 @@ class HFRunner:
             raise ValueError(f"HF assisted generation implements the speculative and greedy rules, not {spec.rule!r}")
         target, draft = self.trio.target, self.trio.draft
         saved = copy.deepcopy(draft.generation_config)
-        for key, value in assistant_settings(spec).items():
+        for key, value in spec.policy.assistant_settings().items():
             setattr(draft.generation_config, key, value)
         eos = target.generation_config.eos_token_id
         pad = target.generation_config.pad_token_id
@@ -134,8 +118,9 @@ class SERunner:
     @torch.inference_mode()
     def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
         """Decode every prompt of the set with :class:`decode.EnsembleDecoder`, seeded per prompt."""
-        mode = spec.family.removeprefix("se-")
-        gamma = [int(spec.param), 1] if spec.param is not None else None
+        policy = spec.policy
+        mode = policy.mode
+        gamma = [policy.gamma, 1] if policy.gamma is not None else None
         ensemble = build_rule("ensemble", self.rules, parameter=spec.rule_param)
         decoder = decode.EnsembleDecoder([self.trio.draft, self.trio.target], ensemble=ensemble,
                                          proposal_lengths=gamma, mode=mode, sampling=self.sampling)

@@ -23,12 +23,14 @@ import torch
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.plan import Choice, matching_artifacts
 from accept_heads.evaluation.runs import Decoding, RunSpec
+from accept_heads.evaluation.specs import TargetAloneSpec
 from accept_heads.selection import best_value
 from ahconf.rules import rule_parameter
 from ahconf.schema import EvaluateJob
 from data_gen.seeding import prompt_seed
 from decode.batch_costs import BatchCosts
 from decode.loops.target_alone import generate_target_alone
+from decode.policy_specs import ConfidenceSpec, FixedSpec, GoodputHeadSpec, HeadSpec, SVSpec
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ def axis_rules(job: EvaluateJob, rules: list[str]) -> list[str]:
 def dev_fixed_runs(job: EvaluateJob, rules: list[str]) -> list[BatchRun]:
     """The fixed-K grid on dev at every batch size (the best K is chosen per ``B``)."""
     e = job.evaluate
-    return [BatchRun(RunSpec(set="dev", rule=rule, family="fixed", param=float(k), rule_param=rule_parameter(rule, job.rules),
+    return [BatchRun(RunSpec(set="dev", rule=rule, policy=FixedSpec(int(k)), rule_param=rule_parameter(rule, job.rules),
                              chosen_on="grid"), batch)
             for batch in e.batch_sizes for rule in rules for k in e.fixed_k]
 
@@ -82,18 +84,18 @@ def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list
     runs = []
     for batch in job.evaluate.batch_sizes:
         for rule in rules:
-            base = RunSpec(set=set_name, rule=rule, family="target", rule_param=rule_parameter(rule, job.rules))
+            base = RunSpec(set=set_name, rule=rule, policy=TargetAloneSpec(), rule_param=rule_parameter(rule, job.rules))
             heads, profiles = matching_artifacts(artifacts, rule, base.rule_param, job.rules)
-            specs = [base, replace(base, family="fixed", param=best_k[(rule, batch)], chosen_on="dev")]
+            k = int(best_k[(rule, batch)])
+            specs = [base, replace(base, policy=FixedSpec(k), chosen_on="dev")]
             if (rule, "confidence", None) in chosen:
-                specs.append(replace(base, family="confidence", param=chosen[(rule, "confidence", None)],
-                                     chosen_on="dev"))
-            specs += [replace(base, family="head", artifact=name, param=chosen[(rule, "head", name)], chosen_on="dev")
+                specs.append(replace(base, policy=ConfidenceSpec(chosen[(rule, "confidence", None)]), chosen_on="dev"))
+            specs += [replace(base, policy=HeadSpec(name, chosen[(rule, "head", name)]), chosen_on="dev")
                       for name in heads if (rule, "head", name) in chosen]
-            specs += [replace(base, family="head-goodput", artifact=name) for name in heads]
+            specs += [replace(base, policy=GoodputHeadSpec(name)) for name in heads]
             # SV drafts its profile's k_max, and (as the SV paper does) the K of the fixed-K baseline at this B
-            specs += [replace(base, family="sv", artifact=name, **extra) for name in profiles
-                      for extra in ({}, {"param": best_k[(rule, batch)], "chosen_on": "dev"})]
+            specs += [spec for name in profiles for spec in
+                      (replace(base, policy=SVSpec(name)), replace(base, policy=SVSpec(name, k), chosen_on="dev"))]
             runs += [BatchRun(spec, batch) for spec in specs]
     return runs
 
@@ -109,7 +111,7 @@ def measure_batches(decoding: Decoding, costs: BatchCosts, run: BatchRun, prompt
         chunk = items[start : start + run.batch]
         ids = [torch.tensor(p.token_ids, dtype=torch.long) for p in chunk]
         seeds = [prompt_seed(decoding.seed, p.prompt_id) for p in chunk]
-        if spec.family == "target":
+        if isinstance(spec.policy, TargetAloneSpec):
             out = generate_target_alone(decoding.trio.target, ids, decoding.max_new_tokens,
                                         decoding.trio.target.generation_config.eos_token_id,
                                         do_sample=spec.rule != "greedy", seed=seeds[0])

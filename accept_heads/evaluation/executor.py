@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
-from ahconf.schema import EvaluateJob
 from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRun, measure_batches
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
-from accept_heads.evaluation.runs import FAMILIES, Decoding, Runner, RunSpec
+from accept_heads.evaluation.runs import Decoding, Runner, RunSpec
+from accept_heads.evaluation.specs import FAMILIES
+from ahconf.schema import EvaluateJob
 from data_gen.models import Trio, load_trio
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel

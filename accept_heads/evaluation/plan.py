@@ -13,9 +13,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
-from accept_heads.evaluation.runs import FAMILIES, RunSpec, family_names
+from accept_heads.evaluation.runs import RunSpec
+from accept_heads.evaluation.specs import (
+    HFConfidenceSpec,
+    HFConstantSpec,
+    HFHeuristicSpec,
+    RunPolicy,
+    SEAlternateSpec,
+    SEPlainSpec,
+    SESDSpec,
+    run_policy,
+)
 from ahconf.rules import build_rule, rule_parameter
 from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
+from decode.policy_specs import ConfidenceSpec, FixedSpec, GoodputHeadSpec, HeadSpec, HeuristicSpec, OracleSpec, SVSpec
 
 #: HF's default assistant confidence threshold.
 HF_CONFIDENCE = 0.4
@@ -44,6 +55,10 @@ class Choice:
         """``(param, rule_param)`` of the run this choice picks."""
         return (self.value, self.rule_param) if self.swept == "param" else (self.param, self.value)
 
+    def policy(self) -> RunPolicy:
+        """The typed policy of the run this choice picks."""
+        return run_policy(self.family, self.run_params()[0], self.artifact)
+
 
 def eval_rules(job: EvaluateJob) -> list[str]:
     """Rules to decode with: ``evaluate.rules``, else ``rules.names``."""
@@ -70,26 +85,25 @@ def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> l
     """Every policy of ``rule`` with its whole grid (K, τ, h) plus the parameter-free ones."""
     e = job.evaluate
     param = rule_parameter(rule, job.rules)
-    base = RunSpec(set=set_name, rule=rule, family="fixed", rule_param=param)
+    base = RunSpec(set=set_name, rule=rule, policy=HeuristicSpec(), rule_param=param)
     heads, profiles = matching_artifacts(artifacts, rule, param, job.rules)
-    specs = [replace(base, param=float(k), chosen_on="grid") for k in e.fixed_k]
-    specs.append(replace(base, family="heuristic"))
-    specs += [replace(base, family="confidence", param=float(t), chosen_on="grid") for t in e.confidence_taus]
+    specs = [replace(base, policy=FixedSpec(int(k)), chosen_on="grid") for k in e.fixed_k]
+    specs.append(base)
+    specs += [replace(base, policy=ConfidenceSpec(float(t)), chosen_on="grid") for t in e.confidence_taus]
     thresholds = e.thresholds or job.head.thresholds
-    specs += [replace(base, family="head", artifact=name, param=float(h), chosen_on="grid")
-              for name in heads for h in thresholds]
-    specs += [replace(base, family="head-goodput", artifact=name) for name in heads]
-    specs += [replace(base, family="sv", artifact=name) for name in profiles]
+    specs += [replace(base, policy=HeadSpec(name, float(h)), chosen_on="grid") for name in heads for h in thresholds]
+    specs += [replace(base, policy=GoodputHeadSpec(name)) for name in heads]
+    specs += [replace(base, policy=SVSpec(name)) for name in profiles]
     if rule == "greedy":
-        specs.append(replace(base, family="oracle"))
+        specs.append(replace(base, policy=OracleSpec()))
     return specs
 
 
 def mark_chosen(specs: Iterable[RunSpec], choices: list[Choice]) -> list[RunSpec]:
     """Label the grid points that the dev selection picked ``chosen_on='dev'``."""
-    picked = {(c.rule, c.family, c.artifact, *c.run_params()) for c in choices}
-    return [replace(s, chosen_on="dev") if FAMILIES[s.family].tuned and (s.rule, s.family, s.artifact, s.param,
-            s.rule_param) in picked else s for s in specs]
+    picked = {(c.rule, c.policy(), c.run_params()[1]) for c in choices}
+    return [replace(s, chosen_on="dev") if s.policy.tuned and (s.rule, s.policy, s.rule_param) in picked else s
+            for s in specs]
 
 
 def applied(e: EvaluateConfig, specs: list[RunSpec], choices: list[Choice]) -> list[RunSpec]:
@@ -124,7 +138,7 @@ def extended_k(grid: list[int]) -> list[int]:
 
 def fixed_specs(rules: RulesConfig, set_name: str, rule: str, ks: list[int]) -> list[RunSpec]:
     """Fixed-K runs of ``rule`` at each K of ``ks`` (grid points)."""
-    return [RunSpec(set=set_name, rule=rule, family="fixed", param=float(k), rule_param=rule_parameter(rule, rules),
+    return [RunSpec(set=set_name, rule=rule, policy=FixedSpec(int(k)), rule_param=rule_parameter(rule, rules),
                     chosen_on="grid") for k in ks]
 
 
@@ -136,7 +150,7 @@ def fsd_sweep(job: EvaluateJob, set_name: str, choices: list[Choice]) -> list[Ru
     k = fsd_k(choices)
     if k is None:
         return []
-    return [RunSpec(set=set_name, rule="fuzzy", family="fixed", param=k, rule_param=float(t), chosen_on="grid")
+    return [RunSpec(set=set_name, rule="fuzzy", policy=FixedSpec(int(k)), rule_param=float(t), chosen_on="grid")
             for t in job.evaluate.fuzzy_thresholds if t != job.rules.fuzzy_threshold]
 
 
@@ -146,12 +160,12 @@ def hf_specs(e: EvaluateConfig, set_name: str, rules: list[str], choices: list[C
     specs = []
     for rule in (r for r in rules if r in ("speculative", "greedy")):
         if e.hf_k:
-            specs += [RunSpec(set=set_name, rule=rule, family="hf-constant", param=float(k)) for k in e.hf_k]
+            specs += [RunSpec(set=set_name, rule=rule, policy=HFConstantSpec(int(k))) for k in e.hf_k]
         else:
-            specs += [RunSpec(set=set_name, rule=rule, family="hf-constant", param=c.value, chosen_on="dev")
+            specs += [RunSpec(set=set_name, rule=rule, policy=HFConstantSpec(int(c.value)), chosen_on="dev")
                       for c in choices if c.rule == rule and c.family == "fixed"]
-        specs.append(RunSpec(set=set_name, rule=rule, family="hf-heuristic"))
-        specs.append(RunSpec(set=set_name, rule=rule, family="hf-confidence", param=HF_CONFIDENCE))
+        specs.append(RunSpec(set=set_name, rule=rule, policy=HFHeuristicSpec()))
+        specs.append(RunSpec(set=set_name, rule=rule, policy=HFConfidenceSpec(HF_CONFIDENCE)))
     return specs
 
 
@@ -162,7 +176,7 @@ def sv_at_fixed_k(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: 
     specs = []
     for choice in (c for c in choices if c.family == "fixed" and c.swept == "param" and c.rule in rules):
         _, profiles = matching_artifacts(artifacts, choice.rule, choice.rule_param, job.rules)
-        specs += [RunSpec(set=set_name, rule=choice.rule, family="sv", param=choice.value, artifact=name,
+        specs += [RunSpec(set=set_name, rule=choice.rule, policy=SVSpec(name, int(choice.value)),
                           rule_param=choice.rule_param, chosen_on="dev") for name in profiles]
     return specs
 
@@ -174,9 +188,9 @@ def unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
 
 def se_sweep(job: EvaluateJob, set_name: str) -> list[RunSpec]:
     """Speculative Ensemble of draft + target: SD and alternate proposals at each ``evaluate.se_gammas`` γ."""
-    base = RunSpec(set=set_name, rule="ensemble", family="se-sd", rule_param=rule_parameter("ensemble", job.rules))
-    return [replace(base, family=family, param=float(g), chosen_on="grid")
-            for family in family_names(runner="se", tuned=True) for g in job.evaluate.se_gammas]
+    rule_param = rule_parameter("ensemble", job.rules)
+    return [RunSpec(set=set_name, rule="ensemble", policy=spec(int(g)), rule_param=rule_param, chosen_on="grid")
+            for spec in (SESDSpec, SEAlternateSpec) for g in job.evaluate.se_gammas]
 
 
 def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:
@@ -200,7 +214,7 @@ def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet
             fsd = mark_chosen(fsd_sweep(job, s.name, choices), choices)
             specs += fsd if s.role == "test" else applied(job.evaluate, fsd, choices)
         if "ensemble" in rules:
-            specs.append(RunSpec(set=s.name, rule="ensemble", family="se-plain",
+            specs.append(RunSpec(set=s.name, rule="ensemble", policy=SEPlainSpec(),
                                  rule_param=rule_parameter("ensemble", job.rules)))
             specs += applied(job.evaluate, se_sweep(job, s.name), choices)
     if job.evaluate.hf_baselines:

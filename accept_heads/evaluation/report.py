@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from accept_heads.evaluation.runs import FAMILIES
+from accept_heads.evaluation.specs import FAMILIES
 
 WIDTH = 180
 

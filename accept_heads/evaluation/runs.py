@@ -1,7 +1,7 @@
 """One evaluation run = one rule × one length policy decoding one prompt set; a row per generation.
 
 :class:`RunSpec` names a run, :class:`Generation` is its record per prompt, :class:`Runner` is what
-decodes a run: :class:`Decoding` (our decoder, the ``decode`` :data:`FAMILIES`) here, the HF and SE
+decodes a run: :class:`Decoding` (our decoder's policies, :mod:`decode.policy_specs`) here, the HF and SE
 baselines in :mod:`accept_heads.evaluation.baselines`. Counts and costs: DESIGN §5.
 """
 
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import torch
 from transformers import PreTrainedModel
 
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
+from accept_heads.evaluation.specs import RunPolicy
 from ahconf.rules import build_rule
 from ahconf.schema import RulesConfig
 from data_gen.models import Trio
@@ -23,58 +24,40 @@ from decode import SpeculativeDecoder
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.policies import Policy
-from decode.policy_specs import POLICY_SPECS, PolicyInputs, PolicySpec, policy_spec
+from decode.policy_specs import PolicyInputs, PolicySpec
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
-
-@dataclass(frozen=True)
-class Family:
-    """A kind of run in the results table: which runner decodes it, the symbol of its ``param``, whether that
-    parameter is chosen on dev, and whether its rows decide in a batch exactly as alone (so :class:`Decoding`
-    may batch their prompts)."""
-
-    name: str
-    runner: Literal["decode", "hf", "se"]
-    symbol: str | None = None
-    tuned: bool = False
-    rows_alone: bool = False
-
-
-#: Every run family, in table order: our decoder's length policies (:data:`decode.policy_specs.POLICY_SPECS`),
-#: HF assisted generation (:class:`~accept_heads.evaluation.baselines.HFRunner`) and Speculative Ensemble
-#: (:class:`~accept_heads.evaluation.baselines.SERunner`).
-FAMILIES: dict[str, Family] = {family.name: family for family in (
-    *(Family(kind, "decode", spec.symbol, spec.tuned, spec.rows_alone) for kind, spec in POLICY_SPECS.items()),
-    Family("hf-constant", "hf", "K"), Family("hf-heuristic", "hf"), Family("hf-confidence", "hf", "τ"),
-    Family("se-plain", "se"), Family("se-sd", "se", "γ", tuned=True), Family("se-alternate", "se", "γ", tuned=True),
-)}
-
-
-def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None) -> list[str]:
-    """The families with these properties, in table order."""
-    return [f.name for f in FAMILIES.values() if (runner is None or f.runner == runner)
-            and (tuned is None or f.tuned == tuned) and (rows_alone is None or f.rows_alone == rows_alone)]
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """What one run decodes; also the key columns of the results table.
+    """What one run decodes: a prompt set, a rule and a typed policy (ours or a baseline); also the key
+    columns of the results table, where the policy appears flat as ``family``, ``param`` and ``artifact``.
 
-    ``param``: K (fixed, hf-constant), τ (confidence, hf-confidence), h (head), γ (se-sd,
-    se-alternate) or SV's drafted k (default: its profile's ``k_max``). ``rule_param``: the fuzzy
-    threshold T or the ensemble λ / μ. ``chosen_on``:
-    ``dev`` when the swept parameter (``param``; ``rule_param`` in the FSD T sweep) was selected on
-    the dev split, ``grid`` for another point of a swept grid, ``""`` when nothing is chosen (no
-    parameter, or one fixed by the config).
+    ``rule_param``: the fuzzy threshold T or the ensemble λ / μ. ``chosen_on``: ``dev`` when the
+    swept parameter (the policy's; ``rule_param`` in the FSD T sweep) was selected on the dev split,
+    ``grid`` for another point of a swept grid, ``""`` when nothing is chosen (no parameter, or one
+    fixed by the config).
     """
 
     set: str
     rule: str
-    family: str
-    param: float | None = None
-    artifact: str | None = None
+    policy: RunPolicy
     rule_param: float | None = None
     chosen_on: str = ""
+
+    @property
+    def family(self) -> str:
+        return self.policy.kind
+
+    @property
+    def param(self) -> float | None:
+        """The policy's swept parameter: K, τ, h, γ or SV's drafted k."""
+        return self.policy.value
+
+    @property
+    def artifact(self) -> str | None:
+        return self.policy.artifact
 
     @property
     def label(self) -> str:
@@ -82,16 +65,16 @@ class RunSpec:
         name = self.family + (f"[{self.artifact}]" if self.artifact else "")
         if self.param is None:
             return name
-        symbol = FAMILIES[self.family].symbol
+        symbol = self.policy.symbol
         value = int(self.param) if symbol in ("K", "γ", "k") else self.param
         return f"{name}({symbol}={value})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "policy": self.label}
+        """The flat key columns of the results table (and the policy's label)."""
+        return {"set": self.set, "rule": self.rule, "family": self.family, "param": self.param,
+                "artifact": self.artifact, "rule_param": self.rule_param, "chosen_on": self.chosen_on,
+                "policy": self.label}
 
-    def policy(self) -> PolicySpec:
-        """The typed spec of this run's length policy (our decoder's families only)."""
-        return policy_spec(self.family, self.param, self.artifact)
 
 
 def quality(target: PreTrainedModel, sequences: torch.Tensor, prompt_length: int) -> tuple[float, float]:
@@ -185,7 +168,9 @@ class Decoding:
         ``batch_costs`` the goodput head and SV decide at a batch's prices (the evaluation's batch axis)."""
         inputs = PolicyInputs(self.artifacts.heads, self.artifacts.profiles, self.costs, batch_costs, self.k_min,
                               self.k_max)
-        return spec.policy().build(inputs)
+        if not isinstance(spec.policy, PolicySpec):
+            raise ValueError(f"{spec.label} is not a length policy of our decoder")
+        return spec.policy.build(inputs)
 
     def decoder(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> SpeculativeDecoder:
         """Our decoder for ``spec`` (its policy as :meth:`policy` builds it)."""
@@ -204,7 +189,7 @@ class Decoding:
         """
         decoder = self.decoder(spec)
         items = prompts.prompts
-        alone = len(items) if self.batch_size == 1 or not FAMILIES[spec.family].rows_alone else self.timed_prompts
+        alone = len(items) if self.batch_size == 1 or not spec.policy.rows_alone else self.timed_prompts
         generations: list[tuple[Generation, torch.Tensor, int]] = []
         for prompt in items[:alone]:
             seed = prompt_seed(self.seed, prompt.prompt_id)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from accept_heads.evaluation.plan import Choice, fsd_k
-from accept_heads.evaluation.runs import FAMILIES, family_names
+from accept_heads.evaluation.specs import FAMILIES, family_names
 from accept_heads.selection import best_value
 from ahconf.schema import RULE_NAMES
 from decode.costs import CostModel, LatencyShape

@@ -10,7 +10,6 @@ import pytest
 from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.batch_axis import best_fixed_k, summarise
 from accept_heads.evaluation.results import load_results
-
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
 

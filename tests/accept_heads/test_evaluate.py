@@ -19,13 +19,14 @@ from accept_heads.evaluation.inputs import Artifacts
 from accept_heads.evaluation.plan import Choice, edge_rules, extended_k
 from accept_heads.evaluation.report import cost_lines
 from accept_heads.evaluation.results import load_results
-from accept_heads.evaluation.runs import RunSpec, family_names
+from accept_heads.evaluation.runs import RunSpec
+from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec, family_names, run_policy
 from accept_heads.evaluation.table import KEYS, add_costs, aggregate, select, verification_units
 from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
 from decode.artifacts.hub import load_tokenizer, tokenizer_hash
 from decode.costs import CostModel, LatencyShape
-from decode.policy_specs import POLICY_SPECS
 from decode.head import PRE_FEATURES
+from decode.policy_specs import POLICY_SPECS, HeadSpec, SVSpec
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 
 EVAL_OVERRIDES = [
@@ -356,5 +357,17 @@ def test_each_family_has_its_runner_and_an_unknown_family_names_the_valid_ones()
     assert [f for f, r in table.items() if r is se] == ["se-plain", "se-sd", "se-alternate"]
     executor = Executor(job=None, trio=None, device="cpu", artifacts=Artifacts(), described={}, sets={},
                         decoding=None, runners=table)
-    with pytest.raises(ValueError, match="unknown run family 'hf-bogus'; valid: fixed, .*, se-alternate$"):
-        executor.run(RunSpec(set="dev", rule="speculative", family="hf-bogus"))
+    with pytest.raises(ValueError, match="unknown run family 'target'; valid: fixed, .*, se-alternate$"):
+        executor.run(RunSpec(set="dev", rule="speculative", policy=TargetAloneSpec()))  # the batch axis's own runner
+    with pytest.raises(ValueError, match="unknown run family 'hf-bogus'; valid: fixed, .*, se-alternate, target$"):
+        run_policy("hf-bogus")
+
+
+def test_a_run_spec_flattens_its_typed_policy_into_the_table_keys():
+    head = RunSpec(set="test", rule="speculative", policy=HeadSpec("pre", 0.8), chosen_on="dev")
+    assert head.to_dict() == {"set": "test", "rule": "speculative", "family": "head", "param": 0.8, "artifact": "pre",
+                              "rule_param": None, "chosen_on": "dev", "policy": "head[pre](h=0.8)"}
+    se = RunSpec(set="dev", rule="ensemble", policy=SEAlternateSpec(4), rule_param=0.5)
+    assert (se.family, se.param, se.label) == ("se-alternate", 4.0, "se-alternate(γ=4)")
+    for spec in (head, se, RunSpec(set="dev", rule="greedy", policy=SVSpec("profile", 3))):
+        assert run_policy(spec.family, spec.param, spec.artifact) == spec.policy  # the flat form reads back

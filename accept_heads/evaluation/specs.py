@@ -1,0 +1,202 @@
+"""What a run decodes with, by kind and typed parameters: our length policies and the baselines.
+
+Our decoder's policies are :mod:`decode.policy_specs`; the baselines are here: HF assisted generation
+(constant K, HF's heuristic schedule, a confidence threshold), Speculative Ensemble (the plain
+ensemble, speculative and alternate proposals at a proposal length γ) and, on the batch axis, the
+target alone. :data:`FAMILIES` registers every kind of the results table, in table order, with the
+runner that decodes it; :func:`run_policy` reads a spec back from a table row's flat form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from decode.policy_specs import POLICY_SPECS, PolicySpec, policy_spec
+
+
+@dataclass(frozen=True)
+class BaselineSpec:
+    """A baseline run by kind and typed parameters (the same interface as :class:`PolicySpec`)."""
+
+    kind: ClassVar[str]
+    symbol: ClassVar[str | None] = None
+    tuned: ClassVar[bool] = False
+    rows_alone: ClassVar[bool] = False
+
+    @property
+    def value(self) -> float | None:
+        return None
+
+    @property
+    def artifact(self) -> str | None:
+        return None
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> BaselineSpec:
+        return cls()
+
+
+#: HF's default initial number of assistant tokens (``GenerationConfig.num_assistant_tokens``).
+HF_START_TOKENS = 20
+
+
+@dataclass(frozen=True)
+class HFSpec(BaselineSpec):
+    """HF assisted generation (``target.generate(assistant_model=draft)``) with one of its schedules."""
+
+    def assistant_settings(self) -> dict[str, Any]:
+        """The draft's ``generation_config`` settings of this schedule."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class HFConstantSpec(HFSpec):
+    k: int
+    kind: ClassVar[str] = "hf-constant"
+    symbol: ClassVar[str | None] = "K"
+
+    def assistant_settings(self) -> dict[str, Any]:
+        return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": self.k,
+                "assistant_confidence_threshold": 0.0}
+
+    @property
+    def value(self) -> float:
+        return float(self.k)
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> BaselineSpec:
+        return cls(int(value))
+
+
+@dataclass(frozen=True)
+class HFHeuristicSpec(HFSpec):
+    kind: ClassVar[str] = "hf-heuristic"
+
+    def assistant_settings(self) -> dict[str, Any]:
+        return {"num_assistant_tokens_schedule": "heuristic", "num_assistant_tokens": HF_START_TOKENS,
+                "assistant_confidence_threshold": 0.0}
+
+
+@dataclass(frozen=True)
+class HFConfidenceSpec(HFSpec):
+    tau: float
+    kind: ClassVar[str] = "hf-confidence"
+    symbol: ClassVar[str | None] = "τ"
+
+    def assistant_settings(self) -> dict[str, Any]:
+        return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": HF_START_TOKENS,
+                "assistant_confidence_threshold": self.tau}
+
+    @property
+    def value(self) -> float:
+        return self.tau
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> BaselineSpec:
+        return cls(float(value))
+
+
+@dataclass(frozen=True)
+class SESpec(BaselineSpec):
+    """Speculative Ensemble of draft + target in one of :class:`decode.EnsembleDecoder`'s modes."""
+
+    mode: ClassVar[str]
+
+    @property
+    def gamma(self) -> int | None:
+        """The proposer's proposal length (None: the mode's default)."""
+        return None
+
+
+@dataclass(frozen=True)
+class SEPlainSpec(SESpec):
+    kind: ClassVar[str] = "se-plain"
+    mode: ClassVar[str] = "plain"
+
+
+@dataclass(frozen=True)
+class SESDSpec(SESpec):
+    proposal: int
+    kind: ClassVar[str] = "se-sd"
+    mode: ClassVar[str] = "sd"
+    symbol: ClassVar[str | None] = "γ"
+    tuned: ClassVar[bool] = True
+
+    @property
+    def gamma(self) -> int:
+        return self.proposal
+
+    @property
+    def value(self) -> float:
+        return float(self.proposal)
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> BaselineSpec:
+        return cls(int(value))
+
+
+@dataclass(frozen=True)
+class SEAlternateSpec(SESDSpec):
+    kind: ClassVar[str] = "se-alternate"
+    mode: ClassVar[str] = "alternate"
+
+
+@dataclass(frozen=True)
+class TargetAloneSpec(BaselineSpec):
+    """The target alone (HF ``generate`` on a left-padded batch): the batch axis's reference."""
+
+    kind: ClassVar[str] = "target"
+
+
+#: What a run decodes with: one of our length policies or a baseline.
+RunPolicy = PolicySpec | BaselineSpec
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kind of run in the results table: its spec class and the runner that decodes it."""
+
+    spec: type[PolicySpec] | type[BaselineSpec]
+    runner: Literal["decode", "hf", "se"]
+
+    @property
+    def name(self) -> str:
+        return self.spec.kind
+
+    @property
+    def symbol(self) -> str | None:
+        return self.spec.symbol
+
+    @property
+    def tuned(self) -> bool:
+        return self.spec.tuned
+
+    @property
+    def rows_alone(self) -> bool:
+        """Whether the rows of a batch decide exactly as alone (so :class:`Decoding` may batch the prompts)."""
+        return self.spec.rows_alone
+
+
+#: Every run family of the results table, in table order, with its runner.
+FAMILIES: dict[str, Family] = {family.name: family for family in (
+    *(Family(spec, "decode") for spec in POLICY_SPECS.values()),
+    *(Family(spec, "hf") for spec in (HFConstantSpec, HFHeuristicSpec, HFConfidenceSpec)),
+    *(Family(spec, "se") for spec in (SEPlainSpec, SESDSpec, SEAlternateSpec)),
+)}
+
+
+def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None) -> list[str]:
+    """The families with these properties, in table order."""
+    return [f.name for f in FAMILIES.values() if (runner is None or f.runner == runner)
+            and (tuned is None or f.tuned == tuned) and (rows_alone is None or f.rows_alone == rows_alone)]
+
+
+def run_policy(kind: str, value: float | None = None, artifact: str | None = None) -> RunPolicy:
+    """The spec of a run of ``kind`` from its flat form (a results-table row); unknown kinds name the valid ones."""
+    if kind in POLICY_SPECS:
+        return policy_spec(kind, value, artifact)
+    baselines = {name: f.spec for name, f in FAMILIES.items() if f.runner != "decode"} | {"target": TargetAloneSpec}
+    if kind not in baselines:
+        raise ValueError(f"unknown run family {kind!r}; valid: {', '.join([*POLICY_SPECS, *baselines])}")
+    return baselines[kind].of(value, artifact)
