@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
@@ -42,50 +42,82 @@ class PolicyInputs:
 
 
 @dataclass(frozen=True)
-class PolicySpec:
-    """A length policy by kind and typed parameters (DESIGN §6)."""
+class NamedSpec:
+    """Anything a run decodes with, by kind and typed parameters: a length policy here, a baseline in the evaluation."""
 
     kind: ClassVar[str]
-    symbol: ClassVar[str | None] = None  # the parameter's symbol in labels (K, τ, h, k)
+    symbol: ClassVar[str | None] = None  # the parameter's symbol in labels (K, τ, h, k, γ)
     tuned: ClassVar[bool] = False  # the parameter is chosen on dev
-    rows_alone: ClassVar[bool] = True  # in a batch each row decides as it would alone
-
-    def build(self, inputs: PolicyInputs) -> Policy:
-        raise NotImplementedError
+    rows_alone: ClassVar[bool] = False  # in a batch each row decides as it would alone
 
     @property
     def value(self) -> float | None:
-        """The parameter a plan sweeps (None: the policy has none)."""
+        """The parameter a plan sweeps (None: none)."""
         return None
 
     @property
     def artifact(self) -> str | None:
-        """The head or profile the policy reads (None: none)."""
+        """The head or profile it reads (None: none)."""
         return None
 
     @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+    def of(cls, value: float | None, artifact: str | None) -> NamedSpec:
         """The spec from its flat form: the parameter value and the artifact name (a results-table row)."""
         return cls()
 
 
 @dataclass(frozen=True)
-class FixedSpec(PolicySpec):
-    k: int
-    kind: ClassVar[str] = "fixed"
-    symbol: ClassVar[str | None] = "K"
-    tuned: ClassVar[bool] = True
+class PolicySpec(NamedSpec):
+    """A length policy of our decoder by kind and typed parameters (DESIGN §6)."""
+
+    rows_alone: ClassVar[bool] = True
 
     def build(self, inputs: PolicyInputs) -> Policy:
-        return Fixed(self.k)
+        raise NotImplementedError
+
+
+Counted = TypeVar("Counted", bound="CountParameter")
+Thresholded = TypeVar("Thresholded", bound="ThresholdParameter")
+
+
+@dataclass(frozen=True)
+class CountParameter:
+    """A spec whose parameter is a count ``k`` (candidates per round); mixed into policy and baseline specs."""
+
+    k: int
 
     @property
     def value(self) -> float:
         return float(self.k)
 
     @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+    def of(cls: type[Counted], value: float | None, artifact: str | None) -> Counted:
         return cls(int(value))
+
+
+@dataclass(frozen=True)
+class ThresholdParameter:
+    """A spec whose parameter is a confidence threshold ``tau``; mixed into policy and baseline specs."""
+
+    tau: float
+
+    @property
+    def value(self) -> float:
+        return self.tau
+
+    @classmethod
+    def of(cls: type[Thresholded], value: float | None, artifact: str | None) -> Thresholded:
+        return cls(float(value))
+
+
+@dataclass(frozen=True)
+class FixedSpec(CountParameter, PolicySpec):
+    kind: ClassVar[str] = "fixed"
+    symbol: ClassVar[str | None] = "K"
+    tuned: ClassVar[bool] = True
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return Fixed(self.k)
 
 
 @dataclass(frozen=True)
@@ -97,22 +129,13 @@ class HeuristicSpec(PolicySpec):
 
 
 @dataclass(frozen=True)
-class ConfidenceSpec(PolicySpec):
-    tau: float
+class ConfidenceSpec(ThresholdParameter, PolicySpec):
     kind: ClassVar[str] = "confidence"
     symbol: ClassVar[str | None] = "τ"
     tuned: ClassVar[bool] = True
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Confidence(self.tau, k_max=inputs.k_max)
-
-    @property
-    def value(self) -> float:
-        return self.tau
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
-        return cls(float(value))
 
 
 @dataclass(frozen=True)

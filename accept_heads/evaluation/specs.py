@@ -12,29 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from decode.policy_specs import POLICY_SPECS, PolicySpec, policy_spec
+from decode.policy_specs import (POLICY_SPECS, CountParameter, NamedSpec, PolicySpec, ThresholdParameter,
+                                 policy_spec)
 
 
 @dataclass(frozen=True)
-class BaselineSpec:
-    """A baseline run by kind and typed parameters (the same interface as :class:`PolicySpec`)."""
-
-    kind: ClassVar[str]
-    symbol: ClassVar[str | None] = None
-    tuned: ClassVar[bool] = False
-    rows_alone: ClassVar[bool] = False
-
-    @property
-    def value(self) -> float | None:
-        return None
-
-    @property
-    def artifact(self) -> str | None:
-        return None
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> BaselineSpec:
-        return cls()
+class BaselineSpec(NamedSpec):
+    """A baseline run by kind and typed parameters (the interface of :class:`decode.policy_specs.PolicySpec`)."""
 
 
 #: HF's default initial number of assistant tokens (``GenerationConfig.num_assistant_tokens``).
@@ -51,22 +35,13 @@ class HFSpec(BaselineSpec):
 
 
 @dataclass(frozen=True)
-class HFConstantSpec(HFSpec):
-    k: int
+class HFConstantSpec(CountParameter, HFSpec):
     kind: ClassVar[str] = "hf-constant"
     symbol: ClassVar[str | None] = "K"
 
     def assistant_settings(self) -> dict[str, Any]:
         return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": self.k,
                 "assistant_confidence_threshold": 0.0}
-
-    @property
-    def value(self) -> float:
-        return float(self.k)
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> BaselineSpec:
-        return cls(int(value))
 
 
 @dataclass(frozen=True)
@@ -79,22 +54,13 @@ class HFHeuristicSpec(HFSpec):
 
 
 @dataclass(frozen=True)
-class HFConfidenceSpec(HFSpec):
-    tau: float
+class HFConfidenceSpec(ThresholdParameter, HFSpec):
     kind: ClassVar[str] = "hf-confidence"
     symbol: ClassVar[str | None] = "τ"
 
     def assistant_settings(self) -> dict[str, Any]:
         return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": HF_START_TOKENS,
                 "assistant_confidence_threshold": self.tau}
-
-    @property
-    def value(self) -> float:
-        return self.tau
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> BaselineSpec:
-        return cls(float(value))
 
 
 @dataclass(frozen=True)
