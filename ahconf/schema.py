@@ -26,6 +26,7 @@ HEAD_KINDS = ("specdecpp", "sv_profile")
 LOGGERS = ("csv", "wandb", "tensorboard", "none")
 TRUNCATION = ("skip", "left")
 SPLITS = ("train", "dev", "test")
+ENGINES = ("vllm", "sglang", "tgi", "transformers")  # OpenAI-compatible servers data_gen.regenerate speaks to
 
 
 class ConfigError(ValueError):
@@ -134,6 +135,27 @@ class CollectConfig:
             _choice("collect.splits", split, SPLITS)
         if self.max_new_tokens < 1 or self.batch_size < 1 or self.shard_size < 1:
             raise ConfigError("collect.max_new_tokens, batch_size and shard_size must be >= 1")
+
+
+@dataclass
+class RegenerateConfig:
+    """``python -m data_gen.regenerate``: the run's prompts through OpenAI-compatible servers (``/v1/completions``)."""
+
+    servers: List[str] = field(default_factory=list)  # base URLs (http://host:port); prompts are dealt across them
+    engine: str = "vllm"  # vllm | sglang | tgi | transformers: which sampling parameters its API takes
+    served_model: Optional[str] = None  # the name the servers serve the target under; null = its id (zoo: its path)
+    concurrency: int = 8  # requests in flight per server
+    retries: int = 5  # per request, with exponential backoff (connection errors, 429 and 5xx)
+    timeout_s: float = 600.0  # per request
+    out: str = "${paths.run_dir}/responses.jsonl"  # JSONL, appended as responses arrive (resumable)
+
+    def __post_init__(self) -> None:
+        _choice("regenerate.engine", self.engine, ENGINES)
+        for url in self.servers:
+            if not url.startswith(("http://", "https://")):
+                raise ConfigError(f"regenerate.servers: {url!r} is not a base URL; write it as http://host:port")
+        if self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
+            raise ConfigError("regenerate.concurrency must be >= 1, retries >= 0 and timeout_s > 0")
 
 
 @dataclass
@@ -355,6 +377,21 @@ class CollectJob:
     paths: PathsConfig
     seed: int
     exp_name: str
+    responses: Optional[str] = None  # label these responses (data_gen.responses) instead of generating them
+
+
+@dataclass(frozen=True)
+class RegenerateJob:
+    """What ``python -m data_gen.regenerate`` reads: the collection's prompts, sampling and budget, and the servers."""
+
+    models: ModelsConfig
+    prompts: PromptsConfig
+    sampling: SamplingConfig
+    collect: CollectConfig
+    regenerate: RegenerateConfig
+    paths: PathsConfig
+    seed: int
+    exp_name: str
 
 
 @dataclass(frozen=True)
@@ -400,11 +437,13 @@ class Config:
     seed: int = 0
     dry_run: bool = False
     ckpt_path: Optional[str] = None  # "last" resumes training from the run's last checkpoint
+    responses: Optional[str] = None  # data_gen.collect labels these responses (JSONL / Parquet / dataset dir)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     prompts: PromptsConfig = field(default_factory=PromptsConfig)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     rules: RulesConfig = field(default_factory=RulesConfig)
     collect: CollectConfig = field(default_factory=CollectConfig)
+    regenerate: RegenerateConfig = field(default_factory=RegenerateConfig)
     head: HeadTrainConfig = field(default_factory=HeadTrainConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -417,7 +456,12 @@ class Config:
     def collect_job(self) -> CollectJob:
         """The groups ``data_gen.collect`` reads."""
         return CollectJob(self.models, self.prompts, self.sampling, self.rules, self.collect, self.paths, self.seed,
-                          self.exp_name)
+                          self.exp_name, self.responses)
+
+    def regenerate_job(self) -> RegenerateJob:
+        """The groups ``data_gen.regenerate`` reads."""
+        return RegenerateJob(self.models, self.prompts, self.sampling, self.collect, self.regenerate, self.paths,
+                             self.seed, self.exp_name)
 
     def train_job(self) -> TrainJob:
         """The groups ``accept_heads.train`` reads."""

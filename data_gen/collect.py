@@ -23,14 +23,14 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from ahconf.entry import CONF_DIR, run_entry
-from ahconf.schema import CollectJob, ConfigError, RulesConfig, SamplingConfig
+from ahconf.schema import CollectJob, RulesConfig, SamplingConfig
 from data_gen.distributed import World, close_world, init_world, local_device
-from data_gen.encoding import EncodedPrompt, encode_prompts
+from data_gen.encoding import EncodedPrompt, split_prompts
 from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.labels import batch_columns, draft_candidates, indicator_rules, label_rules
 from data_gen.manifest import MANIFEST_VERSION, CollectionManifest, SplitProgress, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
-from data_gen.prompts import check_prompt_choices, load_prompts
+from data_gen.prompts import check_prompt_choices
 from data_gen.seeding import prompt_seed
 from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
 from decode.sampling import Sampling
@@ -123,25 +123,8 @@ def collect_batch(trio: Trio, batch: list[EncodedPrompt], sampling_config: Sampl
 
 def collect_split(trio: Trio, job: CollectJob, split: str, root: Path, world: World) -> SplitProgress:
     """Collect the shards of ``split`` that this rank owns and that are not complete yet."""
-    prompts_cfg = job.prompts
-    size = prompts_cfg.sizes.get(split)
-    prompts = load_prompts(
-        prompts_cfg.source,
-        split,
-        size=size,
-        style=prompts_cfg.style,
-        seed=job.seed,
-        revision=prompts_cfg.revision,
-        text_field=prompts_cfg.text_field,
-        sizes=None if prompts_cfg.source == "builtin" else dict(prompts_cfg.sizes),
-    )
-    budget = min(prompts_cfg.max_prompt_tokens, context_length(trio) - job.collect.max_new_tokens)
-    if budget < 1:
-        raise ConfigError(
-            f"collect.max_new_tokens={job.collect.max_new_tokens} leaves no room for a prompt in the "
-            f"models' context of {context_length(trio)} tokens; lower it"
-        )
-    encoded, skipped = encode_prompts(prompts, trio.tokenizer, prompts_cfg.template, budget, prompts_cfg.truncation)
+    encoded, skipped = split_prompts(job.prompts, split, seed=job.seed, tokenizer=trio.tokenizer,
+                                     context=context_length(trio), max_new_tokens=job.collect.max_new_tokens)
     shard_size = job.collect.shard_size
     shards = [encoded[i : i + shard_size] for i in range(0, len(encoded), shard_size)]
     done = {int(p.name.split("_")[1]) for p in complete_shards(root, split)}

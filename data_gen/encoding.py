@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-from data_gen.prompts import Prompt, render
+from ahconf.schema import ConfigError, PromptsConfig
+from data_gen.prompts import Prompt, load_prompts, render
 
 
 @dataclass(frozen=True)
@@ -44,3 +45,31 @@ def encode_prompts(
             ids = ids[-budget:]
         kept.append(EncodedPrompt(prompt.id, list(ids)))
     return kept, dict(skipped)
+
+
+def split_prompts(
+    config: PromptsConfig, split: str, *, seed: int, tokenizer: PreTrainedTokenizerBase, context: int,
+    max_new_tokens: int,
+) -> tuple[list[EncodedPrompt], dict[str, int]]:
+    """The run's prompts of ``split``, encoded with room for ``max_new_tokens`` in a ``context``-token window.
+
+    What the collection generates from and what :mod:`data_gen.regenerate` sends to a server: the same
+    prompts, template, budget and truncation, so both produce responses to the same token ids.
+    """
+    prompts = load_prompts(
+        config.source,
+        split,
+        size=config.sizes.get(split),
+        style=config.style,
+        seed=seed,
+        revision=config.revision,
+        text_field=config.text_field,
+        sizes=None if config.source == "builtin" else dict(config.sizes),
+    )
+    budget = min(config.max_prompt_tokens, context - max_new_tokens)
+    if budget < 1:
+        raise ConfigError(
+            f"collect.max_new_tokens={max_new_tokens} leaves no room for a prompt in the models' context of {context} "
+            "tokens; lower it"
+        )
+    return encode_prompts(prompts, tokenizer, config.template, budget, config.truncation)
