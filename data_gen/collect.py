@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +24,15 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from ahconf.entry import CONF_DIR, run_entry
-from ahconf.schema import CollectJob, RulesConfig, SamplingConfig
+from ahconf.schema import CollectJob
 from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, split_prompts
-from data_gen.generation import generate_responses, teacher_forced_logits
+from data_gen.generation import Batch, generate_responses, given_batch, teacher_forced_logits
 from data_gen.labels import batch_columns, draft_candidates, indicator_rules, label_rules
 from data_gen.manifest import MANIFEST_VERSION, CollectionManifest, SplitProgress, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import check_prompt_choices
+from data_gen.responses import GivenResponse, ResponsesSource
 from data_gen.seeding import prompt_seed
 from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
 from decode.sampling import Sampling
@@ -55,10 +57,11 @@ def features_for(column_names: list[str]) -> datasets.Features:
     return datasets.Features(spec)
 
 
-def fingerprint(job: CollectJob, trio_description: dict[str, Any]) -> dict[str, Any]:
+def fingerprint(job: CollectJob, trio_description: dict[str, Any], source: ResponsesSource | None) -> dict[str, Any]:
     """Everything that changes the collected data; a directory never mixes two fingerprints.
 
     ``manifest_version`` stands for the column schema: shards of an older schema are never resumed.
+    Labelling given responses adds their source (path, content hash, sidecar).
     """
     return {
         "manifest_version": MANIFEST_VERSION,
@@ -69,78 +72,125 @@ def fingerprint(job: CollectJob, trio_description: dict[str, Any]) -> dict[str, 
         "max_new_tokens": job.collect.max_new_tokens,
         "shard_size": job.collect.shard_size,
         "seed": job.seed,
+        "responses": None if source is None else source.describe(),
     }
 
 
-def collect_batch(trio: Trio, batch: list[EncodedPrompt], sampling_config: SamplingConfig, rules: RulesConfig,
-                  max_new_tokens: int, seed: int, label_columns: dict) -> list[dict]:
-    """Generate, score and label one batch of prompts; one row per prompt."""
-    sampling = Sampling(**asdict(sampling_config))
-    device = trio.target.device  # generators live where the draws are made (decode.rules.sample)
-    generators = [torch.Generator(device=device).manual_seed(prompt_seed(seed, p.prompt_id)) for p in batch]
-    tokenizer = trio.tokenizer
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    generated = generate_responses(
-        trio.target,
-        [p.token_ids for p in batch],
-        sampling=sampling,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=pad,
-        generators=generators,
-        vocab=trio.vocab,
-    )
-    q_logits = teacher_forced_logits(trio.draft, generated, trio.vocab)
-    c_logits = teacher_forced_logits(trio.companion, generated, trio.vocab) if trio.companion is not None else None
-    lengths = generated.response_lengths
-    valid = generated.attention_mask[:, generated.prompt_width :].bool()
-    y = draft_candidates(q_logits, lengths, sampling, generators)
-    columns = batch_columns(
-        generated.target_logits,
-        q_logits,
-        c_logits,
-        y,
-        valid,
-        sampling=sampling,
-        label_columns=label_columns,
-        companion_rules=indicator_rules(rules),
-    )
-    per_row = {name: values.split(lengths) for name, values in columns.items()}
-    rows = []
-    for row, prompt in enumerate(batch):
-        response = generated.response_ids(row)
-        rows.append(
-            {
-                "prompt_id": prompt.prompt_id,
-                "prompt_ids": prompt.token_ids,
-                "response_ids": response.tolist(),
-                "finished": bool(lengths[row] and response[-1].item() == tokenizer.eos_token_id),
-                **{name: values[row].tolist() for name, values in per_row.items()},
-            }
+@dataclass(frozen=True)
+class Labeller:
+    """What labelling a batch needs, built once per run: the models, the transform, the rules, the seed."""
+
+    trio: Trio
+    sampling: Sampling
+    label_columns: dict
+    companion_rules: list
+    seed: int
+
+    @classmethod
+    def for_job(cls, trio: Trio, job: CollectJob) -> Labeller:
+        return cls(trio, Sampling(**asdict(job.sampling)), label_rules(job.rules), indicator_rules(job.rules), job.seed)
+
+    @property
+    def pad_id(self) -> int:
+        tokenizer = self.trio.tokenizer
+        return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def generators(self, prompt_ids: list[str], stream: str = "") -> list[torch.Generator]:
+        """One generator per prompt, on the device where the draws are made (decode.rules.sample)."""
+        device = self.trio.target.device
+        return [torch.Generator(device=device).manual_seed(prompt_seed(self.seed, p, stream)) for p in prompt_ids]
+
+    def generate(self, batch: list[EncodedPrompt], max_new_tokens: int) -> list[dict]:
+        """Sample the target's responses to ``batch`` (its logits kept), then label them; one row per prompt."""
+        generated = generate_responses(
+            self.trio.target,
+            [p.token_ids for p in batch],
+            sampling=self.sampling,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=self.trio.tokenizer.eos_token_id,
+            pad_token_id=self.pad_id,
+            generators=self.generators([p.prompt_id for p in batch]),
+            vocab=self.trio.vocab,
         )
-    return rows
+        return self.label(generated, [p.prompt_id for p in batch])
+
+    def given(self, batch: list[GivenResponse]) -> list[dict]:
+        """Label responses produced elsewhere: the target runs one teacher-forced forward, like the draft."""
+        forced = given_batch(self.trio.target, [r.prompt_ids for r in batch], [r.response_ids for r in batch],
+                             pad_token_id=self.pad_id, vocab=self.trio.vocab)
+        return self.label(forced, [r.prompt_id for r in batch])
+
+    def label(self, batch: Batch, prompt_ids: list[str]) -> list[dict]:
+        """Score ``batch`` with the draft and companion and compute every column; one row per prompt.
+
+        The draft's candidates come from each prompt's own ``"draft"`` stream, so they depend on the
+        prompt and the draft's logits only, not on how (or with whom) the response was produced.
+        """
+        trio = self.trio
+        q_logits = teacher_forced_logits(trio.draft, batch, trio.vocab)
+        c_logits = teacher_forced_logits(trio.companion, batch, trio.vocab) if trio.companion is not None else None
+        lengths = batch.response_lengths
+        valid = batch.attention_mask[:, batch.prompt_width :].bool()
+        y = draft_candidates(q_logits, lengths, self.sampling, self.generators(prompt_ids, "draft"))
+        response = batch.input_ids[:, batch.prompt_width :][valid]
+        columns = batch_columns(batch.target_logits, q_logits, c_logits, y, response, valid, sampling=self.sampling,
+                                label_columns=self.label_columns, companion_rules=self.companion_rules)
+        per_row = {name: values.split(lengths) for name, values in columns.items()}
+        eos = trio.tokenizer.eos_token_id
+        rows = []
+        for row, prompt_id in enumerate(prompt_ids):
+            tokens = batch.response_ids(row)
+            rows.append(
+                {
+                    "prompt_id": prompt_id,
+                    "prompt_ids": batch.prompt_ids(row),
+                    "response_ids": tokens.tolist(),
+                    "finished": bool(lengths[row] and tokens[-1].item() == eos),
+                    **{name: values[row].tolist() for name, values in per_row.items()},
+                }
+            )
+        return rows
 
 
-def collect_split(trio: Trio, job: CollectJob, split: str, root: Path, world: World) -> SplitProgress:
+@dataclass(frozen=True)
+class SplitWork:
+    """One split's items (prompts to generate from, or given responses) and what was skipped."""
+
+    items: list[EncodedPrompt] | list[GivenResponse]
+    skipped: dict[str, int]
+    label: Callable[[list], list[dict]]
+
+
+def split_work(labeller: Labeller, job: CollectJob, split: str, source: ResponsesSource | None) -> SplitWork:
+    """What to do for ``split``: generate from the run's prompts, or label the source's responses."""
+    context = context_length(labeller.trio)
+    if source is None:
+        encoded, skipped = split_prompts(job.prompts, split, seed=job.seed, tokenizer=labeller.trio.tokenizer,
+                                         context=context, max_new_tokens=job.collect.max_new_tokens)
+        return SplitWork(encoded, skipped, lambda batch: labeller.generate(batch, job.collect.max_new_tokens))
+    tokenized = source.split(split, labeller.trio.tokenizer, job, context)
+    return SplitWork(tokenized.rows, dict(tokenized.skipped), labeller.given)
+
+
+def collect_split(labeller: Labeller, job: CollectJob, split: str, root: Path, world: World,
+                  source: ResponsesSource | None) -> SplitProgress:
     """Collect the shards of ``split`` that this rank owns and that are not complete yet."""
-    encoded, skipped = split_prompts(job.prompts, split, seed=job.seed, tokenizer=trio.tokenizer,
-                                     context=context_length(trio), max_new_tokens=job.collect.max_new_tokens)
+    work = split_work(labeller, job, split, source)
     shard_size = job.collect.shard_size
-    shards = [encoded[i : i + shard_size] for i in range(0, len(encoded), shard_size)]
+    shards = [work.items[i : i + shard_size] for i in range(0, len(work.items), shard_size)]
     done = {int(p.name.split("_")[1]) for p in complete_shards(root, split)}
     todo = [i for i in range(len(shards)) if world.owns(i) and i not in done]
-    progress = SplitProgress(prompts_available=len(encoded), skipped=skipped, shards_total=len(shards))
-    label_columns = label_rules(job.rules)
+    progress = SplitProgress(prompts_available=len(work.items), skipped=work.skipped, shards_total=len(shards))
     column_names: list[str] | None = None
     started = time.perf_counter()
-    bar = tqdm(total=sum(len(shards[i]) for i in todo), desc=f"collect {split}", unit="prompt",
+    verb = "collect" if source is None else "label"
+    bar = tqdm(total=sum(len(shards[i]) for i in todo), desc=f"{verb} {split}", unit="prompt",
                disable=not world.is_main and world.size > 1)
     for index in todo:
         rows: list[dict] = []
         for start in range(0, len(shards[index]), job.collect.batch_size):
             batch = shards[index][start : start + job.collect.batch_size]
-            rows.extend(collect_batch(trio, batch, job.sampling, job.rules, job.collect.max_new_tokens,
-                                      job.seed, label_columns))
+            rows.extend(work.label(batch))
             progress.response_tokens += sum(len(r["response_ids"]) for r in rows[-len(batch):])
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{progress.response_tokens / max(time.perf_counter() - started, 1e-9):.0f}")
@@ -170,16 +220,18 @@ def collect(job: CollectJob) -> dict[str, Any]:
         for model in (trio.target, trio.draft, trio.companion):
             if model is not None and getattr(model, "hf_device_map", None) is None:
                 model.to(device)
+        source = None if job.responses is None else ResponsesSource.open(job.responses, job.models.target, job.sampling)
         root = Path(job.paths.data_dir)
         if world.is_main:
-            claim_directory(root, fingerprint(job, trio.description), overwrite=job.collect.overwrite)
+            claim_directory(root, fingerprint(job, trio.description, source), overwrite=job.collect.overwrite)
             (root / MANIFEST_FILE).unlink(missing_ok=True)  # the manifest is rewritten when the run completes
         world.barrier()
-        progress = {split: collect_split(trio, job, split, root, world) for split in job.collect.splits}
+        labeller = Labeller.for_job(trio, job)
+        progress = {split: collect_split(labeller, job, split, root, world, source) for split in job.collect.splits}
         world.barrier()
         manifest: CollectionManifest | None = None
         if world.is_main:
-            manifest = build_manifest(job, trio, root, progress, time.perf_counter() - started, world.size)
+            manifest = build_manifest(job, trio, root, progress, time.perf_counter() - started, world.size, source)
             write_json_atomic(root / MANIFEST_FILE, manifest.to_dict())
             print_summary(manifest)
         return manifest

@@ -3,7 +3,8 @@
 The target samples responses under the run's sampling transform with left padding and a KV cache;
 its raw logits at every step are kept, so the target never runs a second time. The draft and the
 companion are then run once over ``[prompt, response]`` (teacher forcing) to get their logits at
-the same positions.
+the same positions. Responses produced elsewhere (:mod:`data_gen.responses`) take the same path
+with the target teacher-forced too (:func:`given_batch`): one forward per model per batch.
 
 **Vocabulary.** Checkpoints of one family may pad their output layers to different sizes (e.g.
 152,064 rows for Qwen2.5-72B, 151,936 for 0.5B). Every logit tensor here is sliced to the shared
@@ -139,6 +140,32 @@ def generate_responses(
         prompt_width=width,
         target_logits=torch.stack(steps_logits, dim=1),
     )
+
+
+def given_batch(target: PreTrainedModel, prompts: list[list[int]], responses: list[list[int]], *, pad_token_id: int,
+                vocab: int) -> Batch:
+    """A :class:`Batch` of given responses, its ``target_logits`` from one teacher-forced target forward.
+
+    The same layout as :func:`generate_responses` builds (left-padded prompts, right-padded
+    responses), so every later step treats both alike.
+    """
+    device = target.device
+    ids, prompt_mask = left_pad(prompts, pad_token_id, device)
+    lengths = [len(r) for r in responses]
+    tail = torch.full((len(responses), max(lengths)), pad_token_id, dtype=torch.long)
+    for row, response in enumerate(responses):
+        tail[row, : len(response)] = torch.tensor(response, dtype=torch.long)
+    response_mask = torch.arange(tail.shape[1])[None, :] < torch.tensor(lengths)[:, None]
+    batch = Batch(
+        prompt_lengths=[len(p) for p in prompts],
+        response_lengths=lengths,
+        input_ids=torch.cat([ids, tail.to(device)], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask.long().to(device)], dim=1),
+        prompt_width=ids.shape[1],
+        target_logits=torch.empty(0),
+    )
+    batch.target_logits = teacher_forced_logits(target, batch, vocab)
+    return batch
 
 
 @torch.inference_mode()

@@ -175,6 +175,7 @@ def position_columns(
     q_logits: Tensor,
     c_logits: Tensor | None,
     y: Tensor,
+    response: Tensor,
     *,
     sampling: Sampling,
     label_columns: dict[str, rule_defs.Rule],
@@ -182,14 +183,18 @@ def position_columns(
 ) -> dict[str, Tensor]:
     """All per-position columns for candidates ``y[N]`` given logits ``[N, V]`` (any positions).
 
-    With companion logits, the indicators of every rule in ``companion_rules`` (see
-    :func:`companion_columns`). Each model's distribution under each transform is computed once
-    (:class:`_Distributions`) and shared by the features, the divergences, the indicators and every
-    rule's :meth:`~decode.rules.Rule.label`.
+    ``response[N]`` are the tokens the response has there: ``response_logprob`` (their log
+    probability under the target's feature distribution) and ``target_entropy`` (that
+    distribution's entropy) let the manifest test that the responses are samples of the run's
+    transform (:func:`data_gen.manifest.sampling_check`). With companion logits, the indicators of
+    every rule in ``companion_rules`` (see :func:`companion_columns`). Each model's distribution
+    under each transform is computed once (:class:`_Distributions`) and shared by the features,
+    the divergences, the indicators and every rule's :meth:`~decode.rules.Rule.label`.
     """
     dists = _Distributions({"p": p_logits, "q": q_logits} | ({} if c_logits is None else {"c": c_logits}))
     p, q = dists.probs(sampling)
     features = dists.features("q", sampling)
+    target_features = dists.features("p", sampling)
     columns = {
         "draft_token": y,
         "draft_prob": q.gather(-1, y[:, None]).squeeze(-1),
@@ -198,6 +203,8 @@ def position_columns(
         "target_argmax": dists.argmax_of("p"),
         "draft_entropy": -torch.xlogy(features, features).sum(-1),  # as the ``pre`` head computes it (decode.head)
         "draft_top_prob": features.max(-1).values,
+        "response_logprob": target_features.gather(-1, response[:, None]).squeeze(-1).log(),
+        "target_entropy": -torch.xlogy(target_features, target_features).sum(-1),
         **divergences(p, q),
     }
     if c_logits is not None:
@@ -221,6 +228,7 @@ def batch_columns(
     q_logits: Tensor,
     c_logits: Tensor | None,
     y: Tensor,
+    response: Tensor,
     valid: Tensor,
     *,
     sampling: Sampling,
@@ -229,7 +237,8 @@ def batch_columns(
 ) -> dict[str, Tensor]:
     """:func:`position_columns` of a batch: logits ``[B, T, V]`` at the positions ``valid[B, T]`` marks.
 
-    ``y`` holds the candidates of the valid positions in row-major order. Runs chunk by chunk of
+    ``y`` and ``response`` hold the candidates and the response's tokens of the valid positions in
+    row-major order. Runs chunk by chunk of
     :func:`chunk_positions` positions (gathered from the logits, no copy of the whole batch; on CPU
     the chunks spread over threads, :func:`_map`): the values do not depend on the chunking, every
     operation being row-wise.
@@ -241,7 +250,8 @@ def batch_columns(
         at = rows[start : start + size], steps[start : start + size]
         return position_columns(
             p_logits[at], q_logits[at], None if c_logits is None else c_logits[at], y[start : start + size],
-            sampling=sampling, label_columns=label_columns, companion_rules=companion_rules,
+            response[start : start + size], sampling=sampling, label_columns=label_columns,
+            companion_rules=companion_rules,
         )
 
     chunks = _map(chunk, range(0, len(rows), size), p_logits.device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +22,15 @@ from decode.sampling import Sampling
 
 if TYPE_CHECKING:
     from data_gen.models import Trio
+    from data_gen.responses import ResponsesSource
 
-MANIFEST_VERSION = 2  # 2: companion indicators per rule (sv_*_<rule>), logits sliced to the shared vocabulary
+# 2: companion indicators per rule (sv_*_<rule>), logits sliced to the shared vocabulary; 3: draft candidates from
+# each prompt's own stream, response_logprob / target_entropy columns, the responses source and the sampling check
+MANIFEST_VERSION = 3
+#: |z| above this (or a greedy argmax agreement below AGREEMENT_FLOOR) says the responses are not samples of the
+#: run's transform: under the hypothesis that they are, |z| > 4 has probability 6e-5.
+Z_LIMIT = 4.0
+AGREEMENT_FLOOR = 0.99
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,8 @@ class CollectionManifest:
 
     ``models``: role → the model's description (``id``, ``revision``, ...) plus the shared
     ``tokenizer_hash`` and ``vocab_size``; ``rules``: label column → the rule's spec; ``splits``:
-    split → counts and means recomputed from its complete shards, plus this run's progress.
+    split → counts, means and the :func:`sampling_check` recomputed from its complete shards, plus
+    this run's progress; ``responses``: where the responses came from (null: generated in the job).
     """
 
     manifest_version: int
@@ -50,6 +59,7 @@ class CollectionManifest:
     world_size: int
     wall_seconds: float
     splits: dict[str, dict[str, Any]]
+    responses: dict[str, Any] | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +113,31 @@ def _mean(table, column: str) -> float | None:
     return float(values.mean()) if values.size else None
 
 
+def sampling_check(table, greedy: bool) -> dict[str, Any]:
+    """Are the responses samples of the run's transform? A test from the target's own distributions.
+
+    Sampled transform: if each token ``x_t`` is drawn from the target's transformed ``p_t``, the
+    surprisal ``-log p_t(x_t)`` has conditional mean ``H(p_t)``, so ``D_t = -log p_t(x_t) - H(p_t)`` is
+    a martingale difference; ``z = Σ_r S_r / sqrt(Σ_r S_r²)`` over the responses' sums ``S_r`` is
+    ≈ N(0, 1) for real samples and far from 0 for greedy, differently tempered or another model's
+    text (a token outside the transform's support is counted and fails the check on its own).
+    Greedy transform: the share of tokens equal to the target's argmax (1 up to ties).
+    """
+    if greedy:
+        pairs = [(np.asarray(r), np.asarray(a)) for r, a in zip(table["response_ids"], table["target_argmax"])]
+        agreement = float(np.mean(np.concatenate([r == a for r, a in pairs]))) if pairs else None
+        return {"argmax_agreement": agreement, "passed": agreement is None or agreement >= AGREEMENT_FLOOR}
+    surprisal = [-np.asarray(v, dtype=np.float64) for v in table["response_logprob"]]
+    entropy = [np.asarray(v, dtype=np.float64) for v in table["target_entropy"]]
+    outside = int(sum(np.isinf(s).sum() for s in surprisal))
+    sums = np.array([(s - h)[np.isfinite(s)].sum() for s, h in zip(surprisal, entropy)])
+    finite = np.concatenate([s[np.isfinite(s)] for s in surprisal] or [np.zeros(0)])
+    z = float(sums.sum() / np.sqrt((sums**2).sum())) if (sums**2).sum() > 0 else 0.0
+    return {"mean_surprisal": float(finite.mean()) if finite.size else None,
+            "mean_entropy": float(np.concatenate(entropy).mean()) if entropy else None,
+            "z": z, "outside_support": outside, "passed": abs(z) <= Z_LIMIT and outside == 0}
+
+
 def companion_schema(sampling_config: SamplingConfig, rules: RulesConfig) -> dict[str, dict[str, Any]]:
     """Per configured rule: its indicator columns, the transform and the candidate column they use.
 
@@ -117,16 +152,17 @@ def companion_schema(sampling_config: SamplingConfig, rules: RulesConfig) -> dic
     }
 
 
-def split_stats(root: Path, split: str, label_columns: list[str], indicator_columns: dict[str, dict[str, str]]
-                ) -> dict[str, Any]:
-    """Counts and means recomputed from the complete shards of ``split`` (zeros when it has none).
+def split_stats(root: Path, split: str, label_columns: list[str], indicator_columns: dict[str, dict[str, str]],
+                greedy: bool) -> dict[str, Any]:
+    """Counts, means and the :func:`sampling_check` recomputed from the complete shards of ``split``.
 
-    ``indicator_columns``: rule name → its companion columns (empty without a companion).
+    ``indicator_columns``: rule name → its companion columns (empty without a companion). A split
+    without shards gets zeros.
     """
     if not complete_shards(root, split):
         return {"responses": 0, "response_tokens": 0, "labelled_positions": 0, "finished_with_eos": 0,
                 "mean_label": dict.fromkeys(label_columns), "mean_divergence": dict.fromkeys(("js", "kl", "tv")),
-                "mean_sv": {rule: {"x": None, "y": None} for rule in indicator_columns}}
+                "mean_sv": {rule: {"x": None, "y": None} for rule in indicator_columns}, "sampling_check": None}
     table = load_split(root, split)
     response_tokens = int(sum(len(r) for r in table["response_ids"]))
     return {
@@ -138,20 +174,22 @@ def split_stats(root: Path, split: str, label_columns: list[str], indicator_colu
         "mean_divergence": {d: _mean(table, d) for d in ("js", "kl", "tv")},
         "mean_sv": {rule: {"x": _mean(table, c["x"]), "y": _mean(table, c["y"])}
                     for rule, c in indicator_columns.items()},
+        "sampling_check": sampling_check(table, greedy),
     }
 
 
 def build_manifest(
-    job: CollectJob, trio: Trio, root: Path, progress: dict[str, SplitProgress], seconds: float, world_size: int
+    job: CollectJob, trio: Trio, root: Path, progress: dict[str, SplitProgress], seconds: float, world_size: int,
+    source: ResponsesSource | None = None,
 ) -> CollectionManifest:
-    """Everything needed to know what the dataset is and to regenerate it."""
+    """Everything needed to know what the dataset is and to regenerate it (``source``: given responses)."""
     label_columns = label_rules(job.rules)
     companion = companion_schema(job.sampling, job.rules) if trio.companion is not None else {}
     indicator_columns = {rule: schema["columns"] for rule, schema in companion.items()}
     splits = {}
     for split, done in progress.items():
         splits[split] = {
-            **split_stats(root, split, list(label_columns), indicator_columns),
+            **split_stats(root, split, list(label_columns), indicator_columns, job.sampling.temperature == 0),
             "prompts_available": done.prompts_available,
             "prompts_skipped": done.skipped,
             "shards": done.shards_total,
@@ -175,6 +213,7 @@ def build_manifest(
         world_size=world_size,
         wall_seconds=round(seconds, 3),
         splits=splits,
+        responses=None if source is None else {**source.describe(), "notes": source.notes},
     )
 
 
@@ -202,6 +241,7 @@ def print_summary(manifest: CollectionManifest) -> None:
         row(f"mean {name}(p, q)", lambda s, n=name: fmt(s["mean_divergence"][n]))
     for rule in manifest.companion_indicators:
         row(f"mean SV X / Y ({rule})", lambda s, r=rule: f"{fmt(s['mean_sv'][r]['x'])} / {fmt(s['mean_sv'][r]['y'])}")
+    row("sampling check", lambda s: _check_cell(s["sampling_check"]))
     row("this run: seconds", lambda s: f"{s['this_run']['seconds']:.1f}")
     row(
         "this run: tokens/s",
@@ -209,3 +249,19 @@ def print_summary(manifest: CollectionManifest) -> None:
     )
     Console().print(table)
     print(f"wall time {manifest.wall_seconds:.1f} s")
+    for split, stats in splits.items():
+        check = stats["sampling_check"]
+        if check is not None and not check["passed"]:
+            print(f"warning: the {split} responses do not look like samples of the run's transform "
+                  f"({_check_cell(check)}); their labels describe another distribution — check the sampling "
+                  "settings that produced them (docs/collect-and-train.md, 'Collecting from responses')",
+                  file=sys.stderr)
+
+
+def _check_cell(check: dict[str, Any] | None) -> str:
+    if check is None:
+        return "—"
+    if "argmax_agreement" in check:
+        return f"argmax agreement {check['argmax_agreement']:.3f}"
+    outside = f", {check['outside_support']} outside the support" if check["outside_support"] else ""
+    return f"z = {check['z']:+.1f}{outside}"

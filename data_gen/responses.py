@@ -13,6 +13,9 @@ Beside it, ``<PATH>.meta.json`` (:class:`ResponsesMeta`) says what produced the 
 and its revision, the sampling transform, the token budget and whether the file is complete. The
 collection checks it against the run's config, since labels describe the run's transform only if
 the responses are samples of it (docs/collect-and-train.md, "Collecting from responses").
+
+A directory written by ``data_gen.collect`` is a source too (its manifest is the sidecar): its
+responses can be labelled again, e.g. for another draft, without running the target's decode loop.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from ahconf.schema import ConfigError, SamplingConfig
+from ahconf.schema import CollectJob, ConfigError, ModelSpec, SamplingConfig
+from data_gen.manifest import read_manifest
 from data_gen.prompts.carve import carve, content_key
 from data_gen.prompts.types import Prompt
-from data_gen.shards import write_json_atomic
+from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
 
 RESPONSES_FORMAT = 1
 META_SUFFIX = ".meta.json"
@@ -77,8 +81,19 @@ def write_meta(path: str | Path, meta: ResponsesMeta) -> None:
     write_json_atomic(meta_path(path), meta.to_dict())
 
 
+def is_collection(path: str | Path) -> bool:
+    """Whether ``path`` is a directory written by ``data_gen.collect`` (it has a manifest)."""
+    return (Path(path) / MANIFEST_FILE).is_file()
+
+
 def read_meta(path: str | Path) -> ResponsesMeta:
     """The sidecar of ``path``; a missing or malformed one is a :class:`ConfigError` naming what to write."""
+    if is_collection(path):
+        manifest, _ = read_manifest(path)
+        target = manifest.model("target")
+        return ResponsesMeta(model=target.get("id", ""), revision=target.get("revision"), sampling=manifest.sampling,
+                             max_tokens=manifest.max_new_tokens, seed=manifest.seed, engine="data_gen.collect",
+                             tokenizer_hash=manifest.tokenizer_hash)
     sidecar = meta_path(path)
     example = ('{"model": "<the target\'s id>", "sampling": {"temperature": 1.0, "top_k": null, "top_p": null}, '
                '"max_tokens": 512}')
@@ -115,12 +130,11 @@ def check_meta(meta: ResponsesMeta, path: str | Path, *, target: str, revision: 
 
 @dataclass(frozen=True)
 class GivenResponse:
-    """One row of a responses source as token ids, ready to label."""
+    """One row of a responses source as token ids, ready to label (a finished response ends with EOS)."""
 
     prompt_id: str
     prompt_ids: list[int]
     response_ids: list[int]
-    finished: bool
 
 
 def file_digest(path: str | Path) -> str:
@@ -135,11 +149,16 @@ def file_digest(path: str | Path) -> str:
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL file, a Parquet file or a ``save_to_disk`` dataset directory."""
+    """The rows of a JSONL file, a Parquet file, a ``save_to_disk`` dataset directory or a collection."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"responses {path} do not exist; pass responses=PATH to a JSONL, Parquet or dataset "
                                 "directory (or produce one with `python -m data_gen.regenerate`)")
+    if is_collection(path):
+        manifest, _ = read_manifest(path)
+        keep = ["prompt_id", "prompt_ids", "response_ids", "finished"]
+        return [{**row, "split": split} for split, stats in manifest.splits.items() if stats["responses"]
+                for row in load_split(path, split).select_columns(keep).to_list()]
     if path.is_dir():
         import datasets
 
@@ -177,10 +196,11 @@ def _field(row: dict[str, Any], names: tuple[str, str], where: str) -> tuple[str
 
 @dataclass
 class Tokenized:
-    """What :func:`given_responses` kept, and what it counted on the way."""
+    """What :func:`given_responses` kept; rows it skipped and what it noticed, by reason."""
 
     rows: list[GivenResponse]
-    counts: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)  # duplicate_prompt_id, empty, too_long
+    notes: Counter = field(default_factory=Counter)  # retokenization_differs, cut_to_max_new_tokens
 
 
 def given_responses(
@@ -191,19 +211,22 @@ def given_responses(
     add_special_tokens: bool,
     sizes: dict[str, int],
     max_new_tokens: int,
+    context: int,
     source: str,
 ) -> Tokenized:
     """The rows of ``split`` as token ids, as the decoder would see them.
 
     Text prompts are tokenized like :func:`data_gen.encoding.encode_prompts` tokenizes a rendered
     prompt (``add_special_tokens``); text responses without special tokens, followed by EOS when the
-    row finished. Where a row gives ``response_ids`` they are used, and a row whose text would
-    re-tokenize differently is counted (``retokenization_differs``). Rows without a ``split`` are
-    carved into ``sizes`` by content hash. A repeated prompt id keeps its first row (counted);
-    responses over ``max_new_tokens`` are cut to it (counted, not finished).
+    row finished. Where a row gives ``response_ids`` they are used (EOS appended to a finished row
+    that lacks it), and a row whose text would re-tokenize differently is counted
+    (``retokenization_differs``). Rows without a ``split`` are carved into ``sizes`` by content
+    hash. A repeated prompt id keeps its first row; a row longer than the models' ``context`` is
+    skipped; responses over ``max_new_tokens`` are cut to it (counted; no longer finished).
     """
     has_split = any(row.get("split") is not None for row in rows)
-    counts: Counter = Counter()
+    skipped: Counter = Counter()
+    notes: Counter = Counter()
     if has_split:
         picked = [(i, row) for i, row in enumerate(rows) if row.get("split") == split]
     else:
@@ -217,7 +240,7 @@ def given_responses(
         where = f"{source} row {index}"
         prompt_id = str(row.get("prompt_id") or content_key(_prompt_key(row)))
         if prompt_id in seen:
-            counts["duplicate_prompt_id"] += 1
+            skipped["duplicate_prompt_id"] += 1
             continue
         seen.add(prompt_id)
         kind, prompt = _field(row, ("prompt_ids", "prompt"), where)
@@ -227,20 +250,24 @@ def given_responses(
         kind, response = _field(row, ("response_ids", "response"), where)
         if kind == "response_ids":
             response_ids = [int(t) for t in response]
+            if finished and eos is not None and response_ids[-1:] != [eos]:
+                response_ids.append(eos)
             text = row.get("response")
             if text is not None and _encode_response(tokenizer, text, finished) != response_ids:
-                counts["retokenization_differs"] += 1
+                notes["retokenization_differs"] += 1
         else:
             response_ids = _encode_response(tokenizer, response, finished)
         if not prompt_ids or not response_ids:
-            counts["empty"] += 1
+            skipped["empty"] += 1
             continue
         if len(response_ids) > max_new_tokens:
-            response_ids, finished = response_ids[:max_new_tokens], False
-            counts["cut_to_max_new_tokens"] += 1
-        finished = finished and eos is not None and response_ids[-1] == eos
-        kept.append(GivenResponse(prompt_id, [int(t) for t in prompt_ids], response_ids, finished))
-    return Tokenized(kept, counts)
+            response_ids = response_ids[:max_new_tokens]
+            notes["cut_to_max_new_tokens"] += 1
+        if len(prompt_ids) + len(response_ids) > context:
+            skipped["too_long"] += 1
+            continue
+        kept.append(GivenResponse(prompt_id, [int(t) for t in prompt_ids], response_ids))
+    return Tokenized(kept, skipped, notes)
 
 
 def _prompt_key(row: dict[str, Any]) -> str:
@@ -263,6 +290,43 @@ def _finished(row: dict[str, Any], where: str) -> bool:
 def _encode_response(tokenizer: PreTrainedTokenizerBase, text: str, finished: bool) -> list[int]:
     ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
     return list(ids) + ([tokenizer.eos_token_id] if finished and tokenizer.eos_token_id is not None else [])
+
+
+@dataclass
+class ResponsesSource:
+    """A responses source opened for labelling: checked against the run, read once, split by split."""
+
+    path: Path
+    meta: ResponsesMeta
+    rows: list[dict[str, Any]]
+    digest: str
+    notes: dict[str, dict[str, int]] = field(default_factory=dict)  # split → :attr:`Tokenized.notes`
+
+    @classmethod
+    def open(cls, path: str | Path, target: ModelSpec, sampling: SamplingConfig) -> ResponsesSource:
+        """Read ``path`` after checking its sidecar against the run's target and sampling (:func:`check_meta`)."""
+        if not Path(path).exists():
+            read_rows(path)  # the one-line error for a missing source
+        meta = read_meta(path)
+        check_meta(meta, path, target=target.id, revision=target.revision, sampling=sampling)
+        rows = read_rows(path)
+        if not rows:
+            raise ConfigError(f"responses {path} hold no rows")
+        return cls(Path(path).resolve(), meta, rows, file_digest(path))
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies the source (the collection's fingerprint and manifest record it)."""
+        return {"path": str(self.path), "sha256": self.digest, "meta": self.meta.settings()}
+
+    def split(self, split: str, tokenizer: PreTrainedTokenizerBase, job: CollectJob, context: int) -> Tokenized:
+        """:func:`given_responses` of ``split`` under the run's template, sizes and budget."""
+        tokenized = given_responses(
+            self.rows, split, tokenizer, add_special_tokens=job.prompts.template != "chat",
+            sizes=dict(job.prompts.sizes), max_new_tokens=job.collect.max_new_tokens, context=context,
+            source=str(self.path),
+        )
+        self.notes[split] = dict(tokenized.notes)
+        return tokenized
 
 
 class ResponsesWriter:

@@ -6,15 +6,7 @@
 """
 
 from data_gen.prompts.choices import check_prompt_choices
-from data_gen.prompts.load import (
-    SOURCES,
-    STYLES,
-    available_splits,
-    load_prompts,
-    parse_source,
-    source_kind,
-    validate,
-)
+from data_gen.prompts.load import SOURCES, STYLES, available_splits, load_prompts, parse_source, source_kind, validate
 from data_gen.prompts.templates import TEMPLATES, render
 from data_gen.prompts.types import Prompt, PromptSourceError
 

@@ -130,9 +130,10 @@ def test_shared_pass_columns_equal_each_definition_computed_alone(sampling):
     its own definition computed from the logits alone (``rule.label``, the divergences, ``companion_indicators``)."""
     p_logits, q_logits, c_logits = (_logits(40, 64, seed=seed) for seed in (1, 2, 3))
     y = rules.Speculative().propose(q_logits, sampling, torch.Generator().manual_seed(4))
+    response = rules.Speculative().propose(p_logits, sampling, torch.Generator().manual_seed(5))
     label_columns = {labels.label_column(rule): rule for rule in EVERY_RULE}
-    columns = labels.position_columns(p_logits, q_logits, c_logits, y, sampling=sampling, label_columns=label_columns,
-                                      companion_rules=EVERY_RULE)
+    columns = labels.position_columns(p_logits, q_logits, c_logits, y, response, sampling=sampling,
+                                      label_columns=label_columns, companion_rules=EVERY_RULE)
     for column, rule in label_columns.items():
         assert torch.equal(columns[column], rule.label(p_logits, q_logits, y, sampling)), column
     p, q, features = sampling.probs(p_logits), sampling.probs(q_logits), sampling.feature_probs(q_logits)
@@ -141,6 +142,9 @@ def test_shared_pass_columns_equal_each_definition_computed_alone(sampling):
     assert torch.equal(columns["draft_entropy"], -torch.xlogy(features, features).sum(-1))
     assert torch.equal(columns["draft_top_prob"], features.max(-1).values)
     assert torch.equal(columns["draft_prob"], q.gather(-1, y[:, None]).squeeze(-1))
+    target_features = sampling.feature_probs(p_logits)
+    assert torch.equal(columns["response_logprob"], target_features.gather(-1, response[:, None]).squeeze(-1).log())
+    assert torch.equal(columns["target_entropy"], -torch.xlogy(target_features, target_features).sum(-1))
     for rule in EVERY_RULE:
         transform = rule.transform(sampling)
         candidates = labels.rule_candidates(rule, q_logits.argmax(-1), y, sampling)
@@ -159,11 +163,12 @@ def test_batch_columns_in_chunks_equal_one_pass_over_the_valid_positions(samplin
     valid = torch.ones(rows, steps, dtype=torch.bool)
     valid[0, 4:] = valid[2, 9:] = False  # responses that stopped early: padding between valid positions
     y = rules.Speculative().propose(q_logits[valid], sampling, torch.Generator().manual_seed(8))
+    response = rules.Speculative().propose(p_logits[valid], sampling, torch.Generator().manual_seed(9))
     options = dict(sampling=sampling, label_columns=labels.label_rules(RulesConfig()), companion_rules=EVERY_RULE)
-    whole = labels.position_columns(p_logits[valid], q_logits[valid], c_logits[valid], y, **options)
+    whole = labels.position_columns(p_logits[valid], q_logits[valid], c_logits[valid], y, response, **options)
     monkeypatch.setattr(labels, "CPU_CHUNK_ELEMENTS", 1)  # 16 positions per chunk: 2 chunks, the last one partial
     assert labels.chunk_positions(torch.device("cpu"), vocab) == 16 < int(valid.sum())
-    chunked = labels.batch_columns(p_logits, q_logits, c_logits, y, valid, **options)
+    chunked = labels.batch_columns(p_logits, q_logits, c_logits, y, response, valid, **options)
     assert list(chunked) == list(whole)
     for name, values in whole.items():
         assert torch.equal(chunked[name], values), name
@@ -300,6 +305,8 @@ def test_manifest_describes_the_run(collected):
     assert train["responses"] == len(load_split(data_dir, "train"))
     assert train["labelled_positions"] == sum(len(r) for r in load_split(data_dir, "train")["response_ids"])
     assert 0 <= train["mean_label"]["label_speculative"] <= 1
+    assert train["sampling_check"]["passed"], "the target's own samples pass the sampling check (|z| <= 4)"
+    assert on_disk["responses"] is None, "generated in the job"
 
 
 def test_rerun_is_a_no_op_and_a_different_config_is_refused(collected, micro_trio):
