@@ -67,8 +67,8 @@ class ResponsesMeta:
         return asdict(self)
 
     def settings(self) -> dict[str, Any]:
-        """What must match for a regeneration to resume the file: everything but progress."""
-        return {k: v for k, v in self.to_dict().items() if k != "complete"}
+        """What decides the responses (a resumed regeneration must match it): not progress, nor which servers."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("complete", "servers", "served_model")}
 
 
 def meta_path(path: str | Path) -> Path:
