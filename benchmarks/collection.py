@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ahconf.schema import CollectJob, Config, ModelSpec
-from data_gen.collect import Labeller
+from data_gen.collect import Labeller, batches_of
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.generation import left_pad
 from data_gen.models import Trio, load_trio
@@ -66,11 +66,11 @@ def _collection(labeller: Labeller, batches: list[list[EncodedPrompt]], job: Col
     return rows, time.perf_counter() - started
 
 
-def _labelling(labeller: Labeller, batches: list[list[GivenResponse]]) -> tuple[int, float]:
-    """Labelling given responses: positions and seconds."""
+def _labelling(labeller: Labeller, given: list[GivenResponse], batch_size: int) -> tuple[int, float]:
+    """Labelling given responses, batched as ``data_gen.collect responses=`` batches a shard: positions and seconds."""
     positions, started = 0, time.perf_counter()
-    for batch in batches:
-        positions += sum(len(r["response_ids"]) for r in labeller.given(batch))
+    for batch in batches_of(given, batch_size, by_length=True):
+        positions += sum(len(r["response_ids"]) for r in labeller.given([given[i] for i in batch]))
     return positions, time.perf_counter() - started
 
 
@@ -93,8 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     plain_tokens, plain_s = _plain_generate(trio, [[p.token_ids for p in b] for b in batches], args.max_new_tokens)
     rows, ours_s = _collection(labeller, batches, job)
     given = [GivenResponse(r["prompt_id"], r["prompt_ids"], r["response_ids"]) for r in rows]
-    given_batches = [given[i : i + args.batch_size] for i in range(0, len(given), args.batch_size)]
-    given_positions, given_s = _labelling(labeller, given_batches)
+    given_positions, given_s = _labelling(labeller, given, args.batch_size)
     ours_positions = sum(len(r["response_ids"]) for r in rows)
     table = Table(title=f"collection throughput — {len(encoded)} prompts, batch {args.batch_size}, "
                         f"{args.max_new_tokens} new tokens, {torch.get_num_threads()} threads")

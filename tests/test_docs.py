@@ -15,7 +15,7 @@ from ahconf.entry import CONF_DIR, to_config
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PACKAGES = ("decode", "ahconf", "data_gen", "accept_heads", "benchmarks")
-HYDRA_ENTRIES = ("data_gen.collect", "accept_heads.train", "accept_heads.evaluate")
+HYDRA_ENTRIES = ("data_gen.collect", "data_gen.regenerate", "accept_heads.train", "accept_heads.evaluate")
 PLACEHOLDER = re.compile(r"\[|NAME|\boverrides\b|\.\.\.|…")
 
 

@@ -265,3 +265,23 @@ def test_sampling_config_of_the_sidecar_is_validated(tmp_path):
                                                             "max_tokens": 4}))
     with pytest.raises(ConfigError, match="is not a responses sidecar"):
         read_meta(path)
+
+
+def test_given_responses_are_batched_by_length_and_forced_in_parts_within_the_token_budget():
+    from data_gen.collect import CPU_FORCED_TOKENS, batches_of, forced_parts
+    from data_gen.responses import GivenResponse
+
+    rows = [GivenResponse(str(i), [1] * (5 + 37 * i % 120), [2] * (1 + 53 * i % 128)) for i in range(40)]
+    batches = batches_of(rows, 16, by_length=True)
+    flat = [i for batch in batches for i in batch]
+    assert sorted(flat) == list(range(40)) and [len(b) for b in batches] == [16, 16, 8]
+    lengths = [len(rows[i].prompt_ids) + len(rows[i].response_ids) for i in flat]
+    assert lengths == sorted(lengths)
+    assert [i for batch in batches_of(rows, 16, by_length=False) for i in batch] == list(range(40))
+    ordered = [rows[i] for i in flat]
+    parts = forced_parts(ordered, torch.device("cpu"))
+    assert [r for part in parts for r in part] == ordered and len(parts) > 1
+    for part in parts:
+        width = max(len(r.prompt_ids) for r in part) + max(len(r.response_ids) for r in part)
+        assert len(part) == 1 or width * len(part) <= CPU_FORCED_TOKENS
+    assert forced_parts(ordered, torch.device("meta")) == [ordered]
