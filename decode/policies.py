@@ -304,12 +304,24 @@ class GoodputHead(Head):
         #: In a batch: this row's running keep-probability and latest ``P̂`` (read by :func:`batch_drafting_pays`).
         self.outlook: tuple[float, float] = (0.0, 0.0)
         self._first_sum, self._first_count = 0.0, 0
+        self._fed_past_stop = False  # this round's post decision stopped after the draft consumed y_i
 
     def reset(self) -> None:
         self._tokens, self._seconds = 0, 0.0
         self._in_batch = False
         self.outlook = (0.0, 0.0)
         self._first_sum, self._first_count = 0.0, 0
+        self._fed_past_stop = False
+
+    def start_round(self) -> None:
+        super().start_round()
+        self._fed_past_stop = False
+
+    def after_feed(self, state: DraftRound) -> Decision:
+        """A ``post`` head decides after the draft has consumed ``y_i``: a stop there leaves that call made."""
+        decision = super().after_feed(state)
+        self._fed_past_stop = decision is Decision.STOP
+        return decision
 
     @property
     def forecast(self) -> float | None:
@@ -351,8 +363,11 @@ class GoodputHead(Head):
         return Decision.STOP if stop else Decision.CONTINUE
 
     def end_round(self, drafted: int, verified: int, accepted: int) -> None:
+        """Charge the round's calls as the decoder counts them: one draft (and companion) call per candidate,
+        plus the call a ``post`` head's stop read (the draft consumed ``y_i`` before deciding)."""
         self._tokens += accepted + 1
-        self._seconds += drafted * self._step_cost() + self.costs.t_target * float(self.costs.latency(verified))
+        self._seconds += (drafted * self._step_cost() + self._fed_past_stop * self.costs.t_draft
+                          + self.costs.t_target * float(self.costs.latency(verified)))
 
     def __repr__(self) -> str:
         return f"GoodputHead(timing={self.head.config.timing}, k_min={self.k_min}, k_max={self.k_max})"

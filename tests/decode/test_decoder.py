@@ -296,3 +296,19 @@ def test_goodput_head_drafts_while_the_expected_gain_pays_for_the_draft_call(wid
     policy = policies.GoodputHead(head, CostModel(t_draft=t_draft, t_target=1.0, t_companion=0.0), k_max=6)
     out = decoder(wide, rules.Speculative(), policy).generate(PROMPT, max_new_tokens=30, seed=0)
     assert out.stats.verified_per_round[:5] == [expected] * 5  # the last rounds may be cut by the budget
+
+
+@pytest.mark.parametrize("timing", ["pre", "post"])
+def test_goodput_head_charges_the_calls_the_decoder_counts(wide, timing):
+    """λ's seconds are the decoder's modelled seconds: a ``post`` head that stops early made ``drafted + 1`` draft
+    calls (it read the state after consuming ``y_i``). Only the settling call after the last round may be uncharged."""
+    torch.manual_seed(5)
+    hidden = wide["draft"].config.hidden_size
+    config = HeadConfig(hidden, depth=1, timing=timing, features=PRE_FEATURES if timing == "pre" else ())
+    costs = CostModel(t_draft=0.25, t_target=1.0, t_companion=0.0)
+    policy = policies.GoodputHead(AcceptanceHead(config), costs, k_max=6)
+    out = decoder(wide, rules.Speculative(), policy).generate(PROMPT, max_new_tokens=60, seed=0)
+    early_stops = sum(v < 6 for v in out.stats.verified_per_round)
+    assert early_stops >= 5, "the head must stop early in several rounds for the check to bite"
+    uncharged = costs.time(out.stats) - policy._seconds
+    assert uncharged in (0.0, costs.t_draft), uncharged
