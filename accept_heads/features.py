@@ -7,9 +7,9 @@ only computed where a ``pre`` head needs ``q_t``.
 
 * ``post``: ``e_t`` = state at sequence position of ``z_t = y_t`` (the forward that consumed ``y_t``).
 * ``pre``: the state at the position before (it produced ``q_t`` on the mixed prefix), plus
-  :func:`decode.head.head_features` of ``y_t`` under that ``q_t`` — transformed exactly as the
-  decoder does (``rule.transform(sampling).feature_probs``) — and, with ``head.use_companion``,
-  the head's rule's stored companion indicators ``X_t, Y_t`` (columns ``sv_x_<rule>``,
+  :func:`decode.head.head_features` of ``y_t`` under that ``q_t`` — over the shared vocabulary and
+  transformed exactly as the decoder does (``rule.transform(sampling).feature_probs``) — and, with
+  ``head.use_companion``, the head's rule's stored companion indicators ``X_t, Y_t`` (columns ``sv_x_<rule>``,
   ``sv_y_<rule>``: :func:`decode.profile.companion_indicators` under the same transform, of the
   same candidate). Those were computed at the *unmixed* (true) prefix during collection: an
   approximation on top of token mixing.
@@ -33,10 +33,11 @@ class DraftFeatures:
     DDP-wraps the draft.
     """
 
-    def __init__(self, draft: PreTrainedModel, arch: ArchConfig, feature_sampling: Sampling) -> None:
+    def __init__(self, draft: PreTrainedModel, arch: ArchConfig, feature_sampling: Sampling, vocab: int) -> None:
         self.draft = draft.eval().requires_grad_(False)
         self.arch = arch
         self.feature_sampling = feature_sampling
+        self.vocab = vocab
         self.softcap = getattr(draft.config, "final_logit_softcapping", None)
 
     @property
@@ -50,8 +51,9 @@ class DraftFeatures:
         return self
 
     def q_logits(self, hidden: Tensor) -> Tensor:
-        """Float logits of the draft's LM head (with its final soft-capping, if any) for ``hidden``."""
-        logits = self.draft.get_output_embeddings()(hidden).float()
+        """Float logits of the draft's LM head (with its final soft-capping, if any) for ``hidden``, sliced to the
+        shared vocabulary ``vocab`` the collection and the decoder use (padding rows are never tokens)."""
+        logits = self.draft.get_output_embeddings()(hidden)[..., : self.vocab].float()
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits

@@ -215,14 +215,14 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
     arch = head_architecture(job.head, draft.config.get_text_config(decoder=True).hidden_size)
     head = AcceptanceHead(arch)
     feature_sampling = ctx.rule.transform(ctx.sampling)
-    encoder = DraftFeatures(draft, arch, feature_sampling)
+    encoder = DraftFeatures(draft, arch, feature_sampling, ctx.manifest.models["vocab_size"])
     cache = None
     if job.trainer.feature_cache:
         cache = {"draft": job.models.draft.id, "revision": job.models.draft.revision,
                  "dtype": draft_dtype(job.trainer), "arch": {**arch.to_dict(), "depth": None},
                  "feature_sampling": feature_sampling.to_dict(), "candidate_rule": ctx.rule.name,
                  "mixing_r": job.head.mixing_r, "loss_everywhere": loss_everywhere(arch.timing),
-                 "seed": job.seed, "data": ctx.manifest_sha256}
+                 "seed": job.seed, "data": ctx.manifest_sha256, "vocab": ctx.manifest.models["vocab_size"]}
     datamodule = AcceptanceDataModule(
         job.paths.data_dir, ctx.rule, job.head, seed=job.seed, batch_size=job.optim.batch_size,
         num_workers=job.trainer.num_workers, cache_description=cache, encoder=encoder,

@@ -15,6 +15,7 @@ from transformers import PreTrainedModel
 
 from accept_heads.data import SequenceDataset, collate_sequences, load_positions, loss_everywhere, mix_batch
 from accept_heads.features import DraftFeatures
+from data_gen.manifest import read_manifest
 from decode import rules as rule_defs
 from decode.head import AcceptanceHead
 from decode.sampling import Sampling
@@ -33,7 +34,8 @@ def head_predictions(head: AcceptanceHead, draft: PreTrainedModel, data_dir: str
     seed = meta.get("seed", default_seed)
     table = load_positions(data_dir, "dev", rule, seed=seed, with_companion=head.config.companion_features)
     dataset = SequenceDataset(table)
-    encoder = DraftFeatures(draft, head.config, rule.transform(sampling))
+    manifest, _ = read_manifest(data_dir)
+    encoder = DraftFeatures(draft, head.config, rule.transform(sampling), manifest.models["vocab_size"])
     preds, labels = [], []
     for start in range(0, min(rows, len(dataset)), BATCH):
         items = [dataset[i] for i in range(start, min(start + BATCH, rows, len(dataset)))]

@@ -188,3 +188,36 @@ def test_wandb_logger_runs_without_network(tmp_path):
     logger = make_logger(LoggerConfig(kind="wandb"), tmp_path, "unit")
     logger.log_metrics({"val/binary_kl": 0.1}, step=0)  # WANDB_MODE=disabled (tests/conftest.py)
     logger.experiment.finish()
+
+
+def test_pre_head_features_read_q_over_the_shared_vocabulary_as_the_decoder_does():
+    """A draft whose output layer is padded past the shared vocabulary (as Qwen2.5 checkpoints are): training reads
+    ``log q``, entropy and top probability from the sliced logits, as :class:`decode.loops.runner.ModelRunner`
+    gives them at decode time, not from the full output layer (the padding rows here carry most of the mass)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from accept_heads.features import DraftFeatures
+    from decode.head import PRE_FEATURES, HeadConfig, head_features
+    from decode.sampling import Sampling
+
+    shared, padded = 40, 64
+    torch.manual_seed(0)
+    draft = LlamaForCausalLM(LlamaConfig(vocab_size=padded, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    with torch.no_grad():
+        draft.get_output_embeddings().weight[shared:] *= 40  # padding rows with large logits
+    ids = torch.randint(0, shared, (2, 9))
+    loss_mask = torch.zeros(2, 9, dtype=torch.bool)
+    loss_mask[:, 3:] = True
+    sampling = Sampling(temperature=0.8)
+    encoder = DraftFeatures(draft, HeadConfig(16, timing="pre", features=PRE_FEATURES), sampling, shared)
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": loss_mask, "candidate": ids}
+    _, features = encoder(batch)
+    with torch.no_grad():
+        logits = draft(input_ids=ids).logits.float()
+    rows, positions = loss_mask.nonzero(as_tuple=True)
+    at_decode = logits[rows, positions - 1, :shared]  # what ModelRunner.feed returns: sliced to the shared vocabulary
+    expected = head_features(sampling.feature_probs(at_decode), ids[rows, positions], PRE_FEATURES)
+    torch.testing.assert_close(features, expected, atol=1e-5, rtol=1e-5)
+    full = head_features(sampling.feature_probs(logits[rows, positions - 1]), ids[rows, positions], PRE_FEATURES)
+    assert not torch.allclose(full, expected, atol=1e-2), "negative control: the padding rows must change the features"
