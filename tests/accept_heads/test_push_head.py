@@ -22,7 +22,7 @@ def micro_manifest(**changes) -> CollectionManifest:
         models={"draft": {"id": "micro-org/draft", "revision": None}, "target": {"id": "micro-org/target"}},
         tokenizer_hash="f" * 64, sampling={}, rules={}, fuzzy="", companion_indicators={}, prompts={},
         max_new_tokens=8, seed=0, code_version="test", python="3", world_size=1, wall_seconds=0.0,
-        splits={"train": {"labelled_positions": 900}, "dev": {"labelled_positions": 120}},
+        splits={"train": {"labelled_positions": 900}, "dev": {"labelled_positions": 120}}, responses=None,
     )
     return replace(manifest, **changes)
 
