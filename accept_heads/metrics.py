@@ -146,15 +146,45 @@ def entropy_bits(counts: Tensor) -> Tensor:
     return -(torch.xlogy(probs, probs).sum(-1)) / torch.log(torch.tensor(2.0, dtype=torch.float64))
 
 
-def information_gain(joint: Tensor) -> dict[str, float]:
-    """``H(A)``, ``H(A | X, Y)`` (bits) and the gain from a count table ``[..., A-bins]`` (plug-in estimates).
+#: Shuffles of the acceptance bins behind the null term of :func:`information_gain`'s correction.
+NULL_SHUFFLES = 20
 
-    All leading dimensions together form the conditioning variable (e.g. ``[x-bin, y-bin]``).
-    """
+
+def plug_in_gain(joint: Tensor) -> tuple[float, float]:
+    """``(H(A), H(A) - H(A | X, Y))`` in bits, plug-in estimates from a count table ``[..., A-bins]``."""
     cells = joint.double().reshape(-1, joint.shape[-1])
-    total = cells.sum()
     h_a = float(entropy_bits(cells.sum(0)))
-    weights = cells.sum(-1) / total.clamp_min(1e-300)
-    h_a_xy = float((weights * entropy_bits(cells)).sum())
-    gain = h_a - h_a_xy
-    return {"h_a": h_a, "h_a_given_xy": h_a_xy, "gain": gain, "gain_fraction": gain / h_a if h_a > 0 else 0.0}
+    weights = cells.sum(-1) / cells.sum().clamp_min(1e-300)
+    return h_a, h_a - float((weights * entropy_bits(cells)).sum())
+
+
+def null_gain(joint: Tensor, shuffles: int = NULL_SHUFFLES, seed: int = 0) -> float:
+    """The mean plug-in gain of tables with ``joint``'s margins and no dependence: its positions' acceptance bins
+    shuffled across the conditioning cells (``shuffles`` times, seeded)."""
+    cells = joint.reshape(-1, joint.shape[-1]).round().long()
+    cell_of = torch.repeat_interleave(torch.arange(cells.shape[0]), cells.sum(-1))
+    bin_of = torch.repeat_interleave(torch.arange(cells.shape[1]).repeat(cells.shape[0]), cells.reshape(-1))
+    generator = torch.Generator().manual_seed(seed)
+    gains = []
+    for _ in range(shuffles):
+        shuffled = bin_of[torch.randperm(len(bin_of), generator=generator)]
+        table = torch.zeros(cells.shape, dtype=torch.float64)
+        table.index_put_((cell_of, shuffled), torch.ones(len(shuffled), dtype=torch.float64), accumulate=True)
+        gains.append(plug_in_gain(table)[1])
+    return sum(gains) / len(gains)
+
+
+def information_gain(joint: Tensor) -> dict[str, float]:
+    """``H(A)``, ``H(A | X, Y)`` (bits) and the gain ``I(A; X, Y)`` from a count table ``[..., A-bins]``.
+
+    All leading dimensions together form the conditioning variable (e.g. ``[x-bin, y-bin]``). The
+    plug-in gain is biased upward by about ``(A-bins − 1)(cells − 1) / (2 N ln 2)`` bits (15 % of
+    ``H(A)`` at 2,000 positions in 200 cells with no dependence at all); ``gain`` subtracts the mean
+    plug-in gain of the same table with its acceptance bins shuffled (:func:`null_gain`, the
+    "shuffle-corrected" estimate: unbiased without dependence, conservative with it) and
+    ``h_a_given_xy`` is ``h_a − gain``. ``gain_plugin`` keeps the uncorrected estimate (the SV paper's).
+    """
+    h_a, plug_in = plug_in_gain(joint)
+    gain = plug_in - null_gain(joint)
+    return {"h_a": h_a, "h_a_given_xy": h_a - gain, "gain": gain, "gain_fraction": gain / h_a if h_a > 0 else 0.0,
+            "gain_plugin": plug_in}

@@ -31,7 +31,8 @@ class HeadOutcome:
 class ProfileOutcome:
     """An exported SV profile: its bins, information gain per split and latency tables (DESIGN §3).
 
-    ``information``: split → ``h_a``, ``h_a_given_xy``, ``gain``, ``gain_fraction``; ``latency``:
+    ``information``: split → ``h_a``, ``h_a_given_xy``, ``gain``, ``gain_fraction`` (shuffle-corrected) and
+    ``gain_plugin`` (:func:`accept_heads.metrics.information_gain`); ``latency``:
     seconds per verification of ``L = 1..`` candidates; ``batch_latency``: ``batch_sizes`` and their
     ``table`` rows, or None.
     """

@@ -64,7 +64,8 @@ def print_profile_summary(result: ProfileOutcome) -> None:
     table.add_row("backed-off bins", str(result.backed_off_bins))
     table.add_row("dev H(A)", f"{info['h_a']:.4f} bits")
     table.add_row("dev H(A | X, Y)", f"{info['h_a_given_xy']:.4f} bits")
-    table.add_row("dev information gain", f"{info['gain']:.4f} bits ({100 * info['gain_fraction']:.1f}% of H(A))")
+    table.add_row("dev information gain", f"{info['gain']:.4f} bits ({100 * info['gain_fraction']:.1f}% of H(A); "
+                  f"shuffle-corrected, plug-in {info['gain_plugin']:.4f})")
     latency = ", ".join(f"{1000 * t:.2f}" for t in result.latency)
     table.add_row("latency L=1.. (ms)", f"{latency} on {result.latency_device}")
     batched = result.batch_latency

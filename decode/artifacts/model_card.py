@@ -214,11 +214,14 @@ def _information(doc: dict[str, Any]) -> list[str]:
     information = doc.get("information") or {}
     if not information:
         return [*lines, "None recorded."]
-    lines += ["| split | H(A) bits | H(A given X, Y) bits | gain | gain fraction |", "|---|---|---|---|---|"]
+    lines += ["| split | H(A) bits | H(A given X, Y) bits | gain | gain fraction | plug-in gain |",
+              "|---|---|---|---|---|---|"]
     for split, values in information.items():
-        cells = [_number(values.get(k)) for k in ("h_a", "h_a_given_xy", "gain", "gain_fraction")]
+        cells = [_number(values.get(k)) for k in ("h_a", "h_a_given_xy", "gain", "gain_fraction", "gain_plugin")]
         lines.append(f"| {split} | " + " | ".join(cells) + " |")
-    lines += ["", "Plug-in estimates over the labelled positions (no interval in the metadata). Stop rule: "
+    lines += ["", "Over the labelled positions (no interval in the metadata); the gain is shuffle-corrected (the "
+              "plug-in gain minus its mean with the acceptance bins shuffled), the plug-in gain is biased upward. "
+              "Stop rule: "
               f"`decode.policies.SV(profile, k={doc.get('k_max')})` verifies the goodput-optimal prefix of the "
               "K drafted candidates, from the profile's acceptance and latency tables."]
     return lines
