@@ -72,7 +72,7 @@ from data_gen.models import Trio
 from data_gen.prompts import check_prompt_choices
 from decode.artifacts.version import code_version
 from decode.batch_costs import measure_batch_costs
-from decode.costs import CostModel, LatencyShape
+from decode.costs import CostModel
 from decode.head import AcceptanceHead
 
 
@@ -124,16 +124,16 @@ def cost_tuples(generations: pd.DataFrame) -> pd.DataFrame:
     return table[(table["family"] != "oracle") & (table["generated"] > 0)]
 
 
-def results_table(generations: pd.DataFrame, paper: CostModel, shape: LatencyShape,
+def results_table(generations: pd.DataFrame, paper: CostModel, latency: Latency,
                   seed: int) -> tuple[pd.DataFrame, CostFit]:
     """One row per run, costed with ``paper`` (``cost``) and with the model fitted on the wall time of the
     generations decoded alone; comparisons with their 95 % paired-bootstrap interval over prompts (draws
     seeded by ``seed``)."""
     table = aggregate(generations)
     tuples = cost_tuples(generations)
-    fit = fit_costs(tuples["draft_calls"], tuples["companion_calls"], verification_units(tuples, shape),
+    fit = fit_costs(tuples["draft_calls"], tuples["companion_calls"], verification_units(tuples, latency.shape),
                     tuples["wall_s"])
-    for name, model in (("cost", paper), ("fitted", fit.model(shape))):
+    for name, model in (("cost", paper), ("fitted", fit.model(latency.shape, latency.alone_ratio))):
         add_costs(table, name, model)
         add_comparisons(table, name)
         add_intervals(table, generations, name, model, seed)
@@ -145,9 +145,12 @@ def cost_models(paper: CostModel, fit: CostFit, latency: Latency, cost: CostConf
     return {
         "cost": {**paper.to_dict(), "t_companion_from": companion_price_source(cost),
                  "assumes": "cost.* pair; t_companion from t_companion_from (the paper measures no companion); "
-                 "verification latency flat in L (latency_shape [1])"},
-        "fitted": {**fit.model(latency.shape).to_dict(), "assumes": "t_d, t_c, t_t fitted (cost_fit); "
-                   "latency_shape measured on this device at the start (latency)"},
+                 "verification latency flat in L (latency_shape [1]); the target alone at cost.t_target_alone "
+                 "(null: t_target)"},
+        "fitted": {**fit.model(latency.shape, latency.alone_ratio).to_dict(),
+                   "assumes": "t_d, t_c, t_t fitted (cost_fit); latency_shape measured on this device at the start "
+                   "(latency); the target alone at t_t x latency.alone_ratio (a one-token forward over a "
+                   "verification forward, measured)"},
     }
 
 
@@ -229,7 +232,7 @@ def evaluate(job: EvaluateJob) -> Results:
         batch_records = decode_batch_axis(job, artifacts, sets, axis_rules, choices, pool) if axis_rules else []
 
     generations = mark_dev_choices(pd.DataFrame(records), choices)
-    table, fit = results_table(generations, paper, latency.shape, job.seed)
+    table, fit = results_table(generations, paper, latency, job.seed)
     calibration = calibration_frame(job, artifacts, trio, notes)
     metadata = {**describe(job, trio, device, rules, sets, choices, paper, fit, latency), **executor.described,
                 "workers": workers, "notes": notes}

@@ -105,9 +105,14 @@ def backed_off_table(sums: Tensor, counts: Tensor, min_count: int) -> Tensor:
     return torch.where(counts >= min_count, cell_mean, row_mean.expand_as(cell_mean)).float()
 
 
-@torch.inference_mode()
 def verification_latency(target: PreTrainedModel, prompt: list[int], k_max: int, repeats: int) -> Tensor:
     """Median seconds of a target forward over ``L + 1`` tokens on a cached ``prompt``, for ``L = 1..k_max``."""
+    return forward_latency(target, prompt, list(range(2, k_max + 2)), repeats)
+
+
+@torch.inference_mode()
+def forward_latency(target: PreTrainedModel, prompt: list[int], widths: list[int], repeats: int) -> Tensor:
+    """Median seconds of a target forward over each of ``widths`` new tokens on a cached ``prompt``."""
     device = target.device
     ids = torch.tensor([prompt], device=device)
     cache = DynamicCache(config=target.config)
@@ -121,17 +126,17 @@ def verification_latency(target: PreTrainedModel, prompt: list[int], k_max: int,
             torch.cuda.synchronize(device)
 
     medians = []
-    for length in range(1, k_max + 1):
+    for width in widths:
         times = []
-        for repeat in range(repeats + 1):  # the first run of each length is a warm-up
-            tokens = torch.randint(vocab, (1, length + 1), generator=generator).to(device)
+        for repeat in range(repeats + 1):  # the first run of each width is a warm-up
+            tokens = torch.randint(vocab, (1, width), generator=generator).to(device)
             sync()
             start = time.perf_counter()
-            target(input_ids=tokens, past_key_values=cache, use_cache=True, logits_to_keep=length + 1)
+            target(input_ids=tokens, past_key_values=cache, use_cache=True, logits_to_keep=width)
             sync()
             if repeat:
                 times.append(time.perf_counter() - start)
-            cache.crop(-(length + 1))
+            cache.crop(-width)
         medians.append(statistics.median(times))
     return torch.tensor(medians, dtype=torch.float64)
 

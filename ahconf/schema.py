@@ -277,11 +277,15 @@ class CostConfig:
     """Cost model T = t_d N_d + t_c N_c + t_t N_t (DESIGN §5); defaults: the paper's 7B/70B pair.
 
     ``t_companion`` null: ``t_d`` times the companion/draft one-call latency ratio measured on this device.
+    ``t_target_alone``: what "× target alone" divides by (null: ``t_t``, which flatters by ``t_t / t_alone``).
     """
 
     t_draft: float = 0.0236
     t_target: float = 0.112
     t_companion: Optional[float] = None
+    # the target decoding alone, seconds per token: the paper's target-alone step (a verification call reads
+    # one more token than a target-alone step); null = t_target
+    t_target_alone: Optional[float] = 0.108
 
 
 @dataclass

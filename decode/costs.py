@@ -69,6 +69,15 @@ class CostModel:
     t_target: float  # seconds per target call verifying one candidate
     t_companion: float  # seconds per companion call
     latency: LatencyShape = LatencyShape()
+    #: Seconds per token of the target decoding alone (a forward over one new token); None: ``t_target``.
+    #: What a speed-up "× target alone" divides by: pricing it at ``t_target`` (a call that verifies a
+    #: candidate, so reads two new tokens) would flatter every method by ``t_target / t_alone``.
+    t_target_alone: float | None = None
+
+    @property
+    def target_alone(self) -> float:
+        """Seconds per token of the target alone (:attr:`t_target_alone`, else ``t_target``)."""
+        return self.t_target if self.t_target_alone is None else self.t_target_alone
 
     def times(self, draft_calls: ArrayLike, companion_calls: ArrayLike, verification_units: ArrayLike) -> np.ndarray:
         """Modelled seconds of many runs at once (``verification_units``: their ``Σ_r shape(L_r)``)."""
@@ -90,4 +99,4 @@ class CostModel:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (results metadata)."""
         return {"t_draft": self.t_draft, "t_target": self.t_target, "t_companion": self.t_companion,
-                "latency_shape": list(self.latency.values)}
+                "t_target_alone": self.target_alone, "latency_shape": list(self.latency.values)}

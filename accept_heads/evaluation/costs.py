@@ -8,6 +8,10 @@
   latency shape measured at the start of the evaluation on this device (:func:`measure_latency`, the
   SV profile's :func:`~accept_heads.profile_fit.verification_latency`; a profile's own table may come
   from another device and stops at its ``k_max``).
+
+Both price the target decoding alone (the "× target alone" speed-ups) at its own step, not at a
+verification call: ``cost.t_target_alone`` (the paper's 0.108 s against its 0.112 s ``t_t``), and the
+fitted ``t_t`` times the measured ratio of a one-token forward to a verification forward.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from transformers import PreTrainedModel
 
-from accept_heads.profile_fit import device_description, verification_latency
+from accept_heads.profile_fit import device_description, forward_latency, verification_latency
 from ahconf.schema import CostConfig
 from data_gen.models import Trio
 from decode.costs import CostModel, LatencyShape
@@ -28,6 +32,7 @@ class Latency:
     """Forward times measured on this device before decoding (median of ``repeats`` after a warm-up)."""
 
     target_s: list[float]  # [L_max] target forward over L + 1 tokens on a cached prompt, L = 1..L_max
+    target_alone_s: float  # target forward over one token on the same cache: a step of the target alone
     draft_s: float  # draft forward over 2 tokens on the same cache
     companion_s: float | None  # the same for the companion (None: no companion)
     device: str
@@ -40,6 +45,11 @@ class Latency:
         return LatencyShape(tuple(t / self.target_s[0] for t in self.target_s))
 
     @property
+    def alone_ratio(self) -> float:
+        """A target-alone step over a verification call of one candidate (``t_alone / t_t``), measured here."""
+        return self.target_alone_s / self.target_s[0]
+
+    @property
     def companion_ratio(self) -> float | None:
         """``t_c / t_d`` of one call each (None without a companion)."""
         return None if self.companion_s is None else self.companion_s / self.draft_s
@@ -47,7 +57,8 @@ class Latency:
     def to_dict(self) -> dict[str, object]:
         return {"source": "measured at the start of the evaluation (accept_heads.profile_fit.verification_latency)",
                 "device": self.device, "prompt_tokens": self.prompt_tokens, "repeats": self.repeats,
-                "target_s": self.target_s, "shape": list(self.shape.values), "draft_s": self.draft_s,
+                "target_s": self.target_s, "target_alone_s": self.target_alone_s, "alone_ratio": self.alone_ratio,
+                "shape": list(self.shape.values), "draft_s": self.draft_s,
                 "companion_s": self.companion_s, "companion_ratio": self.companion_ratio}
 
 
@@ -59,9 +70,10 @@ def one_call_seconds(model: PreTrainedModel, prompt: list[int], repeats: int) ->
 def measure_latency(trio: Trio, prompt: list[int], lengths: int, repeats: int) -> Latency:
     """Target verification latency for ``L = 1..lengths`` and one draft / companion call on ``prompt``."""
     target = verification_latency(trio.target, prompt, lengths, repeats).tolist()
+    alone = float(forward_latency(trio.target, prompt, [1], repeats)[0])
     companion = one_call_seconds(trio.companion, prompt, repeats) if trio.companion is not None else None
-    return Latency(target, one_call_seconds(trio.draft, prompt, repeats), companion, device_description(trio.target.device),
-                   len(prompt), repeats)
+    return Latency(target, alone, one_call_seconds(trio.draft, prompt, repeats), companion,
+                   device_description(trio.target.device), len(prompt), repeats)
 
 
 def configured_model(cost: CostConfig, companion_ratio: float | None) -> CostModel:
@@ -70,7 +82,7 @@ def configured_model(cost: CostConfig, companion_ratio: float | None) -> CostMod
     t_companion = cost.t_companion
     if t_companion is None:
         t_companion = cost.t_draft * (1.0 if companion_ratio is None else companion_ratio)
-    return CostModel(cost.t_draft, cost.t_target, t_companion)
+    return CostModel(cost.t_draft, cost.t_target, t_companion, t_target_alone=cost.t_target_alone)
 
 
 def companion_price_source(cost: CostConfig) -> str:
@@ -98,9 +110,11 @@ class CostFit:
     n: int
     companion_runs: int
 
-    def model(self, latency: LatencyShape) -> CostModel:
-        """The fitted cost model (with the shape its verification regressor was built from)."""
-        return CostModel(self.t_draft, self.t_target, self.t_companion, latency)
+    def model(self, latency: LatencyShape, alone_ratio: float | None = None) -> CostModel:
+        """The fitted cost model (with the shape its verification regressor was built from); the target alone
+        at ``t_t × alone_ratio`` (a one-token forward over a verification forward, measured; None: ``t_t``)."""
+        alone = None if alone_ratio is None else self.t_target * alone_ratio
+        return CostModel(self.t_draft, self.t_target, self.t_companion, latency, t_target_alone=alone)
 
     def to_dict(self) -> dict[str, float | int | str]:
         return {"t_draft": self.t_draft, "t_companion": self.t_companion, "t_target": self.t_target, "r2": self.r2,

@@ -68,11 +68,12 @@ def verification_units(table: pd.DataFrame, shape: LatencyShape) -> np.ndarray:
 
 
 def add_costs(table: pd.DataFrame, name: str, cost: CostModel) -> None:
-    """Modelled throughput ``N / T`` under ``cost`` and speed-up over the target alone (``t_t`` per token)."""
+    """Modelled throughput ``N / T`` under ``cost`` and speed-up over the target alone (``cost.target_alone`` seconds
+    per token, the target's own step)."""
     units = verification_units(table, cost.latency)
     time = pd.Series(cost.times(table["draft_calls"], table["companion_calls"], units), index=table.index)
     table[f"throughput_{name}"] = table["generated"] / time.where(time > 0)
-    table[f"speedup_target_{name}"] = table[f"throughput_{name}"] * cost.t_target
+    table[f"speedup_target_{name}"] = table[f"throughput_{name}"] * cost.target_alone
     plain = table["generated"] * (cost.t_draft + cost.t_target)  # a plain ensemble calls both models once per token
     table[f"speedup_plain_ensemble_{name}"] = (plain / time.where(time > 0)).where(table["rule"] == "ensemble")
 

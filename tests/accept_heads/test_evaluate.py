@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from accept_heads.evaluate import evaluate
-from accept_heads.evaluation.costs import fit_costs
+from accept_heads.evaluation.costs import CostFit, configured_model, fit_costs
 from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.figures import FIGURES
 from accept_heads.evaluation.inputs import Artifacts
@@ -22,6 +22,7 @@ from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.runs import RunSpec
 from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec, family_names, run_policy
 from accept_heads.evaluation.table import KEYS, add_costs, aggregate, select, verification_units
+from ahconf.schema import CostConfig
 from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
 from decode.artifacts.hub import load_tokenizer, tokenizer_hash
 from decode.costs import CostModel, LatencyShape
@@ -196,6 +197,23 @@ def test_companion_calls_are_charged_t_companion_not_t_draft():
     assert table["throughput_x"].iloc[0] == pytest.approx(4 / (10 * 0.01 + 5 * 0.5 + 3 * 0.1))
 
 
+def test_the_target_alone_is_priced_at_its_own_step_not_at_a_verification_call():
+    """× target alone divides by the target's decoding step (the paper's 0.108 s), not by t_t = 0.112 s, the price of
+    a call that verifies a candidate (one more token): at t_t the speed-up would read 3.7 % high. The fitted model
+    prices it at the fitted t_t times the measured one-token / verification forward ratio."""
+    table = aggregate(pd.DataFrame([generation(0, draft_calls=10, companion_calls=0, verified_per_round=[2, 2, 2],
+                                               wall_s=1.0)]))
+    paper = configured_model(CostConfig(), companion_ratio=None)
+    assert (paper.t_target, paper.target_alone) == (0.112, 0.108)
+    add_costs(table, "cost", paper)
+    throughput = 4 / (10 * 0.0236 + 3 * 0.112)
+    assert table["throughput_cost"].iloc[0] == pytest.approx(throughput)
+    assert table["speedup_target_cost"].iloc[0] == pytest.approx(throughput * 0.108)
+    fit = CostFit(t_draft=0.001, t_companion=0.0, t_target=0.01, r2=1.0, n=3, companion_runs=0)
+    assert fit.model(GROWING, alone_ratio=0.9).target_alone == pytest.approx(0.009)
+    assert configured_model(CostConfig(t_target_alone=None), None).target_alone == 0.112  # null: t_t, as labelled
+
+
 def test_shorter_verification_is_cheaper_when_latency_grows_with_length():
     def stats(verified: int) -> DecodeStats:
         s = DecodeStats(draft_calls=12, target_calls=2)
@@ -326,10 +344,13 @@ def test_results_carry_metadata(evaluated, micro_trio):
     sets = {s["name"]: s for s in meta["sets"]}
     assert (sets["dev"]["split"], sets["test"]["split"], sets["builtin:module"]["role"]) == ("dev", "test", "ood")
     assert all(s["count"] == 2 and len(s["prompt_ids"]) == 2 for s in sets.values())
-    assert meta["cost"] == {"t_draft": 0.0236, "t_target": 0.112, "t_companion": None} and meta["cost_fit"]["n"] > 0
+    assert meta["cost"] == {"t_draft": 0.0236, "t_target": 0.112, "t_companion": None, "t_target_alone": 0.108}
+    assert meta["cost_fit"]["n"] > 0
     assert meta["cost_fit"]["companion_runs"] > 0  # the SV runs are fitted too
     latency = meta["latency"]
     assert len(latency["target_s"]) == len(latency["shape"]) == 5 and latency["shape"][0] == 1.0
+    assert 0 < latency["target_alone_s"]
+    assert latency["alone_ratio"] == latency["target_alone_s"] / latency["target_s"][0]
     paper, fitted = meta["cost_models"]["cost"], meta["cost_models"]["fitted"]
     assert paper["latency_shape"] == [1.0] and paper["t_companion"] == pytest.approx(
         0.0236 * latency["companion_s"] / latency["draft_s"])
