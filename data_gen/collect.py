@@ -285,7 +285,8 @@ def collect(job: CollectJob) -> dict[str, Any]:
         world.barrier()
         manifest: CollectionManifest | None = None
         if world.is_main:
-            manifest = build_manifest(job, trio, root, progress, time.perf_counter() - started, world.size, source)
+            manifest = build_manifest(job, trio, root, progress, time.perf_counter() - started, world.size,
+                                      None if source is None else source.record())
             write_json_atomic(root / MANIFEST_FILE, manifest.to_dict())
             print_summary(manifest)
         return manifest

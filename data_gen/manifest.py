@@ -22,7 +22,6 @@ from decode.sampling import Sampling
 
 if TYPE_CHECKING:
     from data_gen.models import Trio
-    from data_gen.responses import ResponsesSource
 
 # 2: companion indicators per rule (sv_*_<rule>), logits sliced to the shared vocabulary; 3: draft candidates from
 # each prompt's own stream, response_logprob / target_entropy columns, the responses source and the sampling check
@@ -180,9 +179,10 @@ def split_stats(root: Path, split: str, label_columns: list[str], indicator_colu
 
 def build_manifest(
     job: CollectJob, trio: Trio, root: Path, progress: dict[str, SplitProgress], seconds: float, world_size: int,
-    source: ResponsesSource | None = None,
+    responses: dict[str, Any] | None = None,
 ) -> CollectionManifest:
-    """Everything needed to know what the dataset is and to regenerate it (``source``: given responses)."""
+    """Everything needed to know what the dataset is and to regenerate it (``responses``: the record of the given
+    responses' source, :meth:`data_gen.responses.ResponsesSource.record`; None when generated in the job)."""
     label_columns = label_rules(job.rules)
     companion = companion_schema(job.sampling, job.rules) if trio.companion is not None else {}
     indicator_columns = {rule: schema["columns"] for rule, schema in companion.items()}
@@ -213,7 +213,7 @@ def build_manifest(
         world_size=world_size,
         wall_seconds=round(seconds, 3),
         splits=splits,
-        responses=None if source is None else {**source.describe(), "notes": source.notes},
+        responses=responses,
     )
 
 

@@ -318,6 +318,10 @@ class ResponsesSource:
         """What identifies the source (the collection's fingerprint and manifest record it)."""
         return {"path": str(self.path), "sha256": self.digest, "meta": self.meta.settings()}
 
+    def record(self) -> dict[str, Any]:
+        """What the manifest records: :meth:`describe` and, per split, what the tokenization noticed."""
+        return {**self.describe(), "notes": self.notes}
+
     def split(self, split: str, tokenizer: PreTrainedTokenizerBase, job: CollectJob, context: int) -> Tokenized:
         """:func:`given_responses` of ``split`` under the run's template, sizes and budget."""
         tokenized = given_responses(
