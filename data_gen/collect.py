@@ -6,11 +6,14 @@ divergences, one label per configured rule and, with a companion, each configure
 indicators (:mod:`data_gen.labels`). Every model's logits are sliced to the shared vocabulary
 (:attr:`data_gen.models.Trio.vocab`), as the decoder slices them. Output: HF ``datasets`` Arrow
 shards per split plus ``manifest.json`` (see :mod:`data_gen.shards`). Safe to kill and re-run.
+
+With ``responses=PATH`` the responses come from a file instead (:mod:`data_gen.responses`, e.g. written
+by :mod:`data_gen.regenerate`): the target then runs one teacher-forced forward over each batch, like
+the draft, and everything after that forward is the same.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -36,8 +39,6 @@ from data_gen.responses import GivenResponse, ResponsesSource
 from data_gen.seeding import prompt_seed
 from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
 from decode.sampling import Sampling
-
-log = logging.getLogger(__name__)
 
 POSITION_INT_COLUMNS = ("draft_token", "draft_argmax", "target_argmax")
 
