@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="with --rebuild: install it even if it misses a target")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="with --rebuild: training precision (the shipped trio trained in fp32; bf16 autocast "
-                        "is fast only on CPUs with native bfloat16 and trains other bytes)")
+                        "needs a CPU with native bfloat16, else the rebuild trains in fp32; it trains other bytes)")
     parser.add_argument("--ship", action="store_true",
                         help=f"maintainers, with --rebuild: write the rebuild into the package ({SHIPPED_DIR}) as "
                         "the new shipped trio")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,13 +73,16 @@ def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
     from .models import build_model, fold_temperature, parameter_count
     from .realism import measure_realism
     from .tokenizer import train_tokenizer
-    from .training import distil_students, train_target
+    from .training import distil_students, train_target, training_precision
 
     started = time.perf_counter()
     train_modules = modules_in("train")[: recipe.train_module_limit]
     dev_modules = modules_in("dev")
     machine = machine_class()
-    bf16 = recipe.precision == "bf16"
+    precision, fallback = training_precision(recipe.precision)
+    if fallback:
+        print(f"warning: {fallback}", file=sys.stderr)
+    bf16 = precision == "bf16"
     with _torch_threads(machine["threads"]), torch.random.fork_rng(devices=[]):
         tokenizer = train_tokenizer([m.read() for m in train_modules], recipe.vocab_size, recipe.context)
         train_stream = token_stream(tokenizer, train_modules)
@@ -103,7 +107,8 @@ def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
         "origin": "rebuild",
         "recipe": recipe.to_dict(),
         "machine": machine,
-        "precision": recipe.precision,
+        "precision": precision,
+        "requested_precision": recipe.precision,
         "corpus": {
             "train_modules": [m.name for m in train_modules],
             "train_module_count": len(train_modules),

@@ -27,7 +27,26 @@ def _optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
 
 
+def native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX); elsewhere bf16 autocast is emulated."""
+    probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+    return any(probe is not None and probe() for probe in probes)
+
+
+def training_precision(requested: str) -> tuple[str, str | None]:
+    """The precision a rebuild trains in, and a warning when it is not the requested one.
+
+    ``bf16`` autocast needs native bfloat16; without it the rebuild falls back to ``fp32`` (the shipped
+    trio's precision, whose realism the rebuild measures and prints like any other).
+    """
+    if requested == "bf16" and not native_bf16():
+        return "fp32", ("this CPU has no native bfloat16 (no AVX-512 BF16 or AMX), where bf16 autocast is emulated "
+                        "and slow: training in fp32 instead")
+    return requested, None
+
+
 def _autocast(enabled: bool):
+    """bf16 autocast of the training forwards; enabled only by :func:`training_precision`'s ``bf16``."""
     return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else nullcontext()
 
 

@@ -388,3 +388,14 @@ def test_the_draft_may_have_its_own_distillation_weight_and_steps() -> None:
         recipe.kl_weight("verifier")
     with pytest.raises(ValueError, match="unknown zoo precision 'half'"):
         dataclasses.replace(recipe, precision="half")
+
+
+def test_bf16_rebuilds_fall_back_to_fp32_on_a_cpu_without_native_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
+    from data_gen.zoo import training
+
+    monkeypatch.setattr(training, "native_bf16", lambda: False)
+    precision, warning = training.training_precision("bf16")
+    assert precision == "fp32" and warning is not None and "no native bfloat16" in warning
+    assert training.training_precision("fp32") == ("fp32", None)
+    monkeypatch.setattr(training, "native_bf16", lambda: True)
+    assert training.training_precision("bf16") == ("bf16", None)
