@@ -1,6 +1,6 @@
 """Responses produced outside the collection job: the file format, its sidecar, and reading them as token ids.
 
-A responses source is a JSONL file, a Parquet file or an HF ``datasets`` directory (``save_to_disk``)
+A responses source is a JSONL, JSON or Parquet file or an HF ``datasets`` directory (``save_to_disk``)
 with one row per prompt:
 
 ``prompt_id`` (optional)      the prompt's id; default: a hash of the prompt
@@ -34,6 +34,7 @@ from transformers import PreTrainedTokenizerBase
 from ahconf.schema import CollectJob, ConfigError, ModelSpec, SamplingConfig
 from data_gen.manifest import read_manifest
 from data_gen.prompts.carve import carve, content_key
+from data_gen.prompts.files import read_table
 from data_gen.prompts.types import Prompt
 from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
 
@@ -163,13 +164,9 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         import datasets
 
         return datasets.load_from_disk(str(path)).to_list()
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    if path.suffix in (".jsonl", ".json"):
-        return list(_jsonl_rows(path))
-    raise ConfigError(f"responses {path}: unknown format '{path.suffix}'; use .jsonl, .parquet or a dataset directory")
+    if path.suffix == ".jsonl":
+        return list(_jsonl_rows(path))  # line by line: a line cut short by a crash is named by its number
+    return read_table(path, "responses").to_list()  # .json, .parquet (any other suffix: one line naming them)
 
 
 def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:

@@ -27,18 +27,21 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200]
 
 
-def read_table(path: str | Path) -> datasets.Dataset:
-    """Every row of a local ``.jsonl`` / ``.json`` (records or a list of records) / ``.parquet`` file."""
+def read_table(path: str | Path, what: str = "prompt file") -> datasets.Dataset:
+    """Every row of a local ``.jsonl`` / ``.json`` (records or a list of records) / ``.parquet`` file.
+
+    ``what`` names the file in the one-line errors (prompt file, responses).
+    """
     path = Path(path).expanduser()
     builder = FILE_SUFFIXES.get(path.suffix.lower())
     if builder is None:
-        raise PromptSourceError(f"prompt file {path}: unsupported suffix; use one of {', '.join(FILE_SUFFIXES)}")
+        raise PromptSourceError(f"{what} {path}: unsupported suffix; use one of {', '.join(FILE_SUFFIXES)}")
     if not path.is_file():
-        raise PromptSourceError(f"prompt file {path} does not exist; fix: give the path of an existing file")
+        raise PromptSourceError(f"{what} {path} does not exist; fix: give the path of an existing file")
     try:
         return datasets.load_dataset(builder, data_files=str(path), split="train")
     except (OSError, ValueError, DatasetsError) as error:
-        raise PromptSourceError(f"cannot read prompt file {path} ({one_line(error)}); fix: check its format") from error
+        raise PromptSourceError(f"cannot read {what} {path} ({one_line(error)}); fix: check its format") from error
 
 
 def require_columns(table: datasets.Dataset, columns: tuple[str, ...], where: str, hint: str) -> None:

@@ -285,3 +285,12 @@ def test_given_responses_are_batched_by_length_and_forced_in_parts_within_the_to
         width = max(len(r.prompt_ids) for r in part) + max(len(r.response_ids) for r in part)
         assert len(part) == 1 or width * len(part) <= CPU_FORCED_TOKENS
     assert forced_parts(ordered, torch.device("meta")) == [ordered]
+
+
+def test_a_json_list_of_records_is_read_and_an_unknown_suffix_is_one_line(tmp_path):
+    rows = [{"prompt": "a", "response": "b", "split": "train"}, {"prompt": "c", "response": "d", "split": "dev"}]
+    (tmp_path / "r.json").write_text(json.dumps(rows))
+    assert read_rows(tmp_path / "r.json") == rows
+    (tmp_path / "r.csv").write_text("prompt,response\n")
+    with pytest.raises(ConfigError, match=r"responses .*r\.csv: unsupported suffix"):
+        read_rows(tmp_path / "r.csv")
