@@ -189,7 +189,7 @@ def build_manifest(
     splits = {}
     for split, done in progress.items():
         splits[split] = {
-            **split_stats(root, split, list(label_columns), indicator_columns, job.sampling.temperature == 0),
+            **split_stats(root, split, list(label_columns), indicator_columns, Sampling(**asdict(job.sampling)).greedy),
             "prompts_available": done.prompts_available,
             "prompts_skipped": done.skipped,
             "shards": done.shards_total,

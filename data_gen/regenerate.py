@@ -42,6 +42,7 @@ from data_gen.responses import ResponsesMeta, ResponsesWriter, meta_path, read_m
 from data_gen.seeding import prompt_seed
 from data_gen.serving import TEXT_ENGINES, Completion, Server, ServerError, check_engine, completion_body, one_line
 from decode.artifacts.hub import ModelLoadError, load_tokenizer, tokenizer_hash
+from decode.sampling import Sampling
 
 PROBE_SEEDS = 4  # the sampling probe asks one prompt under this many seeds ...
 PROBE_TOKENS = 32  # ... for at most this many tokens each
@@ -208,7 +209,7 @@ def _body(job: RegenerateJob, served: str, request: Request, max_tokens: int, se
 
 def probe_sampling(server: Server, job: RegenerateJob, served: str, request: Request) -> None:
     """At a temperature above 0: several seeds give different responses, and one seed twice the same."""
-    if job.sampling.temperature == 0:
+    if Sampling(**asdict(job.sampling)).greedy:
         return
     max_tokens = min(job.collect.max_new_tokens, PROBE_TOKENS)
     seeds = [prompt_seed(job.seed, f"probe/{i}") for i in range(PROBE_SEEDS)]
