@@ -118,10 +118,10 @@ def costed(records: list[dict[str, Any]], cost: CostModel) -> pd.DataFrame:
 
 def cost_tuples(generations: pd.DataFrame) -> pd.DataFrame:
     """Per run, the generations whose wall time is counted model calls only: our decoder (companion runs
-    included), decoded alone (a batch shares its wall time), no oracle (its lookahead calls the target uncounted)."""
+    included), decoded alone (a batch shares its wall time), no bound (its hindsight calls the target uncounted)."""
     alone = generations[(generations["source"] == "decode") & (generations["batch"] == 1)]
     table = aggregate(alone)
-    return table[(table["family"] != "oracle") & (table["generated"] > 0)]
+    return table[~table["family"].isin(family_names(bound=True)) & (table["generated"] > 0)]
 
 
 def results_table(generations: pd.DataFrame, paper: CostModel, latency: Latency,
@@ -167,7 +167,7 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         "selection_criterion": "max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
                                "FSD T at the fuzzy rule's chosen K",
         "cost": asdict(job.cost), "cost_models": cost_models(paper, fit, latency, job.cost), "cost_fit": fit.to_dict(),
-        "cost_fit_tuples": "per run of our decoder, companion runs included, oracle excluded, over its generations "
+        "cost_fit_tuples": "per run of our decoder, companion runs included, bounds excluded, over its generations "
                            "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
                            "latency_shape(verified length), wall s)",
         "batching": f"families {', '.join(family_names(rows_alone=True))} decode evaluate.batch_size={job.evaluate.batch_size} "

@@ -306,6 +306,9 @@ class EvaluateConfig:
     # head stop thresholds h swept on dev (null = head.thresholds); the goodput head needs none
     thresholds: Optional[List[float]] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
+    # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
+    # predictor (true acceptance probabilities) under the threshold and the goodput stop
+    bounds: bool = True
     fuzzy_thresholds: List[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])  # FSD T sweep (dev; test)
     hf_baselines: bool = True  # HF assisted generation: constant K, heuristic, confidence 0.4
     hf_k: Optional[List[int]] = None  # HF constant-K baselines; null = the fixed K chosen on dev (per rule)

@@ -23,7 +23,7 @@ from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.head import AcceptanceHead, head_features
 from decode.profile import BatchLatency, SVProfile, companion_indicators, joint_goodput_lengths
-from decode.rules import Greedy, Rule
+from decode.rules import Rule
 from decode.sampling import Sampling
 
 CompanionUse = Literal["step", "round"] | None
@@ -34,7 +34,7 @@ class Decision(enum.Enum):
 
     CONTINUE = "continue"
     STOP = "stop"  # keep y_i, stop drafting
-    DROP = "drop"  # stop drafting, withdraw y_i and uncharge the draft call that produced q_i (oracle only)
+    DROP = "drop"  # stop drafting, withdraw y_i and uncharge the draft call that produced q_i (realised oracle only)
 
 
 @dataclass
@@ -44,8 +44,9 @@ class DraftRound:
     ``q_logits[j]`` is ``q_{j+1}`` and ``hidden[j]`` the draft's final hidden state of the forward
     that produced it — which is also the forward that consumed ``y_j``. So a ``pre`` head for
     ``y_i`` reads ``hidden[i-1]`` and a ``post`` head reads ``hidden[i]``. ``companion_logits[j]``
-    is ``c_{j+1}``; ``reference`` is the target's greedy token at the current candidate's position
-    (oracle only).
+    is ``c_{j+1}``. For a hindsight policy (analysis bounds only) ``accept_probs[j]`` is ``y_{j+1}``'s
+    true acceptance probability under the rule, from an uncounted target forward, and ``draws[j]``
+    the uniform its verification will use, drawn with the candidate (DESIGN §5).
     """
 
     sampling: Sampling
@@ -53,12 +54,18 @@ class DraftRound:
     hidden: list[Tensor] = field(default_factory=list)
     tokens: list[Tensor] = field(default_factory=list)
     companion_logits: list[Tensor] = field(default_factory=list)
-    reference: int | None = None
+    accept_probs: list[float] = field(default_factory=list)
+    draws: list[Tensor] = field(default_factory=list)
 
     @property
     def i(self) -> int:
         """Index (1-based) of the latest candidate."""
         return len(self.tokens)
+
+    def withdraw(self) -> None:
+        """Take back the latest candidate (with its hindsight acceptance and draw, if any)."""
+        n = len(self.tokens) - 1
+        del self.tokens[n:], self.accept_probs[n:], self.draws[n:]
 
 
 class Policy:
@@ -67,7 +74,9 @@ class Policy:
     name: ClassVar[str]
     dynamic: ClassVar[bool] = False
     needs_hidden: ClassVar[bool] = False
-    needs_lookahead: ClassVar[bool] = False
+    #: An analysis bound, never a serving policy: the decoder gives it each candidate's true acceptance
+    #: probability from an uncounted target forward (:attr:`DraftRound.accept_probs`).
+    needs_hindsight: ClassVar[bool] = False
     companion: CompanionUse = None
 
     def validate(self, rule: Rule, has_companion: bool) -> None:
@@ -228,13 +237,17 @@ class Head(Policy):
     needs_hidden = True
 
     def __init__(self, head: AcceptanceHead, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
+        self._init_stop(threshold, k_min, k_max)
+        self.head: AcceptanceHead | None = head.eval()
+        self.companion = "step" if head.config.companion_features else None
+
+    def _init_stop(self, threshold: float, k_min: int, k_max: int) -> None:
         if not 0.0 <= threshold <= 1.0 or not 1 <= k_min <= k_max:
             raise ValueError(
-                f"Head needs threshold in [0, 1] and 1 <= k_min <= k_max, got {threshold}, {k_min}, {k_max}"
+                f"{type(self).__name__} needs threshold in [0, 1] and 1 <= k_min <= k_max, got {threshold}, "
+                f"{k_min}, {k_max}"
             )
-        self.head = head.eval()
         self.threshold, self.k_min, self.k_max = threshold, k_min, k_max
-        self.companion = "step" if head.config.companion_features else None
         self._keep_prob = 1.0
 
     def to(self, device: torch.device) -> Head:
@@ -249,7 +262,12 @@ class Head(Policy):
 
     def _decide(self, state: DraftRound, hidden: Tensor, features: Tensor | None) -> Decision:
         with torch.no_grad():
-            self._keep_prob *= float(self.head.predict(hidden.float(), features))
+            accept = float(self.head.predict(hidden.float(), features))
+        return self._stop(state, accept)
+
+    def _stop(self, state: DraftRound, accept: float) -> Decision:
+        """The stop rule, given the latest candidate's acceptance estimate ``accept``."""
+        self._keep_prob *= accept
         stop = state.i >= self.k_min and 1.0 - self._keep_prob > self.threshold
         return Decision.STOP if stop else Decision.CONTINUE
 
@@ -297,6 +315,9 @@ class GoodputHead(Head):
     def __init__(self, head: AcceptanceHead, costs: CostModel, k_min: int = 1, k_max: int = 20,
                  batch_costs: BatchCosts | None = None) -> None:
         super().__init__(head, threshold=1.0, k_min=k_min, k_max=k_max)
+        self._init_goodput(costs, batch_costs)
+
+    def _init_goodput(self, costs: CostModel, batch_costs: BatchCosts | None) -> None:
         self.costs = costs
         self.batch_costs = batch_costs
         self._tokens, self._seconds = 0, 0.0
@@ -349,9 +370,7 @@ class GoodputHead(Head):
         shape = self.costs.latency
         return self._step_cost() + self.costs.t_target * float(shape(i + 1) - shape(i))
 
-    def _decide(self, state: DraftRound, hidden: Tensor, features: Tensor | None) -> Decision:
-        with torch.no_grad():
-            accept = float(self.head.predict(hidden.float(), features))
+    def _stop(self, state: DraftRound, accept: float) -> Decision:
         self._keep_prob *= accept
         if state.i == 1:
             self._first_sum, self._first_count = self._first_sum + accept, self._first_count + 1
@@ -534,36 +553,83 @@ class JointVerification(BatchPlan):
 
 
 class Oracle(Policy):
-    """Greedy-only hindsight bound: stop exactly before the first draft/target disagreement.
+    """The realised oracle, for every rule (an analysis bound): stop exactly before the first rejection.
 
-    The decoder supplies the target's greedy continuation from a lookahead whose target calls
-    are not counted. No candidate is ever rejected, so there are no discards. Draft calls follow
-    SpecDec++ Thm 4.1 (DESIGN §5): the decoder drafts ``y_i`` and only then drops it, but the
-    draft forward that produced ``q_i`` is hindsight lookahead as well and is not charged — an
-    oracle that stops before ``y_i`` never needs ``q_i``, and the token that forward consumed is
-    fed with the next round's tokens in one call. So ``draft_calls = accepted = N − N_t``.
+    Each candidate's verification uniform ``u_i`` is drawn when it is proposed and its acceptance
+    probability ``a_i`` computed from an uncounted target forward (:attr:`needs_hindsight`); the
+    round drops ``y_i`` at the first ``u_i ≥ a_i`` and the target verifies the rest with those same
+    uniforms, so nothing it verifies is rejected (up to float ties between the hindsight forward and
+    the verification forward). This couples the randomness: the rounds accept exactly the prefixes a
+    policy drafting without limit would get accepted with the same draws, without paying for the
+    rejected candidate. It peeks at the future and is not lossless (the token after the prefix comes
+    from the bonus distribution, not the residual) — a bound to count against. Draft calls follow
+    SpecDec++ Thm 4.1 (DESIGN §5): the forward that produced ``q_i`` for the dropped ``y_i`` is
+    hindsight too and is not charged (a stop before ``y_i`` never needs ``q_i``), so
+    ``draft_calls = accepted``. For greedy this is the Thm 4.1 oracle.
     """
 
     name = "oracle"
     dynamic = True
-    needs_lookahead = True
+    needs_hindsight = True
 
     def __init__(self, k_max: int | None = None) -> None:
         if k_max is not None and k_max < 1:
             raise ValueError(f"Oracle(k_max) needs k_max >= 1 or None, got {k_max}")
         self.k_max = k_max
 
-    def validate(self, rule: Rule, has_companion: bool) -> None:
-        if not isinstance(rule, Greedy):
-            raise ValueError(
-                f"Oracle() is defined for the greedy rule only (hindsight needs a deterministic target); got {rule!r}"
-            )
-
     def k_cap(self) -> int:
         return self.k_max if self.k_max is not None else sys.maxsize
 
     def after_propose(self, state: DraftRound) -> Decision:
-        return Decision.DROP if int(state.tokens[-1]) != state.reference else Decision.CONTINUE
+        return Decision.DROP if float(state.draws[-1]) >= state.accept_probs[-1] else Decision.CONTINUE
 
     def __repr__(self) -> str:
         return f"Oracle(k_max={self.k_max})"
+
+
+class Hindsight:
+    """A head policy's stop rule fed each candidate's true acceptance probability instead of ``P̂`` (an analysis
+    bound: what a perfectly calibrated head could reach with that stop rule; DESIGN §5).
+
+    It decides once ``y_i`` is proposed (as a ``pre`` head: no extra draft call) and needs no head and no
+    hidden state. Stopping on ``p`` and ``q`` alone keeps every rule lossless.
+    """
+
+    needs_hidden = False
+    needs_hindsight = True
+    head = None
+    companion = None
+
+    def to(self, device: torch.device) -> Policy:
+        return cast(Policy, self)
+
+    def after_propose(self, state: DraftRound) -> Decision:
+        return cast(Head, self)._stop(state, state.accept_probs[-1])
+
+    def after_feed(self, state: DraftRound) -> Decision:
+        return Decision.CONTINUE
+
+
+class PerfectHead(Hindsight, Head):
+    """:class:`Head`'s threshold stop (``1 − Π a_j > threshold``) on the true acceptance probabilities ``a_j``."""
+
+    name = "perfect"
+
+    def __init__(self, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
+        self._init_stop(threshold, k_min, k_max)
+
+    def __repr__(self) -> str:
+        return f"PerfectHead(threshold={self.threshold}, k_min={self.k_min}, k_max={self.k_max})"
+
+
+class PerfectGoodput(Hindsight, GoodputHead):
+    """:class:`GoodputHead`'s goodput stop on the true acceptance probabilities (batch size 1)."""
+
+    name = "perfect-goodput"
+
+    def __init__(self, costs: CostModel, k_min: int = 1, k_max: int = 20) -> None:
+        self._init_stop(1.0, k_min, k_max)
+        self._init_goodput(costs, None)
+
+    def __repr__(self) -> str:
+        return f"PerfectGoodput(k_min={self.k_min}, k_max={self.k_max})"

@@ -4,8 +4,9 @@ A spec is what a plan, a results table or a config names (``FixedSpec(k=4)``, ``
 :meth:`PolicySpec.build` makes the :class:`~decode.policies.Policy` from the artifacts and costs it needs
 (:class:`PolicyInputs`). :data:`POLICY_SPECS` maps each kind to its spec class, in table order; each
 class says which parameter it carries (``symbol``), whether that parameter is chosen on dev
-(``tuned``), and whether its rows decide in a batch exactly as alone (``rows_alone``; SV chooses a
-batch's lengths jointly, the oracle's lookahead is batch 1 only).
+(``tuned``), whether its rows decide in a batch exactly as alone (``rows_alone``; SV chooses a
+batch's lengths jointly, the hindsight policies are batch 1 only), and whether it is an analysis bound
+(``bound``: the realised oracle and the perfect predictors, which read the target in hindsight).
 """
 
 from __future__ import annotations
@@ -17,7 +18,18 @@ from typing import ClassVar, TypeVar
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
-from decode.policies import SV, Confidence, Fixed, GoodputHead, Head, Heuristic, Oracle, Policy
+from decode.policies import (
+    SV,
+    Confidence,
+    Fixed,
+    GoodputHead,
+    Head,
+    Heuristic,
+    Oracle,
+    PerfectGoodput,
+    PerfectHead,
+    Policy,
+)
 from decode.profile import SVProfile
 
 
@@ -49,6 +61,7 @@ class NamedSpec:
     symbol: ClassVar[str | None] = None  # the parameter's symbol in labels (K, τ, h, k, γ)
     tuned: ClassVar[bool] = False  # the parameter is chosen on dev
     rows_alone: ClassVar[bool] = False  # in a batch each row decides as it would alone
+    bound: ClassVar[bool] = False  # an analysis bound (hindsight; never a serving policy)
 
     @property
     def value(self) -> float | None:
@@ -214,9 +227,49 @@ class SVSpec(PolicySpec):
 
 
 @dataclass(frozen=True)
+class PerfectHeadSpec(PolicySpec):
+    """The head's threshold stop fed the true acceptance probabilities (a bound)."""
+
+    threshold: float
+    kind: ClassVar[str] = "perfect"
+    symbol: ClassVar[str | None] = "h"
+    tuned: ClassVar[bool] = True
+    rows_alone: ClassVar[bool] = False
+    bound: ClassVar[bool] = True
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return PerfectHead(self.threshold, k_max=inputs.k_max)
+
+    @property
+    def value(self) -> float:
+        return self.threshold
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(float(value))
+
+
+@dataclass(frozen=True)
+class PerfectGoodputSpec(PolicySpec):
+    """The goodput stop fed the true acceptance probabilities (a bound)."""
+
+    kind: ClassVar[str] = "perfect-goodput"
+    rows_alone: ClassVar[bool] = False
+    bound: ClassVar[bool] = True
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        if inputs.costs is None:
+            raise ValueError("a perfect-goodput policy needs the cost model it stops by (PolicyInputs.costs)")
+        return PerfectGoodput(inputs.costs, k_max=inputs.k_max)
+
+
+@dataclass(frozen=True)
 class OracleSpec(PolicySpec):
+    """The realised oracle: stops before the first rejection its own verification draws decide (a bound)."""
+
     kind: ClassVar[str] = "oracle"
     rows_alone: ClassVar[bool] = False
+    bound: ClassVar[bool] = True
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Oracle()
@@ -224,7 +277,8 @@ class OracleSpec(PolicySpec):
 
 #: Every policy kind and its spec class, in table order.
 POLICY_SPECS: dict[str, type[PolicySpec]] = {
-    cls.kind: cls for cls in (FixedSpec, HeuristicSpec, ConfidenceSpec, HeadSpec, GoodputHeadSpec, SVSpec, OracleSpec)
+    cls.kind: cls for cls in (FixedSpec, HeuristicSpec, ConfidenceSpec, HeadSpec, GoodputHeadSpec, SVSpec,
+                              PerfectHeadSpec, PerfectGoodputSpec, OracleSpec)
 }
 
 

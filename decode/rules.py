@@ -143,21 +143,24 @@ class Rule:
         return sample(sampling.probs(q_logits), generator)
 
     def verify(
-        self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling, generator: Generator | None
+        self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling, generator: Generator | None,
+        draws: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Verify candidates ``y[L]`` with target logits ``[L+1, V]`` and draft logits ``[≥L, V]``.
 
         Returns ``(n_accepted, token)`` as 0-d tensors (no host sync): ``token`` is sampled from the
         rejection distribution at ``n_accepted`` or, when all are accepted, from the bonus
         distribution (``v_{L+1}`` when ``q_{L+1}`` is given, else ``p_{L+1}``; see
-        :attr:`tentative_bonus`).
+        :attr:`tentative_bonus`). ``draws``: the ``L`` acceptance uniforms, drawn in advance (a
+        hindsight policy draws them with each candidate; DESIGN §5), else drawn here.
         """
         sampling = self.transform(sampling)
         n = y.shape[0]
         rows = min(n + 1, q_logits.shape[0])
         v = self.verifier_probs(p_logits[:rows], q_logits[:rows], sampling)
         q = sampling.probs(q_logits[:n])
-        accept = uniform((n,), generator, p_logits) < self.accept_probs(v[:n], q, y)
+        u = uniform((n,), generator, p_logits) if draws is None else draws[:n].to(p_logits.device)
+        accept = u < self.accept_probs(v[:n], q, y)
         n_accepted = accept.long().cumprod(0).sum()
         bonus = v[n:] if rows > n else sampling.probs(p_logits[n:])
         emit = torch.cat([self.reject_probs(v[:n], q), bonus])

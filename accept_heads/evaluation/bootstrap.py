@@ -1,5 +1,5 @@
 """95 % paired-bootstrap intervals over prompts for the table's comparisons (speed-up over the best
-fixed K, share of the greedy oracle's gap).
+fixed K, share of the gap to the realised oracle and to the perfect predictor).
 
 Every policy decodes the same prompts with the same per-prompt seeds, so a comparison is paired:
 one bootstrap draw resamples prompt ids with replacement and recomputes both runs' throughput
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from accept_heads.evaluation.table import KEYS, verification_units
+from accept_heads.evaluation.table import KEYS, PERFECT_FOR, bound_rows, verification_units
 from decode.costs import CostModel
 
 DRAWS = 2000
@@ -86,34 +86,36 @@ def gap_share_interval(run: PromptCosts, fixed: PromptCosts, oracle: PromptCosts
 
 
 def add_intervals(table: pd.DataFrame, generations: pd.DataFrame, name: str, cost: CostModel, seed: int) -> None:
-    """Columns ``speedup_fixed_{name}_lo/_hi`` and ``oracle_gap_share_{name}_lo/_hi`` (95 %, paired over prompts).
+    """Columns ``speedup_fixed_{name}_lo/_hi``, ``oracle_gap_share_{name}_lo/_hi`` and
+    ``perfect_gap_share_{name}_lo/_hi`` (95 %, paired over prompts).
 
-    The reference of a row is the same one :func:`~accept_heads.evaluation.table.add_comparisons`
-    uses: the fixed K chosen on dev (and the oracle) in the same set, rule and rule parameter.
+    The references of a row are the ones :func:`~accept_heads.evaluation.table.add_comparisons` uses:
+    the fixed K chosen on dev, the realised oracle and the perfect predictor with the row's stop rule,
+    in the same set, rule and rule parameter.
     """
     runs = run_costs(generations, generation_seconds(generations, cost))
     keyed = table.assign(_key=[tuple(row) for row in table[KEYS].itertuples(index=False)])
-    columns = {f"{metric}_{name}_{end}": np.full(len(table), np.nan)
-               for metric in ("speedup_fixed", "oracle_gap_share") for end in ("lo", "hi")}
-    for (_, rule, _), group in keyed.groupby(["set", "rule", "rule_param"], dropna=False, sort=False):
+    metrics = ("speedup_fixed", "oracle_gap_share", "perfect_gap_share")
+    columns = {f"{metric}_{name}_{end}": np.full(len(table), np.nan) for metric in metrics for end in ("lo", "hi")}
+    for _, group in keyed.groupby(["set", "rule", "rule_param"], dropna=False, sort=False):
         fixed = group[(group["family"] == "fixed") & (group["chosen_on"] == "dev")]
         if fixed.empty:
             continue
         reference = runs[_lookup(runs, fixed["_key"].iloc[0])]
-        oracle_rows = group[group["family"] == "oracle"]
-        oracle = runs[_lookup(runs, oracle_rows["_key"].iloc[0])] if not oracle_rows.empty else None
+        bounds = {bound: runs[_lookup(runs, rows["_key"].iloc[0])]
+                  for bound in ("oracle", *PERFECT_FOR.values()) if len(rows := group[bound_rows(group, bound)])}
         draws = paired_draws(len(reference.prompt_ids), seed)
-        for index, key in zip(group.index, group["_key"]):
+        for index, key, family in zip(group.index, group["_key"], group["family"]):
             run = runs[_lookup(runs, key)]
             if run.prompt_ids != reference.prompt_ids:
                 continue  # another prompt set (cannot be paired)
             position = table.index.get_loc(index)
             low, high = ratio_interval(run, reference, draws)
             columns[f"speedup_fixed_{name}_lo"][position], columns[f"speedup_fixed_{name}_hi"][position] = low, high
-            if rule == "greedy" and oracle is not None and oracle.prompt_ids == run.prompt_ids:
-                low, high = gap_share_interval(run, reference, oracle, draws)
-                columns[f"oracle_gap_share_{name}_lo"][position] = low
-                columns[f"oracle_gap_share_{name}_hi"][position] = high
+            for metric, bound in (("oracle_gap_share", "oracle"), ("perfect_gap_share", PERFECT_FOR.get(family))):
+                if bound in bounds and bounds[bound].prompt_ids == run.prompt_ids:
+                    low, high = gap_share_interval(run, reference, bounds[bound], draws)
+                    columns[f"{metric}_{name}_lo"][position], columns[f"{metric}_{name}_hi"][position] = low, high
     for column, values in columns.items():
         table[column] = values
 

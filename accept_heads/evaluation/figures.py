@@ -23,7 +23,8 @@ from accept_heads.evaluation.reliability import expected_calibration_error, reli
 from accept_heads.evaluation.results import Results  # noqa: E402
 
 COLORS = {"fixed": "tab:blue", "heuristic": "tab:orange", "confidence": "tab:green", "head": "tab:red",
-          "head-goodput": "tab:brown", "sv": "tab:purple", "oracle": "black", "hf-constant": "tab:cyan", "hf-heuristic": "tab:olive",
+          "head-goodput": "tab:brown", "sv": "tab:purple", "perfect": "dimgrey",
+          "perfect-goodput": "silver", "oracle": "black", "hf-constant": "tab:cyan", "hf-heuristic": "tab:olive",
           "hf-confidence": "tab:pink"}
 COST = "cost"  # the configured cost pair (default: the paper's 0.0236 s / 0.112 s)
 
@@ -110,8 +111,9 @@ def draw_throughput_vs_k(results: Results) -> Figure | None:
         ax.scatter(chosen["param"], chosen[f"speedup_target_{COST}"], marker="*", s=160, color="gold",
                    edgecolor="black", zorder=3, label="chosen on dev")
         same_rule = table[table["rule"] == rule]
-        others = same_rule[same_rule["family"].isin(["heuristic", "head-goodput", "oracle", "sv"])
-                           | (same_rule["family"].isin(["confidence", "head"]) & (same_rule["chosen_on"] == "dev"))]
+        others = same_rule[same_rule["family"].isin(["heuristic", "head-goodput", "perfect-goodput", "oracle", "sv"])
+                           | (same_rule["family"].isin(["confidence", "head", "perfect"])
+                              & (same_rule["chosen_on"] == "dev"))]
         for _, row in others.iterrows():
             ax.axhline(row[f"speedup_target_{COST}"], color=COLORS.get(row["family"], "grey"), ls=":", lw=1,
                        label=row["policy"])

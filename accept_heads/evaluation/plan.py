@@ -26,7 +26,17 @@ from accept_heads.evaluation.specs import (
 )
 from ahconf.rules import build_rule, rule_parameter
 from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
-from decode.policy_specs import ConfidenceSpec, FixedSpec, GoodputHeadSpec, HeadSpec, HeuristicSpec, OracleSpec, SVSpec
+from decode.policy_specs import (
+    ConfidenceSpec,
+    FixedSpec,
+    GoodputHeadSpec,
+    HeadSpec,
+    HeuristicSpec,
+    OracleSpec,
+    PerfectGoodputSpec,
+    PerfectHeadSpec,
+    SVSpec,
+)
 
 #: HF's default assistant confidence threshold.
 HF_CONFIDENCE = 0.4
@@ -82,7 +92,8 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
 
 
 def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
-    """Every policy of ``rule`` with its whole grid (K, τ, h) plus the parameter-free ones."""
+    """Every policy of ``rule`` with its whole grid (K, τ, h) plus the parameter-free ones, and (``evaluate.bounds``)
+    the bounds: the perfect predictor's threshold (over the head's h grid) and goodput stops, the realised oracle."""
     e = job.evaluate
     param = rule_parameter(rule, job.rules)
     base = RunSpec(set=set_name, rule=rule, policy=HeuristicSpec(), rule_param=param)
@@ -94,8 +105,9 @@ def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> l
     specs += [replace(base, policy=HeadSpec(name, float(h)), chosen_on="grid") for name in heads for h in thresholds]
     specs += [replace(base, policy=GoodputHeadSpec(name)) for name in heads]
     specs += [replace(base, policy=SVSpec(name)) for name in profiles]
-    if rule == "greedy":
-        specs.append(replace(base, policy=OracleSpec()))
+    if e.bounds:
+        specs += [replace(base, policy=PerfectHeadSpec(float(h)), chosen_on="grid") for h in thresholds]
+        specs += [replace(base, policy=PerfectGoodputSpec()), replace(base, policy=OracleSpec())]
     return specs
 
 

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from accept_heads.evaluation.specs import FAMILIES
+from accept_heads.evaluation.table import PERFECT_FOR
 
 WIDTH = 180
 
@@ -41,7 +42,7 @@ def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> T
     out = Table(title=f"{set_name} — modelled at t_d={cost['t_draft']:g}, t_t={cost['t_target']:g}, "
                       f"t_c={cost['t_companion']:.4g} (cost) and at the fitted t_d, t_c, t_t(L)", title_justify="left")
     for column in ("rule", "policy", "chosen on", "discard", "verif.", "acc. len", "accept @1..4",
-                   "×target", "×target fit", "×best K [95% CI]", "oracle gap [95% CI]"):
+                   "×target", "×target fit", "×best K [95% CI]", "oracle gap [95% CI]", "perfect gap [95% CI]"):
         out.add_column(column, justify="left" if column in ("rule", "policy", "accept @1..4") else "right")
     for _, row in rows.iterrows():
         rule = row["rule"] if pd.isna(row["rule_param"]) else f"{row['rule']} ({row['rule_param']:g})"
@@ -50,6 +51,7 @@ def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> T
             _num(row["mean_accepted_length"]), _positions(row["per_position_acceptance"]),
             _num(row["speedup_target_cost"], suffix="×"), _num(row["speedup_target_fitted"], suffix="×"),
             _with_interval(row, "speedup_fixed_cost", 3, "×"), _with_interval(row, "oracle_gap_share_cost", 0, "%", 100),
+            _with_interval(row, "perfect_gap_share_cost", 0, "%", 100),
         )
     return out
 
@@ -70,25 +72,48 @@ def selection_table(selection: list[dict[str, Any]]) -> Table:
     return out
 
 
+def _run_row(rows: pd.DataFrame, family: str) -> pd.Series | None:
+    """The one row of ``family`` that the report shows (a tuned family at its dev choice), else None."""
+    picked = rows[(rows["family"] == family) & (rows["chosen_on"] != "grid")]
+    return picked.iloc[0] if len(picked) else None
+
+
+def _cell(row: pd.Series | None, column: str, digits: int, suffix: str, scale: float = 1.0) -> str:
+    return _with_interval(row, column, digits, suffix, scale) if row is not None else "—"
+
+
 def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
-    """One row per head decoded in this evaluation: its rule, dev AUROC, and on each test / OOD set × the
-    best fixed K (95 % interval) with the threshold chosen on dev and with the goodput stop."""
+    """Per head decoded here, test / OOD set and stop rule (threshold h chosen on dev, goodput): the best fixed K,
+    the head and both bounds (the perfect predictor with the same stop, the realised oracle) as × the best fixed
+    K, and the head's share of the gap from the best fixed K to each bound, with 95 % intervals (DESIGN §5)."""
     sets = list(dict.fromkeys(table.loc[table["role"] != "dev", "set"]))
     decoded = set(table.loc[table["role"] != "dev", "artifact"].dropna())
-    out = Table(title="heads — × best fixed K at the cost pair [95% paired-bootstrap CI over prompts]",
-                title_justify="left")
-    for column in ("head", "rule", "dev AUROC", *(f"{s}: {stop}" for s in sets for stop in ("h (dev)", "goodput"))):
-        out.add_column(column, justify="left" if column in ("head", "rule") else "right")
+    out = Table(title="heads and bounds — × best fixed K at the cost pair, and the share of the gap to each bound "
+                      "[95% paired-bootstrap CI over prompts]", title_justify="left")
+    for column in ("head", "rule", "dev AUROC", "set", "stop", "best K ×target", "head ×best K", "perfect ×best K",
+                   "oracle ×best K", "share of perfect gap", "share of oracle gap"):
+        out.add_column(column, justify="left" if column in ("head", "rule", "set", "stop") else "right")
     for name, head in ((n, h) for n, h in heads.items() if n in decoded):
-        cells = []
-        for set_name in sets:
-            rows = table[(table["set"] == set_name) & (table["artifact"] == name)]
-            for family in ("head", "head-goodput"):
-                row = rows[(rows["family"] == family) & (rows["chosen_on"] != "grid")]
-                cells.append(_with_interval(row.iloc[0], "speedup_fixed_cost", 3, "×") if len(row) else "—")
         rule = head["rule"]["name"] + "".join(f" {k}={v}" for k, v in head["rule"].get("params", {}).items())
         auroc = head["dev_metrics"].get("val/auroc")
-        out.add_row(escape(name), escape(rule), "undefined" if auroc is None else _num(auroc, 3), *cells)
+        for set_name in sets:
+            same = table[(table["set"] == set_name) & (table["rule"] == head["rule"]["name"])]
+            fixed = same[(same["family"] == "fixed") & (same["chosen_on"] == "dev")]
+            best = (f"K={fixed['param'].iloc[0]:g} {fixed['speedup_target_cost'].iloc[0]:.2f}×" if len(fixed)
+                    else "—")
+            oracle = _run_row(same, "oracle")
+            for family, stop in (("head", "h (dev)"), ("head-goodput", "goodput")):
+                row = _run_row(same[same["artifact"] == name], family)
+                if row is None:
+                    continue
+                if stop == "h (dev)":
+                    stop = f"h={row['param']:g} (dev)"
+                out.add_row(escape(name), escape(rule), "undefined" if auroc is None else _num(auroc, 3), set_name,
+                            stop, best, _cell(row, "speedup_fixed_cost", 3, "×"),
+                            _cell(_run_row(same, PERFECT_FOR[family]), "speedup_fixed_cost", 3, "×"),
+                            _cell(oracle, "speedup_fixed_cost", 3, "×"),
+                            _cell(row, "perfect_gap_share_cost", 0, "%", 100),
+                            _cell(row, "oracle_gap_share_cost", 0, "%", 100))
     return out
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from decode.policy_specs import (POLICY_SPECS, CountParameter, NamedSpec, PolicySpec, ThresholdParameter,
-                                 policy_spec)
+from decode.policy_specs import POLICY_SPECS, CountParameter, NamedSpec, PolicySpec, ThresholdParameter, policy_spec
 
 
 @dataclass(frozen=True)
@@ -143,6 +142,11 @@ class Family:
         """Whether the rows of a batch decide exactly as alone (so :class:`Decoding` may batch the prompts)."""
         return self.spec.rows_alone
 
+    @property
+    def bound(self) -> bool:
+        """Whether its runs are an analysis bound (hindsight target calls, uncounted; DESIGN §5)."""
+        return self.spec.bound
+
 
 #: Every run family of the results table, in table order, with its runner.
 FAMILIES: dict[str, Family] = {family.name: family for family in (
@@ -152,10 +156,12 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
 )}
 
 
-def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None) -> list[str]:
+def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None,
+                 bound: bool | None = None) -> list[str]:
     """The families with these properties, in table order."""
     return [f.name for f in FAMILIES.values() if (runner is None or f.runner == runner)
-            and (tuned is None or f.tuned == tuned) and (rows_alone is None or f.rows_alone == rows_alone)]
+            and (tuned is None or f.tuned == tuned) and (rows_alone is None or f.rows_alone == rows_alone)
+            and (bound is None or f.bound == bound)]
 
 
 def run_policy(kind: str, value: float | None = None, artifact: str | None = None) -> RunPolicy:

@@ -116,14 +116,37 @@ def _reference(table: pd.DataFrame, mask: pd.Series, column: str) -> pd.Series:
     return pd.to_numeric(merged["_ref"], errors="coerce").set_axis(table.index)
 
 
+#: The perfect predictor a family's gain is measured against: the same stop rule fed the true acceptance probabilities.
+PERFECT_FOR = {"head": "perfect", "perfect": "perfect", "head-goodput": "perfect-goodput",
+               "perfect-goodput": "perfect-goodput"}
+
+
+def bound_rows(table: pd.DataFrame, bound: str) -> pd.Series:
+    """The rows of run family ``bound`` that a comparison uses (a tuned bound at its dev choice)."""
+    rows = table["family"] == bound
+    return rows & (table["chosen_on"] == "dev") if FAMILIES[bound].tuned else rows
+
+
+def _gap_share(value: pd.Series, fixed: pd.Series, bound: pd.Series) -> pd.Series:
+    gap = (bound - fixed).where((bound - fixed) > 0)
+    return (value - fixed) / gap
+
+
 def add_comparisons(table: pd.DataFrame, name: str) -> None:
-    """Speed-up over the best fixed K (chosen on dev) and, for greedy, the share of the oracle gap captured."""
+    """Speed-up over the best fixed K (chosen on dev), and the share of the gap from it to each bound that a run
+    captures (DESIGN §5): to the realised oracle (every run) and to the perfect predictor with the run's own stop
+    rule (heads and perfect predictors; :data:`PERFECT_FOR`)."""
     column = f"throughput_{name}"
     fixed = _reference(table, (table["family"] == "fixed") & (table["chosen_on"] == "dev"), column)
     table[f"speedup_fixed_{name}"] = table[column] / fixed
-    oracle = _reference(table, table["family"] == "oracle", column)
-    gap = (oracle - fixed).where((oracle - fixed) > 0)
-    table[f"oracle_gap_share_{name}"] = ((table[column] - fixed) / gap).where(table["rule"] == "greedy")
+    table[f"oracle_gap_share_{name}"] = _gap_share(table[column], fixed,
+                                                   _reference(table, bound_rows(table, "oracle"), column))
+    share = pd.Series(np.nan, index=table.index)
+    for bound in dict.fromkeys(PERFECT_FOR.values()):
+        perfect = _reference(table, bound_rows(table, bound), column)
+        stops = table["family"].map(PERFECT_FOR) == bound
+        share = share.where(~stops, _gap_share(table[column], fixed, perfect))
+    table[f"perfect_gap_share_{name}"] = share
 
 
 ORDER = {family: i for i, family in enumerate(FAMILIES)}

@@ -72,7 +72,7 @@ class EnsembleDecoder:
     a :class:`~decode.rules.Ensemble` rule. ``proposal_lengths``: ``γ_i`` per model (default all 1;
     ``sd`` uses ``γ_1`` only, ``plain`` none). ``policy``: ``sd`` only, instead of
     ``proposal_lengths``; policies that need a companion (pre heads with companion features, SV)
-    or a lookahead (oracle) are not supported. ``eos_token_id`` defaults to the union of the
+    or hindsight (the analysis bounds: oracle, perfect predictors) are not supported. ``eos_token_id`` defaults to the union of the
     models' generation configs; ``None`` decodes without EOS.
     """
 
@@ -120,8 +120,8 @@ class EnsembleDecoder:
             raise ValueError("pass either proposal_lengths or policy, not both")
         if not isinstance(policy, Policy):
             raise TypeError(f"policy must be a decode.policies.Policy, got {type(policy).__name__}")
-        if policy.companion is not None or policy.needs_lookahead:
-            raise ValueError(f"policy {policy!r} needs a companion or a lookahead: not supported by EnsembleDecoder")
+        if policy.companion is not None or policy.needs_hindsight:
+            raise ValueError(f"policy {policy!r} needs a companion or hindsight: not supported by EnsembleDecoder")
         if isinstance(policy, Head) and policy.head.metadata:
             doc = policy.head.metadata
             rule = Ensemble.from_function(self.ensemble, len(self.models))

@@ -97,7 +97,7 @@ SUPPORTED = (
 
 def check_supported(policy: Policy) -> None:
     """Raise ``ValueError`` for a policy the batched loop does not implement."""
-    if policy.needs_lookahead:
+    if policy.needs_hindsight:
         raise ValueError(f"batched decoding does not support policy {policy!r}; it supports {SUPPORTED}")
 
 

@@ -18,7 +18,7 @@ from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.inputs import id_list, is_batch, token_buffer
 from decode.loops.rounds import bonus_pending, draft_candidate, record_round, settle_bonus, verify_round
-from decode.loops.runner import GreedyLookahead, ModelRunner, vocab_size
+from decode.loops.runner import ModelRunner, vocab_size
 from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
@@ -78,7 +78,7 @@ class SpeculativeDecoder:
 
     def _check_artifacts(self) -> None:
         """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
-        if isinstance(self.policy, Head) and self.policy.head.metadata:
+        if isinstance(self.policy, Head) and self.policy.head is not None and self.policy.head.metadata:
             doc = self.policy.head.metadata
             check_compatibility(doc, "the policy's head", sampling=self.sampling, rule=self.rule)
             hidden = self.draft.config.get_text_config(decoder=True).hidden_size
@@ -145,9 +145,9 @@ class SpeculativeDecoder:
         target = ModelRunner(self.target, self.vocab)
         draft = ModelRunner(self.draft, self.vocab, capture_hidden=policy.needs_hidden)
         companion = ModelRunner(self.companion, self.vocab) if policy.companion is not None else None
-        lookahead = GreedyLookahead(self.target, tokens, n, self.vocab) if policy.needs_lookahead else None
+        hindsight = ModelRunner(self.target, self.vocab) if policy.needs_hindsight else None  # its calls: uncounted
         try:
-            stats, length = _Loop(self, tokens, generator, target, draft, companion, lookahead).run(n, max_new_tokens)
+            stats, length = _Loop(self, tokens, generator, target, draft, companion, hindsight).run(n, max_new_tokens)
         finally:
             draft.close()
         stats.target_calls, stats.draft_calls = target.calls, draft.calls
@@ -191,13 +191,13 @@ class _Loop:
         target: ModelRunner,
         draft: ModelRunner,
         companion: ModelRunner | None,
-        lookahead: GreedyLookahead | None,
+        hindsight: ModelRunner | None,
     ) -> None:
         self.rule, self.policy, self.sampling = decoder.rule, decoder.policy, decoder.sampling
         self.rule_sampling = decoder.rule.transform(decoder.sampling)
         self.eos = decoder.eos
         self.tokens, self.generator = tokens, generator
-        self.target, self.draft, self.companion, self.lookahead = target, draft, companion, lookahead
+        self.target, self.draft, self.companion, self.hindsight = target, draft, companion, hindsight
         self.capture = decoder.policy.needs_hidden
         # Draft output for the last committed position when already computed (else None).
         self.next_q: Tensor | None = None
@@ -236,11 +236,11 @@ class _Loop:
         for i in range(1, k + 1):
             if step_companion is not None:
                 state.companion_logits.append(step_companion.feed(tokens, cur + i - 1, keep=1)[0])
-            reference = self.lookahead.token(cur + i - 1) if self.lookahead is not None else None
+            hindsight = self.hindsight.feed(tokens, cur + i - 1, keep=1)[0] if self.hindsight is not None else None
             decision = draft_candidate(self.rule, policy, state, tokens[0], cur + i - 1, self.sampling, self.generator,
-                                       self.eos, reference)
+                                       self.eos, hindsight)
             if decision is Decision.DROP:
-                state.tokens.pop()
+                state.withdraw()
                 self.draft.uncount_last_call()  # the forward that produced q_i: hindsight (see Oracle)
                 break
             if decision is Decision.STOP:
@@ -283,13 +283,11 @@ class _Loop:
             record_round(stats, drafted, outcome)
             policy.end_round(drafted, verify, outcome.accepted_by_rule)
             keep = outcome.kept
-            if self.lookahead is not None:
-                self.lookahead.sync(tokens, cur, cur + keep)
             if bonus_pending(rule, state, outcome):
                 pending = p_logits[verify]
                 finished = False  # decided once the draft has checked the bonus
             cur += keep
-            for runner in (self.target, self.draft, self.companion):
+            for runner in (self.target, self.draft, self.companion, self.hindsight):
                 if runner is not None:
                     runner.rollback(cur - 1)
 

@@ -15,7 +15,7 @@ import torch
 from torch import Generator, Tensor
 
 from decode.policies import Decision, DraftRound, Policy
-from decode.rules import Rule
+from decode.rules import Rule, uniform
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
 
@@ -29,19 +29,24 @@ def draft_candidate(
     sampling: Sampling,
     generator: Generator,
     eos: frozenset[int],
-    reference: int | None = None,
+    hindsight: Tensor | None = None,
 ) -> Decision:
     """Propose the next candidate from the round's latest ``q`` into ``row[position]`` and ask the policy.
 
-    A dynamic policy is consulted after the sample (``reference``: the oracle's hindsight token), and
-    an end-of-sequence candidate stops drafting; a static one always continues (its ``k`` bounds it).
+    A dynamic policy is consulted after the sample, and an end-of-sequence candidate stops drafting; a
+    static one always continues (its ``k`` bounds it). ``hindsight``: the target's logits at
+    ``position`` (a hindsight policy only), from which the candidate's true acceptance probability and
+    its verification uniform are recorded in ``state`` (DESIGN §5).
     """
     y = rule.propose(state.q_logits[-1], sampling, generator)
     row[position] = y
     state.tokens.append(y)
     if not policy.dynamic:
         return Decision.CONTINUE
-    state.reference = reference
+    if hindsight is not None:
+        accept = rule.label(hindsight[None], state.q_logits[-1][None], y.view(1), sampling)
+        state.accept_probs.append(float(accept[0]))
+        state.draws.append(uniform((), generator, hindsight))
     decision = policy.after_propose(state)
     if decision is Decision.CONTINUE and eos and int(y) in eos:  # no host sync without EOS ids
         return Decision.STOP
@@ -94,7 +99,8 @@ def verify_round(
     q_logits = (
         torch.stack(state.q_logits[: verify + 1]) if state.q_logits else p_logits.new_empty((0, p_logits.shape[-1]))
     )
-    n_acc_t, token_t = rule.verify(p_logits, q_logits, candidates, sampling, generator)
+    draws = torch.stack(state.draws[:verify]) if state.draws else None  # a hindsight policy drew them
+    n_acc_t, token_t = rule.verify(p_logits, q_logits, candidates, sampling, generator, draws)
     n_acc, token, *ys = torch.cat([n_acc_t.view(1), token_t.view(1), candidates]).tolist()
     emitted = ys[:n_acc] + [token]
     kept = next((j + 1 for j, t in enumerate(emitted) if t in eos), len(emitted))

@@ -99,7 +99,7 @@ class ModelRunner(RunnerBase):
         return out.logits[0, :, : self.vocab].float()
 
     def uncount_last_call(self) -> None:
-        """Stop charging the latest :meth:`feed`: it served as hindsight lookahead (oracle policy only)."""
+        """Stop charging the latest :meth:`feed`: it served as hindsight (the realised oracle only)."""
         if not self._last_charged:
             raise RuntimeError("no charged call to uncount: none yet, or the latest is already uncounted")
         self.calls -= 1
@@ -133,33 +133,3 @@ class ModelRunner(RunnerBase):
             self.cache.crop(0)
         if self._sliding:
             self.floor = self.consumed
-
-
-
-class GreedyLookahead:
-    """The target's greedy continuation of the committed text (uncounted calls; oracle policy only)."""
-
-    def __init__(self, model: PreTrainedModel, tokens: Tensor, length: int, vocab: int) -> None:
-        self.runner = ModelRunner(model, vocab)
-        self.tokens = tokens.clone()
-        self.length = length
-
-    def token(self, position: int) -> int:
-        """The target's greedy token at ``position`` given the committed tokens before it."""
-        while self.length <= position:
-            logits = self.runner.feed(self.tokens, self.length, keep=1)
-            self.tokens[0, self.length] = logits[0].argmax()
-            self.length += 1
-        return int(self.tokens[0, position])
-
-    def sync(self, committed: Tensor, start: int, end: int) -> None:
-        """Adopt ``committed[:, start:end]`` where it differs from the lookahead (numerical ties)."""
-        end = min(end, self.length)
-        if end <= start:
-            return
-        differs = (self.tokens[0, start:end] != committed[0, start:end]).nonzero()
-        if differs.numel():
-            first = start + int(differs[0, 0])
-            self.tokens[0, first:end] = committed[0, first:end]
-            self.length = end
-            self.runner.rollback(first)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from accept_heads.evaluate import evaluate
+from accept_heads.evaluate import cost_tuples, evaluate
 from accept_heads.evaluation.costs import CostFit, configured_model, fit_costs
 from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.figures import FIGURES
@@ -21,7 +21,7 @@ from accept_heads.evaluation.report import cost_lines
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.runs import RunSpec
 from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec, family_names, run_policy
-from accept_heads.evaluation.table import KEYS, add_costs, aggregate, select, verification_units
+from accept_heads.evaluation.table import KEYS, add_comparisons, add_costs, aggregate, select, verification_units
 from ahconf.schema import CostConfig
 from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
 from decode.artifacts.hub import load_tokenizer, tokenizer_hash
@@ -105,7 +105,7 @@ def test_batched_prompts_decode_the_same_generations_as_alone(make_config, micro
     assert set(alone["batch"]) == {1}
     dev = batched[batched["set"] == "dev"]
     assert set(dev.loc[dev["family"].isin(["fixed", "head", "head-goodput"]), "batch"]) == {1, 3}
-    assert set(dev.loc[dev["family"].isin(["sv", "oracle"]), "batch"]) == {1}  # joint lengths / lookahead: alone
+    assert set(dev.loc[dev["family"].isin(["sv", "oracle", "perfect", "perfect-goodput"]), "batch"]) == {1}  # alone
     pd.testing.assert_frame_equal(alone.drop(columns=["wall_s", "batch"]), batched.drop(columns=["wall_s", "batch"]))
 
 
@@ -125,7 +125,8 @@ def test_end_to_end_writes_table_and_figures(evaluated):
     assert set(table["rule"]) == {"speculative", "greedy", "fuzzy", "ensemble"}
     assert set(table["set"]) == {"dev", "test", "builtin:module"}
     assert set(table.loc[table["family"] == "head", "artifact"]) == {"pre", "post"}
-    assert (table.loc[table["family"] == "oracle", "discard_rate"] == 0).all()
+    greedy_oracle = table[(table["family"] == "oracle") & (table["rule"] == "greedy")]
+    assert len(greedy_oracle) and (greedy_oracle["discard_rate"] == 0).all()
     assert table["throughput_cost"].gt(0).all() and table["speedup_target_cost"].notna().all()
     assert set(test.loc[test["rule"] == "fuzzy", "rule_param"]) >= {0.1, 0.6}
     greedy_fixed = test[(test["rule"] == "greedy") & (test["family"] == "fixed")]
@@ -148,6 +149,44 @@ def test_comparisons_carry_paired_bootstrap_intervals(evaluated):
     assert np.allclose(reference[["speedup_fixed_cost_lo", "speedup_fixed_cost_hi"]].to_numpy(), 1.0)
     oracle = table[(table["family"] == "oracle") & table["oracle_gap_share_cost"].notna()]
     assert np.allclose(oracle[["oracle_gap_share_cost_lo", "oracle_gap_share_cost_hi"]].to_numpy(), 1.0)
+    for family in ("perfect", "perfect-goodput"):  # each perfect predictor is its own stop rule's bound
+        rows = compared[(compared["family"] == family) & compared["perfect_gap_share_cost"].notna()]
+        assert np.allclose(rows[["perfect_gap_share_cost_lo", "perfect_gap_share_cost_hi"]].to_numpy(), 1.0)
+
+
+def test_every_rule_has_both_bounds_and_the_heads_share_of_each_gap(evaluated):
+    """The realised oracle and the perfect predictors decode every rule on every set; they are left out of the
+    cost fit (their hindsight calls are uncounted); each head row carries its share of both gaps."""
+    config, results = evaluated
+    table = results.table
+    for rule in ("speculative", "greedy", "fuzzy", "ensemble"):
+        for set_name in ("test", "builtin:module"):
+            rows = table[(table["rule"] == rule) & (table["set"] == set_name) & (table["chosen_on"] != "grid")]
+            assert {"oracle", "perfect", "perfect-goodput"} <= set(rows["family"]), (rule, set_name)
+    oracle = table[(table["family"] == "oracle") & (table["rule"] != "ensemble")]
+    assert (oracle["discard_rate"] == 0).all()  # its own draws: nothing verified is rejected
+    heads = table[table["family"].isin(["head", "head-goodput"]) & (table["chosen_on"] != "grid")
+                  & (table["role"] != "dev")]
+    assert heads["perfect_gap_share_cost"].notna().any() and heads["oracle_gap_share_cost"].notna().any()
+    fitted = cost_tuples(results.generations)
+    assert len(fitted) and not fitted["family"].isin(["oracle", "perfect", "perfect-goodput"]).any()
+
+
+def test_each_head_is_measured_against_the_perfect_predictor_with_its_own_stop_rule():
+    rows = [("fixed", "dev", 10.0), ("fixed", "grid", 9.0), ("head", "dev", 12.0), ("head-goodput", "", 11.0),
+            ("perfect", "grid", 30.0), ("perfect", "dev", 14.0), ("perfect-goodput", "", 20.0), ("oracle", "", 15.0),
+            ("heuristic", "", 8.0)]
+    table = pd.DataFrame([{"set": "test", "rule": "speculative", "rule_param": np.nan, "family": family,
+                           "chosen_on": chosen_on, "throughput_cost": throughput}
+                          for family, chosen_on, throughput in rows])
+    add_comparisons(table, "cost")
+    share = dict(zip(table["family"] + "/" + table["chosen_on"], table["perfect_gap_share_cost"]))
+    assert share["head/dev"] == pytest.approx(0.5)  # (12 − 10) / (14 − 10): the dev-chosen perfect threshold
+    assert share["head-goodput/"] == pytest.approx(0.1)  # (11 − 10) / (20 − 10)
+    assert share["perfect/dev"] == pytest.approx(1.0) and share["perfect-goodput/"] == pytest.approx(1.0)
+    assert np.isnan(share["heuristic/"]) and np.isnan(share["fixed/dev"])
+    oracle = dict(zip(table["family"] + "/" + table["chosen_on"], table["oracle_gap_share_cost"]))
+    assert oracle["head/dev"] == pytest.approx(0.4) and oracle["heuristic/"] == pytest.approx(-0.4)
 
 
 #: A latency shape that grows with the verified length L (L = 1..4, extrapolated beyond).

@@ -16,13 +16,15 @@ from decode.policy_specs import (
     HeadSpec,
     HeuristicSpec,
     OracleSpec,
+    PerfectGoodputSpec,
+    PerfectHeadSpec,
     PolicyInputs,
     SVSpec,
     policy_spec,
 )
 
 SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
-         SVSpec("profile"), SVSpec("profile", k=3), OracleSpec()]
+         SVSpec("profile"), SVSpec("profile", k=3), PerfectHeadSpec(0.7), PerfectGoodputSpec(), OracleSpec()]
 
 
 @pytest.fixture()
@@ -36,9 +38,12 @@ def inputs() -> PolicyInputs:
 
 
 def test_the_registry_holds_every_kind_in_table_order():
-    assert list(POLICY_SPECS) == ["fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle"]
-    assert [kind for kind, spec in POLICY_SPECS.items() if spec.tuned] == ["fixed", "confidence", "head"]
-    assert [kind for kind, spec in POLICY_SPECS.items() if not spec.rows_alone] == ["sv", "oracle"]
+    assert list(POLICY_SPECS) == ["fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "perfect",
+                                  "perfect-goodput", "oracle"]
+    assert [kind for kind, spec in POLICY_SPECS.items() if spec.tuned] == ["fixed", "confidence", "head", "perfect"]
+    assert [kind for kind, spec in POLICY_SPECS.items() if not spec.rows_alone] == ["sv", "perfect", "perfect-goodput",
+                                                                                   "oracle"]
+    assert [kind for kind, spec in POLICY_SPECS.items() if spec.bound] == ["perfect", "perfect-goodput", "oracle"]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=repr)
@@ -59,6 +64,11 @@ def test_each_spec_builds_the_policy_it_names(inputs):
     assert built["SVSpec(profile='profile', k=None)"].k == 6  # the profile's latency table length
     assert built["SVSpec(profile='profile', k=3)"].k == 3
     assert isinstance(built["OracleSpec()"], policies.Oracle)
+    perfect = built["PerfectHeadSpec(threshold=0.7)"]
+    assert isinstance(perfect, policies.PerfectHead) and (perfect.threshold, perfect.k_max) == (0.7, 20)
+    perfect_goodput = built["PerfectGoodputSpec()"]
+    assert isinstance(perfect_goodput, policies.PerfectGoodput) and perfect_goodput.costs == inputs.costs
+    assert all(built[repr(s)].needs_hindsight == s.bound for s in SPECS)
 
 
 def test_a_goodput_head_without_costs_and_an_unknown_kind_are_refused(inputs):
