@@ -67,16 +67,27 @@ def _load(p: PromptsConfig, seed: int, tokenizer: PreTrainedTokenizerBase, budge
     return PromptSet(name, role, source, style, split, encoded[:count], skipped)
 
 
-def load_sets(p: PromptsConfig, e: EvaluateConfig, seed: int, tokenizer: PreTrainedTokenizerBase,
-              context: int) -> list[PromptSet]:
-    """dev, test (the configured source) and every ``prompts.ood`` set, sized by ``evaluate.prompts``."""
-    sizes = e.prompts
+def _budget(p: PromptsConfig, e: EvaluateConfig, context: int) -> int:
     budget = min(p.max_prompt_tokens, context - e.max_new_tokens - 2)
     if budget < 1:
         raise ValueError(f"evaluate.max_new_tokens={e.max_new_tokens} leaves no room for a prompt "
                          f"in the models' context of {context} tokens")
-    sets = [_load(p, seed, tokenizer, budget, name=split, role=split, source=p.source, style=p.style, split=split,
-                  count=sizes[split]) for split in ("dev", "test")]
+    return budget
+
+
+def load_split(p: PromptsConfig, e: EvaluateConfig, seed: int, tokenizer: PreTrainedTokenizerBase, context: int,
+               split: str, count: int) -> PromptSet:
+    """``count`` prompts of one split of the configured source (e.g. ``train``, for fitting on the decoder's rounds)."""
+    return _load(p, seed, tokenizer, _budget(p, e, context), name=split, role=split, source=p.source, style=p.style,
+                 split=split, count=count)
+
+
+def load_sets(p: PromptsConfig, e: EvaluateConfig, seed: int, tokenizer: PreTrainedTokenizerBase,
+              context: int) -> list[PromptSet]:
+    """dev, test (the configured source) and every ``prompts.ood`` set, sized by ``evaluate.prompts``."""
+    sizes = e.prompts
+    budget = _budget(p, e, context)
+    sets = [load_split(p, e, seed, tokenizer, context, split, sizes[split]) for split in ("dev", "test")]
     for spec in p.ood:
         source, style = parse_source(spec)
         sets.append(_load(p, seed, tokenizer, budget, name=spec, role="ood", source=source, style=style,

@@ -1,0 +1,267 @@
+"""``python -m accept_heads.levers [+exp=NAME] [overrides]``: the dev table of the levers tried on each head.
+
+A lever changes what the stop rule is fed. Each one tried here is a recalibration of an exported head fitted
+on the decoder's own rounds — the candidates it visits when it drafts with that head (DAgger-style data,
+beside the token-mixed prefixes the head was trained on), on as many prompts of the train split as dev has,
+never dev or test —
+against the true acceptance probability of each visited candidate (the hindsight target of the bounds,
+DESIGN §5):
+
+* ``platt``: ``σ(a·z + b)`` of the head's logit ``z`` (temperature scaling with a bias, fitted on
+  the visited states rather than on token-mixed dev positions);
+* ``decode-time``: ``σ(a·z + b + w·f)`` with the features the decoder has at decode time: the position
+  in the round, the running keep-probability ``log Π P̂``, the previous round's accepted length, the
+  draft's entropy and its change since the previous candidate.
+
+Each variant and the head as exported decode the dev prompts with the threshold stop (``h`` chosen on dev
+for each of them over ``evaluate.thresholds``) and with the goodput stop; a lever's effect is its
+throughput over the head's at the cost pair, with a 95 % paired-bootstrap interval over the dev prompts.
+A lever is kept only if the interval's lower end is above 1. Writes ``levers.csv`` and ``levers.json``
+under ``<evaluate.out_dir>/levers``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+import pandas as pd
+import torch
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+from tqdm.auto import tqdm
+
+from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
+from accept_heads.evaluation.costs import configured_model
+from accept_heads.evaluation.inputs import PromptSet, discover, load_split
+from accept_heads.selection import best_value
+from ahconf.entry import CONF_DIR, run_entry
+from ahconf.schema import EvaluateJob
+from data_gen.models import Trio, load_trio
+from data_gen.prompts import check_prompt_choices
+from data_gen.seeding import prompt_seed
+from data_gen.shards import write_json_atomic
+from decode import SpeculativeDecoder
+from decode.artifacts.version import code_version
+from decode.costs import CostModel
+from decode.head import AcceptanceHead
+from decode.policies import Decision, DraftRound, GoodputHead, Head, Policy
+from decode.rules import from_spec
+from decode.sampling import Sampling
+
+#: Round features of a candidate, in the order of a recalibration's weights.
+FEATURES = ("bias", "logit", "position", "log_keep", "previous_accepted", "entropy", "entropy_change")
+#: Which features each lever's recalibration uses (the others keep weight 0).
+LEVERS = {"platt": ("bias", "logit"), "decode-time": FEATURES}
+@dataclass(frozen=True)
+class Recalibration:
+    """``σ(w · x)`` over the round features ``x`` (:data:`FEATURES`) of a candidate."""
+
+    lever: str
+    weights: tuple[float, ...]
+
+    def __call__(self, x: np.ndarray) -> float:
+        return 1.0 / (1.0 + math.exp(-float(np.dot(self.weights, x))))
+
+
+class RoundFeatures:
+    """Mixin for :class:`Head` / :class:`GoodputHead`: computes each candidate's round features, records them with
+    the candidate's true acceptance probability (``log``; needs hindsight), and feeds the stop rule the
+    ``recalibration`` of the head's estimate instead of the estimate itself."""
+
+    def setup(self, recalibration: Recalibration | None, log: list | None) -> None:
+        self.recalibration, self.log = recalibration, log
+        self.needs_hindsight = log is not None
+        self._last_accepted, self._previous_entropy = 0, 0.0
+
+    def start_round(self) -> None:
+        super().start_round()  # type: ignore[misc]
+        self._previous_entropy = 0.0
+
+    def end_round(self, drafted: int, verified: int, accepted: int) -> None:
+        super().end_round(drafted, verified, accepted)  # type: ignore[misc]
+        self._last_accepted = accepted
+
+    def _stop(self, state: DraftRound, accept: float) -> Decision:
+        q = state.sampling.feature_probs(state.q_logits[state.i - 1]).float()
+        entropy = float(-(q * q.clamp_min(1e-30).log()).sum())
+        clipped = min(max(accept, 1e-6), 1 - 1e-6)
+        x = np.array([1.0, math.log(clipped / (1 - clipped)), state.i, math.log(max(self._keep_prob, 1e-12)),
+                      self._last_accepted, entropy, entropy - self._previous_entropy if state.i > 1 else 0.0])
+        self._previous_entropy = entropy
+        if self.log is not None:
+            self.log.append((x, state.accept_probs[-1]))
+        return super()._stop(state, self.recalibration(x) if self.recalibration else accept)  # type: ignore[misc]
+
+
+class LeverHead(RoundFeatures, Head):
+    """The threshold stop on a recalibrated head."""
+
+
+class LeverGoodput(RoundFeatures, GoodputHead):
+    """The goodput stop on a recalibrated head."""
+
+
+def fit(lever: str, log: list[tuple[np.ndarray, float]]) -> Recalibration:
+    """Soft-label logistic regression of the true acceptance on the lever's features (L-BFGS, a little L2)."""
+    used = torch.tensor([name in LEVERS[lever] for name in FEATURES], dtype=torch.float64)
+    x = torch.tensor(np.stack([row for row, _ in log]), dtype=torch.float64)
+    y = torch.tensor([a for _, a in log], dtype=torch.float64)
+    scale = x.abs().amax(0).clamp_min(1.0)  # features of order one
+    weights = torch.zeros(len(FEATURES), dtype=torch.float64)
+    weights[FEATURES.index("logit")] = 1.0
+    weights.requires_grad_(True)
+    optimiser = torch.optim.LBFGS([weights], max_iter=200, line_search_fn="strong_wolfe")
+
+    def loss() -> torch.Tensor:
+        optimiser.zero_grad()
+        value = torch.nn.functional.binary_cross_entropy_with_logits((x / scale) @ (weights * used), y)
+        value = value + 1e-6 * (weights * used).pow(2).sum()
+        value.backward()
+        return value
+
+    optimiser.step(loss)
+    return Recalibration(lever, tuple(float(w) for w in (weights * used / scale).detach()))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A head with one lever (``lever=None``: the head as exported)."""
+
+    head: str
+    lever: str | None
+    recalibration: Recalibration | None
+
+    @property
+    def name(self) -> str:
+        return self.lever or "as exported"
+
+
+@dataclass
+class Lab:
+    """What every decode here needs: the models, the cost pair, the run's sampling and settings."""
+
+    job: EvaluateJob
+    trio: Trio
+    sampling: Sampling
+    cost: CostModel
+
+    def policy(self, head: AcceptanceHead, stop: str, threshold: float, recalibration: Recalibration | None,
+               log: list | None = None) -> Policy:
+        k_min, k_max = head.metadata.get("k_min", self.job.head.k_min), head.metadata.get("k_max", self.job.head.k_max)
+        policy: LeverHead | LeverGoodput
+        if stop == "goodput":
+            policy = LeverGoodput(head, self.cost, k_min=k_min, k_max=k_max)
+        else:
+            policy = LeverHead(head, threshold=threshold, k_min=k_min, k_max=k_max)
+        policy.setup(recalibration, log)
+        return policy
+
+    def decode(self, head: AcceptanceHead, policy: Policy, prompts: PromptSet) -> PromptCosts:
+        """Every prompt of ``prompts`` with ``policy`` (per-prompt seeds as the evaluation's): modelled seconds."""
+        meta = head.metadata["rule"]
+        decoder = SpeculativeDecoder(self.trio.target, self.trio.draft, rule=from_spec(meta["name"], **meta["params"]),
+                                     policy=policy, companion=self.trio.companion if policy.companion else None,
+                                     sampling=self.sampling)
+        generated, seconds = [], []
+        for prompt in prompts.prompts:
+            stats = decoder.generate(prompt.token_ids, max_new_tokens=self.job.evaluate.max_new_tokens,
+                                     seed=prompt_seed(self.job.seed, prompt.prompt_id)).stats
+            units = self.cost.latency.units(np.bincount(np.asarray(stats.verified_per_round, dtype=np.int64)))
+            generated.append(stats.generated)
+            seconds.append(float(self.cost.times(stats.draft_calls, stats.companion_calls, units)))
+        return PromptCosts(tuple(p.prompt_id for p in prompts.prompts), np.array(generated, float), np.array(seconds))
+
+
+def throughput(run: PromptCosts) -> float:
+    return float(run.generated.sum() / run.seconds.sum())
+
+
+def measure(lab: Lab, head: AcceptanceHead, variant: Variant, dev: PromptSet,
+            thresholds: list[float]) -> dict[str, tuple[float | None, PromptCosts]]:
+    """The variant's dev runs: the threshold stop at its best ``h`` on dev, and the goodput stop."""
+    runs = {h: lab.decode(head, lab.policy(head, "threshold", h, variant.recalibration), dev) for h in thresholds}
+    best = best_value(list(runs), [throughput(r) for r in runs.values()])
+    goodput = lab.decode(head, lab.policy(head, "goodput", 1.0, variant.recalibration), dev)
+    return {"threshold": (best, runs[best]), "goodput": (None, goodput)}
+
+
+def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Fit every lever on each head's train-split rounds and measure it on dev; the table and the fits."""
+    notes: dict[str, str] = {}
+    trio = load_trio(job.models, job.paths.zoo_dir)
+    sampling = Sampling(**asdict(job.sampling))
+    artifacts, _ = discover(job.paths.head_dir, trio, sampling, notes)
+    context = trio.target.config.max_position_embeddings
+    e = job.evaluate
+    dev = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "dev", e.prompts["dev"])
+    train = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "train", e.prompts["dev"])  # as many
+    lab = Lab(job, trio, sampling, configured_model(job.cost, None))
+    thresholds = list(e.thresholds or job.head.thresholds)
+    rows, fits = [], {}
+    heads = {n: h for n, h in artifacts.heads.items() if not h.config.companion_features}
+    with tqdm(total=len(heads) * (1 + len(LEVERS)), desc="levers", unit="variant", dynamic_ncols=True) as bar:
+        for name, head in heads.items():
+            log: list = []
+            lab.decode(head, lab.policy(head, "threshold", head.metadata.get("threshold", 0.5), None, log), train)
+            variants = [Variant(name, None, None)] + [Variant(name, lever, fit(lever, log)) for lever in LEVERS]
+            fits[name] = {"rounds_candidates": len(log),
+                          **{v.lever: dict(zip(FEATURES, v.recalibration.weights)) for v in variants if v.lever}}
+            measured = {}
+            for variant in variants:
+                bar.set_postfix_str(f"{name} {variant.name}", refresh=False)
+                measured[variant.name] = measure(lab, head, variant, dev, thresholds)
+                bar.update()
+            draws = paired_draws(len(dev.prompts), job.seed)
+            for variant in variants:
+                for stop, (h, run) in measured[variant.name].items():
+                    base_h, base = measured["as exported"][stop]
+                    low, high = ratio_interval(run, base, draws)
+                    rows.append({"head": name, "lever": variant.name, "stop": stop, "h": h, "base_h": base_h,
+                                 "dev_throughput": throughput(run), "effect": throughput(run) / throughput(base),
+                                 "effect_lo": low, "effect_hi": high,
+                                 "kept": bool(variant.lever) and low > 1.0})
+    return pd.DataFrame(rows), {"fits": fits, "notes": notes}
+
+
+def print_levers(table: pd.DataFrame) -> None:
+    out = Table(title="levers on dev — throughput at the cost pair over the head as exported [95% paired-bootstrap "
+                      "CI over dev prompts]; kept only if the interval is above 1", title_justify="left")
+    for column in ("head", "lever", "stop", "h (dev)", "dev tok / modelled s", "effect [95% CI]", "kept"):
+        out.add_column(column, justify="left" if column in ("head", "lever", "stop") else "right")
+    for _, row in table.iterrows():
+        h = "—" if pd.isna(row["h"]) else f"{row['h']:g}"
+        out.add_row(row["head"], row["lever"], row["stop"], h, f"{row['dev_throughput']:.2f}",
+                    f"{row['effect']:.3f}× [{row['effect_lo']:.3f}, {row['effect_hi']:.3f}]",
+                    "yes" if row["kept"] else "no")
+    Console(width=160).print(out)
+
+
+def run_levers(job: EvaluateJob) -> pd.DataFrame:
+    """Fit, measure, write and print the lever table."""
+    table, described = lever_rows(job)
+    out = Path(job.evaluate.out_dir) / "levers"
+    out.mkdir(parents=True, exist_ok=True)
+    partial = out / "levers.csv.partial"
+    table.to_csv(partial, index=False)
+    partial.replace(out / "levers.csv")
+    write_json_atomic(out / "levers.json", {"command": "accept_heads.levers", "code_version": code_version(),
+                                            "fit_prompts (train split)": job.evaluate.prompts["dev"], "dev_prompts": job.evaluate.prompts["dev"],
+                                            "cost": asdict(job.cost), "seed": job.seed, **described})
+    print_levers(table)
+    print(f"levers: {out / 'levers.csv'}, {out / 'levers.json'}")
+    return table
+
+
+@hydra.main(config_path=CONF_DIR, config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run_entry(cfg, "accept_heads.levers", lambda config: run_levers(config.evaluate_job()), check_prompt_choices)
+
+
+if __name__ == "__main__":
+    main()

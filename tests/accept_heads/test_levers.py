@@ -1,0 +1,58 @@
+"""The lever harness: its recalibration fit recovers a known calibration (and finds none in noise), and it
+measures every lever of every head on dev against the head as exported."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from accept_heads.levers import FEATURES, LEVERS, fit, run_levers
+from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
+from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
+
+
+def rounds(n: int, seed: int, accept) -> list[tuple[np.ndarray, float]]:
+    """``n`` synthetic candidates: round features drawn at random, true acceptance ``accept(x)``."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        x = np.array([1.0, rng.normal(0, 2), rng.integers(1, 8), -rng.exponential(1.0), rng.integers(0, 8),
+                      rng.uniform(0, 4), rng.normal(0, 1)])
+        rows.append((x, accept(x)))
+    return rows
+
+
+def sigmoid(v: float) -> float:
+    return 1.0 / (1.0 + math.exp(-v))
+
+
+def test_platt_recovers_a_temperature_and_a_bias():
+    log = rounds(3000, 0, lambda x: sigmoid(0.5 * x[1] - 0.3))
+    weights = dict(zip(FEATURES, fit("platt", log).weights))
+    assert weights["logit"] == pytest.approx(0.5, abs=0.03) and weights["bias"] == pytest.approx(-0.3, abs=0.03)
+    assert all(weights[name] == 0.0 for name in FEATURES if name not in LEVERS["platt"])
+
+
+def test_decode_time_features_are_found_when_they_matter_and_not_in_noise():
+    log = rounds(3000, 1, lambda x: sigmoid(x[1] - 0.4 * x[2] + 1.0))
+    weights = dict(zip(FEATURES, fit("decode-time", log).weights))
+    assert weights["position"] == pytest.approx(-0.4, abs=0.05) and weights["logit"] == pytest.approx(1.0, abs=0.05)
+    rng = np.random.default_rng(2)
+    noise = [(x, float(rng.uniform(0.3, 0.7))) for x, _ in rounds(3000, 3, lambda x: 0.5)]  # a negative control
+    weights = dict(zip(FEATURES, fit("decode-time", noise).weights))
+    assert all(abs(w) < 0.05 for name, w in weights.items() if name != "bias")
+
+
+def test_every_lever_of_every_head_is_measured_on_dev(make_config, micro_trio, tmp_path):
+    write_artifacts(tmp_path / "heads", micro_trio["draft"])
+    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
+                         f"paths.head_dir={tmp_path / 'heads'}", f"evaluate.out_dir={tmp_path / 'eval'}")
+    table = run_levers(config.evaluate_job())
+    assert set(table["head"]) == {"pre", "post"} and set(table["lever"]) == {"as exported", *LEVERS}
+    assert set(table["stop"]) == {"threshold", "goodput"} and len(table) == 2 * 3 * 2
+    exported = table[table["lever"] == "as exported"]
+    assert np.allclose(exported[["effect", "effect_lo", "effect_hi"]].to_numpy(), 1.0) and not exported["kept"].any()
+    assert set(table.loc[table["stop"] == "threshold", "h"]) <= {0.5, 0.9}
+    assert (tmp_path / "eval" / "levers" / "levers.csv").stat().st_size > 0
