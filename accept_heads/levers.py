@@ -11,9 +11,11 @@ DESIGN §5):
   the visited states rather than on token-mixed dev positions);
 * ``decode-time``: ``σ(a·z + b + w·f)`` with the features the decoder has at decode time: the position
   in the round, the running keep-probability ``log Π P̂``, the previous round's accepted length, the
-  draft's entropy and its change since the previous candidate.
+  draft's entropy and its change since the previous candidate;
+* ``retrained``: the head itself fine-tuned on those candidates' inputs (its hidden state and features)
+  against their true acceptance — one DAgger iteration (a fifth of the candidates held out to stop it).
 
-Each variant and the head as exported decode the dev prompts with the threshold stop (``h`` chosen on dev
+``evaluate.levers`` names the levers tried. Each variant and the head as exported decode the dev prompts with the threshold stop (``h`` chosen on dev
 for each of them over ``evaluate.thresholds``) and with the goodput stop; a lever's effect is its
 throughput over the head's at the cost pair, with a 95 % paired-bootstrap interval over the dev prompts.
 A lever is kept only if the interval's lower end is above 1. Writes ``levers.csv`` and ``levers.json``
@@ -22,6 +24,7 @@ under ``<evaluate.out_dir>/levers``.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,6 +62,16 @@ FEATURES = ("bias", "logit", "position", "log_keep", "previous_accepted", "entro
 #: Which features each lever's recalibration uses (the others keep weight 0).
 LEVERS = {"platt": ("bias", "logit"), "decode-time": FEATURES}
 @dataclass(frozen=True)
+class Visit:
+    """A candidate the decoder drafted: its round features, its true acceptance, and the head's inputs."""
+
+    x: np.ndarray
+    accept: float
+    hidden: torch.Tensor
+    features: torch.Tensor | None
+
+
+@dataclass(frozen=True)
 class Recalibration:
     """``σ(w · x)`` over the round features ``x`` (:data:`FEATURES`) of a candidate."""
 
@@ -87,6 +100,10 @@ class RoundFeatures:
         super().end_round(drafted, verified, accepted)  # type: ignore[misc]
         self._last_accepted = accepted
 
+    def _decide(self, state: DraftRound, hidden: torch.Tensor, features: torch.Tensor | None) -> Decision:
+        self._inputs = (hidden.float().cpu(), None if features is None else features.float().cpu())
+        return super()._decide(state, hidden, features)  # type: ignore[misc]
+
     def _stop(self, state: DraftRound, accept: float) -> Decision:
         q = state.sampling.feature_probs(state.q_logits[state.i - 1]).float()
         entropy = float(-(q * q.clamp_min(1e-30).log()).sum())
@@ -95,7 +112,7 @@ class RoundFeatures:
                       self._last_accepted, entropy, entropy - self._previous_entropy if state.i > 1 else 0.0])
         self._previous_entropy = entropy
         if self.log is not None:
-            self.log.append((x, state.accept_probs[-1]))
+            self.log.append(Visit(x, state.accept_probs[-1], *self._inputs))
         return super()._stop(state, self.recalibration(x) if self.recalibration else accept)  # type: ignore[misc]
 
 
@@ -107,11 +124,11 @@ class LeverGoodput(RoundFeatures, GoodputHead):
     """The goodput stop on a recalibrated head."""
 
 
-def fit(lever: str, log: list[tuple[np.ndarray, float]]) -> Recalibration:
+def fit(lever: str, log: list[Visit]) -> Recalibration:
     """Soft-label logistic regression of the true acceptance on the lever's features (L-BFGS, a little L2)."""
     used = torch.tensor([name in LEVERS[lever] for name in FEATURES], dtype=torch.float64)
-    x = torch.tensor(np.stack([row for row, _ in log]), dtype=torch.float64)
-    y = torch.tensor([a for _, a in log], dtype=torch.float64)
+    x = torch.tensor(np.stack([v.x for v in log]), dtype=torch.float64)
+    y = torch.tensor([v.accept for v in log], dtype=torch.float64)
     scale = x.abs().amax(0).clamp_min(1.0)  # features of order one
     weights = torch.zeros(len(FEATURES), dtype=torch.float64)
     weights[FEATURES.index("logit")] = 1.0
@@ -129,13 +146,46 @@ def fit(lever: str, log: list[tuple[np.ndarray, float]]) -> Recalibration:
     return Recalibration(lever, tuple(float(w) for w in (weights * used / scale).detach()))
 
 
+def retrain(head: AcceptanceHead, log: list[Visit], seed: int, epochs: int = 40) -> tuple[AcceptanceHead, dict]:
+    """A copy of ``head`` fine-tuned on the visited candidates (soft-label BCE, Adam); the epoch with the lowest
+    held-out loss (a fifth of the candidates) is kept. Returns the head and its held-out losses before and after."""
+    model = copy.deepcopy(head).train()
+    hidden = torch.stack([v.hidden for v in log])
+    features = torch.stack([v.features for v in log]) if log[0].features is not None else None
+    labels = torch.tensor([v.accept for v in log])
+    order = torch.randperm(len(log), generator=torch.Generator().manual_seed(seed))
+    held, used = order[: len(log) // 5], order[len(log) // 5 :]
+
+    def loss(rows: torch.Tensor) -> torch.Tensor:
+        logits = model(hidden[rows], None if features is None else features[rows])
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels[rows])
+
+    optimiser = torch.optim.Adam(model.parameters(), lr=3e-4, weight_decay=1e-4)
+    with torch.no_grad():
+        before = best = float(loss(held))
+    state = copy.deepcopy(model.state_dict())
+    for _ in range(epochs):
+        for rows in used[torch.randperm(len(used), generator=torch.Generator().manual_seed(seed + _))].split(256):
+            optimiser.zero_grad()
+            loss(rows).backward()
+            optimiser.step()
+        with torch.no_grad():
+            held_loss = float(loss(held))
+        if held_loss < best:
+            best, state = held_loss, copy.deepcopy(model.state_dict())
+    model.load_state_dict(state)
+    model.metadata = dict(head.metadata)
+    return model.eval(), {"held_out_bce_before": before, "held_out_bce_after": best, "held_out": len(held)}
+
+
 @dataclass(frozen=True)
 class Variant:
-    """A head with one lever (``lever=None``: the head as exported)."""
+    """A head with one lever (``lever=None``: the head as exported); ``model``: a retrained head."""
 
     head: str
     lever: str | None
     recalibration: Recalibration | None
+    model: AcceptanceHead | None = None
 
     @property
     def name(self) -> str:
@@ -185,6 +235,7 @@ def throughput(run: PromptCosts) -> float:
 def measure(lab: Lab, head: AcceptanceHead, variant: Variant, dev: PromptSet,
             thresholds: list[float]) -> dict[str, tuple[float | None, PromptCosts]]:
     """The variant's dev runs: the threshold stop at its best ``h`` on dev, and the goodput stop."""
+    head = variant.model or head
     runs = {h: lab.decode(head, lab.policy(head, "threshold", h, variant.recalibration), dev) for h in thresholds}
     best = best_value(list(runs), [throughput(r) for r in runs.values()])
     goodput = lab.decode(head, lab.policy(head, "goodput", 1.0, variant.recalibration), dev)
@@ -205,13 +256,18 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     thresholds = list(e.thresholds or job.head.thresholds)
     rows, fits = [], {}
     heads = {n: h for n, h in artifacts.heads.items() if not h.config.companion_features}
-    with tqdm(total=len(heads) * (1 + len(LEVERS)), desc="levers", unit="variant", dynamic_ncols=True) as bar:
+    tried = job.evaluate.levers
+    with tqdm(total=len(heads) * (1 + len(tried)), desc="levers", unit="variant", dynamic_ncols=True) as bar:
         for name, head in heads.items():
             log: list = []
             lab.decode(head, lab.policy(head, "threshold", head.metadata.get("threshold", 0.5), None, log), train)
-            variants = [Variant(name, None, None)] + [Variant(name, lever, fit(lever, log)) for lever in LEVERS]
+            variants = [Variant(name, None, None)] + [Variant(name, lever, fit(lever, log))
+                                                      for lever in LEVERS if lever in tried]
             fits[name] = {"rounds_candidates": len(log),
                           **{v.lever: dict(zip(FEATURES, v.recalibration.weights)) for v in variants if v.lever}}
+            if "retrained" in tried:
+                retrained, fits[name]["retrained"] = retrain(head, log, job.seed)
+                variants.append(Variant(name, "retrained", None, retrained))
             measured = {}
             for variant in variants:
                 bar.set_postfix_str(f"{name} {variant.name}", refresh=False)

@@ -288,6 +288,10 @@ class CostConfig:
     t_target_alone: Optional[float] = 0.108
 
 
+#: The levers ``python -m accept_heads.levers`` can try (recalibrations and a retrained head; accept_heads.levers).
+LEVER_NAMES = ("platt", "decode-time", "retrained")
+
+
 @dataclass
 class EvaluateConfig:
     """``python -m accept_heads.evaluate``: every policy × rule × prompt set; defaults sized for the tiny trio.
@@ -309,6 +313,8 @@ class EvaluateConfig:
     # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
     # predictor (true acceptance probabilities) under the threshold and the goodput stop
     bounds: bool = True
+    # python -m accept_heads.levers: the levers it tries on each head (platt, decode-time, retrained)
+    levers: List[str] = field(default_factory=lambda: list(LEVER_NAMES))
     fuzzy_thresholds: List[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])  # FSD T sweep (dev; test)
     hf_baselines: bool = True  # HF assisted generation: constant K, heuristic, confidence 0.4
     hf_k: Optional[List[int]] = None  # HF constant-K baselines; null = the fixed K chosen on dev (per rule)
@@ -333,6 +339,8 @@ class EvaluateConfig:
     def __post_init__(self) -> None:
         for name in self.rules or []:
             _choice("evaluate.rules", name, RULE_NAMES)
+        for name in self.levers:
+            _choice("evaluate.levers", name, LEVER_NAMES)
         if set(self.prompts) != {"dev", "test", "ood"}:
             raise ConfigError(f"evaluate.prompts needs a count for each of dev, test, ood; got {dict(self.prompts)}")
         for key in self.hf_sets:

@@ -4,23 +4,26 @@ measures every lever of every head on dev against the head as exported."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 
-from accept_heads.levers import FEATURES, LEVERS, fit, run_levers
+from accept_heads.levers import FEATURES, LEVERS, Visit, fit, retrain, run_levers
+from decode import AcceptanceHead, HeadConfig
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
 
 
-def rounds(n: int, seed: int, accept) -> list[tuple[np.ndarray, float]]:
+def rounds(n: int, seed: int, accept) -> list[Visit]:
     """``n`` synthetic candidates: round features drawn at random, true acceptance ``accept(x)``."""
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(n):
         x = np.array([1.0, rng.normal(0, 2), rng.integers(1, 8), -rng.exponential(1.0), rng.integers(0, 8),
                       rng.uniform(0, 4), rng.normal(0, 1)])
-        rows.append((x, accept(x)))
+        rows.append(Visit(x, accept(x), torch.zeros(1), None))
     return rows
 
 
@@ -40,9 +43,22 @@ def test_decode_time_features_are_found_when_they_matter_and_not_in_noise():
     weights = dict(zip(FEATURES, fit("decode-time", log).weights))
     assert weights["position"] == pytest.approx(-0.4, abs=0.05) and weights["logit"] == pytest.approx(1.0, abs=0.05)
     rng = np.random.default_rng(2)
-    noise = [(x, float(rng.uniform(0.3, 0.7))) for x, _ in rounds(3000, 3, lambda x: 0.5)]  # a negative control
+    noise = [replace(v, accept=float(rng.uniform(0.3, 0.7))) for v in rounds(3000, 3, lambda x: 0.5)]  # control
     weights = dict(zip(FEATURES, fit("decode-time", noise).weights))
     assert all(abs(w) < 0.05 for name, w in weights.items() if name != "bias")
+
+
+def test_retraining_on_visited_candidates_learns_what_they_show_and_keeps_the_head_otherwise():
+    head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1, timing="post"))
+    head.metadata = {"rule": "speculative"}
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2000, 8, generator=generator)
+    direction = torch.randn(8, generator=generator)
+    visits = [Visit(np.zeros(len(FEATURES)), float(torch.sigmoid(2 * h @ direction)), h, None) for h in hidden]
+    model, losses = retrain(head, visits, seed=0)
+    assert losses["held_out_bce_after"] < losses["held_out_bce_before"] - 0.05 and losses["held_out"] == 400
+    assert model is not head and model.metadata == head.metadata and not model.training
+    assert any(not torch.equal(a, b) for a, b in zip(model.state_dict().values(), head.state_dict().values()))
 
 
 def test_every_lever_of_every_head_is_measured_on_dev(make_config, micro_trio, tmp_path):
@@ -50,8 +66,8 @@ def test_every_lever_of_every_head_is_measured_on_dev(make_config, micro_trio, t
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
                          f"paths.head_dir={tmp_path / 'heads'}", f"evaluate.out_dir={tmp_path / 'eval'}")
     table = run_levers(config.evaluate_job())
-    assert set(table["head"]) == {"pre", "post"} and set(table["lever"]) == {"as exported", *LEVERS}
-    assert set(table["stop"]) == {"threshold", "goodput"} and len(table) == 2 * 3 * 2
+    assert set(table["head"]) == {"pre", "post"} and set(table["lever"]) == {"as exported", *LEVERS, "retrained"}
+    assert set(table["stop"]) == {"threshold", "goodput"} and len(table) == 2 * 4 * 2
     exported = table[table["lever"] == "as exported"]
     assert np.allclose(exported[["effect", "effect_lo", "effect_hi"]].to_numpy(), 1.0) and not exported["kept"].any()
     assert set(table.loc[table["stop"] == "threshold", "h"]) <= {0.5, 0.9}
