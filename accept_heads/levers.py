@@ -39,9 +39,10 @@ from rich.console import Console
 from rich.table import Table
 from tqdm.auto import tqdm
 
-from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
+from accept_heads.evaluation.bootstrap import PromptCosts, generation_seconds, paired_draws, ratio_interval
 from accept_heads.evaluation.costs import configured_model
 from accept_heads.evaluation.inputs import PromptSet, discover, load_split
+from accept_heads.evaluation.runs import Generation
 from accept_heads.selection import best_value
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import EvaluateJob
@@ -52,7 +53,7 @@ from data_gen.shards import write_json_atomic
 from decode import SpeculativeDecoder
 from decode.artifacts.version import code_version
 from decode.costs import CostModel
-from decode.head import AcceptanceHead
+from decode.head import AcceptanceHead, head_features
 from decode.policies import Decision, DraftRound, GoodputHead, Head, Policy
 from decode.rules import from_spec
 from decode.sampling import Sampling
@@ -105,8 +106,8 @@ class RoundFeatures:
         return super()._decide(state, hidden, features)  # type: ignore[misc]
 
     def _stop(self, state: DraftRound, accept: float) -> Decision:
-        q = state.sampling.feature_probs(state.q_logits[state.i - 1]).float()
-        entropy = float(-(q * q.clamp_min(1e-30).log()).sum())
+        q = state.sampling.feature_probs(state.q_logits[state.i - 1])
+        entropy = float(head_features(q, state.tokens[-1], ("entropy",))[0])  # the pre heads' H(q), nats
         clipped = min(max(accept, 1e-6), 1 - 1e-6)
         x = np.array([1.0, math.log(clipped / (1 - clipped)), state.i, math.log(max(self._keep_prob, 1e-12)),
                       self._last_accepted, entropy, entropy - self._previous_entropy if state.i > 1 else 0.0])
@@ -218,14 +219,14 @@ class Lab:
         decoder = SpeculativeDecoder(self.trio.target, self.trio.draft, rule=from_spec(meta["name"], **meta["params"]),
                                      policy=policy, companion=self.trio.companion if policy.companion else None,
                                      sampling=self.sampling)
-        generated, seconds = [], []
+        generations = []
         for prompt in prompts.prompts:
-            stats = decoder.generate(prompt.token_ids, max_new_tokens=self.job.evaluate.max_new_tokens,
-                                     seed=prompt_seed(self.job.seed, prompt.prompt_id)).stats
-            units = self.cost.latency.units(np.bincount(np.asarray(stats.verified_per_round, dtype=np.int64)))
-            generated.append(stats.generated)
-            seconds.append(float(self.cost.times(stats.draft_calls, stats.companion_calls, units)))
-        return PromptCosts(tuple(p.prompt_id for p in prompts.prompts), np.array(generated, float), np.array(seconds))
+            seed = prompt_seed(self.job.seed, prompt.prompt_id)
+            stats = decoder.generate(prompt.token_ids, max_new_tokens=self.job.evaluate.max_new_tokens, seed=seed).stats
+            generations.append(asdict(Generation.of(prompt.prompt_id, seed, stats)))
+        frame = pd.DataFrame(generations)
+        return PromptCosts(tuple(frame["prompt_id"]), frame["generated"].to_numpy(float),
+                           np.asarray(generation_seconds(frame, self.cost), dtype=float))
 
 
 def throughput(run: PromptCosts) -> float:
