@@ -13,7 +13,14 @@ DESIGN §5):
   in the round, the running keep-probability ``log Π P̂``, the previous round's accepted length, the
   draft's entropy and its change since the previous candidate;
 * ``retrained``: the head itself fine-tuned on those candidates' inputs (its hidden state and features)
-  against their true acceptance — one DAgger iteration (a fifth of the candidates held out to stop it).
+  against their true acceptance — one DAgger iteration (a fifth of the candidates held out to stop it);
+* ``pre-draft`` (DSpark): a copy of the head fine-tuned on the same inputs against the acceptance probability of
+  the *next* candidate before it is drawn, ``1 − TV(v, q)`` (:meth:`decode.rules.Rule.expected_accept`), so that
+  the stop decides before drafting it: the threshold stop drafts ``y_{i+1}`` only while
+  ``1 − Π_{j≤i} P̂_j · F̂_{i+1} ≤ h``, the goodput stop takes the forecast ``F̂_{i+1}`` instead of ``P̂_i`` for the
+  undrafted candidates; ``pre-draft-linear``: the forecast a logistic regression on the round features.
+  The next candidate's label is observed for every visited decision, stops included: where the head stops,
+  the logging run drafts one candidate more to read it and withdraws it uncounted.
 
 ``evaluate.levers`` names the levers tried. Each variant and the head as exported decode the dev prompts with the threshold stop (``h`` chosen on dev
 for each of them over ``evaluate.thresholds``) and with the goodput stop; a lever's effect is its
@@ -26,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,22 +61,27 @@ from decode import SpeculativeDecoder
 from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.head import AcceptanceHead, head_features
-from decode.policies import Decision, DraftRound, GoodputHead, Head, Policy
+from decode.policies import Decision, DraftRound, GoodputHead, Head, Policy, drafting_pays
 from decode.rules import from_spec
 from decode.sampling import Sampling
 
 #: Round features of a candidate, in the order of a recalibration's weights.
 FEATURES = ("bias", "logit", "position", "log_keep", "previous_accepted", "entropy", "entropy_change")
-#: Which features each lever's recalibration uses (the others keep weight 0).
-LEVERS = {"platt": ("bias", "logit"), "decode-time": FEATURES}
+#: Which features each lever's logistic regression uses (the others keep weight 0).
+LEVERS = {"platt": ("bias", "logit"), "decode-time": FEATURES, "pre-draft-linear": FEATURES}
+#: Levers that forecast the next candidate's acceptance before it is drafted (fitted to ``Visit.next_accept``).
+FORECASTS = ("pre-draft", "pre-draft-linear")
+
 @dataclass(frozen=True)
 class Visit:
-    """A candidate the decoder drafted: its round features, its true acceptance, and the head's inputs."""
+    """A candidate the decoder drafted: its round features, its true acceptance, the head's inputs, and the next
+    candidate's acceptance probability before it was drawn (None where no next candidate was drafted)."""
 
     x: np.ndarray
     accept: float
     hidden: torch.Tensor
     features: torch.Tensor | None
+    next_accept: float | None = None
 
 
 @dataclass(frozen=True)
@@ -83,19 +95,35 @@ class Recalibration:
         return 1.0 / (1.0 + math.exp(-float(np.dot(self.weights, x))))
 
 
+Forecaster = Recalibration | AcceptanceHead
+
+
 class RoundFeatures:
     """Mixin for :class:`Head` / :class:`GoodputHead`: computes each candidate's round features, records them with
-    the candidate's true acceptance probability (``log``; needs hindsight), and feeds the stop rule the
-    ``recalibration`` of the head's estimate instead of the estimate itself."""
+    the candidate's true acceptance probability and the next one's (``log``; needs hindsight), and feeds the stop
+    rule the ``recalibration`` of the head's estimate instead of the estimate itself — or, with a ``forecaster``,
+    the forecast of the next candidate's acceptance (:meth:`_forecast_stop`)."""
 
-    def setup(self, recalibration: Recalibration | None, log: list | None) -> None:
-        self.recalibration, self.log = recalibration, log
+    def setup(self, recalibration: Recalibration | None, log: list | None,
+              forecaster: Forecaster | None = None) -> None:
+        self.recalibration, self.log, self.forecaster = recalibration, log, forecaster
         self.needs_hindsight = log is not None
         self._last_accepted, self._previous_entropy = 0, 0.0
+        self._peeking, self._open_visit = False, False
 
     def start_round(self) -> None:
         super().start_round()  # type: ignore[misc]
         self._previous_entropy = 0.0
+        self._peeking, self._open_visit = False, False
+
+    def after_propose(self, state: DraftRound) -> Decision:
+        if self.log is not None and self._open_visit:  # the previous candidate's visit learns what came next
+            self.log[-1] = replace(self.log[-1], next_accept=state.expected_accepts[-1])
+            self._open_visit = False
+        if self._peeking:  # drafted only to read that label: withdrawn, its call uncounted
+            self._peeking = False
+            return Decision.DROP
+        return super().after_propose(state)  # type: ignore[misc]
 
     def end_round(self, drafted: int, verified: int, accepted: int) -> None:
         super().end_round(drafted, verified, accepted)  # type: ignore[misc]
@@ -112,24 +140,64 @@ class RoundFeatures:
         x = np.array([1.0, math.log(clipped / (1 - clipped)), state.i, math.log(max(self._keep_prob, 1e-12)),
                       self._last_accepted, entropy, entropy - self._previous_entropy if state.i > 1 else 0.0])
         self._previous_entropy = entropy
+        if self.forecaster is not None:
+            decision = self._forecast_stop(state, accept, self._forecast(x))
+        else:
+            decision = super()._stop(state, self.recalibration(x) if self.recalibration else accept)  # type: ignore[misc]
         if self.log is not None:
             self.log.append(Visit(x, state.accept_probs[-1], *self._inputs))
-        return super()._stop(state, self.recalibration(x) if self.recalibration else accept)  # type: ignore[misc]
+            self._open_visit = state.i < self.k_max  # type: ignore[attr-defined]
+            if decision is Decision.STOP and self._open_visit:  # draft one more to read its label (withdrawn)
+                self._peeking, decision = True, Decision.CONTINUE
+        return decision
+
+    def _forecast(self, x: np.ndarray) -> float:
+        """``F̂_{i+1}``: the forecaster's acceptance of the next, undrafted candidate."""
+        if isinstance(self.forecaster, Recalibration):
+            return self.forecaster(x)
+        with torch.no_grad():
+            return float(self.forecaster.predict(*self._inputs))
+
+    def _forecast_stop(self, state: DraftRound, accept: float, forecast: float) -> Decision:
+        raise NotImplementedError
 
 
 class LeverHead(RoundFeatures, Head):
-    """The threshold stop on a recalibrated head."""
+    """The threshold stop on a recalibrated head; with a forecaster it drafts ``y_{i+1}`` while
+    ``1 − Π_{j≤i} P̂_j · F̂_{i+1} ≤ h``."""
+
+    def _forecast_stop(self, state: DraftRound, accept: float, forecast: float) -> Decision:
+        self._keep_prob *= accept
+        stop = state.i >= self.k_min and 1.0 - self._keep_prob * forecast > self.threshold
+        return Decision.STOP if stop else Decision.CONTINUE
 
 
 class LeverGoodput(RoundFeatures, GoodputHead):
-    """The goodput stop on a recalibrated head."""
+    """The goodput stop on a recalibrated head; with a forecaster ``F̂_{i+1}`` stands in for the undrafted
+    candidates instead of ``P̂_i`` (batch 1 only)."""
+
+    def _forecast_stop(self, state: DraftRound, accept: float, forecast: float) -> Decision:
+        self._keep_prob *= accept
+        stop = state.i >= self.k_min and not drafting_pays(
+            [(self._keep_prob, forecast)], state.i, self.k_max, self.throughput, self._marginal_cost)
+        return Decision.STOP if stop else Decision.CONTINUE
+
+
+def labelled(log: list[Visit], lever: str) -> tuple[list[Visit], list[float]]:
+    """The visits a lever learns from and their labels: the candidate's own acceptance, or for a forecast the next
+    candidate's acceptance before it was drawn (visits where none was drafted are left out)."""
+    if lever in FORECASTS:
+        visits = [v for v in log if v.next_accept is not None]
+        return visits, [float(v.next_accept) for v in visits]
+    return log, [v.accept for v in log]
 
 
 def fit(lever: str, log: list[Visit]) -> Recalibration:
-    """Soft-label logistic regression of the true acceptance on the lever's features (L-BFGS, a little L2)."""
+    """Soft-label logistic regression of the lever's label (:func:`labelled`) on its features (L-BFGS, a little L2)."""
     used = torch.tensor([name in LEVERS[lever] for name in FEATURES], dtype=torch.float64)
+    log, labels = labelled(log, lever)
     x = torch.tensor(np.stack([v.x for v in log]), dtype=torch.float64)
-    y = torch.tensor([v.accept for v in log], dtype=torch.float64)
+    y = torch.tensor(labels, dtype=torch.float64)
     scale = x.abs().amax(0).clamp_min(1.0)  # features of order one
     weights = torch.zeros(len(FEATURES), dtype=torch.float64)
     weights[FEATURES.index("logit")] = 1.0
@@ -147,13 +215,16 @@ def fit(lever: str, log: list[Visit]) -> Recalibration:
     return Recalibration(lever, tuple(float(w) for w in (weights * used / scale).detach()))
 
 
-def retrain(head: AcceptanceHead, log: list[Visit], seed: int, epochs: int = 40) -> tuple[AcceptanceHead, dict]:
-    """A copy of ``head`` fine-tuned on the visited candidates (soft-label BCE, Adam); the epoch with the lowest
-    held-out loss (a fifth of the candidates) is kept. Returns the head and its held-out losses before and after."""
+def retrain(head: AcceptanceHead, log: list[Visit], seed: int, epochs: int = 40,
+            lever: str = "retrained") -> tuple[AcceptanceHead, dict]:
+    """A copy of ``head`` fine-tuned on the visited candidates against the lever's label (:func:`labelled`;
+    soft-label BCE, Adam); the epoch with the lowest held-out loss (a fifth of the candidates) is kept. Returns the
+    head and its held-out losses before and after."""
     model = copy.deepcopy(head).train()
+    log, label_list = labelled(log, lever)
     hidden = torch.stack([v.hidden for v in log])
     features = torch.stack([v.features for v in log]) if log[0].features is not None else None
-    labels = torch.tensor([v.accept for v in log])
+    labels = torch.tensor(label_list)
     order = torch.randperm(len(log), generator=torch.Generator().manual_seed(seed))
     held, used = order[: len(log) // 5], order[len(log) // 5 :]
 
@@ -181,12 +252,14 @@ def retrain(head: AcceptanceHead, log: list[Visit], seed: int, epochs: int = 40)
 
 @dataclass(frozen=True)
 class Variant:
-    """A head with one lever (``lever=None``: the head as exported); ``model``: a retrained head."""
+    """A head with one lever (``lever=None``: the head as exported): a ``recalibration`` of its estimate, a
+    retrained ``model`` in its place, or a ``forecaster`` of the next candidate's acceptance."""
 
     head: str
     lever: str | None
-    recalibration: Recalibration | None
+    recalibration: Recalibration | None = None
     model: AcceptanceHead | None = None
+    forecaster: Forecaster | None = None
 
     @property
     def name(self) -> str:
@@ -203,14 +276,14 @@ class Lab:
     cost: CostModel
 
     def policy(self, head: AcceptanceHead, stop: str, threshold: float, recalibration: Recalibration | None,
-               log: list | None = None) -> Policy:
+               log: list | None = None, forecaster: Forecaster | None = None) -> Policy:
         k_min, k_max = head.metadata.get("k_min", self.job.head.k_min), head.metadata.get("k_max", self.job.head.k_max)
         policy: LeverHead | LeverGoodput
         if stop == "goodput":
             policy = LeverGoodput(head, self.cost, k_min=k_min, k_max=k_max)
         else:
             policy = LeverHead(head, threshold=threshold, k_min=k_min, k_max=k_max)
-        policy.setup(recalibration, log)
+        policy.setup(recalibration, log, forecaster)
         return policy
 
     def decode(self, head: AcceptanceHead, policy: Policy, prompts: PromptSet) -> PromptCosts:
@@ -236,10 +309,10 @@ def throughput(run: PromptCosts) -> float:
 def measure(lab: Lab, head: AcceptanceHead, variant: Variant, dev: PromptSet,
             thresholds: list[float]) -> dict[str, tuple[float | None, PromptCosts]]:
     """The variant's dev runs: the threshold stop at its best ``h`` on dev, and the goodput stop."""
-    head = variant.model or head
-    runs = {h: lab.decode(head, lab.policy(head, "threshold", h, variant.recalibration), dev) for h in thresholds}
+    head, lever = variant.model or head, (variant.recalibration, None, variant.forecaster)
+    runs = {h: lab.decode(head, lab.policy(head, "threshold", h, *lever), dev) for h in thresholds}
     best = best_value(list(runs), [throughput(r) for r in runs.values()])
-    goodput = lab.decode(head, lab.policy(head, "goodput", 1.0, variant.recalibration), dev)
+    goodput = lab.decode(head, lab.policy(head, "goodput", 1.0, *lever), dev)
     return {"threshold": (best, runs[best]), "goodput": (None, goodput)}
 
 
@@ -262,13 +335,17 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
         for name, head in heads.items():
             log: list = []
             lab.decode(head, lab.policy(head, "threshold", head.metadata.get("threshold", 0.5), None, log), train)
-            variants = [Variant(name, None, None)] + [Variant(name, lever, fit(lever, log))
-                                                      for lever in LEVERS if lever in tried]
+            linear = {lever: fit(lever, log) for lever in LEVERS if lever in tried}
             fits[name] = {"rounds_candidates": len(log),
-                          **{v.lever: dict(zip(FEATURES, v.recalibration.weights)) for v in variants if v.lever}}
-            if "retrained" in tried:
-                retrained, fits[name]["retrained"] = retrain(head, log, job.seed)
-                variants.append(Variant(name, "retrained", None, retrained))
+                          "with_next_candidate": sum(v.next_accept is not None for v in log),
+                          **{lever: dict(zip(FEATURES, r.weights)) for lever, r in linear.items()}}
+            variants = [Variant(name, None)] + [
+                Variant(name, lever, forecaster=r) if lever in FORECASTS else Variant(name, lever, recalibration=r)
+                for lever, r in linear.items()]
+            for lever in ("retrained", "pre-draft"):
+                if lever in tried:
+                    model, fits[name][lever] = retrain(head, log, job.seed, lever=lever)
+                    variants.append(Variant(name, lever, **{"model" if lever == "retrained" else "forecaster": model}))
             measured = {}
             for variant in variants:
                 bar.set_postfix_str(f"{name} {variant.name}", refresh=False)

@@ -288,8 +288,9 @@ class CostConfig:
     t_target_alone: Optional[float] = 0.108
 
 
-#: The levers ``python -m accept_heads.levers`` can try (recalibrations and a retrained head; accept_heads.levers).
-LEVER_NAMES = ("platt", "decode-time", "retrained")
+#: The levers ``python -m accept_heads.levers`` can try (recalibrations, a retrained head, forecasts of the next
+#: candidate; accept_heads.levers).
+LEVER_NAMES = ("platt", "decode-time", "retrained", "pre-draft", "pre-draft-linear")
 
 
 @dataclass
@@ -313,7 +314,8 @@ class EvaluateConfig:
     # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
     # predictor (true acceptance probabilities) under the threshold and the goodput stop
     bounds: bool = True
-    # python -m accept_heads.levers: the levers it tries on each head (platt, decode-time, retrained)
+    # python -m accept_heads.levers: the levers it tries on each head (platt, decode-time, retrained, pre-draft,
+    # pre-draft-linear)
     levers: List[str] = field(default_factory=lambda: list(LEVER_NAMES))
     fuzzy_thresholds: List[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])  # FSD T sweep (dev; test)
     hf_baselines: bool = True  # HF assisted generation: constant K, heuristic, confidence 0.4

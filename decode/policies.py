@@ -45,7 +45,8 @@ class DraftRound:
     that produced it — which is also the forward that consumed ``y_j``. So a ``pre`` head for
     ``y_i`` reads ``hidden[i-1]`` and a ``post`` head reads ``hidden[i]``. ``companion_logits[j]``
     is ``c_{j+1}``. For a hindsight policy (analysis bounds only) ``accept_probs[j]`` is ``y_{j+1}``'s
-    true acceptance probability under the rule, from an uncounted target forward, and ``draws[j]``
+    true acceptance probability under the rule, from an uncounted target forward, ``expected_accepts[j]``
+    the probability before ``y_{j+1}`` was drawn (:meth:`Rule.expected_accept`), and ``draws[j]``
     the uniform its verification will use, drawn with the candidate (DESIGN §5).
     """
 
@@ -55,6 +56,7 @@ class DraftRound:
     tokens: list[Tensor] = field(default_factory=list)
     companion_logits: list[Tensor] = field(default_factory=list)
     accept_probs: list[float] = field(default_factory=list)
+    expected_accepts: list[float] = field(default_factory=list)
     draws: list[Tensor] = field(default_factory=list)
 
     @property
@@ -63,9 +65,9 @@ class DraftRound:
         return len(self.tokens)
 
     def withdraw(self) -> None:
-        """Take back the latest candidate (with its hindsight acceptance and draw, if any)."""
+        """Take back the latest candidate (with its hindsight acceptances and draw, if any)."""
         n = len(self.tokens) - 1
-        del self.tokens[n:], self.accept_probs[n:], self.draws[n:]
+        del self.tokens[n:], self.accept_probs[n:], self.expected_accepts[n:], self.draws[n:]
 
 
 class Policy:

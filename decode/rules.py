@@ -102,6 +102,16 @@ class Rule:
         """Distribution sampled at the first rejection."""
         return _positive_part_normalised(v, q)
 
+    def expected_accept(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling | None = None) -> Tensor:
+        """Probability that the *next* candidate is accepted, before it is drawn: ``E_{y~q}[a(y)]`` per row.
+
+        For the ratio rules ``Σ_y min(v(y), q(y)) = 1 − TV(v, q)`` (DSpark's soft label; DESIGN §5), the
+        label of a head that decides before drafting a candidate.
+        """
+        sampling = self.transform(sampling or Sampling())
+        v = self.verifier_probs(p_logits, q_logits, sampling)
+        return torch.minimum(v, sampling.probs(q_logits)).sum(-1).clamp(max=1.0)
+
     # --- public API ------------------------------------------------------------------------------
     def params(self) -> dict[str, Any]:
         """Constructor parameters (JSON-ready) — with :attr:`name`, enough to rebuild the rule."""
@@ -231,6 +241,12 @@ class Fuzzy(Rule):
 
     def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
         return (self._div(v, q) < self.threshold).float()
+
+    def expected_accept(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling | None = None) -> Tensor:
+        """``1[Div(v, q) < threshold]``: fuzzy acceptance does not depend on the candidate."""
+        sampling = self.transform(sampling or Sampling())
+        v = self.verifier_probs(p_logits, q_logits, sampling)
+        return self.accept_probs(v, sampling.probs(q_logits), q_logits.argmax(-1))
 
     def reject_probs(self, v: Tensor, q: Tensor) -> Tensor:
         return v

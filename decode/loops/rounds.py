@@ -36,7 +36,8 @@ def draft_candidate(
     A dynamic policy is consulted after the sample, and an end-of-sequence candidate stops drafting; a
     static one always continues (its ``k`` bounds it). ``hindsight``: the target's logits at
     ``position`` (a hindsight policy only), from which the candidate's true acceptance probability and
-    its verification uniform are recorded in ``state`` (DESIGN §5).
+    its verification uniform are recorded in ``state`` (and its acceptance probability before it was drawn;
+    DESIGN §5).
     """
     y = rule.propose(state.q_logits[-1], sampling, generator)
     row[position] = y
@@ -44,8 +45,11 @@ def draft_candidate(
     if not policy.dynamic:
         return Decision.CONTINUE
     if hindsight is not None:
-        accept = rule.label(hindsight[None], state.q_logits[-1][None], y.view(1), sampling)
-        state.accept_probs.append(float(accept[0]))
+        p_logits, q_logits = hindsight[None], state.q_logits[-1][None]
+        accept = torch.cat([rule.label(p_logits, q_logits, y.view(1), sampling),
+                            rule.expected_accept(p_logits, q_logits, sampling)]).tolist()
+        state.accept_probs.append(accept[0])
+        state.expected_accepts.append(accept[1])
         state.draws.append(uniform((), generator, hindsight))
     decision = policy.after_propose(state)
     if decision is Decision.CONTINUE and eos and int(y) in eos:  # no host sync without EOS ids

@@ -10,8 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from accept_heads.levers import FEATURES, LEVERS, Visit, fit, retrain, run_levers
-from decode import AcceptanceHead, HeadConfig
+from accept_heads import levers
+from accept_heads.levers import FEATURES, LEVERS, Recalibration, Visit, fit, retrain, run_levers
+from ahconf.schema import LEVER_NAMES
+from decode import AcceptanceHead, HeadConfig, SpeculativeDecoder, rules
+from decode.costs import CostModel
+from decode.head import PRE_FEATURES
+from decode.policies import Head
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
 
@@ -66,9 +71,65 @@ def test_every_lever_of_every_head_is_measured_on_dev(make_config, micro_trio, t
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
                          f"paths.head_dir={tmp_path / 'heads'}", f"evaluate.out_dir={tmp_path / 'eval'}")
     table = run_levers(config.evaluate_job())
-    assert set(table["head"]) == {"pre", "post"} and set(table["lever"]) == {"as exported", *LEVERS, "retrained"}
-    assert set(table["stop"]) == {"threshold", "goodput"} and len(table) == 2 * 4 * 2
+    assert set(table["head"]) == {"pre", "post"} and set(table["lever"]) == {"as exported", *LEVER_NAMES}
+    assert set(table["stop"]) == {"threshold", "goodput"} and len(table) == 2 * (1 + len(LEVER_NAMES)) * 2
     exported = table[table["lever"] == "as exported"]
     assert np.allclose(exported[["effect", "effect_lo", "effect_hi"]].to_numpy(), 1.0) and not exported["kept"].any()
     assert set(table.loc[table["stop"] == "threshold", "h"]) <= {0.5, 0.9}
     assert (tmp_path / "eval" / "levers" / "levers.csv").stat().st_size > 0
+
+
+def test_the_pre_draft_forecast_learns_the_next_candidates_acceptance_not_the_current_one():
+    log = [replace(v, next_accept=sigmoid(-0.5 * v.x[2] + 1.0)) for v in rounds(3000, 4, lambda x: sigmoid(x[1]))]
+    log += [replace(v, next_accept=None) for v in rounds(500, 5, lambda x: 0.99)]  # no next candidate: left out
+    weights = dict(zip(FEATURES, fit("pre-draft-linear", log).weights))
+    assert weights["position"] == pytest.approx(-0.5, abs=0.05) and abs(weights["logit"]) < 0.05
+
+
+@pytest.fixture(scope="module")
+def micro_decoding(micro_trio):
+    from transformers import AutoModelForCausalLM
+
+    target, draft = (AutoModelForCausalLM.from_pretrained(micro_trio[role]).eval() for role in ("target", "draft"))
+    torch.manual_seed(0)
+    head = AcceptanceHead(HeadConfig(hidden_size=32, depth=1, timing="pre", features=PRE_FEATURES))
+
+    def decode(policy, seed: int = 3):
+        decoder = SpeculativeDecoder(target, draft, rule=rules.Speculative(), policy=policy)
+        return decoder.generate([1, 5, 9, 12], max_new_tokens=40, seed=seed)
+
+    return head, decode
+
+
+def constant(value: float) -> Recalibration:
+    """A forecast of ``value`` whatever the round."""
+    return Recalibration("pre-draft-linear", (math.log(value / (1 - value)),) + (0.0,) * (len(FEATURES) - 1))
+
+
+def test_a_certain_forecast_keeps_the_threshold_stop_and_a_hopeless_one_drafts_k_min(micro_decoding):
+    head, decode = micro_decoding
+    plain = decode(Head(head, threshold=0.6, k_max=6))
+    certain = levers.LeverHead(head, threshold=0.6, k_max=6)
+    certain.setup(None, None, constant(1 - 1e-12))  # 1 − Π·1 > h is the head's own rule
+    same = decode(certain)
+    assert torch.equal(same.sequences, plain.sequences) and same.stats.drafted == plain.stats.drafted
+    hopeless = levers.LeverHead(head, threshold=0.6, k_min=2, k_max=6)
+    hopeless.setup(None, None, constant(1e-6))
+    stats = decode(hopeless).stats
+    assert 2 * stats.rounds - 3 <= stats.drafted <= 2 * stats.rounds and plain.stats.drafted != stats.drafted  # budget
+    goodput = levers.LeverGoodput(head, CostModel(t_draft=0.1, t_target=1.0, t_companion=0.0), k_max=6)
+    goodput.setup(None, None, constant(1e-6))
+    stats = decode(goodput).stats
+    assert stats.rounds - 2 <= stats.drafted <= stats.rounds  # nothing pays after the first candidate
+
+
+def test_the_logging_run_labels_every_decision_with_the_next_candidate_stops_included(micro_decoding):
+    head, decode = micro_decoding
+    log: list[Visit] = []
+    policy = levers.LeverHead(head, threshold=0.0, k_max=6)  # stops after every candidate: only peeks label anything
+    policy.setup(None, log)
+    stats = decode(policy).stats
+    labelled = [v.next_accept for v in log if v.next_accept is not None]
+    assert len(log) == stats.drafted >= stats.rounds - 1  # one candidate a round: the peeked ones were withdrawn
+    assert len(labelled) >= len(log) - 2 and all(0.0 <= a <= 1.0 for a in labelled)  # EOS / budget end a round
+    assert stats.draft_calls == stats.drafted  # ... and their draft calls left uncounted

@@ -53,6 +53,27 @@ def test_expected_speculative_acceptance_is_one_minus_tv():
     assert float((q[0] * labels).sum()) == pytest.approx(float(1 - tv(p, q)[0]), abs=1e-6)
 
 
+@pytest.mark.parametrize("rule", [rules.Speculative(), rules.Greedy(), rules.Fuzzy("js", 0.3),
+                                  rules.Ensemble("weighted", weight=0.3), rules.Ensemble("contrastive", mu=0.5)],
+                         ids=repr)
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.7, top_k=4)], ids=["T=1", "T=0.7,k=4"])
+def test_expected_acceptance_is_the_label_averaged_over_the_drafts_proposal(rule, sampling):
+    """``expected_accept`` (the pre-draft label) = ``Σ_y q̃(y)·label(y)`` over the rule's own proposal ``q̃``, row by row;
+    for speculative at T = 1 it is ``1 − TV(p, q)``."""
+    vocab = 7
+    p_logits, q_logits = random_logits(4, vocab, seed=9), random_logits(4, vocab, seed=10)
+    proposal = rule.transform(sampling).probs(q_logits)
+    ys = torch.arange(vocab).repeat(4)
+    labels = rule.label(p_logits.repeat_interleave(vocab, 0), q_logits.repeat_interleave(vocab, 0), ys, sampling)
+    averaged = (proposal * labels.view(4, vocab)).sum(-1)
+    expected = rule.expected_accept(p_logits, q_logits, sampling)
+    assert torch.allclose(expected, averaged, atol=1e-6)
+    if isinstance(rule, rules.Speculative) and sampling == Sampling():
+        assert torch.allclose(expected, 1 - tv(p_logits.softmax(-1), q_logits.softmax(-1)), atol=1e-6)
+    if not isinstance(rule, (rules.Greedy, rules.Fuzzy)):  # control (0/1 labels may coincide): another row's target
+        assert not torch.allclose(rule.expected_accept(p_logits.roll(1, 0), q_logits, sampling), expected, atol=1e-3)
+
+
 def test_labels_use_the_sampling_transform():
     p_logits, q_logits = random_logits(seed=7), random_logits(seed=8)
     y = q_logits.argmax(-1)
