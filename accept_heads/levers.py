@@ -20,7 +20,9 @@ DESIGN §5):
   ``1 − Π_{j≤i} P̂_j · F̂_{i+1} ≤ h``, the goodput stop takes the forecast ``F̂_{i+1}`` instead of ``P̂_i`` for the
   undrafted candidates; ``pre-draft-linear``: the forecast a logistic regression on the round features.
   The next candidate's label is observed for every visited decision, stops included: where the head stops,
-  the logging run drafts one candidate more to read it and withdraws it uncounted.
+  the logging run drafts one candidate more to read it and withdraws it uncounted;
+* ``perfect-pre-draft`` (a reference, never kept): the same stops fed the truth — the next candidate's
+  acceptance probability before its draw, read in hindsight — the room a pre-draft forecast has on dev.
 
 ``evaluate.levers`` names the levers tried. Each variant and the head as exported decode the dev prompts with the threshold stop (``h`` chosen on dev
 for each of them over ``evaluate.thresholds``) and with the goodput stop; a lever's effect is its
@@ -35,7 +37,7 @@ import copy
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import hydra
 import numpy as np
@@ -107,7 +109,7 @@ class RoundFeatures:
     def setup(self, recalibration: Recalibration | None, log: list | None,
               forecaster: Forecaster | None = None) -> None:
         self.recalibration, self.log, self.forecaster = recalibration, log, forecaster
-        self.needs_hindsight = log is not None
+        self.needs_hindsight = type(self).needs_hindsight or log is not None
         self._last_accepted, self._previous_entropy = 0, 0.0
         self._peeking, self._open_visit = False, False
 
@@ -162,25 +164,61 @@ class RoundFeatures:
         raise NotImplementedError
 
 
+    def _forecast_stop(self, state: DraftRound, accept: float, forecast: float) -> Decision:
+        self._keep_prob *= accept
+        stop = state.i >= self.k_min and not self._drafting_pays(state.i, forecast)
+        return Decision.STOP if stop else Decision.CONTINUE
+
+    def _drafting_pays(self, i: int, forecast: float) -> bool:
+        """Whether drafting ``y_{i+1}`` pays, at the running ``Π_{j≤i}`` and the forecast ``F̂_{i+1}``."""
+        raise NotImplementedError
+
+
 class LeverHead(RoundFeatures, Head):
     """The threshold stop on a recalibrated head; with a forecaster it drafts ``y_{i+1}`` while
     ``1 − Π_{j≤i} P̂_j · F̂_{i+1} ≤ h``."""
 
-    def _forecast_stop(self, state: DraftRound, accept: float, forecast: float) -> Decision:
-        self._keep_prob *= accept
-        stop = state.i >= self.k_min and 1.0 - self._keep_prob * forecast > self.threshold
-        return Decision.STOP if stop else Decision.CONTINUE
+    def _drafting_pays(self, i: int, forecast: float) -> bool:
+        return 1.0 - self._keep_prob * forecast <= self.threshold
 
 
 class LeverGoodput(RoundFeatures, GoodputHead):
     """The goodput stop on a recalibrated head; with a forecaster ``F̂_{i+1}`` stands in for the undrafted
     candidates instead of ``P̂_i`` (batch 1 only)."""
 
-    def _forecast_stop(self, state: DraftRound, accept: float, forecast: float) -> Decision:
-        self._keep_prob *= accept
-        stop = state.i >= self.k_min and not drafting_pays(
-            [(self._keep_prob, forecast)], state.i, self.k_max, self.throughput, self._marginal_cost)
-        return Decision.STOP if stop else Decision.CONTINUE
+    def _drafting_pays(self, i: int, forecast: float) -> bool:
+        return drafting_pays([(self._keep_prob, forecast)], i, self.k_max, self.throughput, self._marginal_cost)
+
+
+class PerfectForecast:
+    """Mixin for :class:`LeverHead` / :class:`LeverGoodput`: the forecast stop fed the truth (a reference).
+
+    Whether ``y_i`` is drafted is decided on its true acceptance probability before its draw (read in hindsight
+    from the drafted candidate, which is withdrawn with its draft call uncounted when the stop says it should not
+    have been, as the realised oracle's; DESIGN §5), and the drafted candidates' true acceptance enters ``Π``. The
+    decision never reads ``y_i`` or a verification draw, so every rule stays lossless.
+    """
+
+    needs_hidden = False
+    needs_hindsight = True
+
+    def after_propose(self, state: DraftRound) -> Decision:
+        policy = cast(LeverHead, self)
+        if state.i > policy.k_min and not policy._drafting_pays(state.i - 1, state.expected_accepts[-1]):
+            return Decision.DROP
+        policy._keep_prob *= state.accept_probs[-1]
+        return Decision.CONTINUE
+
+    def after_feed(self, state: DraftRound) -> Decision:
+        return Decision.CONTINUE
+
+
+class PerfectPreDraftHead(PerfectForecast, LeverHead):
+    """The pre-draft threshold stop on the truth."""
+
+
+class PerfectPreDraftGoodput(PerfectForecast, LeverGoodput):
+    """The pre-draft goodput stop on the truth."""
 
 
 def labelled(log: list[Visit], lever: str) -> tuple[list[Visit], list[float]]:
@@ -260,6 +298,7 @@ class Variant:
     recalibration: Recalibration | None = None
     model: AcceptanceHead | None = None
     forecaster: Forecaster | None = None
+    perfect: bool = False  # the pre-draft stops on the truth: a reference, never kept
 
     @property
     def name(self) -> str:
@@ -276,13 +315,14 @@ class Lab:
     cost: CostModel
 
     def policy(self, head: AcceptanceHead, stop: str, threshold: float, recalibration: Recalibration | None,
-               log: list | None = None, forecaster: Forecaster | None = None) -> Policy:
+               log: list | None = None, forecaster: Forecaster | None = None, perfect: bool = False) -> Policy:
         k_min, k_max = head.metadata.get("k_min", self.job.head.k_min), head.metadata.get("k_max", self.job.head.k_max)
         policy: LeverHead | LeverGoodput
         if stop == "goodput":
-            policy = LeverGoodput(head, self.cost, k_min=k_min, k_max=k_max)
+            policy = (PerfectPreDraftGoodput if perfect else LeverGoodput)(head, self.cost, k_min=k_min, k_max=k_max)
         else:
-            policy = LeverHead(head, threshold=threshold, k_min=k_min, k_max=k_max)
+            policy = (PerfectPreDraftHead if perfect else LeverHead)(head, threshold=threshold, k_min=k_min,
+                                                                     k_max=k_max)
         policy.setup(recalibration, log, forecaster)
         return policy
 
@@ -309,7 +349,7 @@ def throughput(run: PromptCosts) -> float:
 def measure(lab: Lab, head: AcceptanceHead, variant: Variant, dev: PromptSet,
             thresholds: list[float]) -> dict[str, tuple[float | None, PromptCosts]]:
     """The variant's dev runs: the threshold stop at its best ``h`` on dev, and the goodput stop."""
-    head, lever = variant.model or head, (variant.recalibration, None, variant.forecaster)
+    head, lever = variant.model or head, (variant.recalibration, None, variant.forecaster, variant.perfect)
     runs = {h: lab.decode(head, lab.policy(head, "threshold", h, *lever), dev) for h in thresholds}
     best = best_value(list(runs), [throughput(r) for r in runs.values()])
     goodput = lab.decode(head, lab.policy(head, "goodput", 1.0, *lever), dev)
@@ -346,6 +386,8 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
                 if lever in tried:
                     model, fits[name][lever] = retrain(head, log, job.seed, lever=lever)
                     variants.append(Variant(name, lever, **{"model" if lever == "retrained" else "forecaster": model}))
+            if "perfect-pre-draft" in tried:
+                variants.append(Variant(name, "perfect-pre-draft", perfect=True))
             measured = {}
             for variant in variants:
                 bar.set_postfix_str(f"{name} {variant.name}", refresh=False)
@@ -359,7 +401,7 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
                     rows.append({"head": name, "lever": variant.name, "stop": stop, "h": h, "base_h": base_h,
                                  "dev_throughput": throughput(run), "effect": throughput(run) / throughput(base),
                                  "effect_lo": low, "effect_hi": high,
-                                 "kept": bool(variant.lever) and low > 1.0})
+                                 "kept": bool(variant.lever) and not variant.perfect and low > 1.0})
     return pd.DataFrame(rows), {"fits": fits, "notes": notes}
 
 
@@ -372,7 +414,7 @@ def print_levers(table: pd.DataFrame) -> None:
         h = "—" if pd.isna(row["h"]) else f"{row['h']:g}"
         out.add_row(row["head"], row["lever"], row["stop"], h, f"{row['dev_throughput']:.2f}",
                     f"{row['effect']:.3f}× [{row['effect_lo']:.3f}, {row['effect_hi']:.3f}]",
-                    "yes" if row["kept"] else "no")
+                    "reference" if row["lever"] == "perfect-pre-draft" else "yes" if row["kept"] else "no")
     Console(width=160).print(out)
 
 

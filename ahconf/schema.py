@@ -289,8 +289,8 @@ class CostConfig:
 
 
 #: The levers ``python -m accept_heads.levers`` can try (recalibrations, a retrained head, forecasts of the next
-#: candidate; accept_heads.levers).
-LEVER_NAMES = ("platt", "decode-time", "retrained", "pre-draft", "pre-draft-linear")
+#: candidate, and the forecast stops on the truth as a reference; accept_heads.levers).
+LEVER_NAMES = ("platt", "decode-time", "retrained", "pre-draft", "pre-draft-linear", "perfect-pre-draft")
 
 
 @dataclass
@@ -315,7 +315,7 @@ class EvaluateConfig:
     # predictor (true acceptance probabilities) under the threshold and the goodput stop
     bounds: bool = True
     # python -m accept_heads.levers: the levers it tries on each head (platt, decode-time, retrained, pre-draft,
-    # pre-draft-linear)
+    # pre-draft-linear, perfect-pre-draft)
     levers: List[str] = field(default_factory=lambda: list(LEVER_NAMES))
     fuzzy_thresholds: List[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])  # FSD T sweep (dev; test)
     hf_baselines: bool = True  # HF assisted generation: constant K, heuristic, confidence 0.4

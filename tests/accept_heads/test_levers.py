@@ -3,6 +3,7 @@ measures every lever of every head on dev against the head as exported."""
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 
@@ -13,12 +14,22 @@ import torch
 from accept_heads import levers
 from accept_heads.levers import FEATURES, LEVERS, Recalibration, Visit, fit, retrain, run_levers
 from ahconf.schema import LEVER_NAMES
-from decode import AcceptanceHead, HeadConfig, SpeculativeDecoder, rules
+from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, policies, rules
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES
 from decode.policies import Head
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
+from tests.decode.conftest import micro_lm
+from tests.decode.test_exact_distribution import (
+    N_DEFAULT,
+    PROMPT,
+    empirical,
+    exact_distribution,
+    target_only,
+    tv_bound,
+    weighted,
+)
 
 
 def rounds(n: int, seed: int, accept) -> list[Visit]:
@@ -94,8 +105,8 @@ def micro_decoding(micro_trio):
     torch.manual_seed(0)
     head = AcceptanceHead(HeadConfig(hidden_size=32, depth=1, timing="pre", features=PRE_FEATURES))
 
-    def decode(policy, seed: int = 3):
-        decoder = SpeculativeDecoder(target, draft, rule=rules.Speculative(), policy=policy)
+    def decode(policy, seed: int = 3, rule: rules.Rule | None = None):
+        decoder = SpeculativeDecoder(target, draft, rule=rule or rules.Speculative(), policy=policy)
         return decoder.generate([1, 5, 9, 12], max_new_tokens=40, seed=seed)
 
     return head, decode
@@ -133,3 +144,48 @@ def test_the_logging_run_labels_every_decision_with_the_next_candidate_stops_inc
     assert len(log) == stats.drafted >= stats.rounds - 1  # one candidate a round: the peeked ones were withdrawn
     assert len(labelled) >= len(log) - 2 and all(0.0 <= a <= 1.0 for a in labelled)  # EOS / budget end a round
     assert stats.draft_calls == stats.drafted  # ... and their draft calls left uncounted
+
+
+def test_under_greedy_the_pre_draft_stop_on_the_truth_is_the_realised_oracle_past_k_min():
+    """Greedy acceptance is known before the draw (0 or 1): drafting while the next candidate will be accepted is the
+    Thm 4.1 oracle, except that the round's first candidate is drafted whatever it holds (``k_min = 1``)."""
+    target = micro_lm(24, seed=11, init=0.3)
+    draft = copy.deepcopy(target)  # a perturbed copy: agrees often, not always
+    with torch.no_grad():
+        for parameter in draft.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(0)))
+    head = AcceptanceHead(HeadConfig(hidden_size=16, depth=1, timing="pre", features=PRE_FEATURES))
+    perfect = levers.PerfectPreDraftHead(head, threshold=0.5, k_max=6)
+    perfect.setup(None, None)
+
+    def decode(policy):
+        decoder = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policy, eos_token_id=None)
+        return decoder.generate(PROMPT, max_new_tokens=40, seed=0)
+
+    ours, oracle, plain = (decode(p) for p in (perfect, policies.Oracle(k_max=6), Head(head, threshold=0.5, k_max=6)))
+    assert torch.equal(ours.sequences, oracle.sequences)
+    mine, its = ours.stats, oracle.stats
+    assert mine.position_offered[1:] == mine.position_accepted[1:] == its.position_offered[1:]
+    assert mine.position_accepted[0] == its.position_offered[0] and mine.drafted == its.drafted + mine.rejected
+    assert mine.rejected < plain.stats.rejected  # control: a stop after the draw verifies the failing candidates
+
+
+@pytest.mark.parametrize("rule", [rules.Speculative(), rules.Ensemble("weighted", weight=0.5)], ids=["speculative",
+                                                                                                     "weighted"])
+@pytest.mark.parametrize("stop", ["threshold", "goodput"])
+def test_the_pre_draft_stops_on_the_truth_are_lossless(rule, stop):
+    """Exact enumeration (tests/decode/test_exact_distribution.py): the stop reads the next candidate's acceptance
+    before its draw, never the candidate or its verification draw."""
+    models = {"target": micro_lm(4, seed=11, init=0.3), "draft": micro_lm(4, seed=12, init=0.3)}
+    head = AcceptanceHead(HeadConfig(hidden_size=16, depth=1, timing="pre", features=PRE_FEATURES))
+    if stop == "goodput":
+        policy = levers.PerfectPreDraftGoodput(head, CostModel(t_draft=0.3, t_target=1.0, t_companion=0.0), k_max=4)
+    else:
+        policy = levers.PerfectPreDraftHead(head, threshold=0.5, k_max=4)
+    policy.setup(None, None)
+    mix = target_only if isinstance(rule, rules.Speculative) else weighted(0.5)
+    exact = exact_distribution(models, mix, Sampling())
+    decoder = SpeculativeDecoder(models["target"], models["draft"], rule=rule, policy=policy, eos_token_id=None)
+    tv, bound = float(0.5 * (empirical(decoder, N_DEFAULT) - exact).abs().sum()), tv_bound(exact, N_DEFAULT)
+    assert tv <= bound, f"TV {tv:.4f} exceeds {bound:.4f}"
+    assert decoder.generate(PROMPT, max_new_tokens=3, seed=0).stats.drafted  # it drafts
