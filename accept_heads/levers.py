@@ -161,10 +161,6 @@ class RoundFeatures:
             return float(self.forecaster.predict(*self._inputs))
 
     def _forecast_stop(self, state: DraftRound, accept: float, forecast: float) -> Decision:
-        raise NotImplementedError
-
-
-    def _forecast_stop(self, state: DraftRound, accept: float, forecast: float) -> Decision:
         self._keep_prob *= accept
         stop = state.i >= self.k_min and not self._drafting_pays(state.i, forecast)
         return Decision.STOP if stop else Decision.CONTINUE
@@ -382,10 +378,12 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
             variants = [Variant(name, None)] + [
                 Variant(name, lever, forecaster=r) if lever in FORECASTS else Variant(name, lever, recalibration=r)
                 for lever, r in linear.items()]
-            for lever in ("retrained", "pre-draft"):
-                if lever in tried:
-                    model, fits[name][lever] = retrain(head, log, job.seed, lever=lever)
-                    variants.append(Variant(name, lever, **{"model" if lever == "retrained" else "forecaster": model}))
+            if "retrained" in tried:
+                retrained, fits[name]["retrained"] = retrain(head, log, job.seed)
+                variants.append(Variant(name, "retrained", model=retrained))
+            if "pre-draft" in tried:
+                forecaster, fits[name]["pre-draft"] = retrain(head, log, job.seed, lever="pre-draft")
+                variants.append(Variant(name, "pre-draft", forecaster=forecaster))
             if "perfect-pre-draft" in tried:
                 variants.append(Variant(name, "perfect-pre-draft", perfect=True))
             measured = {}

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import Generator, Tensor
 
-from decode.divergence import DIVERGENCES
+from decode.divergence import DIVERGENCES, tv
 from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT, EnsembleFn
 from decode.sampling import Sampling
 
@@ -102,17 +102,18 @@ class Rule:
         """Distribution sampled at the first rejection."""
         return _positive_part_normalised(v, q)
 
-    def expected_accept(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling | None = None) -> Tensor:
-        """Probability that the *next* candidate is accepted, before it is drawn: ``E_{y~q}[a(y)]`` per row.
-
-        For the ratio rules ``Σ_y min(v(y), q(y)) = 1 − TV(v, q)`` (DSpark's soft label; DESIGN §5), the
-        label of a head that decides before drafting a candidate.
-        """
-        sampling = self.transform(sampling or Sampling())
-        v = self.verifier_probs(p_logits, q_logits, sampling)
-        return torch.minimum(v, sampling.probs(q_logits)).sum(-1).clamp(max=1.0)
+    def expected_accept_probs(self, v: Tensor, q: Tensor) -> Tensor:
+        """``E_{y~q}[accept_probs(y)]`` at each row: ``Σ_y min(v(y), q(y)) = 1 − TV(v, q)`` for the ratio rules."""
+        return (1.0 - tv(v, q)).clamp(0.0, 1.0)
 
     # --- public API ------------------------------------------------------------------------------
+    def expected_accept(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling | None = None) -> Tensor:
+        """Probability that the *next* candidate is accepted, before it is drawn (vectorised over rows): DSpark's
+        soft label ``1 − TV(v, q)`` for the ratio rules, the label of a head that decides before drafting a
+        candidate (DESIGN §5)."""
+        sampling = self.transform(sampling or Sampling())
+        return self.expected_accept_probs(self.verifier_probs(p_logits, q_logits, sampling), sampling.probs(q_logits))
+
     def params(self) -> dict[str, Any]:
         """Constructor parameters (JSON-ready) — with :attr:`name`, enough to rebuild the rule."""
         return {}
@@ -242,11 +243,9 @@ class Fuzzy(Rule):
     def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
         return (self._div(v, q) < self.threshold).float()
 
-    def expected_accept(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling | None = None) -> Tensor:
-        """``1[Div(v, q) < threshold]``: fuzzy acceptance does not depend on the candidate."""
-        sampling = self.transform(sampling or Sampling())
-        v = self.verifier_probs(p_logits, q_logits, sampling)
-        return self.accept_probs(v, sampling.probs(q_logits), q_logits.argmax(-1))
+    def expected_accept_probs(self, v: Tensor, q: Tensor) -> Tensor:
+        """Fuzzy acceptance does not depend on the candidate: ``1[Div(v, q) < threshold]``."""
+        return self.accept_probs(v, q, q.argmax(-1))
 
     def reject_probs(self, v: Tensor, q: Tensor) -> Tensor:
         return v
