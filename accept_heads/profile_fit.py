@@ -31,6 +31,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from accept_heads.data import PositionTable
 from decode.batch_costs import forward_table
+from decode.loops.runner import vocab_size
 from decode.profile import SVProfile
 
 
@@ -118,7 +119,7 @@ def forward_latency(target: PreTrainedModel, prompt: list[int], widths: list[int
     cache = DynamicCache(config=target.config)
     cache.activate_past_recording()  # crop below a sliding window (Mistral, Gemma-2/3) needs the dropped states
     target(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    vocab = target.get_output_embeddings().weight.shape[0]
+    vocab = vocab_size(target)
     generator = torch.Generator().manual_seed(0)
 
     def sync() -> None:

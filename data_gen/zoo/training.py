@@ -10,6 +10,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaForCausalLM
 
 from data_gen.schedule import warmup_cosine
+from decode.artifacts.hub import native_bf16
 
 from .data import random_windows
 from .recipe import ZooRecipe
@@ -25,12 +26,6 @@ def _optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
-
-
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX); elsewhere bf16 autocast is emulated."""
-    probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
-    return any(probe is not None and probe() for probe in probes)
 
 
 def training_precision(requested: str) -> tuple[str, str | None]:

@@ -1,9 +1,10 @@
 """Loading models and tokenizers through ``from_pretrained``, with one-line errors.
 
-Any model spec (a hub id or a local directory written by ``save_pretrained``) goes through
-``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``. When the model
-cannot be found (offline, typo, gated repo) the caller gets a :class:`ModelLoadError` whose
-message is one readable line naming the model and how to provide a local copy.
+Any model spec (a hub id, a local directory written by ``save_pretrained``, or a ``.gguf`` file,
+converted once by :mod:`decode.artifacts.gguf`) goes through ``AutoModelForCausalLM.from_pretrained``
+/ ``AutoTokenizer.from_pretrained``. When the model cannot be found (offline, typo, gated repo) or
+read, the caller gets a :class:`ModelLoadError` whose message is one readable line naming the model
+and the fix.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+import decode.subset_vocab  # noqa: F401  (registers the reduced-vocabulary draft with the Auto classes)
+from decode.artifacts.gguf import GGUFError, converted_dir, is_gguf
 
 _DTYPES = {
     "float32": torch.float32,
@@ -30,16 +34,31 @@ class ModelLoadError(RuntimeError):
     """A model or tokenizer could not be loaded; the message says which and how to fix it."""
 
 
+NATIVE_BF16 = "bfloat16-native"  # bfloat16 where the machine computes it natively, else float32
+
+
+def native_bf16(device: str = "cpu") -> bool:
+    """Whether ``device`` (cpu or cuda) computes bfloat16 natively: a CUDA device that supports it, or a CPU with
+    AVX-512 BF16 or AMX (elsewhere bf16 on the CPU is emulated, and slower than float32)."""
+    if device == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+    return any(probe is not None and probe() for probe in probes)
+
+
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str:
-    """Map a config string (``auto``, ``bf16``, ``float32`` …) to what ``from_pretrained`` takes."""
+    """Map a config string (``auto``, ``bf16``, ``float32``, ``bfloat16-native`` …) to a ``from_pretrained`` dtype."""
     if dtype is None or dtype == "auto":
         return "auto"
+    if dtype == NATIVE_BF16:  # on the device the models run on: the GPU where there is one
+        return torch.bfloat16 if native_bf16("cuda" if torch.cuda.is_available() else "cpu") else torch.float32
     if isinstance(dtype, torch.dtype):
         return dtype
     try:
         return _DTYPES[dtype]
     except KeyError:
-        raise ValueError(f"unknown dtype {dtype!r}; choose auto or one of {', '.join(_DTYPES)}") from None
+        choices = ", ".join(_DTYPES)
+        raise ValueError(f"unknown dtype {dtype!r}; choose auto, {NATIVE_BF16} or one of {choices}") from None
 
 
 def _load_error(kind: str, name_or_path: str, revision: str | None, error: Exception) -> ModelLoadError:
@@ -56,6 +75,16 @@ def _load_error(kind: str, name_or_path: str, revision: str | None, error: Excep
     return ModelLoadError(f"cannot load {kind} '{where}': {first_line}")
 
 
+def _local_checkpoint(name_or_path: str) -> str:
+    """``name_or_path`` itself, or for a ``.gguf`` file the ``from_pretrained`` directory it converts to."""
+    if not is_gguf(name_or_path):
+        return name_or_path
+    try:
+        return str(converted_dir(name_or_path))
+    except GGUFError as error:
+        raise ModelLoadError(str(error)) from None
+
+
 def load_causal_lm(
     name_or_path: str,
     *,
@@ -67,8 +96,9 @@ def load_causal_lm(
     kwargs: dict[str, Any] = {"revision": revision, "dtype": resolve_dtype(dtype)}
     if device_map is not None:
         kwargs["device_map"] = device_map
+    path = _local_checkpoint(str(name_or_path))
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as error:
         raise _load_error("model", str(name_or_path), revision, error) from error
     return model.eval()
@@ -76,8 +106,9 @@ def load_causal_lm(
 
 def load_tokenizer(name_or_path: str, *, revision: str | None = None) -> PreTrainedTokenizerBase:
     """Load a tokenizer via ``AutoTokenizer.from_pretrained``."""
+    path = _local_checkpoint(str(name_or_path))
     try:
-        return AutoTokenizer.from_pretrained(str(name_or_path), revision=revision)
+        return AutoTokenizer.from_pretrained(path, revision=revision)
     except (OSError, ValueError) as error:
         raise _load_error("tokenizer", str(name_or_path), revision, error) from error
 

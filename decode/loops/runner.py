@@ -10,8 +10,17 @@ from transformers import DynamicCache, PreTrainedModel
 
 
 def vocab_size(model: PreTrainedModel) -> int:
-    """Vocabulary size of a causal LM's output layer."""
-    return model.get_output_embeddings().weight.shape[0]
+    """Width of a causal LM's logits: its output layer's ``out_features`` (a reduced-vocabulary head,
+    :class:`decode.subset_vocab.SubsetVocabHead`, scores fewer rows than it returns)."""
+    head = model.get_output_embeddings()
+    return getattr(head, "out_features", head.weight.shape[0])
+
+
+def context_length(models: list[PreTrainedModel]) -> int | None:
+    """The shortest context (``max_position_embeddings``) among ``models``; None when none declares one."""
+    declared = [int(m.config.max_position_embeddings) for m in models
+                if getattr(m.config, "max_position_embeddings", None) is not None]
+    return min(declared) if declared else None
 
 
 class HiddenCapture:

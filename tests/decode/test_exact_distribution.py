@@ -259,3 +259,32 @@ def test_sv_is_lossless_with_a_y_dependent_profile(make_lm, rule_name):
     bound = tv_bound(exact, N_DEFAULT)
     report(f"{rule_name}-sv(adversarial) (t1, t2) n={N_DEFAULT}", tv, bound)
     assert tv <= bound, f"{rule_name}: TV {tv:.4f} exceeds {bound:.4f}"
+
+
+def subset_draft(draft: PreTrainedModel, token_ids: list[int]) -> PreTrainedModel:
+    """``draft`` with a reduced-vocabulary head scoring only ``token_ids`` (its own rows for them)."""
+    from decode.subset_vocab import SubsetVocabLlamaConfig, SubsetVocabLlamaForCausalLM
+
+    fields = {k: v for k, v in draft.config.to_dict().items() if k not in ("architectures", "model_type")}
+    config = SubsetVocabLlamaConfig(**{**fields, "tie_word_embeddings": False, "draft_vocab_size": len(token_ids)})
+    reduced = SubsetVocabLlamaForCausalLM(config)
+    state = {k: v for k, v in draft.state_dict().items() if k != "lm_head.weight"}
+    state["lm_head.weight"] = draft.get_output_embeddings().weight[token_ids]
+    state["lm_head.token_ids"] = torch.tensor(token_ids)
+    reduced.load_state_dict(state)
+    return reduced.eval()
+
+
+@pytest.mark.parametrize("policy", ["fixed4", "head_post"])
+def test_a_reduced_vocabulary_draft_stays_lossless(tiny, policy):
+    """The draft proposes only tokens 1 and 3 (q = 0 on 0 and 2); the output is still distributed as p.
+    Negative control: accepting every proposal gives a distribution without tokens 0 and 2."""
+    models = {**tiny, "draft": subset_draft(tiny["draft"], [1, 3])}
+    exact = exact_distribution(tiny, target_only, Sampling())
+    bound = tv_bound(exact, N_DEFAULT)
+    decoder = decoder_for(models, rules.Speculative(), POLICIES[policy](models), Sampling())
+    tv = float(0.5 * (empirical(decoder, N_DEFAULT) - exact).abs().sum())
+    report(f"speculative-{policy} with a 2-of-4-token draft n={N_DEFAULT}", tv, bound)
+    assert tv <= bound
+    control = decoder_for(models, AcceptAll(), policies.Fixed(4), Sampling())
+    assert float(0.5 * (empirical(control, N_DEFAULT) - exact).abs().sum()) > bound

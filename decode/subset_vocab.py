@@ -1,0 +1,71 @@
+"""A Llama causal LM whose output layer scores a subset of the vocabulary: a reduced-vocabulary draft.
+
+A draft's output layer over a real vocabulary (576 × 49,152 for SmolLM2) can cost as much as its
+layers; EAGLE-3 and FR-Spec score only the tokens the target actually writes. Here the subset is a
+buffer of the head (``lm_head.token_ids``, the draft → target id map) and the model still returns
+logits over the *whole* vocabulary: every token outside the subset gets the dtype's lowest finite
+value, so its draft probability is exactly zero after ``softmax``. Every consumer (the decoders, the
+rules, collection, HF assisted generation) therefore sees an ordinary model whose ``q`` vanishes
+off the subset, and speculative sampling stays lossless: a token the draft cannot propose is still
+reached through the residual ``max(p − q, 0)`` (``docs/design.md`` §1).
+
+``AutoModelForCausalLM`` loads it once this module is imported (:mod:`decode.artifacts.hub` does):
+its config's ``model_type`` is ``llama_subset_vocab``.
+"""
+
+from __future__ import annotations
+
+import torch
+from huggingface_hub.dataclasses import strict
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+MODEL_TYPE = "llama_subset_vocab"
+
+
+class SubsetVocabHead(nn.Module):
+    """``logits[..., token_ids] = x @ weight.T``; every other token of ``vocab_size`` gets the lowest finite logit."""
+
+    def __init__(self, hidden_size: int, vocab_size: int, subset_size: int) -> None:
+        super().__init__()
+        self.in_features = hidden_size
+        self.out_features = vocab_size  # the width of the logits, as for nn.Linear
+        self.weight = nn.Parameter(torch.empty(subset_size, hidden_size))  # [subset, H]
+        self.register_buffer("token_ids", torch.arange(subset_size, dtype=torch.long))  # [subset] target ids
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        """``[..., vocab_size]`` logits of hidden states ``[..., H]``."""
+        scored = nn.functional.linear(hidden, self.weight)
+        logits = scored.new_full((*scored.shape[:-1], self.out_features), torch.finfo(scored.dtype).min)
+        return logits.index_copy_(-1, self.token_ids, scored)
+
+
+@strict
+class SubsetVocabLlamaConfig(LlamaConfig):
+    """A :class:`LlamaConfig` plus ``draft_vocab_size``: how many tokens the output layer scores."""
+
+    model_type = MODEL_TYPE
+
+    draft_vocab_size: int = 32000
+
+
+class SubsetVocabLlamaForCausalLM(LlamaForCausalLM):
+    """:class:`LlamaForCausalLM` with a :class:`SubsetVocabHead` (never tied to the input embeddings)."""
+
+    config_class = SubsetVocabLlamaConfig
+    _tied_weights_keys: dict[str, str] = {}
+
+    def __init__(self, config: SubsetVocabLlamaConfig) -> None:
+        super().__init__(config)
+        self.lm_head = SubsetVocabHead(config.hidden_size, config.vocab_size, config.draft_vocab_size)
+        self.post_init()
+
+    @property
+    def subset(self) -> Tensor:
+        """The target ids the output layer scores ``[draft_vocab_size]``."""
+        return self.lm_head.token_ids
+
+
+AutoConfig.register(MODEL_TYPE, SubsetVocabLlamaConfig, exist_ok=True)
+AutoModelForCausalLM.register(SubsetVocabLlamaConfig, SubsetVocabLlamaForCausalLM, exist_ok=True)
