@@ -18,6 +18,8 @@ from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT, EnsembleFn
 from decode.rules import RULES
 
 ZOO_PREFIX = "zoo:"
+REAL_PREFIX = "real:"  # real:<pair>/<role>, a real pair installed by data_gen.real
+ROLES = ("target", "draft", "companion")
 RULE_NAMES = tuple(RULES)  # the rules and divergences decode defines, in its order
 DIVERGENCES = tuple(DIVERGENCE_FUNCTIONS)
 ENSEMBLE_KINDS = EnsembleFn.KINDS
@@ -40,15 +42,20 @@ def _choice(key: str, value: Any, choices: tuple) -> None:
 
 @dataclass
 class ModelSpec:
-    """One model: a hub id, a local ``save_pretrained`` directory, or ``zoo:<role>``."""
+    """One model: a hub id, a local ``save_pretrained`` directory, a ``.gguf`` file, ``zoo:<role>`` (the tiny
+    trio) or ``real:<pair>/<role>`` (a real pair, ``python -m data_gen.real``)."""
 
     id: str = MISSING
     revision: Optional[str] = None
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16 | bfloat16-native (bf16 where computed natively)
     device_map: Optional[str] = None  # e.g. "auto" to shard a large target over GPUs
 
     def __post_init__(self) -> None:
-        _choice("dtype", self.dtype, ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"))
+        if self.id.startswith(REAL_PREFIX):
+            pair, _, role = self.id[len(REAL_PREFIX):].partition("/")
+            if not pair or role not in ROLES:
+                raise ConfigError(f"model id {self.id!r}: write real:<pair>/<role> with a role of {', '.join(ROLES)}")
+        _choice("dtype", self.dtype, ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "bfloat16-native"))
 
 
 @dataclass
@@ -68,6 +75,8 @@ class PromptsConfig:
     source: str = "builtin"  # builtin | alpaca | humaneval | gsm8k | sharegpt | /path/to/file.{jsonl,json,parquet}
     style: Optional[str] = "function"  # builtin styles: function | module
     template: str = "raw"  # raw | alpaca | chat
+    # wraps each prompt's message before the template: a format string with one {message} field
+    instruction: Optional[str] = None
     revision: Optional[str] = None  # dataset revision for hub sources
     text_field: str = "text"  # for local files
     sizes: Dict[str, int] = field(default_factory=lambda: {"train": 1500, "dev": 100, "test": 100})
@@ -81,6 +90,8 @@ class PromptsConfig:
             _choice("prompts.sizes key", split, SPLITS)
         if self.max_prompt_tokens < 1:
             raise ConfigError("prompts.max_prompt_tokens must be >= 1")
+        if self.instruction is not None and "{message}" not in self.instruction:
+            raise ConfigError("prompts.instruction must contain the field {message}, where each prompt goes")
 
 
 @dataclass

@@ -23,17 +23,18 @@ def encode_prompts(
     template: str,
     budget: int,
     truncation: str,
+    instruction: str | None = None,
 ) -> tuple[list[EncodedPrompt], dict[str, int]]:
     """Encode ``prompts``; returns the kept ones and counts of those skipped, by reason.
 
-    Prompts longer than ``budget`` tokens are skipped (``truncation="skip"``) or keep their last
+    ``instruction`` wraps each message first (:func:`data_gen.prompts.render`). Prompts longer than ``budget`` tokens are skipped (``truncation="skip"``) or keep their last
     ``budget`` tokens (``"left"``: the end of a prompt is what the response continues). Prompts
     that encode to nothing are always skipped.
     """
     kept: list[EncodedPrompt] = []
     skipped: Counter[str] = Counter()
     for prompt in prompts:
-        text = render(prompt, tokenizer, template)
+        text = render(prompt, tokenizer, template, instruction)
         ids = tokenizer(text, add_special_tokens=template != "chat", verbose=False)["input_ids"]
         if not ids:
             skipped["empty"] += 1
@@ -72,4 +73,4 @@ def split_prompts(
             f"collect.max_new_tokens={max_new_tokens} leaves no room for a prompt in the models' context of {context} "
             "tokens; lower it"
         )
-    return encode_prompts(prompts, tokenizer, config.template, budget, config.truncation)
+    return encode_prompts(prompts, tokenizer, config.template, budget, config.truncation, config.instruction)

@@ -61,7 +61,7 @@ def _load(p: PromptsConfig, seed: int, tokenizer: PreTrainedTokenizerBase, budge
     raw = load_prompts(source, split, size=count * _OVERSAMPLE, style=style, seed=seed,
                        revision=p.revision if role != "ood" else None, text_field=p.text_field,
                        sizes=p.sizes if role != "ood" else None)
-    encoded, skipped = encode_prompts(raw, tokenizer, p.template, budget, p.truncation)
+    encoded, skipped = encode_prompts(raw, tokenizer, p.template, budget, p.truncation, p.instruction)
     if not encoded:
         raise ValueError(f"prompt set {name!r}: every prompt was skipped ({skipped}); raise prompts.max_prompt_tokens")
     return PromptSet(name, role, source, style, split, encoded[:count], skipped)

@@ -1,4 +1,5 @@
-"""Local prompt files (``.jsonl`` / ``.json`` / ``.parquet``), read through ``datasets.load_dataset``."""
+"""Local prompt files (``.jsonl`` / ``.json`` / ``.parquet``, the first two also gzipped), read through
+``datasets.load_dataset``."""
 
 from __future__ import annotations
 
@@ -16,9 +17,15 @@ DEFAULT_SIZES: dict[str, int | float | None] = {"test": 0.1, "dev": 0.1, "train"
 ALL = "all"  # the split that takes the whole file, uncarved
 
 
+def file_suffix(path: str | Path) -> str:
+    """The suffix that says what a file holds: ``.jsonl`` for ``x.jsonl`` and for ``x.jsonl.gz``."""
+    path = Path(path)
+    return Path(path.stem).suffix.lower() if path.suffix.lower() == ".gz" else path.suffix.lower()
+
+
 def is_file_source(source: str) -> bool:
     """Whether ``source`` names a local prompt file (by its suffix)."""
-    return Path(source).suffix.lower() in FILE_SUFFIXES
+    return file_suffix(source) in FILE_SUFFIXES
 
 
 def one_line(error: BaseException) -> str:
@@ -33,7 +40,7 @@ def read_table(path: str | Path, what: str = "prompt file") -> datasets.Dataset:
     ``what`` names the file in the one-line errors (prompt file, responses).
     """
     path = Path(path).expanduser()
-    builder = FILE_SUFFIXES.get(path.suffix.lower())
+    builder = FILE_SUFFIXES.get(file_suffix(path))
     if builder is None:
         raise PromptSourceError(f"{what} {path}: unsupported suffix; use one of {', '.join(FILE_SUFFIXES)}")
     if not path.is_file():

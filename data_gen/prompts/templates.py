@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from data_gen.prompts.types import Prompt
@@ -24,14 +25,19 @@ ALPACA_NO_INPUT = (
 )
 
 
-def render(prompt: Prompt, tokenizer: PreTrainedTokenizerBase | None, template: str) -> str:
+def render(prompt: Prompt, tokenizer: PreTrainedTokenizerBase | None, template: str,
+           instruction: str | None = None) -> str:
     """The model input for ``prompt``.
 
-    ``raw``: the message as is (text, then context after a blank line); ``alpaca``: the Alpaca
-    instruction template; ``chat``: the tokenizer's chat template with one user turn and the
-    generation prompt. A chat-rendered string already holds the template's special tokens, so
-    encode it with ``add_special_tokens=False``.
+    ``instruction`` (a format string with a ``{message}`` field) first wraps the message, e.g. a
+    code stub in "Complete the following Python function" and a code fence. ``raw``: the message as
+    is (text, then context after a blank line); ``alpaca``: the Alpaca instruction template;
+    ``chat``: the tokenizer's chat template with one user turn and the generation prompt. A
+    chat-rendered string already holds the template's special tokens, so encode it with
+    ``add_special_tokens=False``.
     """
+    if instruction is not None:
+        prompt = replace(prompt, text=instruction.replace("{message}", prompt.message), context="")
     if template == "raw":
         return prompt.message
     if template == "alpaca":

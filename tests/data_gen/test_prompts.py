@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import gzip
 import json
 import random
 
@@ -13,6 +14,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from ahconf.schema import ConfigError, PromptsConfig
 from data_gen.corpus import SPLITS, split_of
 from data_gen.prompts import (
     SOURCES,
@@ -205,6 +207,24 @@ def test_hub_row_shapes_from_local_copies(tmp_path):
     assert (chat.id, chat.text, chat.reference, chat.style) == ("sharegpt/a", "Hi?", "Hello.", "chat")
 
 
+def test_humaneval_is_read_from_its_pypi_package_with_no_hub(monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    prompts = load_prompts("humaneval", "test", seed=0)
+    assert len(prompts) == 164 and len({p.id for p in prompts}) == 164
+    by_id = {p.id: p for p in prompts}
+    first = by_id["humaneval/HumanEval/0"]
+    assert first.text.startswith("from typing import List\n\n\ndef has_close_elements(")
+    assert first.reference is not None and first.style == "code"
+
+
+def test_gzipped_jsonl_files_are_prompt_files(tmp_path):
+    path = tmp_path / "prompts.jsonl.gz"
+    with gzip.open(path, "wt") as handle:
+        handle.write('{"text": "one"}\n{"text": "two"}\n')
+    assert sorted(p.text for p in load_prompts(str(path), "all")) == ["one", "two"]
+    assert available_splits(str(path)) == ("train", "dev", "test", "all")
+
+
 # --- hub errors and choices ------------------------------------------------------------------
 
 
@@ -267,3 +287,15 @@ def test_templates():
         render(plain, _tokenizer(None), "chat")
     with pytest.raises(ValueError, match="raw, alpaca, chat"):
         render(plain, None, "jinja")
+
+
+def test_an_instruction_wraps_the_message_before_the_template():
+    stub = Prompt(id="t/3", text="def f(x):\n", source="t", split="test", style="function")
+    instruction = "Complete this:\n```python\n{message}```"
+    assert render(stub, None, "raw", instruction) == "Complete this:\n```python\ndef f(x):\n```"
+    chat = _tokenizer("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}")
+    assert render(stub, chat, "chat", instruction) == "<|user|>Complete this:\n```python\ndef f(x):\n```"
+    braces = Prompt(id="t/4", text="d = {'a': 1}\n", source="t", split="test", style="function")
+    assert render(braces, None, "raw", instruction).endswith("d = {'a': 1}\n```")  # the message is not a format
+    with pytest.raises(ConfigError, match=r"must contain the field \{message\}"):
+        PromptsConfig(instruction="Complete this function")
