@@ -38,6 +38,7 @@ from data_gen.prompts import check_prompt_choices
 from data_gen.responses import GivenResponse, ResponsesSource
 from data_gen.seeding import prompt_seed
 from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
+from decode.loops.runner import context_length as models_context
 from decode.sampling import Sampling
 
 POSITION_INT_COLUMNS = ("draft_token", "draft_argmax", "target_argmax")
@@ -260,8 +261,7 @@ def collect_split(labeller: Labeller, job: CollectJob, split: str, root: Path, w
 
 def context_length(trio: Trio) -> int:
     """The shortest context among the loaded models."""
-    models = [m for m in (trio.target, trio.draft, trio.companion) if m is not None]
-    return min(int(getattr(m.config, "max_position_embeddings", 10**9)) for m in models)
+    return models_context([m for m in (trio.target, trio.draft, trio.companion) if m is not None]) or 10**9
 
 
 def collect(job: CollectJob) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from decode.artifacts.export import check_compatibility
 from decode.ensemble.stats import EnsembleStats
 from decode.ensemble_fn import EnsembleFn
 from decode.loops.inputs import id_list, token_buffer
-from decode.loops.runner import ModelRunner, vocab_size
+from decode.loops.runner import ModelRunner, context_length, vocab_size
 from decode.policies import Decision, DraftRound, Fixed, Head, Policy
 from decode.rules import Ensemble, sample, uniform
 from decode.sampling import Sampling
@@ -106,6 +106,7 @@ class EnsembleDecoder:
         self.device = self.models[0].device
         self.policy = self._check_policy(policy, proposal_lengths is not None)
         self.vocab = min(vocab_size(model) for model in self.models)
+        self.context = context_length(list(self.models))
         if eos_token_id == _AUTO:
             eos_token_id = [i for model in self.models for i in id_list(model.generation_config.eos_token_id)]
         self.eos: frozenset[int] = frozenset(id_list(eos_token_id))
@@ -142,7 +143,8 @@ class EnsembleDecoder:
         self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0
     ) -> EnsembleOutput:
         """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
-        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "EnsembleDecoder", max_new_tokens)
+        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "EnsembleDecoder", max_new_tokens,
+                                 context=self.context)
         start = time.perf_counter()
         generator = torch.Generator(device=self.device).manual_seed(seed)
         capture = self.mode == "sd" and self.policy.needs_hidden

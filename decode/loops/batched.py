@@ -28,7 +28,7 @@ from torch import Generator, Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.loops.batch_cache import BatchRunner, Layout
-from decode.loops.inputs import prompt_ids
+from decode.loops.inputs import check_context, prompt_ids
 from decode.loops.rounds import bonus_pending, draft_candidate, record_round, settle_bonus, verify_round
 from decode.policies import Decision, DraftRound, Policy
 from decode.rules import Rule
@@ -133,6 +133,7 @@ class Decoder(Protocol):
     sampling: Sampling
     eos: frozenset[int]
     vocab: int
+    context: int | None  # the models' shortest context (max_position_embeddings)
     device: torch.device
 
 
@@ -339,6 +340,8 @@ def generate_batch(
         raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
     ids = [prompt_ids(prompt, decoder.tokenizer, decoder.device, owner)[0] for prompt in prompts]
     lengths = [len(row) for row in ids]
+    for length, budget in zip(lengths, budgets):
+        check_context(length, budget, decoder.context, owner)
     tokens = torch.zeros(len(ids), max(n + b for n, b in zip(lengths, budgets)), dtype=torch.long,
                          device=decoder.device)
     for i, row in enumerate(ids):

@@ -18,7 +18,7 @@ from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.inputs import id_list, is_batch, token_buffer
 from decode.loops.rounds import bonus_pending, draft_candidate, record_round, settle_bonus, verify_round
-from decode.loops.runner import ModelRunner, vocab_size
+from decode.loops.runner import ModelRunner, context_length, vocab_size
 from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
@@ -70,6 +70,7 @@ class SpeculativeDecoder:
         self._check_artifacts()
         models = [target, draft] + ([companion] if companion is not None else [])
         self.vocab = min(vocab_size(model) for model in models)
+        self.context = context_length(models)
         self.device = target.device
         self.policy.to(draft.device)
         if eos_token_id == _AUTO:
@@ -137,7 +138,8 @@ class SpeculativeDecoder:
         return self._generate_one(inputs, max_new_tokens, seed)  # type: ignore[arg-type]
 
     def _generate_one(self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int, seed: int) -> DecodeOutput:
-        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "SpeculativeDecoder", max_new_tokens, slack=2)
+        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "SpeculativeDecoder", max_new_tokens, slack=2,
+                                 context=self.context)
         start = time.perf_counter()
         generator = torch.Generator(device=self.device).manual_seed(seed)
         policy = self.policy

@@ -30,6 +30,13 @@ def prompt_ids(
     return ids.to(device)
 
 
+def check_context(length: int, max_new_tokens: int, context: int | None, owner: str) -> None:
+    """Refuse, in one line, a prompt that leaves no room for ``max_new_tokens`` in the models' ``context``."""
+    if context is not None and length + max_new_tokens > context:
+        raise ValueError(f"{owner}: the prompt has {length} tokens and max_new_tokens={max_new_tokens}, more than the "
+                         f"models' context of {context} tokens; shorten the prompt or lower max_new_tokens")
+
+
 def is_batch(inputs: object, attention_mask: Tensor | None = None) -> bool:
     """Whether ``generate`` input holds several prompts: a list of prompts (texts, id lists or tensors), a
     ``[B, n]`` tensor with ``B > 1``, or any tensor with an ``attention_mask`` (a padded batch, HF style)."""
@@ -49,12 +56,15 @@ def token_buffer(
     owner: str,
     max_new_tokens: int,
     slack: int = 0,
+    context: int | None = None,
 ) -> tuple[Tensor, int]:
-    """A ``[1, n + max_new_tokens + slack]`` id buffer holding the prompt (see :func:`prompt_ids`), and ``n``."""
+    """A ``[1, n + max_new_tokens + slack]`` id buffer holding the prompt (see :func:`prompt_ids`), and ``n``;
+    a prompt with no room for ``max_new_tokens`` in ``context`` is refused (:func:`check_context`)."""
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     ids = prompt_ids(prompt, tokenizer, device, owner)
     n = ids.shape[1]
+    check_context(n, max_new_tokens, context, owner)
     tokens = torch.zeros(1, n + max_new_tokens + slack, dtype=torch.long, device=device)
     tokens[:, :n] = ids
     return tokens, n

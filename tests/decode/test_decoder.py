@@ -264,6 +264,19 @@ def test_input_errors(wide):
         dec.generate(PROMPT, -1)
 
 
+def test_a_prompt_with_no_room_in_the_context_is_one_line(wide):
+    dec = decoder(wide, rules.Speculative(), policies.Fixed(2))  # micro models: a context of 256 tokens
+    long_prompt = list(range(1, 91)) * 3  # 270 tokens
+    message = ("SpeculativeDecoder: the prompt has 270 tokens and max_new_tokens=5, more than the models' context of 256 "
+               "tokens; shorten the prompt or lower max_new_tokens")
+    with pytest.raises(ValueError) as error:
+        dec.generate(long_prompt, 5)
+    assert str(error.value) == message
+    with pytest.raises(ValueError, match=r"the prompt has 270 tokens and max_new_tokens=5, more than"):
+        dec.generate([PROMPT, long_prompt], 5)  # the batched loop checks every row
+    assert dec.generate(long_prompt[:250], 6).sequences.shape[1] <= 256  # a prompt that fits decodes
+
+
 def test_invalid_combinations(wide):
     target, draft = wide["target"], wide["draft"]
     with pytest.raises(ValueError, match="companion"):
