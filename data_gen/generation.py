@@ -93,10 +93,13 @@ def generate_responses(
     pad_token_id: int,
     generators: list[Generator],
     vocab: int,
+    keep_logits: bool = True,
 ) -> Batch:
     """Sample one response per prompt from ``target`` and keep its raw logits at every step.
 
     Logits are sliced to the first ``vocab`` entries before sampling (see the module docstring).
+    Without ``keep_logits`` the batch's ``target_logits`` is empty (a caller that needs only the
+    responses does not hold ``[B, T, V]`` floats).
     Each row draws from its own generator, so a prompt's response does not depend on which other
     prompts share its batch. A row stops after EOS; afterwards it is padded and masked.
     """
@@ -114,7 +117,8 @@ def generate_responses(
     lengths = torch.zeros(len(prompts), dtype=torch.long, device=device)
     steps_logits, steps_tokens = [], []
     for step in range(max_new_tokens):
-        steps_logits.append(logits)
+        if keep_logits:
+            steps_logits.append(logits)
         if sampling.greedy:
             tokens = logits.argmax(-1)
         else:
@@ -138,7 +142,7 @@ def generate_responses(
         input_ids=torch.cat([ids, responses], dim=1),
         attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
         prompt_width=width,
-        target_logits=torch.stack(steps_logits, dim=1),
+        target_logits=torch.stack(steps_logits, dim=1) if keep_logits else torch.empty(0),
     )
 
 

@@ -159,13 +159,23 @@ def confidence_auroc(log_p: Tensor, log_q: Tensor, mask: Tensor, seed: int) -> f
     ``None`` where every sampled outcome is the same (AUROC is undefined with one class).
     """
     generator = torch.Generator(device=log_q.device).manual_seed(seed)
+    return auroc(*sampled_outcomes(log_p, log_q, mask, generator))
+
+
+def sampled_outcomes(log_p: Tensor, log_q: Tensor, mask: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """At every masked position, a candidate ``y ~ q``: its confidence ``log q(y)`` and whether the
+    speculative rule accepts it (``u < p(y) / q(y)``), both ``[positions]``."""
     p, q = log_p[mask].exp(), log_q[mask].exp()
     candidates = sample(q, generator)
     accept_prob = Speculative().accept_probs(p, q, candidates)
     accepted = uniform(tuple(accept_prob.shape), generator, accept_prob) < accept_prob
+    return log_q[mask].gather(-1, candidates[:, None]).squeeze(-1), accepted
+
+
+def auroc(confidence: Tensor, accepted: Tensor) -> float | None:
+    """AUROC of ``confidence`` against the outcomes ``accepted``; None with one class only."""
     if accepted.all() or not accepted.any():
         return None
-    confidence = log_q[mask].gather(-1, candidates[:, None]).squeeze(-1)
     return binary_auroc(confidence, accepted.long()).item()
 
 
@@ -226,8 +236,9 @@ def _log_probs(logits: Tensor) -> Tensor:
     return F.log_softmax(logits.float(), dim=-1)
 
 
-def _generate(target: PreTrainedModel, prompts: list[list[int]], greedy: bool, tokens: int, seed: int,
-              tokenizer: PreTrainedTokenizerBase, vocab: int) -> Batch:
+def sample_responses(target: PreTrainedModel, prompts: list[list[int]], greedy: bool, tokens: int, seed: int,
+                     tokenizer: PreTrainedTokenizerBase, vocab: int) -> Batch:
+    """The target's T = 1 (or greedy) responses of ``tokens`` tokens, each prompt with its own seeded stream."""
     generators = [torch.Generator(device=target.device).manual_seed(prompt_seed(seed, str(i)))
                   for i in range(len(prompts))]
     return generate_responses(target, prompts, sampling=Sampling(temperature=0.0 if greedy else 1.0),
@@ -240,7 +251,7 @@ def measure_set(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokeniz
                 prompts: list[list[int]], *, response_tokens: int, degeneracy_tokens: int, seed: int) -> SetRealism:
     """The four figures of one prompt set (token ids of each prompt)."""
     target, vocab = models["target"], len(tokenizer)
-    sampled = _generate(target, prompts, False, response_tokens, seed, tokenizer, vocab)
+    sampled = sample_responses(target, prompts, False, response_tokens, seed, tokenizer, vocab)
     mask = sampled.attention_mask[:, sampled.prompt_width :].bool()
     log_p = _log_probs(sampled.target_logits)
     log_q = _log_probs(teacher_forced_logits(models["draft"], sampled, vocab))
@@ -249,7 +260,7 @@ def measure_set(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokeniz
     auroc = confidence_auroc(log_p, log_q, mask, seed)
     del log_p, log_q, log_c
 
-    greedy = _generate(target, prompts, True, response_tokens, seed, tokenizer, vocab)
+    greedy = sample_responses(target, prompts, True, response_tokens, seed, tokenizer, vocab)
     greedy_mask = greedy.attention_mask[:, greedy.prompt_width :].bool()
     draft_tokens = teacher_forced_logits(models["draft"], greedy, vocab).argmax(dim=-1)
     gain, best_k = greedy_oracle_gain(draft_tokens == greedy.input_ids[:, greedy.prompt_width :], greedy_mask)

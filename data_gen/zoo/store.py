@@ -13,19 +13,15 @@ lock next to the cache; a process that waits for the lock says so, and for whom.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from data_gen.install import directory_lock, replace_dir, staging_dir, write_json
 from data_gen.zoo.paths import INSTALL_COMMAND, METADATA_FILE, ZOO_VERSION, default_cache_dir, is_built
 from decode.artifacts.hub import ModelLoadError
 
@@ -92,16 +88,16 @@ def ensure_zoo(cache_dir: str | Path | None = None, *, reinstall: bool = False) 
     if not reinstall and is_built(root):
         return Zoo(root, verify(root), "verified", time.perf_counter() - started)
     _writable_parent(root)
-    with zoo_lock(root, "installing the shipped tiny-code trio"):
+    with directory_lock(root, "installing the shipped tiny-code trio"):
         if not reinstall and is_built(root):
             return Zoo(root, verify(root), "verified", time.perf_counter() - started)
         if shipped_metadata() is None:
             raise ZooError(f"this installation of accept-heads has no shipped trio in {SHIPPED_DIR}; "
                            "reinstall the package (pip install -e .)")
-        with _staging(root) as staging:
+        with staging_dir(root) as staging:
             shutil.copytree(SHIPPED_DIR, staging, dirs_exist_ok=True)
             metadata = verify(staging, shown_as=root)
-            _replace_dir(staging, root)
+            replace_dir(staging, root)
     return Zoo(root, metadata, "installed", time.perf_counter() - started)
 
 
@@ -117,8 +113,8 @@ def rebuild_zoo(cache_dir: str | Path | None = None, recipe: ZooRecipe | None = 
     root = _root(cache_dir)
     recipe = recipe or ZooRecipe()
     _writable_parent(root)
-    with zoo_lock(root, "rebuilding the tiny-code trio"):
-        with _staging(root) as staging:
+    with directory_lock(root, "rebuilding the tiny-code trio"):
+        with staging_dir(root) as staging:
             metadata = build_into(staging, recipe)
             if ship:
                 metadata["origin"] = "shipped"
@@ -130,8 +126,8 @@ def rebuild_zoo(cache_dir: str | Path | None = None, recipe: ZooRecipe | None = 
                 raise ZooRealismError(
                     f"the rebuilt trio misses {len(failures)} realism target(s) ({'; '.join(failures)}); "
                     f"kept {root} as it was (pass --force to install the rebuild anyway)", metadata)
-            _write_json(staging / METADATA_FILE, metadata)
-            _replace_dir(staging, root)
+            write_json(staging / METADATA_FILE, metadata)
+            replace_dir(staging, root)
     return Zoo(root, metadata, "rebuilt", time.perf_counter() - started)
 
 
@@ -178,56 +174,3 @@ def _writable_parent(root: Path) -> None:
 def _fix_command(root: Path) -> str:
     where = "" if root == default_cache_dir() else f" --cache-dir {root}"
     return f"{INSTALL_COMMAND} --reinstall{where}"
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n")
-
-
-@contextmanager
-def _staging(root: Path) -> Iterator[Path]:
-    """A fresh temp directory next to ``root`` (removed on exit unless renamed into place)."""
-    for stale in root.parent.glob(f".{root.name}.tmp-*"):
-        shutil.rmtree(stale)  # left by a process that was killed; we hold the lock
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-", dir=root.parent))
-    try:
-        yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _replace_dir(staging: Path, root: Path) -> None:
-    if root.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{root.name}.tmp-old-", dir=root.parent))
-        os.replace(root, retired / root.name)
-        os.rename(staging, root)
-        shutil.rmtree(retired)
-    else:
-        os.rename(staging, root)
-
-
-@contextmanager
-def zoo_lock(root: Path, purpose: str, *, stream: TextIO | None = None) -> Iterator[None]:
-    """Hold the lock of ``root`` (``.<name>.lock`` next to it); if another process holds it, say so and wait.
-
-    The holder writes its pid, what it does and since when into the lock file, so that a waiting
-    process can name it in the one line it prints to ``stream`` (default: stderr).
-    """
-    path = root.parent / f".{root.name}.lock"
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            print(f"waiting for the zoo lock {path}, held by {holder}", file=stream or sys.stderr, flush=True)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"process {os.getpid()} ({purpose}, since {time.strftime('%H:%M:%S')})")
-        handle.flush()
-        try:
-            yield
-        finally:
-            handle.truncate(0)
-            fcntl.flock(handle, fcntl.LOCK_UN)

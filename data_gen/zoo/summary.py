@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .realism import Realism, RealismTargets
+from .realism import Realism, RealismCheck, RealismTargets
 from .recipe import ROLES
 from .store import Zoo
 
@@ -52,13 +52,18 @@ def zoo_summary_table(zoo: Zoo) -> Table:
 def realism_table(realism: Realism, reference: Realism | None = None,
                   targets: RealismTargets = RealismTargets()) -> Table:
     """Every realism figure with its target and margin; beside ``reference`` (the shipped trio's) when given."""
-    table = Table(title="realism of the trio (data_gen.zoo.realism)",
-                  caption="margin: how far inside its target a figure is (negative: missed)")
+    return checks_table("realism of the trio (data_gen.zoo.realism)", realism.checks(targets),
+                        reference.checks(targets) if reference else None)
+
+
+def checks_table(title: str, checks: list[RealismCheck], reference: list[RealismCheck] | None = None) -> Table:
+    """Figures against their targets, with margins (and a reference build's values beside them when given)."""
+    table = Table(title=title, caption="margin: how far inside its target a figure is (negative: missed)")
     columns = ["prompt set / figure", "value", *(["shipped"] if reference else []), "target", "margin", "ok"]
     for column in columns:
         table.add_column(column, justify="left" if column == "prompt set / figure" else "right")
-    shipped = {c.name: c.value for c in reference.checks(targets)} if reference else {}
-    for check in realism.checks(targets):
+    shipped = {c.name: c.value for c in reference} if reference else {}
+    for check in checks:
         verdict = "[green]yes[/green]" if check.ok else "[red]no[/red]"
         margin = "-" if check.margin is None else f"{check.margin:+.3f}"
         set_name = check.name.rpartition("/")[0]

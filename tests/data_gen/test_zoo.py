@@ -154,7 +154,7 @@ def test_a_process_that_waits_for_the_lock_says_for_whom(tmp_path: Path, capsys:
     holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with store.zoo_lock(root, "rebuilding the tiny-code trio"):
+        with store.directory_lock(root, "rebuilding the tiny-code trio"):
             holding.set()
             release.wait(timeout=30)
 
@@ -170,7 +170,7 @@ def test_a_process_that_waits_for_the_lock_says_for_whom(tmp_path: Path, capsys:
     release.set()
     holder.join()
     waiter.join(timeout=30)
-    assert capsys.readouterr().err == f"waiting for the zoo lock {tmp_path / '.zoo.lock'}, held by {lock_text}\n"
+    assert capsys.readouterr().err == f"waiting for the lock {tmp_path / '.zoo.lock'}, held by {lock_text}\n"
     assert ensure_zoo(root).action == "verified"
 
 
