@@ -25,7 +25,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from accept_heads.evaluation import batch_axis
+from accept_heads.evaluation import batch_axis, wallclock
 from accept_heads.evaluation.baselines import describe_hf
 from accept_heads.evaluation.batch_axis import BatchRun
 from accept_heads.evaluation.bootstrap import add_intervals
@@ -228,22 +228,28 @@ def evaluate(job: EvaluateJob) -> Results:
         if "fuzzy" in rules:
             records += execute(fsd_sweep(job, "dev", choices), pool, "dev FSD sweep")
             choices += select_threshold(costed(records, paper), "throughput_cost", choices)
-        records += execute(after_selection(job, artifacts, sets, rules, choices), pool, "test / OOD")
+        applied = after_selection(job, artifacts, sets, rules, choices)
+        records += execute(applied, pool, "test / OOD")
         batch_records = decode_batch_axis(job, artifacts, sets, axis_rules, choices, pool) if axis_rules else []
 
     generations = mark_dev_choices(pd.DataFrame(records), choices)
+    timings, wall = wallclock.measure(executor, applied, generations) if e.wallclock_sets else ([], pd.DataFrame())
     table, fit = results_table(generations, paper, latency, job.seed)
     calibration = calibration_frame(job, artifacts, trio, notes)
     metadata = {**describe(job, trio, device, rules, sets, choices, paper, fit, latency), **executor.described,
                 "workers": workers, "notes": notes}
     if axis_rules:
         metadata["batch_axis"] = batch_axis.describe(job, executor.batch_costs, axis_rules, e.threads)
+    if timings:
+        wall = wallclock.with_modelled(wall, table)
+        metadata["wallclock"] = wallclock.describe(executor)
     results = Results(Path(e.out_dir), table, generations, calibration, metadata,
-                      batch_axis.summarise(pd.DataFrame(batch_records)) if batch_records else pd.DataFrame())
+                      batch_axis.summarise(pd.DataFrame(batch_records)) if batch_records else pd.DataFrame(),
+                      wall, pd.DataFrame([asdict(t) for t in timings]))
     figures = draw_all(results) if e.figures else {}
     metadata["seconds"] = time.perf_counter() - start
     files = save_results(results)
-    print_report(results.table, metadata, files, figures, results.batch_axis)
+    print_report(results.table, metadata, files, figures, results.batch_axis, results.wallclock)
     return results
 
 

@@ -331,8 +331,9 @@ class Lab:
         generations = []
         for prompt in prompts.prompts:
             seed = prompt_seed(self.job.seed, prompt.prompt_id)
-            stats = decoder.generate(prompt.token_ids, max_new_tokens=self.job.evaluate.max_new_tokens, seed=seed).stats
-            generations.append(asdict(Generation.of(prompt.prompt_id, seed, stats)))
+            out = decoder.generate(prompt.token_ids, max_new_tokens=self.job.evaluate.max_new_tokens, seed=seed)
+            generations.append(asdict(Generation.of(prompt.prompt_id, seed, out.stats, out.sequences,
+                                                    len(prompt.token_ids))))
         frame = pd.DataFrame(generations)
         return PromptCosts(tuple(frame["prompt_id"]), frame["generated"].to_numpy(float),
                            np.asarray(generation_seconds(frame, self.cost), dtype=float))

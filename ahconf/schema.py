@@ -55,7 +55,8 @@ class ModelSpec:
             pair, _, role = self.id[len(REAL_PREFIX):].partition("/")
             if not pair or role not in ROLES:
                 raise ConfigError(f"model id {self.id!r}: write real:<pair>/<role> with a role of {', '.join(ROLES)}")
-        _choice("dtype", self.dtype, ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "bfloat16-native"))
+        _choice("dtype", self.dtype,
+                ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "bfloat16-native"))
 
 
 @dataclass
@@ -348,6 +349,14 @@ class EvaluateConfig:
     batch_sizes: List[int] = field(default_factory=list)
     batch_prompts: int = 32  # the first this-many prompts of each set decoded at every B
     batch_rules: Optional[List[str]] = None  # rules of the batch axis; null = every evaluated rule
+    # wall clock at batch 1 after the selection, methods taking turns prompt by prompt in this process
+    # (accept_heads.evaluation.wallclock): the roles timed (test and/or ood; empty = none), the first this-many
+    # prompts of each (null = all), its rules (of speculative, greedy; those evaluated) and torch threads
+    # (null = every usable core)
+    wallclock_sets: List[str] = field(default_factory=list)
+    wallclock_prompts: Optional[int] = None
+    wallclock_rules: List[str] = field(default_factory=lambda: ["speculative", "greedy"])
+    wallclock_threads: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name in self.rules or []:
@@ -358,6 +367,12 @@ class EvaluateConfig:
             raise ConfigError(f"evaluate.prompts needs a count for each of dev, test, ood; got {dict(self.prompts)}")
         for key in self.hf_sets:
             _choice("evaluate.hf_sets", key, ("test", "ood"))
+        for key in self.wallclock_sets:
+            _choice("evaluate.wallclock_sets", key, ("test", "ood"))
+        for name in self.wallclock_rules:
+            _choice("evaluate.wallclock_rules", name, ("speculative", "greedy"))
+        if (self.wallclock_prompts is not None and self.wallclock_prompts < 1) or (self.wallclock_threads or 1) < 1:
+            raise ConfigError("evaluate.wallclock_prompts and evaluate.wallclock_threads must be >= 1 or null")
         if self.max_new_tokens < 1 or any(n < 1 for n in self.prompts.values()):
             raise ConfigError("evaluate.max_new_tokens and every evaluate.prompts count must be >= 1")
         if not self.fixed_k or min(self.fixed_k + (self.hf_k or []) + self.se_gammas) < 1:

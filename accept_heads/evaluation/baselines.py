@@ -27,10 +27,11 @@ from transformers.utils import is_sklearn_available
 
 import decode
 from accept_heads.evaluation.inputs import PromptSet
-from accept_heads.evaluation.runs import Generation, RunSpec
+from accept_heads.evaluation.runs import Generation, RunSpec, output_sha
 from accept_heads.evaluation.specs import HF_START_TOKENS
 from ahconf.rules import build_rule
 from ahconf.schema import RulesConfig
+from data_gen.encoding import EncodedPrompt
 from data_gen.models import Trio
 from data_gen.seeding import prompt_seed
 from decode.sampling import Sampling
@@ -47,14 +48,19 @@ def sampling_kwargs(rule: str, sampling: Sampling) -> dict[str, Any]:
 
 def describe_hf() -> dict[str, Any]:
     """Metadata on how the HF baselines were run."""
-    return {"start_tokens": HF_START_TOKENS, "heuristic": "persistent across the prompts of a run (HF 'heuristic')",
+    return {"start_tokens": HF_START_TOKENS, "heuristic": "HF 'heuristic', restarted at start_tokens on every prompt",
             "confidence_adaptive": is_sklearn_available(),
             "counts": "forward hooks; accepted estimated as generated - target calls"}
 
 
 @dataclass
 class HFRunner:
-    """Runs the ``hf-*`` families with HF assisted generation (rules ``speculative`` / ``greedy`` only)."""
+    """Runs the ``hf-*`` families with HF assisted generation (rules ``speculative`` / ``greedy`` only).
+
+    Every prompt starts from the draft's own generation config with the spec's schedule settings, so
+    what HF adapts during a generation (the heuristic's number of assistant tokens) does not carry
+    over to the next prompt: a prompt's output depends on its seed only, whatever ran before it.
+    """
 
     trio: Trio
     sampling: Sampling
@@ -62,46 +68,59 @@ class HFRunner:
     seed: int
 
     @torch.inference_mode()
-    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
-        """Decode every prompt of the set with HF assisted generation, seeded per prompt."""
+    def assisted(self, spec: RunSpec, prompt: EncodedPrompt) -> torch.Tensor:
+        """``[1, n]`` prompt and generated tokens of ``target.generate(assistant_model=draft)`` on one prompt."""
         if spec.rule not in ("speculative", "greedy"):
             raise ValueError(f"HF assisted generation implements the speculative and greedy rules, not {spec.rule!r}")
-        target, draft = self.trio.target, self.trio.draft
-        saved = copy.deepcopy(draft.generation_config)
+        draft = self.trio.draft
+        saved = draft.generation_config
+        draft.generation_config = copy.deepcopy(saved)
         for key, value in spec.policy.assistant_settings().items():
             setattr(draft.generation_config, key, value)
-        eos = target.generation_config.eos_token_id
-        pad = target.generation_config.pad_token_id
-        kwargs = {**sampling_kwargs(spec.rule, self.sampling), "max_new_tokens": self.max_new_tokens,
-                  "pad_token_id": pad if pad is not None else (eos if isinstance(eos, int) else 0)}
-        records = []
         try:
-            for prompt in prompts.prompts:
-                ids = torch.tensor([prompt.token_ids], device=target.device)
-                counters = CallCounter(target), CallCounter(draft)
-                item_seed = prompt_seed(self.seed, prompt.prompt_id)
-                torch.manual_seed(item_seed)
-                start = time.perf_counter()
-                try:
-                    sequences = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft,
-                                                **kwargs)
-                finally:
-                    for counter in counters:
-                        counter.remove()
-                wall = time.perf_counter() - start
-                generated = sequences.shape[1] - ids.shape[1]
-                target_calls, draft_calls = counters[0].calls, counters[1].calls
-                accepted = max(0, generated - target_calls)
-                generation = Generation(
-                    prompt_id=prompt.prompt_id, seed=item_seed, generated=generated, target_calls=target_calls,
-                    draft_calls=draft_calls, companion_calls=0, drafted=draft_calls, accepted=accepted,
-                    discarded=max(0, draft_calls - accepted), rounds=target_calls, verified=draft_calls, wall_s=wall,
-                )
-                if with_quality:
-                    generation = generation.with_quality(target, sequences, ids.shape[1])
-                records.append(generation.record(spec, prompts, "hf"))
+            return self.target_alone(spec.rule, prompt, assistant_model=draft)
         finally:
             draft.generation_config = saved
+
+    @torch.inference_mode()
+    def target_alone(self, rule: str, prompt: EncodedPrompt, **assistant: Any) -> torch.Tensor:
+        """``[1, n]`` prompt and generated tokens of the target's own ``generate`` on one prompt (greedy for the
+        greedy rule, else the run's sampling), seeded as every run of the prompt."""
+        target = self.trio.target
+        eos = target.generation_config.eos_token_id
+        pad = target.generation_config.pad_token_id
+        kwargs = {**sampling_kwargs(rule, self.sampling), "max_new_tokens": self.max_new_tokens,
+                  "pad_token_id": pad if pad is not None else (eos if isinstance(eos, int) else 0)}
+        ids = torch.tensor([prompt.token_ids], device=target.device)
+        torch.manual_seed(prompt_seed(self.seed, prompt.prompt_id))
+        return target.generate(ids, attention_mask=torch.ones_like(ids), **assistant, **kwargs)
+
+    @torch.inference_mode()
+    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
+        """Decode every prompt of the set with HF assisted generation, seeded per prompt."""
+        records = []
+        for prompt in prompts.prompts:
+            counters = CallCounter(self.trio.target), CallCounter(self.trio.draft)
+            start = time.perf_counter()
+            try:
+                sequences = self.assisted(spec, prompt)
+            finally:
+                for counter in counters:
+                    counter.remove()
+            wall = time.perf_counter() - start
+            length = len(prompt.token_ids)
+            generated = sequences.shape[1] - length
+            target_calls, draft_calls = counters[0].calls, counters[1].calls
+            accepted = max(0, generated - target_calls)
+            generation = Generation(
+                prompt_id=prompt.prompt_id, seed=prompt_seed(self.seed, prompt.prompt_id), generated=generated,
+                target_calls=target_calls, draft_calls=draft_calls, companion_calls=0, drafted=draft_calls,
+                accepted=accepted, discarded=max(0, draft_calls - accepted), rounds=target_calls, verified=draft_calls,
+                wall_s=wall, output_sha=output_sha(sequences, length, generated),
+            )
+            if with_quality:
+                generation = generation.with_quality(self.trio.target, sequences, length)
+            records.append(generation.record(spec, prompts, "hf"))
         return records
 
 
@@ -134,6 +153,7 @@ class SERunner:
                 draft_calls=stats.calls[0], companion_calls=0, drafted=sum(stats.proposed), accepted=stats.accepted,
                 discarded=stats.rejected + stats.discarded, rounds=stats.calls[1],
                 verified=stats.scored[1] - stats.calls[1], wall_s=stats.wall_time_s,
+                output_sha=output_sha(out.sequences, len(prompt.token_ids), stats.generated),
             )
             if with_quality:
                 generation = generation.with_quality(self.trio.target, out.sequences, len(prompt.token_ids))

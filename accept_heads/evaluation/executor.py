@@ -64,6 +64,7 @@ class Executor:
     described: dict[str, Any]  # the artifacts' metadata, for the results
     sets: dict[str, PromptSet]
     decoding: Decoding
+    hf: HFRunner
     runners: dict[str, Runner]
     batch_costs: BatchCosts | None = None  # the batch axis's prices, measured on this device before decoding
 
@@ -79,9 +80,9 @@ class Executor:
         decoding = Decoding(trio, sampling, job.rules, artifacts, e.max_new_tokens, job.seed,
                             job.head.k_min, job.head.k_max, batch_size=e.batch_size,
                             timed_prompts=e.timed_prompts)
-        table = runners(decoding, HFRunner(trio, sampling, e.max_new_tokens, job.seed),
-                        SERunner(trio, sampling, job.rules, e.max_new_tokens, job.seed))
-        return cls(job, trio, device, artifacts, described, {s.name: s for s in sets}, decoding, table)
+        hf = HFRunner(trio, sampling, e.max_new_tokens, job.seed)
+        table = runners(decoding, hf, SERunner(trio, sampling, job.rules, e.max_new_tokens, job.seed))
+        return cls(job, trio, device, artifacts, described, {s.name: s for s in sets}, decoding, hf, table)
 
     def run(self, spec: RunSpec) -> list[dict[str, Any]]:
         """Decode one run with its family's runner: a record per generation."""

@@ -136,6 +136,24 @@ def batch_axis_table(axis: pd.DataFrame, batch_costs: dict[str, Any]) -> Table:
     return out
 
 
+def wallclock_table(wall: pd.DataFrame, described: dict[str, Any]) -> Table:
+    """Per timed set, rule and method: measured tokens/s at batch 1, × the target alone and × the best fixed K
+    (measured, with 95 % paired-bootstrap intervals), the modelled × best fixed K, and whether the timed outputs
+    were the counted runs' own."""
+    out = Table(title=f"wall clock — batch 1, methods taking turns per prompt ({described['device']}, "
+                      f"{described['dtype']}, {described['threads']} threads)", title_justify="left")
+    for column in ("set", "rule", "policy", "prompts", "tok/s", "×target [95% CI]", "×best K [95% CI]",
+                   "×best K model", "×best K fitted", "same output"):
+        out.add_column(column, justify="left" if column in ("set", "rule", "policy") else "right",
+                       overflow="fold" if column == "policy" else "ellipsis")
+    for _, row in wall.iterrows():
+        out.add_row(row["set"], row["rule"], escape(row["policy"]), str(row["prompts"]), _num(row["tokens_per_s"], 1),
+                    _with_interval(row, "x_target", 3, "×"), _with_interval(row, "x_fixed", 3, "×"),
+                    _num(row["speedup_fixed_cost"], 3, "×"), _num(row["speedup_fixed_fitted"], 3, "×"),
+                    _num(row["matches"], 0, "%") if pd.isna(row["matches"]) else f"{100 * row['matches']:.0f}%")
+    return out
+
+
 def cost_lines(metadata: dict[str, Any]) -> list[str]:
     """The fitted ``t_d``, ``t_c``, ``t_t(L)`` and R², and what the cost pair assumes."""
     fit, fitted, paper = metadata["cost_fit"], metadata["cost_models"]["fitted"], metadata["cost_models"]["cost"]
@@ -154,7 +172,8 @@ def cost_lines(metadata: dict[str, Any]) -> list[str]:
 
 
 def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str, Path],
-                 figures: dict[str, Path | None], batch_axis: pd.DataFrame | None = None) -> None:
+                 figures: dict[str, Path | None], batch_axis: pd.DataFrame | None = None,
+                 wallclock: pd.DataFrame | None = None) -> None:
     """Everything the user needs at the end of a run."""
     console = Console()
     if not console.is_terminal:
@@ -166,6 +185,8 @@ def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str,
         console.print(heads_table(table, metadata["heads"]))
     if batch_axis is not None and len(batch_axis):
         console.print(batch_axis_table(batch_axis, metadata["batch_axis"]["batch_costs"]))
+    if wallclock is not None and len(wallclock):
+        console.print(wallclock_table(wallclock, metadata["wallclock"]))
     for line in cost_lines(metadata):
         console.print(line, markup=False)
     for note in metadata["notes"].values():

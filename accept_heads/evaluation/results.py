@@ -9,6 +9,8 @@ Layout of ``evaluate.out_dir``::
     generations.parquet  one row per generated sequence (counts, verified length of every round)
     calibration.parquet  heads' dev predictions vs labels (reliability diagrams)
     batch_axis.parquet   throughput per policy and batch size (``evaluate.batch_sizes``; empty without)
+    wallclock.parquet    measured tokens/s per method at batch 1, beside the modelled figures
+                         (``evaluate.wallclock_sets``; empty without); ``wallclock_timings.parquet`` per decode
     figures/*.png
 """
 
@@ -40,6 +42,8 @@ class Results:
     calibration: pd.DataFrame
     metadata: dict[str, Any]
     batch_axis: pd.DataFrame = field(default_factory=pd.DataFrame)
+    wallclock: pd.DataFrame = field(default_factory=pd.DataFrame)
+    wallclock_timings: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def figure_dir(self) -> Path:
@@ -55,7 +59,8 @@ def save_results(results: Results) -> dict[str, Path]:
     root = results.root
     root.mkdir(parents=True, exist_ok=True)
     paths = {name: root / name for name in ("results.parquet", "results.csv", "results.json",
-                                            "generations.parquet", "calibration.parquet", "batch_axis.parquet")}
+                                            "generations.parquet", "calibration.parquet", "batch_axis.parquet",
+                                            "wallclock.parquet", "wallclock_timings.parquet")}
     text = _json(results.metadata)
     arrow = pa.Table.from_pandas(results.table, preserve_index=False)
     pq.write_table(arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), METADATA_KEY: text.encode()}),
@@ -71,6 +76,8 @@ def save_results(results: Results) -> dict[str, Path]:
     results.generations.to_parquet(paths["generations.parquet"], index=False)
     results.calibration.to_parquet(paths["calibration.parquet"], index=False)
     results.batch_axis.to_parquet(paths["batch_axis.parquet"], index=False)
+    results.wallclock.to_parquet(paths["wallclock.parquet"], index=False)
+    results.wallclock_timings.to_parquet(paths["wallclock_timings.parquet"], index=False)
     return paths
 
 
@@ -87,7 +94,10 @@ def load_results(root: str | Path | None = None) -> Results:
                                 f"or set {RESULTS_ENV}")
     table = pq.read_table(root / "results.parquet")
     metadata = json.loads(table.schema.metadata[METADATA_KEY])
-    batch_axis = root / "batch_axis.parquet"  # absent in results written before the batch axis
+
+    def optional(name: str) -> pd.DataFrame:  # absent in results written before the batch axis / wall clock
+        return pd.read_parquet(root / name) if (root / name).is_file() else pd.DataFrame()
+
     return Results(root, table.to_pandas(), pd.read_parquet(root / "generations.parquet"),
-                   pd.read_parquet(root / "calibration.parquet"), metadata,
-                   pd.read_parquet(batch_axis) if batch_axis.is_file() else pd.DataFrame())
+                   pd.read_parquet(root / "calibration.parquet"), metadata, optional("batch_axis.parquet"),
+                   optional("wallclock.parquet"), optional("wallclock_timings.parquet"))

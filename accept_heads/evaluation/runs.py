@@ -7,6 +7,7 @@ baselines in :mod:`accept_heads.evaluation.baselines`. Counts and costs: DESIGN 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
@@ -88,6 +89,13 @@ def quality(target: PreTrainedModel, sequences: torch.Tensor, prompt_length: int
     return float(agreement), float(nll)
 
 
+def output_sha(sequence: torch.Tensor, prompt_length: int, generated: int) -> str:
+    """A short sha256 of the ``generated`` tokens after the prompt (``sequence``: 1-D or ``[1, n]``): two runs of a
+    prompt produced the same output exactly when these match."""
+    tokens = sequence.reshape(-1)[prompt_length : prompt_length + generated].to("cpu", torch.int64)
+    return hashlib.sha256(tokens.numpy().tobytes()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class Generation:
     """One prompt decoded by one run: the counts the results table sums per run (DESIGN §5).
@@ -95,7 +103,8 @@ class Generation:
     HF and SE runs record no per-position offers / acceptances and no per-round verified lengths
     (empty lists; the cost model then charges the mean length). ``batch``: how many prompts were
     decoded together; in a batch ``wall_s`` is this row's equal share of the batch's wall time,
-    so only ``batch == 1`` generations time the models (the cost fit's tuples).
+    so only ``batch == 1`` generations time the models (the cost fit's tuples). ``output_sha``:
+    :func:`output_sha` of its tokens (the wall-clock stage checks it reproduced them).
     """
 
     prompt_id: str
@@ -110,6 +119,7 @@ class Generation:
     rounds: int
     verified: int
     wall_s: float
+    output_sha: str
     position_offered: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
     verified_per_round: list[int] = field(default_factory=list)
@@ -118,13 +128,15 @@ class Generation:
     target_nll: float = math.nan
 
     @classmethod
-    def of(cls, prompt_id: str, seed: int, stats: DecodeStats, batch: int = 1) -> Generation:
+    def of(cls, prompt_id: str, seed: int, stats: DecodeStats, sequence: torch.Tensor, prompt_length: int,
+           batch: int = 1) -> Generation:
         """The record of one generation of our decoder (one row of a batch of ``batch``)."""
         return cls(
             prompt_id=prompt_id, seed=seed, generated=stats.generated, target_calls=stats.target_calls,
             draft_calls=stats.draft_calls, companion_calls=stats.companion_calls, drafted=stats.drafted,
             accepted=stats.accepted, discarded=stats.discarded, rounds=stats.rounds,
             verified=sum(stats.verified_per_round), wall_s=stats.wall_time_s / batch,
+            output_sha=output_sha(sequence, prompt_length, stats.generated),
             position_offered=list(stats.position_offered), position_accepted=list(stats.position_accepted),
             verified_per_round=list(stats.verified_per_round), batch=batch,
         )
@@ -194,15 +206,17 @@ class Decoding:
         for prompt in items[:alone]:
             seed = prompt_seed(self.seed, prompt.prompt_id)
             out = decoder.generate(prompt.token_ids, max_new_tokens=self.max_new_tokens, seed=seed)
-            generations.append((Generation.of(prompt.prompt_id, seed, out.stats), out.sequences,
-                                len(prompt.token_ids)))
+            length = len(prompt.token_ids)
+            generations.append((Generation.of(prompt.prompt_id, seed, out.stats, out.sequences, length),
+                                out.sequences, length))
         for start in range(alone, len(items), self.batch_size):
             chunk = items[start : start + self.batch_size]
             seeds = [prompt_seed(self.seed, prompt.prompt_id) for prompt in chunk]
             out = decoder.generate([p.token_ids for p in chunk], max_new_tokens=self.max_new_tokens, seed=seeds)
             for prompt, seed, stats, sequence in zip(chunk, seeds, out.stats, out.sequences):
-                generations.append((Generation.of(prompt.prompt_id, seed, stats, batch=len(chunk)), sequence[None],
-                                    len(prompt.token_ids)))
+                length = len(prompt.token_ids)
+                generations.append((Generation.of(prompt.prompt_id, seed, stats, sequence, length, batch=len(chunk)),
+                                    sequence[None], length))
         if with_quality:
             generations = [(g.with_quality(self.trio.target, seq, n), seq, n) for g, seq, n in generations]
         return [g.record(spec, prompts, "decode") for g, _, _ in generations]

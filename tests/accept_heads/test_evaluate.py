@@ -67,7 +67,8 @@ def evaluated(make_config, micro_trio, micro_root, tmp_path_factory):
     root = tmp_path_factory.mktemp("evaluate")
     write_artifacts(root / "heads", micro_trio["draft"])
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
-                         f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={root / 'heads'}")
+                         f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={root / 'heads'}",
+                         "evaluate.wallclock_sets=[test]", "evaluate.wallclock_rules=[speculative]")
     return config, evaluate(config.evaluate_job())
 
 
@@ -136,6 +137,22 @@ def test_end_to_end_writes_table_and_figures(evaluated):
     pd.testing.assert_frame_equal(loaded.table[columns], results.table[columns], check_dtype=False)
     assert loaded.table["per_position_acceptance"].map(len).tolist() == results.table["per_position_acceptance"].map(len).tolist()
     assert loaded.metadata["selection_set"] == "dev"
+
+
+def test_the_wall_clock_times_the_chosen_methods_beside_their_modelled_figures(evaluated):
+    config, results = evaluated
+    wall = results.wallclock
+    assert set(wall["family"]) == {"target", "fixed", "head", "head-goodput", "confidence", "hf-constant",
+                                   "hf-heuristic"}
+    assert set(wall["set"]) == {"test"} and set(wall["rule"]) == {"speculative"}
+    ours = wall[wall["family"] != "target"]
+    assert ours["matches"].eq(1.0).all()  # every timed output is its counted run's
+    assert ours["speedup_fixed_cost"].notna().all() and (wall["tokens_per_s"] > 0).all()
+    target = wall[wall["family"] == "target"]
+    assert target[["x_target", "x_target_lo", "x_target_hi"]].to_numpy().tolist() == [[1.0, 1.0, 1.0]]
+    timings = load_results(config.evaluate.out_dir).wallclock_timings
+    assert len(timings) == len(wall) * 2 and set(timings["turn"]) == set(range(len(wall)))
+    assert results.metadata["wallclock"]["batch"] == 1
 
 
 def test_comparisons_carry_paired_bootstrap_intervals(evaluated):
@@ -416,7 +433,7 @@ def test_each_family_has_its_runner_and_an_unknown_family_names_the_valid_ones()
     assert [f for f, r in table.items() if r is hf] == ["hf-constant", "hf-heuristic", "hf-confidence"]
     assert [f for f, r in table.items() if r is se] == ["se-plain", "se-sd", "se-alternate"]
     executor = Executor(job=None, trio=None, device="cpu", artifacts=Artifacts(), described={}, sets={},
-                        decoding=None, runners=table)
+                        decoding=None, hf=hf, runners=table)
     with pytest.raises(ValueError, match="unknown run family 'target'; valid: fixed, .*, se-alternate$"):
         executor.run(RunSpec(set="dev", rule="speculative", policy=TargetAloneSpec()))  # the batch axis's own runner
     with pytest.raises(ValueError, match="unknown run family 'hf-bogus'; valid: fixed, .*, se-alternate, target$"):

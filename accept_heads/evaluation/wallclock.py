@@ -1,0 +1,214 @@
+"""Wall-clock throughput at batch 1: the dev-chosen policies, the HF baselines and the target alone taking turns.
+
+After the dev selection, every prompt of a timed set is decoded once by each method, one after
+another, the order rotating from prompt to prompt, so that drift on a shared machine (other
+processes, clocks, caches) hits every method alike, and no method always runs first. A method's
+tokens/s is its generated tokens over its own measured seconds (device-synchronised on CUDA). Each
+method decodes a prompt with the seed of its counted-call run, so it reproduces that run's output:
+``matches`` is the share of timed outputs equal to the counted run's (:func:`runs.output_sha`).
+Ratios to the best fixed K and to the target alone carry 95 % paired-bootstrap intervals over
+prompts (:mod:`accept_heads.evaluation.bootstrap`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from accept_heads.evaluation.baselines import HFRunner
+from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
+from accept_heads.evaluation.executor import Executor
+from accept_heads.evaluation.runs import Decoding, RunSpec, output_sha
+from accept_heads.evaluation.specs import FAMILIES, TargetAloneSpec
+from data_gen.encoding import EncodedPrompt
+from data_gen.seeding import prompt_seed
+
+#: The families the wall clock times, in report order (each at its dev choice; the target alone first).
+TIMED_FAMILIES = ("target", "fixed", "head", "head-goodput", "confidence", "hf-constant", "hf-heuristic")
+
+#: A prompt → its generated tokens (1-D).
+Decode = Callable[[EncodedPrompt], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TimedMethod:
+    """One method of the comparison: its run (the target alone is a ``target`` run) and how it decodes a prompt."""
+
+    spec: RunSpec
+    decode: Decode
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One prompt decoded by one method: a row of ``wallclock.parquet``; ``turn``: its place in the prompt's round."""
+
+    set: str
+    rule: str
+    family: str
+    policy: str
+    artifact: str | None
+    param: float | None
+    prompt_id: str
+    turn: int
+    generated: int
+    seconds: float
+    output_sha: str
+
+
+def no_sync() -> None:
+    """The device sync of a CPU run: nothing to wait for."""
+
+
+def take_turns(methods: Sequence[TimedMethod], prompts: Sequence[EncodedPrompt], *,
+               clock: Callable[[], float] = time.perf_counter, sync: Callable[[], None] = no_sync,
+               warmup: int = 1, progress: str | None = None) -> list[Timing]:
+    """Decode every prompt with every method in turn (prompt ``i`` starts at method ``i mod M``), timing each
+    decode with ``clock`` between two ``sync`` calls; the first ``warmup`` prompts are decoded once by
+    every method beforehand, untimed (first-call allocations and thread start-up)."""
+    for prompt in prompts[:warmup]:
+        for method in methods:
+            method.decode(prompt)
+    timings = []
+    for index, prompt in enumerate(tqdm(prompts, desc=progress, unit="prompt", dynamic_ncols=True,
+                                        disable=progress is None)):
+        shift = index % len(methods)
+        for turn, method in enumerate([*methods[shift:], *methods[:shift]]):
+            sync()
+            start = clock()
+            tokens = method.decode(prompt)
+            sync()
+            seconds = clock() - start
+            spec = method.spec
+            timings.append(Timing(set=spec.set, rule=spec.rule, family=spec.family, policy=spec.label,
+                                  artifact=spec.artifact, param=spec.param, prompt_id=prompt.prompt_id, turn=turn,
+                                  generated=len(tokens), seconds=seconds,
+                                  output_sha=output_sha(tokens, 0, len(tokens))))
+    return timings
+
+
+def timed_specs(specs: Sequence[RunSpec], set_name: str, rule: str) -> list[RunSpec]:
+    """The runs of ``set_name`` × ``rule`` that the wall clock times: the target alone, then every decoded run of a
+    timed family that is not a grid point (tuned ones at their dev choice), in :data:`TIMED_FAMILIES` order."""
+    chosen = [s for s in specs if s.set == set_name and s.rule == rule and s.family in TIMED_FAMILIES
+              and s.chosen_on != "grid"]
+    chosen.sort(key=lambda s: TIMED_FAMILIES.index(s.family))
+    return [RunSpec(set=set_name, rule=rule, policy=TargetAloneSpec()), *chosen]
+
+
+def timed_method(spec: RunSpec, decoding: Decoding, hf: HFRunner) -> TimedMethod:
+    """How ``spec`` decodes one prompt: our decoder with its policy, HF assisted generation, or the target alone."""
+    def tail(sequences: torch.Tensor, prompt: EncodedPrompt) -> torch.Tensor:
+        return sequences.reshape(-1)[len(prompt.token_ids):]
+
+    if isinstance(spec.policy, TargetAloneSpec):
+        return TimedMethod(spec, lambda prompt: tail(hf.target_alone(spec.rule, prompt), prompt))
+    if FAMILIES[spec.family].runner == "hf":
+        return TimedMethod(spec, lambda prompt: tail(hf.assisted(spec, prompt), prompt))
+    decoder = decoding.decoder(spec)
+
+    def ours(prompt: EncodedPrompt) -> torch.Tensor:
+        seed = prompt_seed(decoding.seed, prompt.prompt_id)
+        return tail(decoder.generate(prompt.token_ids, max_new_tokens=decoding.max_new_tokens, seed=seed).sequences,
+                    prompt)
+
+    return TimedMethod(spec, ours)
+
+
+def device_sync(device: str) -> Callable[[], None]:
+    """What waits for the device's queued work before a clock is read."""
+    return torch.cuda.synchronize if device == "cuda" else no_sync
+
+
+def _prompt_rates(frame: pd.DataFrame, prompt_ids: tuple[str, ...]) -> PromptCosts:
+    """One method's per-prompt tokens and measured seconds, in ``prompt_ids`` order."""
+    rows = frame.set_index("prompt_id").loc[list(prompt_ids)]
+    return PromptCosts(prompt_ids, rows["generated"].to_numpy(float), rows["seconds"].to_numpy(float))
+
+
+def summarise(timings: Sequence[Timing], counted: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """One row per set × rule × method: tokens/s, its ratio to the best fixed K and to the target alone (95 %
+    paired-bootstrap intervals over prompts), and ``matches``: the share of its outputs equal to those of its
+    counted-call run in ``counted`` (the evaluation's generations; NaN for the target alone, which has none)."""
+    frame = pd.DataFrame([asdict(t) for t in timings])
+    rows = []
+    for (set_name, rule), group in frame.groupby(["set", "rule"], sort=False):
+        prompt_ids = tuple(sorted(set(group["prompt_id"])))
+        draws = paired_draws(len(prompt_ids), seed)
+        methods = {policy: _prompt_rates(g, prompt_ids) for policy, g in group.groupby("policy", sort=False)}
+        families = dict(zip(group["policy"], group["family"]))
+        references = {"fixed": next((p for p, f in families.items() if f == "fixed"), None),
+                      "target": next((p for p, f in families.items() if f == "target"), None)}
+        for policy, run in methods.items():
+            first = group[group["policy"] == policy].iloc[0]
+            row = {"set": set_name, "rule": rule, "family": first["family"], "policy": policy,
+                   "artifact": first["artifact"], "param": first["param"], "prompts": len(prompt_ids),
+                   "generated": int(run.generated.sum()), "seconds": float(run.seconds.sum()),
+                   "tokens_per_s": float(run.generated.sum() / run.seconds.sum()),
+                   "matches": _matches(group[group["policy"] == policy], counted)}
+            for name, reference in references.items():
+                ratio = low = high = float("nan")
+                if reference is not None:
+                    ref = methods[reference]
+                    ratio = row["tokens_per_s"] / float(ref.generated.sum() / ref.seconds.sum())
+                    low, high = ratio_interval(run, ref, draws)
+                row |= {f"x_{name}": ratio, f"x_{name}_lo": low, f"x_{name}_hi": high}
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _matches(timed: pd.DataFrame, counted: pd.DataFrame) -> float:
+    """Share of ``timed``'s outputs equal to its counted run's (same set, rule, policy and prompt)."""
+    first = timed.iloc[0]
+    if first["family"] == "target":
+        return float("nan")
+    runs = counted[(counted["set"] == first["set"]) & (counted["rule"] == first["rule"])
+                   & (counted["policy"] == first["policy"])]
+    expected = dict(zip(runs["prompt_id"], runs["output_sha"]))
+    return float((timed["output_sha"] == timed["prompt_id"].map(expected)).mean())
+
+
+def with_modelled(summary: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` beside the modelled figures of the same runs (the results table's throughput and speed-up over
+    the best fixed K at the cost pair, ``_cost``, and at the costs fitted on this machine, ``_fitted``)."""
+    columns = [f"{metric}_{model}" for model in ("cost", "fitted") for metric in ("throughput", "speedup_fixed")]
+    modelled = table[["set", "rule", "policy", *columns]].drop_duplicates(["set", "rule", "policy"])
+    return summary.merge(modelled, on=["set", "rule", "policy"], how="left")
+
+
+def measure(executor: Executor, specs: Sequence[RunSpec], counted: pd.DataFrame) -> tuple[list[Timing], pd.DataFrame]:
+    """The wall-clock stage of the evaluation (``evaluate.wallclock_*``) on every timed set and rule, in this
+    process with ``wallclock_threads`` torch threads; its timings and their summary (:func:`summarise`)."""
+    e = executor.job.evaluate
+    rules = [rule for rule in e.wallclock_rules if rule in set(counted["rule"])]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(e.wallclock_threads or len(os.sched_getaffinity(0)))
+    timings: list[Timing] = []
+    try:
+        for prompts in (s for s in executor.sets.values() if s.role in e.wallclock_sets):
+            for rule in rules:
+                methods = [timed_method(spec, executor.decoding, executor.hf)
+                           for spec in timed_specs(specs, prompts.name, rule)]
+                timings += take_turns(methods, prompts.prompts[: e.wallclock_prompts],
+                                      sync=device_sync(executor.device),
+                                      progress=f"wall clock: {prompts.name} {rule} ({len(methods)} methods in turn)")
+    finally:
+        torch.set_num_threads(threads)
+    return timings, summarise(timings, counted, executor.job.seed) if timings else pd.DataFrame()
+
+
+def describe(executor: Executor) -> dict[str, Any]:
+    """Metadata of the wall-clock stage: where and how it ran."""
+    e = executor.job.evaluate
+    return {"device": executor.device, "dtype": str(executor.trio.target.dtype).removeprefix("torch."),
+            "threads": e.wallclock_threads or len(os.sched_getaffinity(0)), "sets": e.wallclock_sets,
+            "prompts": e.wallclock_prompts, "rules": e.wallclock_rules, "batch": 1, "warmup_prompts": 1,
+            "order": "every prompt decoded by each method in turn, the first method rotating from prompt to prompt",
+            "tokens_per_s": "generated tokens / seconds measured around each decode (device-synchronised)",
+            "intervals": "95 % paired bootstrap over prompts"}
