@@ -34,7 +34,9 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
+from ahconf.schema import ModelSpec
 from benchmarks.goodput import GoodputRow, run_goodput
+from data_gen.models import resolve_model_id
 from data_gen.zoo.paths import installed_zoo_dir
 from decode.artifacts.export import load_head
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
@@ -234,12 +236,14 @@ def measure(
 
 def breakdown(
     name: str, run: Run, prompts: list[torch.Tensor],
-    target: PreTrainedModel, draft: PreTrainedModel, rule: Rule | None = None,
+    target: PreTrainedModel, draft: PreTrainedModel, rule: Rule | None = None, head: torch.nn.Module | None = None,
 ) -> Breakdown:
-    """Decode the prompts once more with every forward (and ``rule``'s propose / verify) timed."""
+    """Decode the prompts once more with every forward (the head's too) and ``rule``'s propose / verify timed."""
     timer = PhaseTimer(prompts[0].device)
     timer.module("target forward", target)
     timer.module("draft forward", draft)
+    if head is not None:
+        timer.module("acceptance head", head)
     if rule is not None:
         timer.method("draft sampling (Rule.propose)", rule, "propose")
         timer.method("verification (Rule.verify)", rule, "verify")
@@ -395,8 +399,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         prog="python -m benchmarks.decoding", description=__doc__.split("\n\n")[0]
     )
     models = parser.add_mutually_exclusive_group()
-    models.add_argument("--target", help="target model (hub id or directory); default: the zoo's target")
-    parser.add_argument("--draft", help="draft model (hub id or directory); default: the zoo's draft")
+    models.add_argument("--target", help="target model (hub id, directory, .gguf file, zoo:<role> or "
+                        "real:<pair>/<role>, e.g. real:smollm2/target); default: the zoo's target")
+    parser.add_argument("--draft", help="draft model (as --target); default: the zoo's draft")
     models.add_argument(
         "--random-init", choices=sorted(RANDOM_PAIRS),
         help="seeded random-init Llama pair built in code: tiny = the zoo's shapes (vocab 512, target 4x256, "
@@ -424,7 +429,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=["holes"],
                         help="KV-cache layouts of the batched decoder to time (default: holes)")
-    parser.add_argument("--head", help="a trained head file / directory: also time batched Head(threshold)")
+    parser.add_argument("--head", help="a trained head file / directory (speculative rule): also time Head(threshold), "
+                        "batched with --batch-sizes, else at batch 1 beside Fixed(K) (and in --breakdown)")
     parser.add_argument("--threshold", type=float, default=0.5, help="the head's stop threshold (default 0.5)")
     parser.add_argument(
         "--goodput", action="store_true",
@@ -439,8 +445,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.batch_sizes is not None and (min(args.batch_sizes) < 1 or args.breakdown):
         parser.error("--batch-sizes takes sizes >= 1 and no --breakdown")
-    if (args.head or args.goodput) and args.batch_sizes is None:
-        parser.error("--head and --goodput are used with --batch-sizes only")
+    if args.goodput and args.batch_sizes is None:
+        parser.error("--goodput is used with --batch-sizes only")
     if (args.profile or args.companion) and not args.goodput:
         parser.error("--profile and --companion are used with --goodput only")
     if min(args.k_grid) < 1:
@@ -470,6 +476,7 @@ def load_pair(args: argparse.Namespace, device: torch.device) -> tuple[PreTraine
         zoo = zoo_dir_or_exit()
         args.target = args.target or str(zoo / "target")
         args.draft = args.draft or str(zoo / "draft")
+    args.target, args.draft = (resolve_model_id(ModelSpec(id=name)) for name in (args.target, args.draft))
     target = load_causal_lm(args.target, dtype=args.dtype).to(device)
     draft = load_causal_lm(args.draft, dtype=args.dtype).to(device)
     return target, draft, f"target={Path(args.target).name} draft={Path(args.draft).name}"
@@ -482,7 +489,7 @@ def load_companion(args: argparse.Namespace, device: torch.device) -> PreTrained
     if args.companion is None and args.random_init:
         print("error: --profile with --random-init needs --companion", file=sys.stderr)
         sys.exit(2)
-    path = args.companion or str(zoo_dir_or_exit() / "companion")
+    path = resolve_model_id(ModelSpec(id=args.companion)) if args.companion else str(zoo_dir_or_exit() / "companion")
     return load_causal_lm(path, dtype=args.dtype).to(device)
 
 
@@ -527,14 +534,24 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
     def ours(prompt: torch.Tensor, seed: int) -> torch.Tensor:
         return decoder.generate(prompt, max_new_tokens=budget, seed=seed).sequences
 
-    methods = [
-        ("target alone (HF generate)", hf_generate(None), None),
-        (f"HF assisted, constant K={args.k}", hf_generate(draft), None),
-        (f"decode Fixed({args.k})", ours, rule),
+    methods: list[tuple[str, Run, Rule | None, torch.nn.Module | None]] = [
+        ("target alone (HF generate)", hf_generate(None), None, None),
+        (f"HF assisted, constant K={args.k}", hf_generate(draft), None, None),
+        (f"decode Fixed({args.k})", ours, rule, None),
     ]
-    results = measure([(name, run) for name, run, _ in methods], prompts, target, draft)
+    if args.head:
+        head = load_head(args.head, draft=draft, sampling=Sampling(), rule=rule)
+        with_head = SpeculativeDecoder(target, draft, rule=rule, policy=Head(head, threshold=args.threshold),
+                                       sampling=Sampling(), eos_token_id=eos)
+
+        def ours_with_head(prompt: torch.Tensor, seed: int) -> torch.Tensor:
+            return with_head.generate(prompt, max_new_tokens=budget, seed=seed).sequences
+
+        methods.append((f"decode Head(h={args.threshold})", ours_with_head, rule, head))
+    results = measure([(name, run) for name, run, _, _ in methods], prompts, target, draft)
     print(f"{described} device={device} prompts={len(prompts)} max_new_tokens={budget} K={args.k}")
-    print(f"{'method':<28} {'tokens/s':>10} {'vs target':>8} {'tgt/token':>10} {'drf/token':>10} {'tokens':>8} {'seconds':>9}")
+    print(f"{'method':<28} {'tokens/s':>10} {'vs target':>8} {'tgt/token':>10} {'drf/token':>10} {'tokens':>8} "
+          f"{'seconds':>9}")
     baseline = results[0].tokens / results[0].seconds if results[0].seconds else None
     for result in results:
         print(result.row(baseline))
@@ -543,7 +560,8 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
         speedup = (ours_result.tokens / ours_result.seconds) / (hf.tokens / hf.seconds)
         print(f"decode Fixed({args.k}) / HF assisted tokens/s: {speedup:.2f}x")
     if args.breakdown:
-        print_breakdown([breakdown(name, run, prompts, target, draft, timed) for name, run, timed in methods])
+        print_breakdown([breakdown(name, run, prompts, target, draft, timed, head)
+                         for name, run, timed, head in methods])
     return results
 
 

@@ -120,9 +120,16 @@ def test_bench_goodput_prices_sv_with_the_companions_measured_costs(saved_pair, 
         bench.parse_args([*saved_pair, "--batch-sizes", "1", "--profile", "p"])
 
 
-def test_bench_without_batch_sizes_refuses_a_head():
+def test_bench_times_a_head_at_batch_1_with_its_own_phase_in_the_breakdown(saved_pair, capsys):
+    results = bench.main([*saved_pair, "--k", "3", "--prompts", "2", "--threshold", "0.4", "--breakdown"])
+    printed = capsys.readouterr().out
+    assert [r.name for r in results][-1] == "decode Head(h=0.4)" and results[-1].tokens == 12
+    assert "acceptance head" in printed and printed.count("ms/round") == 4
+
+
+def test_bench_without_batch_sizes_refuses_goodput():
     with pytest.raises(SystemExit):
-        bench.parse_args(["--random-init", "tiny", "--head", "x"])
+        bench.parse_args(["--random-init", "tiny", "--goodput"])
 
 
 def test_bench_reads_the_installed_zoo_from_its_directory(tmp_path, monkeypatch, capsys, make_lm):
