@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ahconf.schema import ZOO_PREFIX, ModelsConfig, ModelSpec
+from ahconf.schema import REAL_PREFIX, ZOO_PREFIX, ModelsConfig, ModelSpec
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.loops.runner import vocab_size
 
@@ -29,12 +31,24 @@ class Trio:
 
 
 def resolve_model_id(spec: ModelSpec, zoo_dir: str | None = None) -> str:
-    """A hub id or local path as given; ``zoo:<role>`` becomes the built-in zoo's directory (built on first use)."""
+    """A hub id, local path or ``.gguf`` file as given; ``zoo:<role>`` becomes the built-in zoo's directory and
+    ``real:<pair>/<role>`` the real pair's (each installed on first use)."""
+    if spec.id.startswith(REAL_PREFIX):
+        pair, _, role = spec.id[len(REAL_PREFIX):].partition("/")
+        return str(_real_pair_root(pair) / role)
     if not spec.id.startswith(ZOO_PREFIX):
         return spec.id
     from data_gen.zoo import ensure_zoo
 
     return str(ensure_zoo(zoo_dir).path(spec.id[len(ZOO_PREFIX):]))
+
+
+@lru_cache(maxsize=None)
+def _real_pair_root(name: str) -> Path:
+    """The installed pair's directory, installed and verified once per process (its files are large)."""
+    from data_gen.real import ensure_pair
+
+    return ensure_pair(name).root
 
 
 def _load(spec: ModelSpec, zoo_dir: str | None) -> tuple[str, PreTrainedModel]:

@@ -68,7 +68,8 @@ def evaluated(make_config, micro_trio, micro_root, tmp_path_factory):
     write_artifacts(root / "heads", micro_trio["draft"])
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
                          f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={root / 'heads'}",
-                         "evaluate.wallclock_sets=[test]", "evaluate.wallclock_rules=[speculative]")
+                         "evaluate.wallclock_sets=[test]", "evaluate.wallclock_rules=[speculative]",
+                         "evaluate.wallclock_threads=1")
     return config, evaluate(config.evaluate_job())
 
 

