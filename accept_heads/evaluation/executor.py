@@ -24,7 +24,7 @@ from accept_heads.evaluation.batch_axis import BatchRun, measure_batches
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
 from accept_heads.evaluation.runs import Decoding, Runner, RunSpec
 from accept_heads.evaluation.specs import FAMILIES
-from ahconf.schema import EvaluateJob
+from ahconf.schema import EvaluateConfig, EvaluateJob
 from data_gen.models import Trio, load_trio
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
@@ -45,6 +45,15 @@ def place(trio: Trio) -> str:
 def default_workers(device: str) -> int:
     """One worker per usable CPU core on CPU; one process on a GPU (the models share it)."""
     return 1 if device != "cpu" else max(1, len(os.sched_getaffinity(0)))
+
+
+def alone_prompts(e: EvaluateConfig, largest_set: int) -> int:
+    """How many prompts of every run decode alone before the rest are batched: ``evaluate.timed_prompts``, and
+    with the wall clock on, at least its prompts. In reduced precision a batched row may round differently
+    from the same prompt alone, so the outputs the wall clock reproduces must come from runs decoded alone."""
+    if not e.wallclock_sets:
+        return e.timed_prompts
+    return max(e.timed_prompts, e.wallclock_prompts or largest_set)
 
 
 def runners(decoding: Decoding, hf: HFRunner, se: SERunner) -> dict[str, Runner]:
@@ -79,7 +88,7 @@ class Executor:
         sets = load_sets(job.prompts, e, job.seed, trio.tokenizer, trio.target.config.max_position_embeddings)
         decoding = Decoding(trio, sampling, job.rules, artifacts, e.max_new_tokens, job.seed,
                             job.head.k_min, job.head.k_max, batch_size=e.batch_size,
-                            timed_prompts=e.timed_prompts)
+                            timed_prompts=alone_prompts(e, max(len(s.prompts) for s in sets)))
         hf = HFRunner(trio, sampling, e.max_new_tokens, job.seed)
         table = runners(decoding, hf, SERunner(trio, sampling, job.rules, e.max_new_tokens, job.seed))
         return cls(job, trio, device, artifacts, described, {s.name: s for s in sets}, decoding, hf, table)

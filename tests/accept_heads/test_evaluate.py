@@ -148,6 +148,8 @@ def test_the_wall_clock_times_the_chosen_methods_beside_their_modelled_figures(e
     assert set(wall["set"]) == {"test"} and set(wall["rule"]) == {"speculative"}
     ours = wall[wall["family"] != "target"]
     assert ours["matches"].eq(1.0).all()  # every timed output is its counted run's
+    timed_set = results.generations[results.generations["set"] == "test"]
+    assert timed_set["batch"].eq(1).all()  # whose runs decoded the timed prompts alone (no batched rounding)
     assert ours["speedup_fixed_cost"].notna().all() and (wall["tokens_per_s"] > 0).all()
     target = wall[wall["family"] == "target"]
     assert target[["x_target", "x_target_lo", "x_target_hi"]].to_numpy().tolist() == [[1.0, 1.0, 1.0]]
