@@ -31,6 +31,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from accept_heads.data import PositionTable
 from decode.batch_costs import forward_table
+from decode.cache_api import cache_kwargs
 from decode.loops.runner import vocab_size
 from decode.profile import SVProfile
 
@@ -118,7 +119,7 @@ def forward_latency(target: PreTrainedModel, prompt: list[int], widths: list[int
     ids = torch.tensor([prompt], device=device)
     cache = DynamicCache(config=target.config)
     cache.activate_past_recording()  # crop below a sliding window (Mistral, Gemma-2/3) needs the dropped states
-    target(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    target(input_ids=ids, **cache_kwargs(target, cache), logits_to_keep=1)
     vocab = vocab_size(target)
     generator = torch.Generator().manual_seed(0)
 
@@ -133,7 +134,7 @@ def forward_latency(target: PreTrainedModel, prompt: list[int], widths: list[int
             tokens = torch.randint(vocab, (1, width), generator=generator).to(device)
             sync()
             start = time.perf_counter()
-            target(input_ids=tokens, past_key_values=cache, use_cache=True, logits_to_keep=width)
+            target(input_ids=tokens, **cache_kwargs(target, cache), logits_to_keep=width)
             sync()
             if repeat:
                 times.append(time.perf_counter() - start)

@@ -22,6 +22,7 @@ import torch
 from torch import Generator, Tensor
 from transformers import DynamicCache, PreTrainedModel
 
+from decode.cache_api import cache_kwargs
 from decode.sampling import Sampling
 
 
@@ -110,7 +111,7 @@ def generate_responses(
     position = prompt_mask.sum(-1, keepdim=True)
     cache = DynamicCache(config=target.config)
     out = target(input_ids=ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
-                 past_key_values=cache, use_cache=True, logits_to_keep=1)
+                 **cache_kwargs(target, cache), logits_to_keep=1)
     logits = out.logits[:, -1, :vocab]
     noise = _GumbelNoise(generators, logits.shape[-1], device)
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
@@ -131,7 +132,7 @@ def generate_responses(
         if step + 1 == max_new_tokens or bool(finished.all()):
             break
         out = target(input_ids=tokens[:, None], attention_mask=mask[:, : width + step + 1], position_ids=position,
-                     past_key_values=cache, use_cache=True)
+                     **cache_kwargs(target, cache))
         position = position + 1
         logits = out.logits[:, -1, :vocab]
     responses = torch.stack(steps_tokens, dim=1)

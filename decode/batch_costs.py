@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from decode.cache_api import cache_kwargs
 from decode.costs import CostModel, LatencyShape
 
 
@@ -161,11 +162,11 @@ def forward_seconds(model: PreTrainedModel, batch: int, tokens: int, context: in
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (batch, context + tokens), generator=generator).to(device)
     cache = DynamicCache(config=model.config)
-    model(input_ids=ids[:, :context], past_key_values=cache, use_cache=True)
+    model(input_ids=ids[:, :context], **cache_kwargs(model, cache))
     step = ids[:, context:]
 
     def run() -> None:
-        model(input_ids=step, past_key_values=cache, use_cache=True)
+        model(input_ids=step, **cache_kwargs(model, cache))
         cache.crop(-tokens)  # drop what this call appended (a negative count works across transformers versions)
 
     return _seconds(run, repeats, device)

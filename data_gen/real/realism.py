@@ -29,6 +29,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from data_gen.generation import Batch, teacher_forced_logits
 from data_gen.zoo.realism import RealismCheck, acceptance, auroc, greedy_oracle_gain, sample_responses, sampled_outcomes
+from decode.cache_api import cache_kwargs
 
 CHUNK = 16  # prompts per generation / scoring batch: bounds the [B, T, V] logits held at once
 
@@ -187,14 +188,14 @@ def forward_costs(models: dict[str, PreTrainedModel], context: list[int], repeat
     caches = {}
     for role, model in models.items():
         caches[role] = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([context], device=model.device), past_key_values=caches[role], use_cache=True,
+        model(input_ids=torch.tensor([context], device=model.device), **cache_kwargs(model, caches[role]),
               logits_to_keep=1)
     times: dict[str, list[float]] = {role: [] for role in models}
     token = torch.tensor([[context[-1]]])
     for _ in range(repeats):
         for role, model in models.items():
             started = time.perf_counter()
-            model(input_ids=token.to(model.device), past_key_values=caches[role], use_cache=True, logits_to_keep=1)
+            model(input_ids=token.to(model.device), **cache_kwargs(model, caches[role]), logits_to_keep=1)
             times[role].append(time.perf_counter() - started)
             caches[role].crop(-1)
     target = statistics.median(times["target"])

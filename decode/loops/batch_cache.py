@@ -27,6 +27,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from decode.cache_api import cache_kwargs
 from decode.loops.runner import RunnerBase
 
 Layout = Literal["holes", "compact"]
@@ -103,8 +104,7 @@ class BatchRunner(RunnerBase):
             input_ids=input_ids,
             attention_mask=self.mask.long(),
             position_ids=positions,
-            past_key_values=self.cache,
-            use_cache=True,
+            **cache_kwargs(self.model, self.cache),
             logits_to_keep=keep,
         )
         self.calls += 1

@@ -8,6 +8,8 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
+from decode.cache_api import cache_kwargs
+
 
 def vocab_size(model: PreTrainedModel) -> int:
     """Width of a causal LM's logits: its output layer's ``out_features`` (a reduced-vocabulary head,
@@ -98,8 +100,7 @@ class ModelRunner(RunnerBase):
         """Run ``tokens[:, consumed:end]``; return float logits ``[keep, vocab]`` of the last positions."""
         out = self.model(
             input_ids=tokens[:, self.consumed : end],
-            past_key_values=self.cache,
-            use_cache=True,
+            **cache_kwargs(self.model, self.cache),
             logits_to_keep=keep,
         )
         self.consumed = end
