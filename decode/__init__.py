@@ -9,6 +9,7 @@ from decode.ensemble.decoder import EnsembleDecoder, EnsembleOutput
 from decode.ensemble.stats import EnsembleStats
 from decode.ensemble_fn import EnsembleFn
 from decode.head import AcceptanceHead, HeadConfig
+from decode.loops.hf_generate import SpeculativeGenerateOutput, generate_from_repo, speculative_generate
 from decode.loops.batched import BatchDecodeOutput, BatchTotals, row_seed
 from decode.loops.decoder import DecodeOutput, SpeculativeDecoder
 from decode.profile import SVProfile
@@ -29,6 +30,8 @@ __all__ = [
     "SVProfile",
     "Sampling",
     "SpeculativeDecoder",
+    "SpeculativeGenerateOutput",
+    "generate_from_repo",
     "load_head",
     "load_profile",
     "policies",
@@ -36,5 +39,6 @@ __all__ = [
     "rules",
     "save_head",
     "save_profile",
+    "speculative_generate",
     "write_card",
 ]

@@ -28,6 +28,7 @@ from torch import Generator, Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.loops.batch_cache import BatchRunner, Layout
+from decode.loops.emit import Emitter, OnTokens
 from decode.loops.inputs import check_context, prompt_ids
 from decode.loops.rounds import bonus_pending, draft_candidate, record_round, settle_bonus, verify_round
 from decode.policies import Decision, DraftRound, Policy
@@ -142,9 +143,10 @@ class _BatchLoop:
 
     def __init__(
         self, decoder: Decoder, tokens: Tensor, rows: list[_Row],
-        target: BatchRunner, draft: BatchRunner, companion: BatchRunner | None,
+        target: BatchRunner, draft: BatchRunner, companion: BatchRunner | None, emit: Emitter,
     ) -> None:
         self.rule, self.sampling, self.eos = decoder.rule, decoder.sampling, decoder.eos
+        self.emit = emit
         self.rule_sampling = decoder.rule.transform(decoder.sampling)
         self.companion_use = decoder.policy.companion
         self.capture = decoder.policy.needs_hidden
@@ -156,16 +158,18 @@ class _BatchLoop:
             row.done = row.budget <= 0
 
     def run(self) -> None:
-        """Decode every row until its EOS or budget."""
-        live = [row for row in self.rows if not row.done]
-        self._trim_caches(live)
-        while live:
-            self._settle([row for row in live if row.pending is not None])
-            live = [row for row in live if not row.done]
-            if live:
-                self._round(live)
-                live = [row for row in live if not row.done]
-            self._trim_caches(live)
+        """Decode every row until its EOS or budget (or until the emitter's caller ends it)."""
+        rows = [row for row in self.rows if not row.done]
+        self._trim_caches(rows)
+        while rows:
+            self._settle([row for row in rows if row.pending is not None])
+            for row in rows:
+                if self.emit(row.index, self.tokens[row.index], row.cur):
+                    row.done = True
+            rows = [row for row in rows if not row.done]
+            if rows:
+                self._round(rows)
+            self._trim_caches([row for row in rows if not row.done])
 
     def _trim_caches(self, live: list[_Row]) -> None:
         """Roll every cache back to each live row's ``cur − 1`` and drop the finished rows."""
@@ -319,6 +323,7 @@ def generate_batch(
     seed: int | Sequence[int],
     layout: Layout,
     attention_mask: Tensor | None = None,
+    on_tokens: OnTokens | None = None,
 ) -> BatchDecodeOutput:
     """Implementation of :meth:`SpeculativeDecoder.generate_batch`."""
     check_supported(decoder.policy)
@@ -359,7 +364,7 @@ def generate_batch(
         BatchRunner(decoder.companion, decoder.vocab, batch, layout) if policy.companion is not None else None
     )
     try:
-        _BatchLoop(decoder, tokens, rows, target, draft, companion).run()
+        _BatchLoop(decoder, tokens, rows, target, draft, companion, Emitter(on_tokens, lengths)).run()
     finally:
         draft.close()
     wall = time.perf_counter() - start

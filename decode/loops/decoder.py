@@ -16,6 +16,7 @@ from decode.artifacts.export import check_compatibility
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
+from decode.loops.emit import Emitter, OnTokens
 from decode.loops.inputs import id_list, is_batch, token_buffer
 from decode.loops.rounds import bonus_pending, draft_candidate, record_round, settle_bonus, verify_round
 from decode.loops.runner import ModelRunner, context_length, vocab_size
@@ -112,32 +113,36 @@ class SpeculativeDecoder:
         return cls(load(target_id), load(draft_id), companion=companion, **kwargs)  # type: ignore[arg-type]
 
     @overload
-    def generate(self, inputs: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0) -> DecodeOutput:
+    def generate(self, inputs: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0, *,
+                 on_tokens: OnTokens | None = None) -> DecodeOutput:
         ...
 
     @overload
     def generate(self, inputs: Sequence[Tensor | str | Sequence[int]] | Tensor,
                  max_new_tokens: int | Sequence[int] = 64, seed: int | Sequence[int] = 0, *,
-                 attention_mask: Tensor | None = None, layout: Layout = "holes") -> BatchDecodeOutput:
+                 attention_mask: Tensor | None = None, layout: Layout = "holes",
+                 on_tokens: OnTokens | None = None) -> BatchDecodeOutput:
         ...
 
     @torch.inference_mode()
     def generate(self, inputs: Tensor | str | Sequence, max_new_tokens: int | Sequence[int] = 64,
                  seed: int | Sequence[int] = 0, *, attention_mask: Tensor | None = None,
-                 layout: Layout = "holes") -> DecodeOutput | BatchDecodeOutput:
+                 layout: Layout = "holes", on_tokens: OnTokens | None = None) -> DecodeOutput | BatchDecodeOutput:
         """Generate up to ``max_new_tokens`` tokens after one prompt or each of several, as HF's ``generate`` takes them.
 
         One prompt (text, ids or ``[1, n]``) gives a :class:`DecodeOutput`. Several — a list of
         prompts of different lengths, or a padded ``[B, n]`` tensor with its ``attention_mask`` —
         are decoded together by the batched loop (:meth:`generate_batch`) into a
         :class:`~decode.loops.batched.BatchDecodeOutput`; row ``i`` decodes as one prompt would with
-        ``seed=row_seed(seed, i)``.
+        ``seed=row_seed(seed, i)``. ``on_tokens`` sees each row's tokens as they become final and may end
+        the row (:mod:`decode.loops.emit`).
         """
         if is_batch(inputs, attention_mask):
-            return generate_batch(self, inputs, max_new_tokens, seed, layout, attention_mask)
-        return self._generate_one(inputs, max_new_tokens, seed)  # type: ignore[arg-type]
+            return generate_batch(self, inputs, max_new_tokens, seed, layout, attention_mask, on_tokens)
+        return self._generate_one(inputs, max_new_tokens, seed, on_tokens)  # type: ignore[arg-type]
 
-    def _generate_one(self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int, seed: int) -> DecodeOutput:
+    def _generate_one(self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int, seed: int,
+                      on_tokens: OnTokens | None = None) -> DecodeOutput:
         tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "SpeculativeDecoder", max_new_tokens, slack=2,
                                  context=self.context)
         start = time.perf_counter()
@@ -149,7 +154,8 @@ class SpeculativeDecoder:
         companion = ModelRunner(self.companion, self.vocab) if policy.companion is not None else None
         hindsight = ModelRunner(self.target, self.vocab) if policy.needs_hindsight else None  # its calls: uncounted
         try:
-            stats, length = _Loop(self, tokens, generator, target, draft, companion, hindsight).run(n, max_new_tokens)
+            loop = _Loop(self, tokens, generator, target, draft, companion, hindsight, Emitter(on_tokens, [n]))
+            stats, length = loop.run(n, max_new_tokens)
         finally:
             draft.close()
         stats.target_calls, stats.draft_calls = target.calls, draft.calls
@@ -167,6 +173,7 @@ class SpeculativeDecoder:
         seed: int | Sequence[int] = 0,
         layout: Layout = "holes",
         attention_mask: Tensor | None = None,
+        on_tokens: OnTokens | None = None,
     ) -> BatchDecodeOutput:
         """Decode a batch of prompts of different lengths (ids, ``[1, n]`` / 1-D tensors, or text), or a padded
         ``[B, n]`` tensor with its ``attention_mask`` (left or right padding, as a tokenizer returns them).
@@ -179,7 +186,7 @@ class SpeculativeDecoder:
         row's own seed; ``layout`` is how the KV caches keep rows of different lengths
         (:mod:`decode.loops.batch_cache`). Supported rules and policies: :data:`decode.loops.batched.SUPPORTED`.
         """
-        return generate_batch(self, prompts, max_new_tokens, seed, layout, attention_mask)
+        return generate_batch(self, prompts, max_new_tokens, seed, layout, attention_mask, on_tokens)
 
 
 class _Loop:
@@ -194,8 +201,10 @@ class _Loop:
         draft: ModelRunner,
         companion: ModelRunner | None,
         hindsight: ModelRunner | None,
+        emit: Emitter,
     ) -> None:
         self.rule, self.policy, self.sampling = decoder.rule, decoder.policy, decoder.sampling
+        self.emit = emit
         self.rule_sampling = decoder.rule.transform(decoder.sampling)
         self.eos = decoder.eos
         self.tokens, self.generator = tokens, generator
@@ -268,7 +277,7 @@ class _Loop:
             if pending is not None:
                 finished = self._settle(pending, cur)
                 pending = None
-            if finished or stats.generated >= max_new_tokens:
+            if self.emit(0, tokens[0], cur) or finished or stats.generated >= max_new_tokens:
                 return stats, cur
             policy.start_round()
             k = min(policy.k_cap(), max_new_tokens - stats.generated - 1)

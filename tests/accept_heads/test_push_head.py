@@ -6,13 +6,26 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from huggingface_hub import HfApi
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from accept_heads.export import common_metadata, head_metadata
 from accept_heads.push_head import main
 from data_gen.manifest import MANIFEST_VERSION, CollectionManifest
-from decode import AcceptanceHead, HeadConfig, Sampling, rules, save_head
+from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, load_head, policies, rules, save_head
 from decode.artifacts.model_card import MARKER
+
+SENT = ["README.md", "custom_generate/generate.py", "custom_generate/requirements.txt", "head.safetensors"]
+
+
+def micro_lm(hidden: int, seed: int) -> LlamaForCausalLM:
+    """A random Llama over 32 tokens (the export's head reads a hidden size of 8)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=32, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return LlamaForCausalLM(config).eval()
 
 
 def micro_manifest(**changes) -> CollectionManifest:
@@ -75,7 +88,7 @@ def test_push_sends_the_artifacts_and_the_card(export_dir, hub_calls, capsys):
     upload = hub_calls[2][1]
     assert upload["repo_id"] == "micro-org/shared-head" and upload["revision"] == "v1"
     assert Path(upload["folder_path"]) == export_dir
-    assert upload["allow_patterns"] == ["README.md", "head.safetensors"]  # notes.txt stays local
+    assert upload["allow_patterns"] == SENT  # notes.txt stays local
     card = (export_dir / "README.md").read_text()
     assert 'decode.load_head("micro-org/shared-head", draft=draft' in card and MARKER in card
     out = capsys.readouterr().out
@@ -89,14 +102,15 @@ def test_dry_run_uploads_nothing_and_keeps_the_card(export_dir, hub_calls, capsy
     assert (export_dir / "README.md").read_text() == before
     out = capsys.readouterr().out
     assert "would upload to micro-org/shared-head@main" in out
-    assert "  README.md\n  head.safetensors\n" in out
+    assert ("  README.md\n  custom_generate/generate.py (generated)\n  custom_generate/requirements.txt (generated)\n"
+            "  head.safetensors\n") in out
 
 
 def test_hand_written_card_is_sent_unchanged(export_dir, hub_calls):
     (export_dir / "README.md").write_text("---\nlibrary_name: accept-heads\n---\n# my words\n")
     main([str(export_dir), "micro-org/shared-head"])
     assert (export_dir / "README.md").read_text().endswith("# my words\n")
-    assert hub_calls[-1][1]["allow_patterns"] == ["README.md", "head.safetensors"]
+    assert hub_calls[-1][1]["allow_patterns"] == SENT
 
 
 def test_refusals_are_one_line(tmp_path, hub_calls, capsys):
@@ -138,3 +152,38 @@ def test_an_undefined_dev_auroc_reads_undefined_in_the_card(tmp_path, make_confi
     save_head(AcceptanceHead(HeadConfig(hidden_size=8, depth=1)), tmp_path / "head.safetensors", meta)
     card = (tmp_path / "README.md").read_text()
     assert "| `val/auroc` | undefined (one class) |" in card and "| `val/auroc` | 0" not in card
+
+
+def test_a_head_pushed_to_a_folder_decodes_through_generate(export_dir, tmp_path, capsys):
+    """``custom_generate=<folder>`` runs the folder's generate.py: our decoder with the folder's head at its recorded
+    threshold, the draft given as ``assistant_model`` and the streamer as ``generate`` takes them."""
+    folder = tmp_path / "shared-head"
+    main([str(export_dir), str(folder), "--local"])
+    assert "written to" in capsys.readouterr().out
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) == SENT
+    assert str(folder.resolve()) in (folder / "custom_generate" / "generate.py").read_text()
+    target, draft = micro_lm(16, seed=1), micro_lm(8, seed=2)
+    ids = torch.tensor([[3, 9, 27, 4]])
+    streamed = []
+
+    class Recorder:
+        def put(self, value):
+            streamed.append(value.flatten())
+
+        def end(self):
+            streamed.append(None)
+
+    got = target.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=draft,
+                          custom_generate=str(folder), trust_remote_code=True, streamer=Recorder(), do_sample=False,
+                          max_new_tokens=12, pad_token_id=0)
+    head = load_head(folder)
+    doc = head.metadata
+    assert doc["threshold"] == 0.4
+    policy = policies.Head(head, threshold=doc["threshold"], k_min=doc["k_min"], k_max=doc["k_max"])
+    expected = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policy, sampling=Sampling(temperature=0.0),
+                                  eos_token_id=None).generate(ids, max_new_tokens=12).sequences
+    assert torch.equal(got, expected)
+    assert torch.equal(streamed[0], ids[0]) and streamed[-1] is None
+    assert torch.equal(torch.cat(streamed[1:-1]), got[0, ids.shape[1] :])
+    with pytest.raises(ValueError, match="assistant_model=draft"):
+        target.generate(ids, custom_generate=str(folder), trust_remote_code=True, max_new_tokens=4)
