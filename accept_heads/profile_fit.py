@@ -31,7 +31,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from accept_heads.data import PositionTable
 from decode.batch_costs import forward_table
-from decode.cache_api import cache_kwargs
+from decode.cache_api import cache_kwargs, drop_last
 from decode.loops.runner import vocab_size
 from decode.profile import SVProfile
 
@@ -138,7 +138,7 @@ def forward_latency(target: PreTrainedModel, prompt: list[int], widths: list[int
             sync()
             if repeat:
                 times.append(time.perf_counter() - start)
-            cache.crop(-width)
+            drop_last(cache, width)
         medians.append(statistics.median(times))
     return torch.tensor(medians, dtype=torch.float64)
 

@@ -20,6 +20,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from ahconf.entry import quiet_library_output
 from ahconf.schema import CollectJob, Config, ModelSpec
 from data_gen.collect import Labeller, batches_of
 from data_gen.encoding import EncodedPrompt, encode_prompts
@@ -81,6 +82,7 @@ def _labelling(labeller: Labeller, given: list[GivenResponse], batch_size: int) 
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    quiet_library_output()
     if args.threads:
         torch.set_num_threads(args.threads)
     config = Config()

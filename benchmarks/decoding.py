@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
+from ahconf.entry import quiet_library_output
 from ahconf.schema import ModelSpec
 from benchmarks.goodput import GoodputRow, run_goodput
 from data_gen.models import resolve_model_id
@@ -496,15 +497,16 @@ def load_companion(args: argparse.Namespace, device: torch.device) -> PreTrained
 def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | list[GoodputRow]:
     """Run the benchmark and print the table; returns the per-method (per-batch-size) results."""
     args = parse_args(argv)
+    quiet_library_output()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     target, draft, described = load_pair(args, device)
     budget = args.max_new_tokens
     eos = target.generation_config.eos_token_id if args.stop_at_eos else None
-    common = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": budget}
-    if not args.stop_at_eos:
-        common["min_new_tokens"] = budget
+    # eos_token_id=None (no --stop-at-eos) overrides the generation config's: every prompt decodes the whole budget.
+    common = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": budget,
+              "eos_token_id": eos}
     if target.generation_config.pad_token_id is None:
         common["pad_token_id"] = eos if isinstance(eos, int) else 0
     if args.batch_sizes is not None and args.goodput:

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
+from ahconf.entry import quiet_library_output
 from benchmarks.decoding import make_prompts, zoo_dir_or_exit
 from decode.artifacts.hub import load_causal_lm
 from decode.ensemble.decoder import EnsembleDecoder
@@ -108,6 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> list[Row]:
     """Run the benchmark, print the table and return its rows."""
     args = parse_args(argv)
+    quiet_library_output()
     if args.threads:
         torch.set_num_threads(args.threads)
     root = Path(args.zoo_dir) if args.zoo_dir is not None else zoo_dir_or_exit()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import torch
 
+from ahconf.entry import quiet_library_output
 from benchmarks.decoding import RANDOM_PAIRS, batch_prompts, load_pair
 from decode.loops.decoder import SpeculativeDecoder
 from decode.policies import Fixed
@@ -56,6 +57,7 @@ def timed(run: Callable[[], int], device: torch.device) -> tuple[float, int]:
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Time both loops and print the table; returns the figures."""
     args = parse_args(argv)
+    quiet_library_output()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)

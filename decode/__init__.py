@@ -9,9 +9,9 @@ from decode.ensemble.decoder import EnsembleDecoder, EnsembleOutput
 from decode.ensemble.stats import EnsembleStats
 from decode.ensemble_fn import EnsembleFn
 from decode.head import AcceptanceHead, HeadConfig
-from decode.loops.hf_generate import SpeculativeGenerateOutput, generate_from_repo, speculative_generate
 from decode.loops.batched import BatchDecodeOutput, BatchTotals, row_seed
 from decode.loops.decoder import DecodeOutput, SpeculativeDecoder
+from decode.loops.hf_generate import SpeculativeGenerateOutput, generate_from_repo, speculative_generate
 from decode.profile import SVProfile
 from decode.sampling import Sampling
 from decode.stats import DecodeStats

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from decode.cache_api import cache_kwargs
+from decode.cache_api import cache_kwargs, drop_last
 from decode.costs import CostModel, LatencyShape
 
 
@@ -167,7 +167,7 @@ def forward_seconds(model: PreTrainedModel, batch: int, tokens: int, context: in
 
     def run() -> None:
         model(input_ids=step, **cache_kwargs(model, cache))
-        cache.crop(-tokens)  # drop what this call appended (a negative count works across transformers versions)
+        drop_last(cache, tokens)  # what this call appended
 
     return _seconds(run, repeats, device)
 

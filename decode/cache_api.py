@@ -3,8 +3,9 @@
 transformers is renaming the forward's ``past_key_values`` argument to ``cache`` (5.x deprecates the old
 name, to be removed in 5.40). :func:`cache_kwargs` names the cache with whichever keyword the model's
 ``forward`` declares, so the same code runs on transformers versions before and after the rename
-without a deprecation warning. Cropping a cache is done with negative counts only (tokens to drop),
-the one meaning ``DynamicCache.crop`` has had in every 5.x version.
+without a deprecation warning. :func:`drop_last` is the one call that crops a cache: with a negative
+count (tokens to drop), which every supported version reads the same way; before 5.15 a positive
+count was a length to keep, from 5.15 it is refused.
 """
 
 from __future__ import annotations
@@ -26,3 +27,14 @@ def cache_keyword(model_class: type[nn.Module]) -> str:
 def cache_kwargs(model: nn.Module, kv_cache: Any) -> dict[str, Any]:
     """The forward keyword arguments that hand ``kv_cache`` to ``model`` (with ``use_cache=True``)."""
     return {cache_keyword(type(model)): kv_cache, "use_cache": True}
+
+
+def drop_last(kv_cache: Any, tokens: int) -> None:
+    """Drop the last ``tokens`` positions of every layer of ``kv_cache`` (``crop(-tokens)``).
+
+    ``tokens == 0`` drops nothing; sliding-window layers that record their past (``activate_past_recording``)
+    are trimmed back to their window, as ``crop(0)`` documents.
+    """
+    if tokens < 0:
+        raise ValueError(f"drop_last drops a non-negative number of tokens, got {tokens}")
+    kv_cache.crop(-tokens)

@@ -29,7 +29,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from data_gen.generation import Batch, teacher_forced_logits
 from data_gen.zoo.realism import RealismCheck, acceptance, auroc, greedy_oracle_gain, sample_responses, sampled_outcomes
-from decode.cache_api import cache_kwargs
+from decode.cache_api import cache_kwargs, drop_last
 
 CHUNK = 16  # prompts per generation / scoring batch: bounds the [B, T, V] logits held at once
 
@@ -197,7 +197,7 @@ def forward_costs(models: dict[str, PreTrainedModel], context: list[int], repeat
             started = time.perf_counter()
             model(input_ids=token.to(model.device), **cache_kwargs(model, caches[role]), logits_to_keep=1)
             times[role].append(time.perf_counter() - started)
-            caches[role].crop(-1)
+            drop_last(caches[role], 1)
     target = statistics.median(times["target"])
     return {role: statistics.median(values) / target for role, values in times.items() if role != "target"}
 

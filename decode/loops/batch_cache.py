@@ -27,7 +27,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from decode.cache_api import cache_kwargs
+from decode.cache_api import cache_kwargs, drop_last
 from decode.loops.runner import RunnerBase
 
 Layout = Literal["holes", "compact"]
@@ -150,7 +150,7 @@ class BatchRunner(RunnerBase):
         used = self.mask.any(0).nonzero()
         width = int(used[-1, 0]) + 1 if used.numel() else 0
         if width < self.width:
-            self.cache.crop(width - self.width)
+            drop_last(self.cache, self.width - width)
             self.mask = self.mask[:, :width]
 
     def _compact(self) -> None:

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
-from decode.cache_api import cache_kwargs
+from decode.cache_api import cache_kwargs, drop_last
 
 
 def vocab_size(model: PreTrainedModel) -> int:
@@ -137,9 +137,9 @@ class ModelRunner(RunnerBase):
                     "decoding needs on every rejection. Use a model with attention-only layers (full or sliding "
                     "window) as target, draft, companion or ensemble member."
                 )
-            self.cache.crop(length - self.consumed)
+            drop_last(self.cache, self.consumed - length)
             self.consumed = length
         elif self._sliding:
-            self.cache.crop(0)
+            drop_last(self.cache, 0)  # trims the sliding-window layers back to their window
         if self._sliding:
             self.floor = self.consumed

@@ -48,10 +48,9 @@ def generate_target_alone(target: PreTrainedModel, prompts: list[torch.Tensor], 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     start = time.perf_counter()
-    # Without EOS ids every row decodes the whole budget (the generation config's EOS must not stop it).
-    new = target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                          min_new_tokens=0 if stops else max_new_tokens, pad_token_id=stops[0] if stops else 0,
-                          **({"eos_token_id": stops} if stops else {}), **sampling)[:, width:]
+    # Without EOS ids every row decodes the whole budget: eos_token_id=None overrides the generation config's.
+    new = target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, eos_token_id=stops or None,
+                          pad_token_id=stops[0] if stops else 0, **sampling)[:, width:]
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start

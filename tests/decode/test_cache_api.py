@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache, LlamaForCausalLM
 
-from decode.cache_api import cache_keyword, cache_kwargs
+from decode.cache_api import cache_keyword, cache_kwargs, drop_last
 
 
 class OldStyle(nn.Module):
@@ -40,3 +40,15 @@ def test_a_cached_forward_warns_of_no_deprecation(make_lm):
     if cache_keyword(type(model)) == "cache":  # negative control: the old keyword warns on this transformers
         with pytest.warns(FutureWarning, match="past_key_values"):
             model(input_ids=torch.tensor([[5]]), past_key_values=cache, use_cache=True)
+
+
+def test_drop_last_drops_that_many_tokens_and_zero_keeps_a_full_cache(make_lm):
+    model = make_lm(64, seed=0)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=torch.tensor([[1, 2, 3, 4, 5]]), **cache_kwargs(model, cache))
+    drop_last(cache, 0)
+    assert cache.get_seq_length() == 5  # crop(0) read as a length to keep (before 5.15) would have emptied it
+    drop_last(cache, 2)
+    assert cache.get_seq_length() == 3
+    with pytest.raises(ValueError, match="non-negative"):
+        drop_last(cache, -1)

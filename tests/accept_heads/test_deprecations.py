@@ -1,0 +1,58 @@
+"""No deprecated transformers API on a user's path: a short pipeline with FutureWarning and DeprecationWarning as errors.
+
+collect → train a head → evaluate (our decoder, HF assisted generation, the wall clock) → the decoding
+benchmark, all on the micro trio. transformers signals a deprecated argument with a FutureWarning
+(e.g. ``past_key_values`` renamed ``cache``) or a DeprecationWarning; either one fails this test. Only
+warnings of other libraries that we do not call into are let through, each named in :data:`NOT_OURS`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from accept_heads.evaluate import evaluate
+from accept_heads.train import train
+from benchmarks.decoding import main as benchmark_decoding
+from data_gen.collect import collect
+from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
+
+#: (message regex, why it is not a transformers deprecation on our path)
+NOT_OURS = [
+    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", "torch.utils._pytree, inside Lightning's fit loop"),
+]
+
+EVALUATION = [
+    "evaluate.rules=[speculative]",
+    "evaluate.prompts={dev: 2, test: 2, ood: 2}",
+    "evaluate.max_new_tokens=8",
+    "evaluate.fixed_k=[1,3]",
+    "evaluate.confidence_taus=[0.4]",
+    "evaluate.thresholds=[0.5]",
+    "evaluate.calibration_rows=2",
+    "evaluate.latency_lengths=3",
+    "evaluate.latency_repeats=1",
+    "evaluate.workers=1",
+    "evaluate.wallclock_sets=[test]",
+    "evaluate.wallclock_rules=[speculative]",
+    "evaluate.wallclock_threads=1",
+    "cost.t_companion=null",
+]
+
+
+def test_a_short_pipeline_uses_no_deprecated_transformers_api(make_config, micro_trio, tmp_path, capsys):
+    overrides = [*model_overrides(micro_trio), *DATA_OVERRIDES, *TRAIN_OVERRIDES, f"paths.root={tmp_path}"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        warnings.simplefilter("error", DeprecationWarning)
+        for message, _ in NOT_OURS:
+            warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+        collect(make_config(*overrides).collect_job())
+        head = train(make_config(*overrides, "head.name=speculative-pre").train_job())
+        results = evaluate(make_config(*overrides, *EVALUATION).evaluate_job())
+        rows = benchmark_decoding(["--target", str(micro_trio["target"]), "--draft", str(micro_trio["draft"]),
+                                   "--k", "2", "--prompts", "2", "--max-new-tokens", "8", "--threads", "1"])
+    assert head.head_path.endswith("head.safetensors")
+    assert {"fixed", "head", "hf-constant"} <= set(results.table["family"])
+    assert len(results.wallclock) > 0
+    assert [row.tokens for row in rows] == [16, 16, 16]  # every method decoded 2 prompts x 8 tokens
+    assert "deprecat" not in capsys.readouterr().err.lower()
