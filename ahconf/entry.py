@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,10 +26,13 @@ def to_config(cfg: DictConfig) -> Config:
 
 
 def quiet_library_output() -> None:
-    """Keep the terminal for our own progress bars and tables: no per-file loading/saving bars."""
+    """Keep the terminal for our own progress bars and tables: no per-file loading/saving bars, and no warning
+    about a library's use of another (Lightning's fit loop checks ``isinstance(spec, LeafSpec)``, which torch
+    deprecates: nothing on our side can change it)."""
     import datasets
     import transformers
 
+    warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
     quiet_hub_logs()
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()
