@@ -44,6 +44,7 @@ from accept_heads.evaluation.plan import (
     Choice,
     after_selection,
     dev_sweeps,
+    edge_note,
     edge_rules,
     eval_rules,
     extended_k,
@@ -222,9 +223,8 @@ def evaluate(job: EvaluateJob) -> Results:
                                f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
             e.fixed_k = sorted(e.fixed_k + more)  # test / OOD decode each rule's chosen K from this grid
             choices = select(costed(records, paper), "throughput_cost")
-        if edge_rules(choices, e.fixed_k):
-            notes["fixed_k_edge"] = (f"best fixed K at the grid's edge K={max(e.fixed_k)} for "
-                                     f"{', '.join(edge_rules(choices, e.fixed_k))}: the optimum may lie beyond")
+        if note := edge_note(choices, e.fixed_k):
+            notes["fixed_k_edge"] = note
         if "fuzzy" in rules:
             records += execute(fsd_sweep(job, "dev", choices), pool, "dev FSD sweep")
             choices += select_threshold(costed(records, paper), "throughput_cost", choices)

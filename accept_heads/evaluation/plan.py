@@ -142,6 +142,14 @@ def edge_rules(choices: list[Choice], grid: list[int]) -> list[str]:
     return sorted({c.rule for c in choices if c.family == "fixed" and c.swept == "param" and c.value == max(grid)})
 
 
+def edge_note(choices: list[Choice], grid: list[int]) -> str | None:
+    """The results' note naming the rules whose best fixed K is still ``grid``'s largest (None: no rule is)."""
+    edge = edge_rules(choices, grid)
+    if not edge:
+        return None
+    return f"best fixed K at the grid's edge K={max(grid)} for {', '.join(edge)}: the optimum may lie beyond"
+
+
 def extended_k(grid: list[int]) -> list[int]:
     """The next fixed-K values past ``grid``'s largest: 1.5× and 2× it (capped at :data:`K_CEILING`)."""
     top = max(grid)

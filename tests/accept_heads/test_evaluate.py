@@ -16,7 +16,7 @@ from accept_heads.evaluation.costs import CostFit, configured_model, fit_costs
 from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.figures import FIGURES
 from accept_heads.evaluation.inputs import Artifacts
-from accept_heads.evaluation.plan import Choice, edge_rules, extended_k
+from accept_heads.evaluation.plan import Choice, edge_note, edge_rules, extended_k
 from accept_heads.evaluation.report import cost_lines
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.runs import RunSpec
@@ -111,33 +111,54 @@ def test_batched_prompts_decode_the_same_generations_as_alone(make_config, micro
     pd.testing.assert_frame_equal(alone.drop(columns=["wall_s", "batch"]), batched.drop(columns=["wall_s", "batch"]))
 
 
-def test_end_to_end_writes_table_and_figures(evaluated):
+def test_the_results_are_written_and_load_back_as_they_were(evaluated):
     config, results = evaluated
     out = Path(config.evaluate.out_dir)
     for name in ("results.parquet", "results.csv", "results.json", "generations.parquet", "calibration.parquet"):
-        assert (out / name).stat().st_size > 0
-    for name in (n for n in FIGURES if n != "batch_axis"):  # no batch axis here: tests/accept_heads/test_batch_axis.py
-        assert (out / "figures" / f"{name}.png").stat().st_size > 0, name
-    table = results.table
-    test = table[table["set"] == "test"]
-    assert {"fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle", "hf-constant", "hf-heuristic",
-            "hf-confidence", "se-plain", "se-sd", "se-alternate"} <= set(test["family"])
-    plain = test[test["family"] == "se-plain"]
-    assert plain["speedup_plain_ensemble_cost"].tolist() == pytest.approx([1.0])  # both models once per token
-    assert set(table["rule"]) == {"speculative", "greedy", "fuzzy", "ensemble"}
-    assert set(table["set"]) == {"dev", "test", "builtin:module"}
-    assert set(table.loc[table["family"] == "head", "artifact"]) == {"pre", "post"}
-    greedy_oracle = table[(table["family"] == "oracle") & (table["rule"] == "greedy")]
-    assert len(greedy_oracle) and (greedy_oracle["discard_rate"] == 0).all()
-    assert table["throughput_cost"].gt(0).all() and table["speedup_target_cost"].notna().all()
-    assert set(test.loc[test["rule"] == "fuzzy", "rule_param"]) >= {0.1, 0.6}
-    greedy_fixed = test[(test["rule"] == "greedy") & (test["family"] == "fixed")]
-    assert greedy_fixed["target_agreement"].eq(1.0).all()  # the greedy rule reproduces the target's argmax
+        assert (out / name).is_file(), name
     loaded = load_results(out)
     columns = ["set", "rule", "policy", "chosen_on", "generated", "throughput_cost", "speedup_fixed_fitted"]
     pd.testing.assert_frame_equal(loaded.table[columns], results.table[columns], check_dtype=False)
-    assert loaded.table["per_position_acceptance"].map(len).tolist() == results.table["per_position_acceptance"].map(len).tolist()
+    assert (loaded.table["per_position_acceptance"].map(len).tolist()
+            == results.table["per_position_acceptance"].map(len).tolist())
     assert loaded.metadata["selection_set"] == "dev"
+
+
+def test_every_figure_is_a_drawn_image(evaluated):
+    """Each figure is a PNG with data drawn on it: a real size, and coloured marks (empty axes, their ticks and
+    labels are grey)."""
+    from matplotlib.image import imread
+
+    config, _ = evaluated
+    for name in (n for n in FIGURES if n != "batch_axis"):  # no batch axis here: tests/accept_heads/test_batch_axis.py
+        rgb = imread(Path(config.evaluate.out_dir) / "figures" / f"{name}.png")[..., :3]
+        assert min(rgb.shape[:2]) >= 200, name
+        saturated = (rgb.max(-1) - rgb.min(-1)) > 0.25
+        assert saturated.sum() >= 100, name
+
+
+def test_the_table_covers_every_family_rule_set_and_head(evaluated):
+    _, results = evaluated
+    table = results.table
+    assert {"fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "oracle", "hf-constant", "hf-heuristic",
+            "hf-confidence", "se-plain", "se-sd", "se-alternate"} <= set(table.loc[table["set"] == "test", "family"])
+    assert set(table["rule"]) == {"speculative", "greedy", "fuzzy", "ensemble"}
+    assert set(table["set"]) == {"dev", "test", "builtin:module"}
+    assert set(table.loc[table["family"] == "head", "artifact"]) == {"pre", "post"}
+    assert set(table.loc[(table["set"] == "test") & (table["rule"] == "fuzzy"), "rule_param"]) >= {0.1, 0.6}
+
+
+def test_the_tables_figures_keep_their_identities(evaluated):
+    _, results = evaluated
+    table = results.table
+    test = table[table["set"] == "test"]
+    plain = test[test["family"] == "se-plain"]
+    assert plain["speedup_plain_ensemble_cost"].tolist() == pytest.approx([1.0])  # both models once per token
+    greedy_oracle = table[(table["family"] == "oracle") & (table["rule"] == "greedy")]
+    assert len(greedy_oracle) and (greedy_oracle["discard_rate"] == 0).all()
+    assert table["throughput_cost"].gt(0).all() and table["speedup_target_cost"].notna().all()
+    greedy_fixed = test[(test["rule"] == "greedy") & (test["family"] == "fixed")]
+    assert greedy_fixed["target_agreement"].eq(1.0).all()  # the greedy rule reproduces the target's argmax
 
 
 def test_the_wall_clock_times_the_chosen_methods_beside_their_modelled_figures(evaluated):
@@ -309,11 +330,22 @@ def test_fixed_k_grid_grows_past_an_edge_choice():
     assert edge_rules(choices, grid + [15, 20]) == []
 
 
-def test_no_rule_ends_at_the_fixed_k_grids_edge_unless_noted(evaluated):
+def test_a_rule_at_the_fixed_k_grids_edge_is_named_in_a_note_and_only_then():
+    choices = [Choice(rule="fuzzy", rule_param=0.3, family="fixed", artifact=None, value=64.0, dev_throughput=1.0),
+               Choice(rule="greedy", rule_param=None, family="fixed", artifact=None, value=3.0, dev_throughput=1.0)]
+    assert edge_note(choices, [1, 3, 64]) == ("best fixed K at the grid's edge K=64 for fuzzy: the optimum may lie "
+                                              "beyond")
+    assert edge_note(choices, [1, 3, 64, 96]) is None
+
+
+def test_the_evaluations_edge_note_names_exactly_the_rules_at_the_edge(evaluated):
     _, results = evaluated
     grid = results.metadata["evaluate"]["fixed_k"]
-    at_edge = [c["rule"] for c in results.metadata["selection"] if c["family"] == "fixed" and c["value"] == max(grid)]
-    assert not at_edge or "fixed_k_edge" in results.metadata["notes"]
+    at_edge = sorted(c["rule"] for c in results.metadata["selection"]
+                     if c["family"] == "fixed" and c["swept"] == "param" and c["value"] == max(grid))
+    note = results.metadata["notes"].get("fixed_k_edge")
+    assert (note is None) == (not at_edge)
+    assert note is None or note.endswith(f"for {', '.join(at_edge)}: the optimum may lie beyond")
 
 
 def choice_rows(table: pd.DataFrame, choice: dict) -> pd.DataFrame:

@@ -184,11 +184,14 @@ def test_tensorboard_without_the_package_is_a_clear_error(tmp_path):
         make_logger(LoggerConfig(kind="tensorboard"), tmp_path, "x")
 
 
-def test_wandb_logger_runs_without_network(tmp_path):
+def test_wandb_logger_runs_offline_by_default_and_keeps_its_metrics_locally(tmp_path, monkeypatch):
     pytest.importorskip("wandb", reason="wandb is a project dependency; some GPU images lack it")
+    monkeypatch.delenv("WANDB_MODE")  # the configured default (offline), not the tests' "disabled"
     logger = make_logger(LoggerConfig(kind="wandb"), tmp_path, "unit")
-    logger.log_metrics({"val/binary_kl": 0.1}, step=0)  # WANDB_MODE=disabled (tests/conftest.py)
+    logger.log_metrics({"val/binary_kl": 0.1}, step=0)
     logger.experiment.finish()
+    runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(runs) == 1 and b"val/binary_kl" in runs[0].read_bytes()
 
 
 def test_pre_head_features_read_q_over_the_shared_vocabulary_as_the_decoder_does():
