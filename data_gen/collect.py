@@ -162,8 +162,8 @@ class Labeller:
         return rows
 
 
-#: Padded tokens per teacher-forced part of a batch of given responses on CPU: the tiny target's forward
-#: runs 25 % faster in parts of 2,048 tokens than over 64 rows × 256 at once (two cores, AVX-512).
+#: Padded tokens per teacher-forced part of a batch of given responses on CPU: the tiny target's forward runs
+#: faster in parts this size than over a whole batch at once (docs/results.md, "Figures behind the defaults").
 CPU_FORCED_TOKENS = 2048
 
 

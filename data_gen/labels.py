@@ -96,8 +96,8 @@ def draft_candidates(q_logits: Tensor, lengths: list[int], sampling: Sampling, g
 
 
 #: Elements of one ``[positions, V]`` tensor in a chunk of :func:`batch_columns`. On CPU, 2 MiB of
-#: float32 keeps a chunk's intermediates in cache (2× faster than one pass over a whole batch of
-#: 16 × 128 positions × 4096 entries); on an accelerator the bound only caps their memory.
+#: float32 keeps a chunk's intermediates in cache (docs/results.md, "Figures behind the defaults"); on an
+#: accelerator the bound only caps their memory.
 CPU_CHUNK_ELEMENTS = 2**19
 DEVICE_CHUNK_ELEMENTS = 2**25
 
