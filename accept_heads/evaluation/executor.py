@@ -24,6 +24,7 @@ from accept_heads.evaluation.batch_axis import BatchRun, measure_batches
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
 from accept_heads.evaluation.runs import Decoding, Runner, RunSpec
 from accept_heads.evaluation.specs import FAMILIES
+from ahconf.entry import quiet_library_output
 from ahconf.schema import EvaluateConfig, EvaluateJob
 from data_gen.models import Trio, load_trio
 from decode.batch_costs import BatchCosts
@@ -113,7 +114,9 @@ _WORKER: Executor | None = None
 
 
 def _start_worker(job: EvaluateJob, costs: CostModel | None, batch_costs: BatchCosts | None) -> None:
+    """A spawned process starts afresh: quiet the libraries as the entry point did, then build its executor."""
     global _WORKER
+    quiet_library_output()
     if job.evaluate.threads is not None:
         torch.set_num_threads(job.evaluate.threads)
     _WORKER = Executor.build(job, notes={})
