@@ -34,7 +34,8 @@ class Decision(enum.Enum):
 
     CONTINUE = "continue"
     STOP = "stop"  # keep y_i, stop drafting
-    DROP = "drop"  # stop drafting, withdraw y_i and uncharge the draft call that produced q_i (realised oracle only)
+    DROP = "drop"  # stop drafting, withdraw y_i and uncharge the draft call that produced q_i (hindsight policies:
+    # the realised oracle, and the analysis levers that draft a candidate only to read its label)
 
 
 @dataclass

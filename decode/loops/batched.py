@@ -92,7 +92,8 @@ class BatchDecodeOutput:
 
 SUPPORTED = (
     "every rule (speculative, greedy, fuzzy, ensemble) with the policies fixed, heuristic, confidence, "
-    "head (pre / post, with or without companion features) and sv (lengths chosen jointly)"
+    "head (pre / post, with or without companion features), head-goodput (its batch stop) and sv (lengths chosen "
+    "jointly); not the hindsight bounds"
 )
 
 

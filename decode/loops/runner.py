@@ -109,7 +109,7 @@ class ModelRunner(RunnerBase):
         return out.logits[0, :, : self.vocab].float()
 
     def uncount_last_call(self) -> None:
-        """Stop charging the latest :meth:`feed`: it served as hindsight (the realised oracle only)."""
+        """Stop charging the latest :meth:`feed`: it served as hindsight (:attr:`decode.policies.Decision.DROP`)."""
         if not self._last_charged:
             raise RuntimeError("no charged call to uncount: none yet, or the latest is already uncounted")
         self.calls -= 1
