@@ -25,14 +25,19 @@ def to_config(cfg: DictConfig) -> Config:
     return config
 
 
+#: Deprecation messages one library raises about its use of another, which nothing on our side can change
+#: (message regexes): torch deprecates the ``LeafSpec`` check Lightning's fit loop makes.
+OTHER_LIBRARIES_DEPRECATIONS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
+
+
 def quiet_library_output() -> None:
-    """Keep the terminal for our own progress bars and tables: no per-file loading/saving bars, and no warning
-    about a library's use of another (Lightning's fit loop checks ``isinstance(spec, LeafSpec)``, which torch
-    deprecates: nothing on our side can change it)."""
+    """Keep the terminal for our own progress bars and tables: no per-file loading/saving bars, and none of
+    :data:`OTHER_LIBRARIES_DEPRECATIONS`."""
     import datasets
     import transformers
 
-    warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
+    for message in OTHER_LIBRARIES_DEPRECATIONS:
+        warnings.filterwarnings("ignore", message, FutureWarning)
     quiet_hub_logs()
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()

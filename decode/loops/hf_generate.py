@@ -48,7 +48,8 @@ from decode.loops.batched import BatchDecodeOutput
 from decode.loops.decoder import SpeculativeDecoder
 from decode.loops.emit import OnTokens
 from decode.loops.inputs import id_list
-from decode.policies import SV, Head, Policy
+from decode.policies import Policy
+from decode.policy_specs import HeadSpec, PolicyInputs, SVSpec
 from decode.profile import SVProfile
 from decode.rules import Greedy, Rule, Speculative, from_spec
 from decode.sampling import Sampling
@@ -96,23 +97,23 @@ def _rule(rule: Rule | None, head: AcceptanceHead | None, profile: SVProfile | N
     if rule is not None:
         return rule
     artifact = head if head is not None else profile
-    spec = artifact.metadata.get("rule") if artifact is not None and artifact.metadata else None
+    spec = artifact.metadata.get("rule") if artifact is not None else None
     if isinstance(spec, dict):
         return from_spec(spec["name"], **spec.get("params", {}))
     return Greedy() if sampling.greedy else Speculative()
 
 
 def _policy(policy: Policy | None, head: AcceptanceHead | None, profile: SVProfile | None) -> Policy | None:
-    """The given policy, else the artifact's stop as its metadata records it (None: the decoder's default)."""
+    """The given policy, else the artifact's stop as its spec builds it from the metadata (the head at its recorded
+    threshold, 0.5 where none was calibrated); None: the decoder's default."""
     if policy is not None:
         return policy
     if head is not None:
-        doc = head.metadata or {}
-        threshold = doc.get("threshold")
-        return Head(head, threshold=0.5 if threshold is None else threshold, k_min=doc.get("k_min", 1),
-                    k_max=doc.get("k_max", 20))
+        threshold = head.metadata.get("threshold")
+        spec = HeadSpec("head", 0.5 if threshold is None else float(threshold))
+        return spec.build(PolicyInputs(heads={"head": head}))
     if profile is not None:
-        return SV(profile, k=(profile.metadata or {}).get("k_max", 6))
+        return SVSpec("profile").build(PolicyInputs(profiles={"profile": profile}))
     return None
 
 

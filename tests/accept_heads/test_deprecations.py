@@ -1,9 +1,10 @@
-"""No deprecated transformers API on a user's path: a short pipeline with FutureWarning and DeprecationWarning as errors.
+"""No deprecated transformers API on a user's path: a short pipeline, FutureWarning and DeprecationWarning as errors.
 
 collect → train a head → evaluate (our decoder, HF assisted generation, the wall clock) → the decoding
 benchmark, all on the micro trio. transformers signals a deprecated argument with a FutureWarning
 (e.g. ``past_key_values`` renamed ``cache``) or a DeprecationWarning; either one fails this test. Only
-warnings of other libraries that we do not call into are let through, each named in :data:`NOT_OURS`.
+one library's deprecation of another's use of it is let through, as the entry points do
+(:data:`ahconf.entry.OTHER_LIBRARIES_DEPRECATIONS`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,10 @@ import warnings
 
 from accept_heads.evaluate import evaluate
 from accept_heads.train import train
+from ahconf.entry import OTHER_LIBRARIES_DEPRECATIONS
 from benchmarks.decoding import main as benchmark_decoding
 from data_gen.collect import collect
 from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
-
-#: (message regex, why it is not a transformers deprecation on our path)
-NOT_OURS = [
-    (r"`isinstance\(treespec, LeafSpec\)` is deprecated", "torch.utils._pytree, inside Lightning's fit loop"),
-]
 
 EVALUATION = [
     "evaluate.rules=[speculative]",
@@ -44,7 +41,7 @@ def test_a_short_pipeline_uses_no_deprecated_transformers_api(make_config, micro
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         warnings.simplefilter("error", DeprecationWarning)
-        for message, _ in NOT_OURS:
+        for message in OTHER_LIBRARIES_DEPRECATIONS:
             warnings.filterwarnings("ignore", message=message, category=FutureWarning)
         collect(make_config(*overrides).collect_job())
         head = train(make_config(*overrides, "head.name=speculative-pre").train_job())
