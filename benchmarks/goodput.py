@@ -1,19 +1,21 @@
-"""``python -m benchmarks.decoding --batch-sizes 1 8 32 --goodput [--head PATH] [--profile PATH]``: modelled goodput per B.
+"""``python -m benchmarks.decoding --batch-sizes 1 8 32 --goodput [--head PATH] [--profile PATH]``: goodput per B.
 
 Measures the batch costs of the pair (and of the companion, with ``--profile``) on this device
 (:func:`decode.batch_costs.measure_batch_costs`), decodes the same ``max(B)`` prompts in batches of
 each size ``B`` with batched ``Fixed(K)`` for every ``K`` of ``--k-grid``, given a trained head with
 ``Head(h)`` and the batch-aware ``GoodputHead`` (no threshold), and given an SV profile with ``SV``
-(verification lengths chosen jointly at the measured ``t_t(B, T)``), and prices every generation's
-forwards with the measured costs (:meth:`BatchCosts.modelled_seconds`, prompts left out). Goodput = generated tokens / modelled
-seconds; each method is compared with the best fixed K at the same ``B`` and with the target alone
-(one token per row per forward: ``B / t_t(B, B)``). Modelled, so free of timer noise; the table of
-measured costs is printed first.
+(verification lengths chosen jointly at the measured ``t_t(B, T)``). Each method's goodput is given twice:
+modelled (its forwards priced at the measured costs, :meth:`BatchCosts.modelled_seconds`, prompts left out;
+free of timer noise) and measured (the wall clock of its decodes, every method and the target alone taking
+turns at each ``B``, after one warm-up decode each). Each is compared with the best fixed K at the same ``B``
+by the same measure and with the target alone (modelled: one token per row per forward, ``B / t_t(B, B)``;
+measured: HF ``generate`` on the same batches). The table of measured costs is printed first.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +24,7 @@ from transformers import PreTrainedModel
 from decode.artifacts.export import load_head, load_profile
 from decode.batch_costs import BatchCosts, measure_batch_costs
 from decode.loops.decoder import SpeculativeDecoder
+from decode.loops.target_alone import generate_target_alone
 from decode.policies import SV, Fixed, GoodputHead, Head, Policy
 from decode.rules import Speculative
 from decode.sampling import Sampling
@@ -29,28 +32,71 @@ from decode.sampling import Sampling
 
 @dataclass
 class GoodputRow:
-    """One method at one batch size."""
+    """One method at one batch size: its tokens, the modelled seconds of its forwards and its wall clock."""
 
     method: str
     batch: int
     tokens: int
     modelled_s: float
+    measured_s: float = 0.0
 
     @property
     def goodput(self) -> float:
         """Generated tokens per modelled second."""
         return self.tokens / self.modelled_s if self.modelled_s else 0.0
 
+    @property
+    def measured(self) -> float:
+        """Generated tokens per measured second."""
+        return self.tokens / self.measured_s if self.measured_s else 0.0
+
+
+TARGET_ALONE = "target alone (HF generate)"
+
+
+class WallClock:
+    """Seconds of a block, the device synchronised at both ends."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.seconds = device, 0.0
+
+    def __enter__(self) -> WallClock:
+        self._sync()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._sync()
+        self.seconds = time.perf_counter() - self._start
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
 
 def decode_rows(decoder: SpeculativeDecoder, prompts: list[torch.Tensor], batch: int, budget: int, costs: BatchCosts,
                 name: str) -> GoodputRow:
-    """Decode all ``prompts`` in consecutive batches of ``batch`` with ``decoder`` and price their forwards."""
+    """Decode all ``prompts`` in batches of ``batch`` with ``decoder``, price their forwards and time them."""
     tokens, seconds = 0, 0.0
-    for start in range(0, len(prompts), batch):
-        totals = decoder.generate(prompts[start : start + batch], max_new_tokens=budget, seed=start).totals
-        tokens += totals.tokens
-        seconds += costs.modelled_seconds(totals.target_shapes, totals.draft_shapes, totals.companion_shapes)
-    return GoodputRow(name, batch, tokens, seconds)
+    with WallClock(prompts[0].device) as clock:
+        for start in range(0, len(prompts), batch):
+            totals = decoder.generate(prompts[start : start + batch], max_new_tokens=budget, seed=start).totals
+            tokens += totals.tokens
+            seconds += costs.modelled_seconds(totals.target_shapes, totals.draft_shapes, totals.companion_shapes)
+    return GoodputRow(name, batch, tokens, seconds, clock.seconds)
+
+
+def target_rows(target: PreTrainedModel, prompts: list[torch.Tensor], batch: int, budget: int,
+                eos: int | list[int] | None, costs: BatchCosts) -> GoodputRow:
+    """The target alone on the same batches (HF ``generate``), timed; modelled at one token per row per forward
+    (the prompt's forward left out, as for the decoders)."""
+    tokens, seconds = 0, 0.0
+    with WallClock(prompts[0].device) as clock:
+        for start in range(0, len(prompts), batch):
+            run = generate_target_alone(target, prompts[start : start + batch], budget, eos, seed=start)
+            tokens += run.tokens
+            seconds += costs.target_alone_seconds(run.rows, run.steps)
+    return GoodputRow(TARGET_ALONE, batch, tokens, seconds, clock.seconds)
 
 
 def print_costs(costs: BatchCosts) -> None:
@@ -82,18 +128,27 @@ def run_goodput(args: argparse.Namespace, target: PreTrainedModel, draft: PreTra
     decoders = [(name, SpeculativeDecoder(target, draft, rule=Speculative(), policy=policy, sampling=Sampling(),
                                           companion=companion if policy.companion else None, eos_token_id=eos))
                 for name, policy in policies]
-    rows: list[GoodputRow] = []
-    print(f"{'method':<28} {'B':>4} {'tokens':>7} {'modelled s':>11} {'goodput':>9} {'x best K':>9} {'x target':>9}")
     budget = args.max_new_tokens
+    for _, decoder in decoders:  # warm-up: first-call allocations and kernel selection stay out of the timings
+        decoder.generate(prompts[:1], max_new_tokens=budget, seed=0)
+    generate_target_alone(target, prompts[:1], budget, eos)
+    rows: list[GoodputRow] = []
+    print(f"{'method':<28} {'B':>4} {'tokens':>7} {'modelled s':>11} {'goodput':>9} {'x best K':>9} {'x target':>9} "
+          f"{'tokens/s':>9} {'x best K':>9} {'x target':>9}")
     for batch in sizes:
-        here = [decode_rows(decoder, prompts, batch, budget, costs, name) for name, decoder in decoders]
-        best = max((r for r in here if r.method.startswith("Fixed")), key=lambda r: r.goodput)
-        alone = batch / costs.target_time(batch, batch)
+        here = [target_rows(target, prompts, batch, budget, eos, costs)]
+        here += [decode_rows(decoder, prompts, batch, budget, costs, name) for name, decoder in decoders]
+        fixed = [r for r in here if r.method.startswith("Fixed")]
+        best = max(fixed, key=lambda r: r.goodput)
+        best_measured = max(fixed, key=lambda r: r.measured)
         for row in here:
-            mark = " *" if row is best else ""
-            print(f"{row.method + mark:<28} {batch:4d} {row.tokens:7d} {row.modelled_s:11.3f} {row.goodput:9.1f} "
-                  f"{row.goodput / best.goodput:8.3f}x {row.goodput / alone:8.3f}x")
+            mark = ("*" if row is best else "") + ("+" if row is best_measured else "")
+            print(f"{row.method + (' ' + mark if mark else ''):<28} {batch:4d} {row.tokens:7d} {row.modelled_s:11.3f} "
+                  f"{row.goodput:9.1f} {row.goodput / best.goodput:8.3f}x {row.goodput / here[0].goodput:8.3f}x "
+                  f"{row.measured:9.1f} {row.measured / best_measured.measured:8.3f}x "
+                  f"{row.measured / here[0].measured:8.3f}x")
         rows += here
-    print("goodput = tokens / modelled seconds of the batched forwards at the measured costs (prompts left out); "
-          "* = best fixed K at that B")
+    print("modelled: tokens / seconds of the batched forwards priced at the measured costs (prompts left out); "
+          "measured: tokens / wall-clock seconds, the methods taking turns at each B; * / + = best fixed K at that B, "
+          "modelled / measured")
     return rows

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.results import RESULTS_ENV
 from data_gen.collect import collect
 from tests.accept_heads.conftest import DATA_OVERRIDES, compose_config, model_overrides
 from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
+
+nbformat = pytest.importorskip("nbformat", reason="a dev dependency; some GPU images lack it")
+NotebookClient = pytest.importorskip("nbclient", reason="a dev dependency; some GPU images lack it").NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 

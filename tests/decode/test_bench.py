@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -96,11 +98,15 @@ def test_bench_batch_sizes_on_saved_micro_models(saved_pair, capsys):
 def test_bench_goodput_prices_every_method_at_the_measured_batch_costs(saved_pair, capsys):
     rows = bench.main([*saved_pair, "--batch-sizes", "1", "3", "--goodput", "--k-grid", "1", "3"])
     printed = capsys.readouterr().out
-    names = ["Fixed(1)", "Fixed(3)", "Head(h=0.5)", "GoodputHead (batch costs)"]
+    names = ["target alone (HF generate)", "Fixed(1)", "Fixed(3)", "Head(h=0.5)", "GoodputHead (batch costs)"]
     assert [(r.method, r.batch) for r in rows] == [(n, b) for b in (1, 3) for n in names]
-    assert all(r.tokens == 6 * 3 and r.modelled_s > 0 for r in rows)  # the same 3 prompts at every B
-    marked = [line for line in printed.splitlines() if line.startswith("Fixed(") and " * " in line]
-    assert "measured costs" in printed and len(marked) == 2  # one best fixed K per batch size
+    # the same 3 prompts at every B, each method both priced and timed
+    assert all(r.tokens == 6 * 3 and r.modelled_s > 0 and r.measured_s > 0 for r in rows)
+    fixed = [line for line in printed.splitlines() if line.startswith("Fixed(")]
+    modelled_best = [line for line in fixed if re.match(r"Fixed\(\d\) \*", line)]
+    measured_best = [line for line in fixed if re.match(r"Fixed\(\d\) \*?\+", line)]
+    # one best fixed K per batch size by each measure
+    assert "measured costs" in printed and len(modelled_best) == len(measured_best) == 2
 
 
 def test_bench_goodput_prices_sv_with_the_companions_measured_costs(saved_pair, tmp_path, make_lm, capsys):
