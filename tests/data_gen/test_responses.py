@@ -222,17 +222,24 @@ def test_greedy_responses_passed_off_as_samples_fail_the_sampling_check(micro_tr
 
 
 def test_two_process_torchrun_labels_the_same_rows(generated, micro_trio, tmp_path):
+    """Two ranks on the CPU label the given responses as one process does on the same device. Draws are made on
+    the models' device, so on a CUDA machine (where the in-process fixture ran on the GPU) the reference is a
+    one-process CPU run of the same command."""
     _, data_dir = generated
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519", "-m",
-               "data_gen.collect", *model_overrides(micro_trio), f"paths.root={tmp_path}",
-               "prompts.sizes={train: 10, dev: 4}", "collect.max_new_tokens=12", "collect.batch_size=4",
-               "collect.shard_size=4", "prompts.max_prompt_tokens=120", "prompts.truncation=left", *SAMPLED,
-               f"responses={data_dir}"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((tmp_path / "tiny" / "data" / MANIFEST_FILE).read_text())["world_size"] == 2
-    _assert_same_columns(data_dir, tmp_path / "tiny" / "data")
+
+    def label(root: Path, *launcher: str) -> Path:
+        command = [sys.executable, *launcher, "-m", "data_gen.collect", *model_overrides(micro_trio),
+                   f"paths.root={root}", "prompts.sizes={train: 10, dev: 4}", "collect.max_new_tokens=12",
+                   "collect.batch_size=4", "collect.shard_size=4", "prompts.max_prompt_tokens=120",
+                   "prompts.truncation=left", *SAMPLED, f"responses={data_dir}"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                                env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+        assert result.returncode == 0, result.stderr[-3000:]
+        return root / "tiny" / "data"
+
+    two = label(tmp_path / "two", "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519")
+    assert json.loads((two / MANIFEST_FILE).read_text())["world_size"] == 2
+    _assert_same_columns(label(tmp_path / "one") if torch.cuda.is_available() else data_dir, two)
 
 
 def test_a_device_map_target_labels_like_a_plain_one(generated, micro_trio, tmp_path):
