@@ -49,7 +49,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ahconf.rules import build_rule
 from ahconf.schema import ConfigError, HeadTrainConfig, RulesConfig
-from data_gen.labels import candidate_column, companion_columns, label_column
+from data_gen.labels import candidate_column, companion_columns
 from data_gen.manifest import CollectionManifest
 from data_gen.shards import load_split, write_json_atomic
 from decode import rules as rule_defs
@@ -66,7 +66,7 @@ def check_rule_in_manifest(manifest: CollectionManifest, rule: rule_defs.Rule) -
     """Refuse a rule whose labels the data does not hold (or holds with other parameters)."""
     if isinstance(rule, rule_defs.Fuzzy):
         return
-    column = label_column(rule)
+    column = rule.label_column
     stored = manifest.rules.get(column)
     if stored != rule.spec():
         have = ", ".join(f"{c}={s}" for c, s in manifest.rules.items()) or "none"
@@ -113,7 +113,7 @@ def load_positions(
     """
     dataset = load_split(data_dir, split)
     table = dataset.data.table
-    column = label_column(rule)
+    column = rule.label_column
     missing = [c for c in (column, candidate_column(rule)) if c not in dataset.column_names]
     indicators = companion_columns(rule)
     if with_companion and not {indicators["x"], indicators["y"]} <= set(dataset.column_names):

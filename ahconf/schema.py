@@ -15,12 +15,12 @@ from omegaconf import MISSING
 
 from decode.divergence import DIVERGENCES as DIVERGENCE_FUNCTIONS
 from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT, EnsembleFn
+from decode.policy_specs import POLICY_SPECS
 from decode.rules import RULES
 
 ZOO_PREFIX = "zoo:"
 REAL_PREFIX = "real:"  # real:<pair>/<role>, a real pair installed by data_gen.real
 ROLES = ("target", "draft", "companion")
-RULE_NAMES = tuple(RULES)  # the rules and divergences decode defines, in its order
 DIVERGENCES = tuple(DIVERGENCE_FUNCTIONS)
 ENSEMBLE_KINDS = EnsembleFn.KINDS
 TIMINGS = ("post", "pre")
@@ -33,6 +33,11 @@ ENGINES = ("vllm", "sglang", "tgi", "transformers")  # OpenAI-compatible servers
 
 class ConfigError(ValueError):
     """A config value is invalid; the message names the key and the valid choices."""
+
+
+def rule_names() -> tuple[str, ...]:
+    """The rules decode registers (:func:`decode.rules.register_rule`), in its order."""
+    return tuple(RULES)
 
 
 def _choice(key: str, value: Any, choices: tuple) -> None:
@@ -116,7 +121,7 @@ class SamplingConfig:
 class RulesConfig:
     """Verification rules to label (collection) and to decode with (evaluation)."""
 
-    names: List[str] = field(default_factory=lambda: list(RULE_NAMES))
+    names: List[str] = field(default_factory=lambda: list(RULES))
     fuzzy_divergence: str = "js"  # the fuzzy rule's divergence and threshold T (collection, heads, decoding)
     fuzzy_threshold: float = 0.3
     ensemble_kind: str = "weighted"  # one of ENSEMBLE_KINDS
@@ -125,7 +130,7 @@ class RulesConfig:
 
     def __post_init__(self) -> None:
         for name in self.names:
-            _choice("rules.names", name, RULE_NAMES)
+            _choice("rules.names", name, rule_names())
         _choice("rules.fuzzy_divergence", self.fuzzy_divergence, DIVERGENCES)
         _choice("rules.ensemble_kind", self.ensemble_kind, ENSEMBLE_KINDS)
         if not 0 <= self.ensemble_weight <= 1:
@@ -199,7 +204,7 @@ class HeadTrainConfig:
     def __post_init__(self) -> None:
         _choice("head.kind", self.kind, HEAD_KINDS)
         _choice("head.timing", self.timing, TIMINGS)
-        _choice("head.rule", self.rule, RULE_NAMES)
+        _choice("head.rule", self.rule, rule_names())
         if self.depth < 1:
             raise ConfigError("head.depth must be >= 1")
         if not 0 <= self.mixing_r <= 1:
@@ -322,6 +327,9 @@ class EvaluateConfig:
     confidence_taus: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
     # head stop thresholds h swept on dev (null = head.thresholds); the goodput head needs none
     thresholds: Optional[List[float]] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
+    # dev grid of any tuned policy kind by its name (decode.policy_specs.POLICY_SPECS), over the field above or the
+    # grid its spec declares, e.g. {confidence: [0.2, 0.4]}
+    grids: Dict[str, List[float]] = field(default_factory=dict)
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
     # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
     # predictor (true acceptance probabilities) under the threshold and the goodput stop
@@ -360,9 +368,11 @@ class EvaluateConfig:
 
     def __post_init__(self) -> None:
         for name in self.rules or []:
-            _choice("evaluate.rules", name, RULE_NAMES)
+            _choice("evaluate.rules", name, rule_names())
         for name in self.levers:
             _choice("evaluate.levers", name, LEVER_NAMES)
+        for kind in self.grids:
+            _choice("evaluate.grids", kind, tuple(k for k, spec in POLICY_SPECS.items() if spec.tuned))
         if set(self.prompts) != {"dev", "test", "ood"}:
             raise ConfigError(f"evaluate.prompts needs a count for each of dev, test, ood; got {dict(self.prompts)}")
         for key in self.hf_sets:
@@ -388,7 +398,7 @@ class EvaluateConfig:
         if self.workers is not None and self.workers < 1:
             raise ConfigError("evaluate.workers must be >= 1 or null (one per CPU core)")
         for name in self.batch_rules or []:
-            _choice("evaluate.batch_rules", name, RULE_NAMES)
+            _choice("evaluate.batch_rules", name, rule_names())
         if any(b < 1 for b in self.batch_sizes) or self.batch_prompts < 1:
             raise ConfigError("evaluate.batch_sizes and evaluate.batch_prompts must be >= 1 (an empty batch_sizes "
                               "turns the batch axis off)")

@@ -18,7 +18,7 @@ import torch
 from torch import Generator, Tensor
 
 from ahconf.rules import build_rule
-from ahconf.schema import ENSEMBLE_KINDS, RulesConfig
+from ahconf.schema import RulesConfig
 from decode import rules as rule_defs
 from decode.divergence import divergences
 from decode.profile import CompanionIndicators, companion_indicators_from_probs
@@ -28,24 +28,10 @@ T = TypeVar("T")
 
 
 def label_rules(config: RulesConfig) -> dict[str, rule_defs.Rule]:
-    """Column name → rule, for every configured rule that has a label column.
-
-    ``fuzzy`` has none: its label ``1[Div < T]`` is applied at training time to the stored
-    divergence columns, so any threshold can be chosen later. Ensembles get one column per kind
-    with the configured λ and μ.
-    """
-    kinds = {"speculative": [None], "greedy": [None], "ensemble": list(ENSEMBLE_KINDS)}
-    rules = [build_rule(name, config, kind=kind) for name in config.names for kind in kinds.get(name, [])]
-    return {label_column(rule): rule for rule in rules}
-
-
-def label_column(rule: rule_defs.Rule) -> str:
-    """Name of the dataset column holding ``rule``'s labels (fuzzy: the divergence column)."""
-    if isinstance(rule, rule_defs.Fuzzy):
-        return rule.divergence
-    if isinstance(rule, rule_defs.Ensemble):
-        return f"label_ensemble_{rule.kind}"
-    return f"label_{rule.name}"
+    """Column name → rule, for every configured rule and each variant it labels (:attr:`Rule.label_kinds`;
+    ensembles get one column per kind with the configured λ and μ, fuzzy none)."""
+    rules = [build_rule(name, config, kind=kind) for name in config.names for kind in rule_defs.RULES[name].label_kinds]
+    return {rule.label_column: rule for rule in rules}
 
 
 def candidate_column(rule: rule_defs.Rule) -> str:

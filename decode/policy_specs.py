@@ -2,18 +2,21 @@
 
 A spec is what a plan, a results table or a config names (``FixedSpec(k=4)``, ``HeadSpec("pre", 0.8)``);
 :meth:`PolicySpec.build` makes the :class:`~decode.policies.Policy` from the artifacts and costs it needs
-(:class:`PolicyInputs`). :data:`POLICY_SPECS` maps each kind to its spec class, in table order; each
-class says which parameter it carries (``symbol``), whether that parameter is chosen on dev
-(``tuned``), whether its rows decide in a batch exactly as alone (``rows_alone``; SV chooses a
-batch's lengths jointly, the hindsight policies are batch 1 only), and whether it is an analysis bound
-(``bound``: the realised oracle and the perfect predictors, which read the target in hindsight).
+(:class:`PolicyInputs`). :func:`register_policy` adds a spec class to :data:`POLICY_SPECS` where it is
+defined, in table order, and the evaluation iterates that registry (its sweep, tables and figures list no
+kind by hand). Each class declares which parameter it carries (``symbol``), whether that parameter is
+chosen on dev (``tuned``) over which grid (``grid``, or the config field ``grid_setting``), which
+artifacts it is built per (``reads``), whether its rows decide in a batch exactly as alone
+(``rows_alone``; SV chooses a batch's lengths jointly, the hindsight policies are batch 1 only), whether it
+is an analysis bound (``bound``: the realised oracle and the perfect predictors, which read the target in
+hindsight), the perfect predictor its gain is measured against (``perfect``) and its colour in figures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
@@ -62,6 +65,8 @@ class NamedSpec:
     tuned: ClassVar[bool] = False  # the parameter is chosen on dev
     rows_alone: ClassVar[bool] = False  # in a batch each row decides as it would alone
     bound: ClassVar[bool] = False  # an analysis bound (hindsight; never a serving policy)
+    color: ClassVar[str | None] = None  # its colour in figures (None: one of a fixed cycle)
+    perfect: ClassVar[str | None] = None  # the perfect predictor with this kind's stop rule (a bound's kind)
 
     @property
     def value(self) -> float | None:
@@ -84,9 +89,37 @@ class PolicySpec(NamedSpec):
     """A length policy of our decoder by kind and typed parameters (DESIGN §6)."""
 
     rows_alone: ClassVar[bool] = True
+    grid: ClassVar[tuple[float, ...]] = ()  # a tuned parameter's dev grid (``evaluate.grids.<kind>`` overrides)
+    grid_setting: ClassVar[str | None] = None  # the ``evaluate`` field that holds the grid instead
+    reads: ClassVar[Literal["head", "profile"] | None] = None  # one spec per matching head / profile
 
     def build(self, inputs: PolicyInputs) -> Policy:
         raise NotImplementedError
+
+    def batch_variants(self, k: int) -> list[PolicySpec]:
+        """Further specs the batch axis decodes beside this one, given the fixed K chosen at that batch size."""
+        return []
+
+    @classmethod
+    def candidates(cls, grid: list[float], heads: list[str], profiles: list[str]) -> list[PolicySpec]:
+        """Every spec of this kind a dev sweep decodes: per artifact it reads, per grid value when tuned."""
+        artifacts: list[str | None] = {"head": list(heads), "profile": list(profiles), None: [None]}[cls.reads]
+        values: list[float | None] = list(grid) if cls.tuned else [None]
+        return [cls.of(value, artifact) for artifact in artifacts for value in values]
+
+
+#: Every policy kind and its spec class, in table order (:func:`register_policy` adds to it).
+POLICY_SPECS: dict[str, type[PolicySpec]] = {}
+
+Spec = TypeVar("Spec", bound=type[PolicySpec])
+
+
+def register_policy(cls: Spec) -> Spec:
+    """Class decorator: add a spec class to :data:`POLICY_SPECS` under its ``kind`` (after the ones there)."""
+    if cls.kind in POLICY_SPECS and POLICY_SPECS[cls.kind] is not cls:
+        raise ValueError(f"policy kind {cls.kind!r} is already registered by {POLICY_SPECS[cls.kind].__name__}")
+    POLICY_SPECS[cls.kind] = cls
+    return cls
 
 
 Counted = TypeVar("Counted", bound="CountParameter")
@@ -123,34 +156,43 @@ class ThresholdParameter:
         return cls(float(value))
 
 
+@register_policy
 @dataclass(frozen=True)
 class FixedSpec(CountParameter, PolicySpec):
     kind: ClassVar[str] = "fixed"
     symbol: ClassVar[str | None] = "K"
     tuned: ClassVar[bool] = True
+    grid_setting: ClassVar[str | None] = "fixed_k"
+    color: ClassVar[str | None] = "tab:blue"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Fixed(self.k)
 
 
+@register_policy
 @dataclass(frozen=True)
 class HeuristicSpec(PolicySpec):
     kind: ClassVar[str] = "heuristic"
+    color: ClassVar[str | None] = "tab:orange"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Heuristic(k0=min(5, inputs.k_max), k_max=inputs.k_max)
 
 
+@register_policy
 @dataclass(frozen=True)
 class ConfidenceSpec(ThresholdParameter, PolicySpec):
     kind: ClassVar[str] = "confidence"
     symbol: ClassVar[str | None] = "τ"
     tuned: ClassVar[bool] = True
+    grid_setting: ClassVar[str | None] = "confidence_taus"
+    color: ClassVar[str | None] = "tab:green"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Confidence(self.tau, k_max=inputs.k_max)
 
 
+@register_policy
 @dataclass(frozen=True)
 class HeadSpec(PolicySpec):
     head: str
@@ -158,6 +200,10 @@ class HeadSpec(PolicySpec):
     kind: ClassVar[str] = "head"
     symbol: ClassVar[str | None] = "h"
     tuned: ClassVar[bool] = True
+    grid_setting: ClassVar[str | None] = "thresholds"
+    reads: ClassVar[Literal["head", "profile"] | None] = "head"
+    perfect: ClassVar[str | None] = "perfect"
+    color: ClassVar[str | None] = "tab:red"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         head, k_min, k_max = inputs.head(self.head)
@@ -176,10 +222,14 @@ class HeadSpec(PolicySpec):
         return cls(str(artifact), float(value))
 
 
+@register_policy
 @dataclass(frozen=True)
 class GoodputHeadSpec(PolicySpec):
     head: str
     kind: ClassVar[str] = "head-goodput"
+    reads: ClassVar[Literal["head", "profile"] | None] = "head"
+    perfect: ClassVar[str | None] = "perfect-goodput"
+    color: ClassVar[str | None] = "tab:brown"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         head, k_min, k_max = inputs.head(self.head)
@@ -199,6 +249,7 @@ class GoodputHeadSpec(PolicySpec):
         return cls(str(artifact))
 
 
+@register_policy
 @dataclass(frozen=True)
 class SVSpec(PolicySpec):
     profile: str
@@ -206,6 +257,8 @@ class SVSpec(PolicySpec):
     kind: ClassVar[str] = "sv"
     symbol: ClassVar[str | None] = "k"
     rows_alone: ClassVar[bool] = False
+    reads: ClassVar[Literal["head", "profile"] | None] = "profile"
+    color: ClassVar[str | None] = "tab:purple"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         profile = inputs.profiles[self.profile]
@@ -217,6 +270,10 @@ class SVSpec(PolicySpec):
     def value(self) -> float | None:
         return None if self.k is None else float(self.k)
 
+    def batch_variants(self, k: int) -> list[PolicySpec]:
+        """SV drafting the fixed-K baseline's K at a batch size too, as the SV paper does."""
+        return [SVSpec(self.profile, k)] if self.k is None else []
+
     @property
     def artifact(self) -> str:
         return self.profile
@@ -226,6 +283,7 @@ class SVSpec(PolicySpec):
         return cls(str(artifact), None if value is None else int(value))
 
 
+@register_policy
 @dataclass(frozen=True)
 class PerfectHeadSpec(PolicySpec):
     """The head's threshold stop fed the true acceptance probabilities (a bound)."""
@@ -236,6 +294,9 @@ class PerfectHeadSpec(PolicySpec):
     tuned: ClassVar[bool] = True
     rows_alone: ClassVar[bool] = False
     bound: ClassVar[bool] = True
+    grid_setting: ClassVar[str | None] = "thresholds"
+    perfect: ClassVar[str | None] = "perfect"
+    color: ClassVar[str | None] = "dimgrey"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return PerfectHead(self.threshold, k_max=inputs.k_max)
@@ -249,6 +310,7 @@ class PerfectHeadSpec(PolicySpec):
         return cls(float(value))
 
 
+@register_policy
 @dataclass(frozen=True)
 class PerfectGoodputSpec(PolicySpec):
     """The goodput stop fed the true acceptance probabilities (a bound)."""
@@ -256,6 +318,8 @@ class PerfectGoodputSpec(PolicySpec):
     kind: ClassVar[str] = "perfect-goodput"
     rows_alone: ClassVar[bool] = False
     bound: ClassVar[bool] = True
+    perfect: ClassVar[str | None] = "perfect-goodput"
+    color: ClassVar[str | None] = "silver"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         if inputs.costs is None:
@@ -263,6 +327,7 @@ class PerfectGoodputSpec(PolicySpec):
         return PerfectGoodput(inputs.costs, k_max=inputs.k_max)
 
 
+@register_policy
 @dataclass(frozen=True)
 class OracleSpec(PolicySpec):
     """The realised oracle: stops before the first rejection its own verification draws decide (a bound)."""
@@ -270,16 +335,10 @@ class OracleSpec(PolicySpec):
     kind: ClassVar[str] = "oracle"
     rows_alone: ClassVar[bool] = False
     bound: ClassVar[bool] = True
+    color: ClassVar[str | None] = "black"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Oracle()
-
-
-#: Every policy kind and its spec class, in table order.
-POLICY_SPECS: dict[str, type[PolicySpec]] = {
-    cls.kind: cls for cls in (FixedSpec, HeuristicSpec, ConfidenceSpec, HeadSpec, GoodputHeadSpec, SVSpec,
-                              PerfectHeadSpec, PerfectGoodputSpec, OracleSpec)
-}
 
 
 def policy_spec(kind: str, value: float | None = None, artifact: str | None = None) -> PolicySpec:

@@ -14,7 +14,7 @@ Decode-time use goes through :meth:`Rule.propose`, :meth:`Rule.verify` and (ense
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 from torch import Generator, Tensor
@@ -72,13 +72,35 @@ def uniform(shape: tuple[int, ...], generator: Generator | None, like: Tensor) -
     return torch.rand(shape, generator=generator, device=device).to(like.device)
 
 
+#: Every rule by name, in definition order (:func:`register_rule` adds to it).
+RULES: dict[str, type[Rule]] = {}
+
+RuleClass = TypeVar("RuleClass", bound="type[Rule]")
+
+
+def register_rule(cls: RuleClass) -> RuleClass:
+    """Class decorator: add a rule class to :data:`RULES` under its ``name``."""
+    if cls.name in RULES and RULES[cls.name] is not cls:
+        raise ValueError(f"rule {cls.name!r} is already registered by {RULES[cls.name].__name__}")
+    RULES[cls.name] = cls
+    return cls
+
+
 class Rule:
     """Base class: acceptance via ``u < accept_prob`` and sampling of the emitted token."""
 
     name: ClassVar[str]
     lossless: ClassVar[bool]
+    #: The variants collection labels, one stored label column each (``None``: the rule as configured; the
+    #: ensemble labels both kinds; none for fuzzy, whose labels are read off the stored divergences).
+    label_kinds: ClassVar[tuple[str | None, ...]] = (None,)
     #: True when a bonus token drawn from ``p`` must later be checked against ``q`` (ensembles).
     tentative_bonus: ClassVar[bool] = False
+
+    @property
+    def label_column(self) -> str:
+        """The dataset column holding this rule's labels (DESIGN §1)."""
+        return f"label_{self.name}"
 
     # --- definitions on post-transform probabilities -------------------------------------------
     def transform(self, sampling: Sampling) -> Sampling:
@@ -192,6 +214,7 @@ class Rule:
         return accepted, torch.where(accepted, token, replacement)
 
 
+@register_rule
 class Speculative(Rule):
     """Leviathan / Chen speculative sampling: lossless, output ~ ``p``."""
 
@@ -199,6 +222,7 @@ class Speculative(Rule):
     lossless = True
 
 
+@register_rule
 class Greedy(Rule):
     """Draft proposes ``argmax q``; accepted iff it equals ``argmax p``; output equals target greedy.
 
@@ -222,11 +246,13 @@ class Greedy(Rule):
         return (p_argmax == q_argmax).float()
 
 
+@register_rule
 class Fuzzy(Rule):
     """FSD: accept while ``Div(p, q) < threshold``; emit a sample of the full ``p`` at rejection."""
 
     name = "fuzzy"
     lossless = False
+    label_kinds = ()
 
     def __init__(self, divergence: str = "js", threshold: float = 0.3) -> None:
         if divergence not in DIVERGENCES:
@@ -240,6 +266,11 @@ class Fuzzy(Rule):
     def params(self) -> dict[str, Any]:
         return {"divergence": self.divergence, "threshold": self.threshold}
 
+    @property
+    def label_column(self) -> str:
+        """The stored divergence column: ``1[Div < T]`` is applied at training time, so any T can be chosen later."""
+        return self.divergence
+
     def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
         return (self._div(v, q) < self.threshold).float()
 
@@ -251,6 +282,7 @@ class Fuzzy(Rule):
         return v
 
 
+@register_rule
 class Ensemble(Rule):
     """Speculative Ensemble: lossless w.r.t. ``r = E(q, p)``.
 
@@ -267,6 +299,7 @@ class Ensemble(Rule):
     lossless = True
     tentative_bonus = True
     KINDS = ("weighted", "contrastive")
+    label_kinds = KINDS
 
     def __init__(self, kind: str = "weighted", weight: float | None = None, mu: float | None = None) -> None:
         if kind not in self.KINDS:
@@ -282,6 +315,10 @@ class Ensemble(Rule):
                 raise ValueError("Ensemble(kind='contrastive') takes mu=μ, not weight")
             mu = DEFAULT_MU if mu is None else float(mu)
         self.kind, self.weight, self.mu = kind, weight, mu
+
+    @property
+    def label_column(self) -> str:
+        return f"label_ensemble_{self.kind}"
 
     def params(self) -> dict[str, Any]:
         if self.kind == "weighted":
@@ -311,7 +348,6 @@ class Ensemble(Rule):
         return self.function().probs(torch.stack([q_logits.float(), p_logits.float()]), sampling)
 
 
-RULES: dict[str, type[Rule]] = {cls.name: cls for cls in (Speculative, Greedy, Fuzzy, Ensemble)}
 
 
 def from_spec(name: str, **params: Any) -> Rule:

@@ -30,7 +30,7 @@ from ahconf.schema import EvaluateJob
 from data_gen.seeding import prompt_seed
 from decode.batch_costs import BatchCosts
 from decode.loops.target_alone import generate_target_alone
-from decode.policy_specs import ConfidenceSpec, FixedSpec, GoodputHeadSpec, HeadSpec, SVSpec
+from decode.policy_specs import POLICY_SPECS, FixedSpec
 
 
 @dataclass(frozen=True)
@@ -77,25 +77,30 @@ def best_fixed_k(dev: pd.DataFrame) -> dict[tuple[str, int], float]:
 
 def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str], choices: list[Choice],
               best_k: dict[tuple[str, int], float]) -> list[BatchRun]:
-    """What each batch size decodes on ``set_name``: the target alone, the dev-chosen K at that ``B``, the main
-    evaluation's dev-chosen τ and h, and each head's goodput stop and each SV profile at the batch costs (SV
-    drafting its profile's ``k_max``, and drafting the fixed K chosen at this ``B``)."""
+    """What each batch size decodes on ``set_name``: the target alone, the dev-chosen K at that ``B``, and every other
+    registered serving policy (no bounds) as the main evaluation chose it: a tuned kind at its dev choice, the
+    others per matching head or profile, each with its :meth:`~decode.policy_specs.PolicySpec.batch_variants`
+    (SV drafting the fixed K chosen at this ``B`` too)."""
     chosen = {(c.rule, c.family, c.artifact): c.value for c in choices if c.swept == "param"}
     runs = []
     for batch in job.evaluate.batch_sizes:
         for rule in rules:
-            base = RunSpec(set=set_name, rule=rule, policy=TargetAloneSpec(), rule_param=rule_parameter(rule, job.rules))
+            base = RunSpec(set=set_name, rule=rule, policy=TargetAloneSpec(),
+                           rule_param=rule_parameter(rule, job.rules))
             heads, profiles = matching_artifacts(artifacts, rule, base.rule_param, job.rules)
             k = int(best_k[(rule, batch)])
             specs = [base, replace(base, policy=FixedSpec(k), chosen_on="dev")]
-            if (rule, "confidence", None) in chosen:
-                specs.append(replace(base, policy=ConfidenceSpec(chosen[(rule, "confidence", None)]), chosen_on="dev"))
-            specs += [replace(base, policy=HeadSpec(name, chosen[(rule, "head", name)]), chosen_on="dev")
-                      for name in heads if (rule, "head", name) in chosen]
-            specs += [replace(base, policy=GoodputHeadSpec(name)) for name in heads]
-            # SV drafts its profile's k_max, and (as the SV paper does) the K of the fixed-K baseline at this B
-            specs += [spec for name in profiles for spec in
-                      (replace(base, policy=SVSpec(name)), replace(base, policy=SVSpec(name, k), chosen_on="dev"))]
+            for kind in POLICY_SPECS.values():
+                if kind.bound or kind is FixedSpec:
+                    continue
+                if kind.tuned:
+                    names = {"head": heads, "profile": profiles, None: [None]}[kind.reads]
+                    specs += [replace(base, policy=kind.of(chosen[(rule, kind.kind, name)], name), chosen_on="dev")
+                              for name in names if (rule, kind.kind, name) in chosen]
+                    continue
+                for spec in kind.candidates([], heads, profiles):
+                    specs += [replace(base, policy=spec)]
+                    specs += [replace(base, policy=variant, chosen_on="dev") for variant in spec.batch_variants(k)]
             runs += [BatchRun(spec, batch) for spec in specs]
     return runs
 

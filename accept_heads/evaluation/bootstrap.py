@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from accept_heads.evaluation.table import KEYS, PERFECT_FOR, bound_rows, verification_units
+from accept_heads.evaluation.specs import perfect_for
+from accept_heads.evaluation.table import KEYS, bound_rows, verification_units
 from decode.costs import CostModel
 
 DRAWS = 2000
@@ -97,13 +98,14 @@ def add_intervals(table: pd.DataFrame, generations: pd.DataFrame, name: str, cos
     keyed = table.assign(_key=[tuple(row) for row in table[KEYS].itertuples(index=False)])
     metrics = ("speedup_fixed", "oracle_gap_share", "perfect_gap_share")
     columns = {f"{metric}_{name}_{end}": np.full(len(table), np.nan) for metric in metrics for end in ("lo", "hi")}
+    perfect = perfect_for()
     for _, group in keyed.groupby(["set", "rule", "rule_param"], dropna=False, sort=False):
         fixed = group[(group["family"] == "fixed") & (group["chosen_on"] == "dev")]
         if fixed.empty:
             continue
         reference = runs[_lookup(runs, fixed["_key"].iloc[0])]
         bounds = {bound: runs[_lookup(runs, rows["_key"].iloc[0])]
-                  for bound in ("oracle", *PERFECT_FOR.values()) if len(rows := group[bound_rows(group, bound)])}
+                  for bound in ("oracle", *perfect.values()) if len(rows := group[bound_rows(group, bound)])}
         draws = paired_draws(len(reference.prompt_ids), seed)
         for index, key, family in zip(group.index, group["_key"], group["family"]):
             run = runs[_lookup(runs, key)]
@@ -112,7 +114,7 @@ def add_intervals(table: pd.DataFrame, generations: pd.DataFrame, name: str, cos
             position = table.index.get_loc(index)
             low, high = ratio_interval(run, reference, draws)
             columns[f"speedup_fixed_{name}_lo"][position], columns[f"speedup_fixed_{name}_hi"][position] = low, high
-            for metric, bound in (("oracle_gap_share", "oracle"), ("perfect_gap_share", PERFECT_FOR.get(family))):
+            for metric, bound in (("oracle_gap_share", "oracle"), ("perfect_gap_share", perfect.get(family))):
                 if bound in bounds and bounds[bound].prompt_ids == run.prompt_ids:
                     low, high = gap_share_interval(run, reference, bounds[bound], draws)
                     columns[f"{metric}_{name}_lo"][position], columns[f"{metric}_{name}_hi"][position] = low, high

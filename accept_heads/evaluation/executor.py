@@ -23,7 +23,7 @@ from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRun, measure_batches
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
 from accept_heads.evaluation.runs import Decoding, Runner, RunSpec
-from accept_heads.evaluation.specs import FAMILIES
+from accept_heads.evaluation.specs import families
 from ahconf.entry import quiet_library_output
 from ahconf.schema import EvaluateConfig, EvaluateJob
 from data_gen.models import Trio, load_trio
@@ -60,7 +60,7 @@ def alone_prompts(e: EvaluateConfig, largest_set: int) -> int:
 def runners(decoding: Decoding, hf: HFRunner, se: SERunner) -> dict[str, Runner]:
     """The runner of each run family."""
     by_runner: dict[str, Runner] = {"decode": decoding, "hf": hf, "se": se}
-    return {name: by_runner[family.runner] for name, family in FAMILIES.items()}
+    return {name: by_runner[family.runner] for name, family in families().items()}
 
 
 @dataclass

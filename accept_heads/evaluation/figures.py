@@ -21,11 +21,20 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from accept_heads.evaluation.reliability import expected_calibration_error, reliability  # noqa: E402
 from accept_heads.evaluation.results import Results  # noqa: E402
+from accept_heads.evaluation.specs import families, family_names  # noqa: E402
 
-COLORS = {"fixed": "tab:blue", "heuristic": "tab:orange", "confidence": "tab:green", "head": "tab:red",
-          "head-goodput": "tab:brown", "sv": "tab:purple", "perfect": "dimgrey",
-          "perfect-goodput": "silver", "oracle": "black", "hf-constant": "tab:cyan", "hf-heuristic": "tab:olive",
-          "hf-confidence": "tab:pink"}
+PALETTE = ("teal", "gold", "navy", "crimson", "olive")  # families whose spec declares no colour, in table order
+
+
+def family_color(family: str) -> str:
+    """A family's colour in every figure: its spec's ``color``, else the next of :data:`PALETTE`."""
+    registered = families()
+    if family in registered and registered[family].spec.color:
+        return registered[family].spec.color
+    uncoloured = [name for name, f in registered.items() if not f.spec.color]
+    return PALETTE[uncoloured.index(family) % len(PALETTE)] if family in uncoloured else "grey"
+
+
 COST = "cost"  # the configured cost pair (default: the paper's 0.0236 s / 0.112 s)
 
 
@@ -76,7 +85,7 @@ def draw_pareto(results: Results, set_name: str | None = None) -> Figure | None:
             results.metadata["rules"]["fuzzy_threshold"]))]
         for (family, artifact), group in rows.groupby(["family", "artifact"], dropna=False, sort=False):
             x, y = group["discard_rate"].to_numpy(float), group["verification_rate"].to_numpy(float)
-            color = COLORS.get(family, "grey")
+            color = family_color(family)
             label = _family_label(family, artifact)
             ax.scatter(x, y, color=color, s=18, alpha=0.6, label=label)
             if len(group) > 1:
@@ -104,18 +113,18 @@ def draw_throughput_vs_k(results: Results) -> Figure | None:
     figure, axes = _panels(len(rules))
     for ax, rule in zip(axes, rules):
         rows = fixed[fixed["rule"] == rule].sort_values("param")
-        ax.plot(rows["param"], rows[f"speedup_target_{COST}"], "o-", color=COLORS["fixed"], label="fixed K (cost pair)")
+        ax.plot(rows["param"], rows[f"speedup_target_{COST}"], "o-", color=family_color("fixed"),
+                label="fixed K (cost pair)")
         ax.plot(rows["param"], rows["speedup_target_fitted"], "o--", color="grey", alpha=0.7,
                 label="fixed K (fitted pair)")
         chosen = rows[rows["chosen_on"] == "dev"]
         ax.scatter(chosen["param"], chosen[f"speedup_target_{COST}"], marker="*", s=160, color="gold",
                    edgecolor="black", zorder=3, label="chosen on dev")
         same_rule = table[table["rule"] == rule]
-        others = same_rule[same_rule["family"].isin(["heuristic", "head-goodput", "perfect-goodput", "oracle", "sv"])
-                           | (same_rule["family"].isin(["confidence", "head", "perfect"])
-                              & (same_rule["chosen_on"] == "dev"))]
+        others = same_rule[same_rule["family"].isin(family_names(runner="decode")) & (same_rule["family"] != "fixed")
+                           & (~same_rule["family"].isin(family_names(tuned=True)) | (same_rule["chosen_on"] == "dev"))]
         for _, row in others.iterrows():
-            ax.axhline(row[f"speedup_target_{COST}"], color=COLORS.get(row["family"], "grey"), ls=":", lw=1,
+            ax.axhline(row[f"speedup_target_{COST}"], color=family_color(row["family"]), ls=":", lw=1,
                        label=row["policy"])
         ax.set(title=f"{rule} — {set_name}", xlabel="K (draft tokens per round)",
                ylabel="modelled speed-up over the target alone")
@@ -136,13 +145,15 @@ def draw_throughput_vs_h(results: Results) -> Figure | None:
     figure, axes = _panels(len(keys))
     for ax, (rule, artifact) in zip(axes, keys):
         rows = heads[(heads["rule"] == rule) & (heads["artifact"] == artifact)].sort_values("param")
-        ax.plot(rows["param"], rows[f"speedup_target_{COST}"], "o-", color=COLORS["head"], label=f"head[{artifact}]")
+        ax.plot(rows["param"], rows[f"speedup_target_{COST}"], "o-", color=family_color("head"),
+                label=f"head[{artifact}]")
         chosen = rows[rows["chosen_on"] == "dev"]
         ax.scatter(chosen["param"], chosen[f"speedup_target_{COST}"], marker="*", s=160, color="gold",
                    edgecolor="black", zorder=3, label="chosen on dev")
         fixed = table[(table["rule"] == rule) & (table["family"] == "fixed") & (table["chosen_on"] == "dev")]
         for _, row in fixed.iterrows():
-            ax.axhline(row[f"speedup_target_{COST}"], color=COLORS["fixed"], ls="--", label=f"best {row['policy']}")
+            ax.axhline(row[f"speedup_target_{COST}"], color=family_color("fixed"), ls="--",
+                       label=f"best {row['policy']}")
         ax.set(title=f"{rule} — head[{artifact}] — {set_name}", xlabel="stop threshold h",
                ylabel="modelled speed-up over the target alone")
         ax.grid(alpha=0.3)
@@ -162,7 +173,7 @@ def draw_calibration(results: Results) -> Figure | None:
         rows = frame[frame["head"] == name]
         bins = reliability(rows)
         ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="perfect calibration")
-        ax.plot(bins["pred"], bins["label"], "o-", color=COLORS["head"], label="head")
+        ax.plot(bins["pred"], bins["label"], "o-", color=family_color("head"), label="head")
         share = ax.twinx()
         share.bar((bins["lo"] + bins["hi"]) / 2, bins["count"].fillna(0) / len(rows), width=0.09, alpha=0.2,
                   color="grey")
@@ -294,7 +305,7 @@ def draw_batch_axis(results: Results) -> Figure | None:
         for (family, artifact, chosen), group in rows.groupby(["family", "artifact", "chosen_on"], dropna=False,
                                                               sort=False):
             group = group.sort_values("batch")
-            color = COLORS.get(family, "grey")
+            color = family_color(family)
             per_b = " (K per B on dev)" if family == "fixed" else " (k = K per B)" if family == "sv" and chosen else ""
             ax.plot(group["batch"], group["x_target"], "s-." if family == "sv" and chosen else "o-", color=color,
                     label=_family_label(family, artifact) + per_b)

@@ -26,17 +26,7 @@ from accept_heads.evaluation.specs import (
 )
 from ahconf.rules import build_rule, rule_parameter
 from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
-from decode.policy_specs import (
-    ConfidenceSpec,
-    FixedSpec,
-    GoodputHeadSpec,
-    HeadSpec,
-    HeuristicSpec,
-    OracleSpec,
-    PerfectGoodputSpec,
-    PerfectHeadSpec,
-    SVSpec,
-)
+from decode.policy_specs import POLICY_SPECS, FixedSpec, HeuristicSpec, PolicySpec, SVSpec
 
 #: HF's default assistant confidence threshold.
 HF_CONFIDENCE = 0.4
@@ -91,24 +81,28 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
     return sorted(f"{name} ({a.metadata.get('rule')})" for name, a in items if a.metadata.get("rule") not in specs)
 
 
-def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
-    """Every policy of ``rule`` with its whole grid (K, τ, h) plus the parameter-free ones, and (``evaluate.bounds``)
-    the bounds: the perfect predictor's threshold (over the head's h grid) and goodput stops, the realised oracle."""
+def dev_grid(job: EvaluateJob, kind: type[PolicySpec]) -> list[float]:
+    """A tuned kind's dev grid: ``evaluate.grids.<kind>``, else its ``grid_setting`` field (head thresholds
+    fall back to ``head.thresholds``), else the grid its spec declares."""
     e = job.evaluate
+    if kind.kind in e.grids:
+        return [float(v) for v in e.grids[kind.kind]]
+    if kind.grid_setting == "thresholds":
+        return [float(v) for v in e.thresholds or job.head.thresholds]
+    if kind.grid_setting is not None:
+        return [float(v) for v in getattr(e, kind.grid_setting)]
+    return list(kind.grid)
+
+
+def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
+    """Every registered policy kind of ``rule`` (:data:`~decode.policy_specs.POLICY_SPECS`, in table order) with its
+    whole dev grid, per matching head or profile where it reads one; the bounds only with ``evaluate.bounds``."""
     param = rule_parameter(rule, job.rules)
     base = RunSpec(set=set_name, rule=rule, policy=HeuristicSpec(), rule_param=param)
     heads, profiles = matching_artifacts(artifacts, rule, param, job.rules)
-    specs = [replace(base, policy=FixedSpec(int(k)), chosen_on="grid") for k in e.fixed_k]
-    specs.append(base)
-    specs += [replace(base, policy=ConfidenceSpec(float(t)), chosen_on="grid") for t in e.confidence_taus]
-    thresholds = e.thresholds or job.head.thresholds
-    specs += [replace(base, policy=HeadSpec(name, float(h)), chosen_on="grid") for name in heads for h in thresholds]
-    specs += [replace(base, policy=GoodputHeadSpec(name)) for name in heads]
-    specs += [replace(base, policy=SVSpec(name)) for name in profiles]
-    if e.bounds:
-        specs += [replace(base, policy=PerfectHeadSpec(float(h)), chosen_on="grid") for h in thresholds]
-        specs += [replace(base, policy=PerfectGoodputSpec()), replace(base, policy=OracleSpec())]
-    return specs
+    return [replace(base, policy=spec, chosen_on="grid" if kind.tuned else base.chosen_on)
+            for kind in POLICY_SPECS.values() if job.evaluate.bounds or not kind.bound
+            for spec in kind.candidates(dev_grid(job, kind) if kind.tuned else [], heads, profiles)]
 
 
 def mark_chosen(specs: Iterable[RunSpec], choices: list[Choice]) -> list[RunSpec]:

@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from accept_heads.evaluation.specs import FAMILIES
-from accept_heads.evaluation.table import PERFECT_FOR
+from accept_heads.evaluation.specs import families, perfect_for
 
 WIDTH = 180
 
@@ -64,7 +63,7 @@ def selection_table(selection: list[dict[str, Any]]) -> Table:
     for choice in selection:
         rule = choice["rule"] if choice["rule_param"] is None else f"{choice['rule']} ({choice['rule_param']:g})"
         if choice["swept"] == "param":
-            value = f"{FAMILIES[choice['family']].symbol}={choice['value']:g}"
+            value = f"{families()[choice['family']].symbol}={choice['value']:g}"
         else:
             value = f"T={choice['value']:g} at K={choice['param']:g}"
         out.add_row(rule, choice["family"], escape(choice["artifact"] or "—"), value, choice["chosen_on"],
@@ -110,7 +109,7 @@ def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
                     stop = f"h={row['param']:g} (dev)"
                 out.add_row(escape(name), escape(rule), "undefined" if auroc is None else _num(auroc, 3), set_name,
                             stop, best, _cell(row, "speedup_fixed_cost", 3, "×"),
-                            _cell(_run_row(same, PERFECT_FOR[family]), "speedup_fixed_cost", 3, "×"),
+                            _cell(_run_row(same, perfect_for()[family]), "speedup_fixed_cost", 3, "×"),
                             _cell(oracle, "speedup_fixed_cost", 3, "×"),
                             _cell(row, "perfect_gap_share_cost", 0, "%", 100),
                             _cell(row, "oracle_gap_share_cost", 0, "%", 100))

@@ -3,7 +3,7 @@
 Our decoder's policies are :mod:`decode.policy_specs`; the baselines are here: HF assisted generation
 (constant K, HF's heuristic schedule, a confidence threshold), Speculative Ensemble (the plain
 ensemble, speculative and alternate proposals at a proposal length γ) and, on the batch axis, the
-target alone. :data:`FAMILIES` registers every kind of the results table, in table order, with the
+target alone. :func:`families` lists every kind of the results table, in table order, with the
 runner that decodes it; :func:`run_policy` reads a spec back from a table row's flat form.
 """
 
@@ -36,6 +36,7 @@ class HFSpec(BaselineSpec):
 @dataclass(frozen=True)
 class HFConstantSpec(CountParameter, HFSpec):
     kind: ClassVar[str] = "hf-constant"
+    color: ClassVar[str | None] = "tab:cyan"
     symbol: ClassVar[str | None] = "K"
 
     def assistant_settings(self) -> dict[str, Any]:
@@ -46,6 +47,7 @@ class HFConstantSpec(CountParameter, HFSpec):
 @dataclass(frozen=True)
 class HFHeuristicSpec(HFSpec):
     kind: ClassVar[str] = "hf-heuristic"
+    color: ClassVar[str | None] = "tab:olive"
 
     def assistant_settings(self) -> dict[str, Any]:
         return {"num_assistant_tokens_schedule": "heuristic", "num_assistant_tokens": HF_START_TOKENS,
@@ -55,6 +57,7 @@ class HFHeuristicSpec(HFSpec):
 @dataclass(frozen=True)
 class HFConfidenceSpec(ThresholdParameter, HFSpec):
     kind: ClassVar[str] = "hf-confidence"
+    color: ClassVar[str | None] = "tab:pink"
     symbol: ClassVar[str | None] = "τ"
 
     def assistant_settings(self) -> dict[str, Any]:
@@ -148,18 +151,30 @@ class Family:
         return self.spec.bound
 
 
-#: Every run family of the results table, in table order, with its runner.
-FAMILIES: dict[str, Family] = {family.name: family for family in (
-    *(Family(spec, "decode") for spec in POLICY_SPECS.values()),
+#: The baselines' families, in table order, with their runners (our policies' come from the registry).
+BASELINE_FAMILIES = (
     *(Family(spec, "hf") for spec in (HFConstantSpec, HFHeuristicSpec, HFConfidenceSpec)),
     *(Family(spec, "se") for spec in (SEPlainSpec, SESDSpec, SEAlternateSpec)),
-)}
+)
+
+
+def families() -> dict[str, Family]:
+    """Every run family of the results table, in table order: each registered policy kind
+    (:data:`~decode.policy_specs.POLICY_SPECS`, decoded by our decoder), then the baselines."""
+    return {family.name: family for family in
+            (*(Family(spec, "decode") for spec in POLICY_SPECS.values()), *BASELINE_FAMILIES)}
+
+
+def perfect_for() -> dict[str, str]:
+    """Family → the perfect predictor its gain is measured against: the same stop rule fed the true acceptance
+    probabilities (each spec's ``perfect``)."""
+    return {name: family.spec.perfect for name, family in families().items() if family.spec.perfect}
 
 
 def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None,
                  bound: bool | None = None) -> list[str]:
     """The families with these properties, in table order."""
-    return [f.name for f in FAMILIES.values() if (runner is None or f.runner == runner)
+    return [f.name for f in families().values() if (runner is None or f.runner == runner)
             and (tuned is None or f.tuned == tuned) and (rows_alone is None or f.rows_alone == rows_alone)
             and (bound is None or f.bound == bound)]
 
@@ -168,7 +183,7 @@ def run_policy(kind: str, value: float | None = None, artifact: str | None = Non
     """The spec of a run of ``kind`` from its flat form (a results-table row); unknown kinds name the valid ones."""
     if kind in POLICY_SPECS:
         return policy_spec(kind, value, artifact)
-    baselines = {name: f.spec for name, f in FAMILIES.items() if f.runner != "decode"} | {"target": TargetAloneSpec}
+    baselines = {f.name: f.spec for f in BASELINE_FAMILIES} | {"target": TargetAloneSpec}
     if kind not in baselines:
         raise ValueError(f"unknown run family {kind!r}; valid: {', '.join([*POLICY_SPECS, *baselines])}")
     return baselines[kind].of(value, artifact)

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from accept_heads.evaluation.plan import Choice, fsd_k
-from accept_heads.evaluation.specs import FAMILIES, family_names
+from accept_heads.evaluation.specs import families, family_names, perfect_for
 from accept_heads.selection import best_value
-from ahconf.schema import RULE_NAMES
+from ahconf.schema import rule_names
 from decode.costs import CostModel, LatencyShape
 
 #: Columns identifying a run (one table row each).
@@ -116,15 +116,10 @@ def _reference(table: pd.DataFrame, mask: pd.Series, column: str) -> pd.Series:
     return pd.to_numeric(merged["_ref"], errors="coerce").set_axis(table.index)
 
 
-#: The perfect predictor a family's gain is measured against: the same stop rule fed the true acceptance probabilities.
-PERFECT_FOR = {"head": "perfect", "perfect": "perfect", "head-goodput": "perfect-goodput",
-               "perfect-goodput": "perfect-goodput"}
-
-
 def bound_rows(table: pd.DataFrame, bound: str) -> pd.Series:
     """The rows of run family ``bound`` that a comparison uses (a tuned bound at its dev choice)."""
     rows = table["family"] == bound
-    return rows & (table["chosen_on"] == "dev") if FAMILIES[bound].tuned else rows
+    return rows & (table["chosen_on"] == "dev") if families()[bound].tuned else rows
 
 
 def _gap_share(value: pd.Series, fixed: pd.Series, bound: pd.Series) -> pd.Series:
@@ -135,27 +130,26 @@ def _gap_share(value: pd.Series, fixed: pd.Series, bound: pd.Series) -> pd.Serie
 def add_comparisons(table: pd.DataFrame, name: str) -> None:
     """Speed-up over the best fixed K (chosen on dev), and the share of the gap from it to each bound that a run
     captures (DESIGN §5): to the realised oracle (every run) and to the perfect predictor with the run's own stop
-    rule (heads and perfect predictors; :data:`PERFECT_FOR`)."""
+    rule (heads and perfect predictors; :func:`~accept_heads.evaluation.specs.perfect_for`)."""
     column = f"throughput_{name}"
     fixed = _reference(table, (table["family"] == "fixed") & (table["chosen_on"] == "dev"), column)
     table[f"speedup_fixed_{name}"] = table[column] / fixed
     table[f"oracle_gap_share_{name}"] = _gap_share(table[column], fixed,
                                                    _reference(table, bound_rows(table, "oracle"), column))
     share = pd.Series(np.nan, index=table.index)
-    for bound in dict.fromkeys(PERFECT_FOR.values()):
+    bounds = perfect_for()
+    for bound in dict.fromkeys(bounds.values()):
         perfect = _reference(table, bound_rows(table, bound), column)
-        stops = table["family"].map(PERFECT_FOR) == bound
+        stops = table["family"].map(bounds) == bound
         share = share.where(~stops, _gap_share(table[column], fixed, perfect))
     table[f"perfect_gap_share_{name}"] = share
-
-
-ORDER = {family: i for i, family in enumerate(FAMILIES)}
 
 
 def sort_rows(table: pd.DataFrame) -> pd.DataFrame:
     """Sets in run order, then rule (speculative, greedy, fuzzy, ensemble), family, artifact and parameter."""
     order = {"set": {name: i for i, name in enumerate(dict.fromkeys(table["set"]))},
-             "rule": {name: i for i, name in enumerate(RULE_NAMES)}, "family": ORDER}
+             "rule": {name: i for i, name in enumerate(rule_names())},
+             "family": {family: i for i, family in enumerate(families())}}
     return table.sort_values(
         ["set", "rule", "rule_param", "family", "artifact", "param"],
         key=lambda c: c.map(order[c.name]) if c.name in order else c,

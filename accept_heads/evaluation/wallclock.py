@@ -26,7 +26,7 @@ from accept_heads.evaluation.baselines import HFRunner
 from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
 from accept_heads.evaluation.executor import Executor
 from accept_heads.evaluation.runs import Decoding, RunSpec, output_sha
-from accept_heads.evaluation.specs import FAMILIES, TargetAloneSpec
+from accept_heads.evaluation.specs import TargetAloneSpec, families
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
 
@@ -109,7 +109,7 @@ def timed_method(spec: RunSpec, decoding: Decoding, hf: HFRunner) -> TimedMethod
 
     if isinstance(spec.policy, TargetAloneSpec):
         return TimedMethod(spec, lambda prompt: tail(hf.target_alone(spec.rule, prompt), prompt))
-    if FAMILIES[spec.family].runner == "hf":
+    if families()[spec.family].runner == "hf":
         return TimedMethod(spec, lambda prompt: tail(hf.assisted(spec, prompt), prompt))
     decoder = decoding.decoder(spec)
 

@@ -90,17 +90,12 @@ class BatchDecodeOutput:
     texts: list[str] | None = None
 
 
-SUPPORTED = (
-    "every rule (speculative, greedy, fuzzy, ensemble) with the policies fixed, heuristic, confidence, "
-    "head (pre / post, with or without companion features), head-goodput (its batch stop) and sv (lengths chosen "
-    "jointly); not the hindsight bounds"
-)
-
-
 def check_supported(policy: Policy) -> None:
-    """Raise ``ValueError`` for a policy the batched loop does not implement."""
+    """Raise ``ValueError`` for a policy the batched loop does not implement: one that reads the target in
+    hindsight (``Policy.needs_hindsight``: the analysis bounds). Every rule and every other policy is batched."""
     if policy.needs_hindsight:
-        raise ValueError(f"batched decoding does not support policy {policy!r}; it supports {SUPPORTED}")
+        raise ValueError(f"batched decoding does not support policy {policy!r}: it reads the target in hindsight "
+                         "(an analysis bound, batch 1 only); every other policy and every rule decode batched")
 
 
 @dataclass(eq=False)

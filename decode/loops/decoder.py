@@ -184,7 +184,8 @@ class SpeculativeDecoder:
         target forwards of all rows batched; ``max_new_tokens`` is one budget for all rows or one
         per row; ``seed`` one seed for the batch (rows seeded by :func:`decode.row_seed`) or each
         row's own seed; ``layout`` is how the KV caches keep rows of different lengths
-        (:mod:`decode.loops.batch_cache`). Supported rules and policies: :data:`decode.loops.batched.SUPPORTED`.
+        (:mod:`decode.loops.batch_cache`). Every rule and every policy but the hindsight bounds decode batched
+        (:func:`decode.loops.batched.check_supported`).
         """
         return generate_batch(self, prompts, max_new_tokens, seed, layout, attention_mask, on_tokens)
 

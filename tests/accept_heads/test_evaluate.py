@@ -20,10 +20,9 @@ from accept_heads.evaluation.plan import Choice, edge_note, edge_rules, extended
 from accept_heads.evaluation.report import cost_lines
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.runs import RunSpec
-from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec, family_names, run_policy
+from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec, family_names, perfect_for, run_policy
 from accept_heads.evaluation.table import (
     KEYS,
-    PERFECT_FOR,
     add_comparisons,
     add_costs,
     aggregate,
@@ -222,13 +221,26 @@ def test_every_rule_has_both_bounds_and_the_heads_share_of_each_gap(evaluated):
         param = table["rule_param"].isna() if pd.isna(head["rule_param"]) else table["rule_param"] == head["rule_param"]
         same = table[(table["set"] == head["set"]) & (table["rule"] == head["rule"]) & param]
         fixed = same.loc[(same["family"] == "fixed") & (same["chosen_on"] == "dev"), "throughput_cost"].iloc[0]
-        for column, bound in (("perfect_gap_share_cost", PERFECT_FOR[head["family"]]),
+        for column, bound in (("perfect_gap_share_cost", perfect_for()[head["family"]]),
                               ("oracle_gap_share_cost", "oracle")):
             gap = same.loc[bound_rows(same, bound), "throughput_cost"].iloc[0] - fixed
             expected = (head["throughput_cost"] - fixed) / gap if gap > 0 else np.nan
             assert head[column] == pytest.approx(expected, nan_ok=True), (column, head["set"], head["rule"])
     fitted = cost_tuples(results.generations)
     assert len(fitted) and not fitted["family"].isin(["oracle", "perfect", "perfect-goodput"]).any()
+
+
+def test_every_registered_policy_kind_is_swept_tabled_and_drawn(evaluated):
+    """The registry is the list: each kind has rows for the rule its artifacts were fitted for, on dev and test,
+    and a line in the Pareto figure."""
+    _, results = evaluated
+    table = results.table[results.table["rule"] == "speculative"]
+    for kind in POLICY_SPECS:
+        assert {"dev", "test"} <= set(table.loc[table["family"] == kind, "role"]), kind
+    pareto = FIGURES["pareto"](results)
+    labels = {text.get_text().split("[")[0] for ax in pareto.axes if ax.get_legend()
+              for text in ax.get_legend().get_texts()}
+    assert set(POLICY_SPECS) <= labels
 
 
 def test_each_head_is_measured_against_the_perfect_predictor_with_its_own_stop_rule():

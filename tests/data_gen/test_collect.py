@@ -131,7 +131,7 @@ def test_shared_pass_columns_equal_each_definition_computed_alone(sampling):
     p_logits, q_logits, c_logits = (_logits(40, 64, seed=seed) for seed in (1, 2, 3))
     y = rules.Speculative().propose(q_logits, sampling, torch.Generator().manual_seed(4))
     response = rules.Speculative().propose(p_logits, sampling, torch.Generator().manual_seed(5))
-    label_columns = {labels.label_column(rule): rule for rule in EVERY_RULE}
+    label_columns = {rule.label_column: rule for rule in EVERY_RULE}
     columns = labels.position_columns(p_logits, q_logits, c_logits, y, response, sampling=sampling,
                                       label_columns=label_columns, companion_rules=EVERY_RULE)
     for column, rule in label_columns.items():

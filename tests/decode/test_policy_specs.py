@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import pytest
 import torch
 
@@ -19,8 +22,10 @@ from decode.policy_specs import (
     PerfectGoodputSpec,
     PerfectHeadSpec,
     PolicyInputs,
+    PolicySpec,
     SVSpec,
     policy_spec,
+    register_policy,
 )
 
 SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
@@ -37,13 +42,26 @@ def inputs() -> PolicyInputs:
                         costs=CostModel(t_draft=0.2, t_target=1.0, t_companion=0.0), k_max=20)
 
 
-def test_the_registry_holds_every_kind_in_table_order():
-    assert list(POLICY_SPECS) == ["fixed", "heuristic", "confidence", "head", "head-goodput", "sv", "perfect",
-                                  "perfect-goodput", "oracle"]
-    assert [kind for kind, spec in POLICY_SPECS.items() if spec.tuned] == ["fixed", "confidence", "head", "perfect"]
-    assert [kind for kind, spec in POLICY_SPECS.items() if not spec.rows_alone] == ["sv", "perfect", "perfect-goodput",
-                                                                                   "oracle"]
-    assert [kind for kind, spec in POLICY_SPECS.items() if spec.bound] == ["perfect", "perfect-goodput", "oracle"]
+@pytest.mark.parametrize("kind", list(POLICY_SPECS.values()), ids=lambda kind: kind.kind)
+def test_every_registered_kind_declares_what_the_evaluation_iterates(kind):
+    """Whatever registers: a tuned kind has a dev grid, its candidates round-trip through the flat form, a bound
+    is never batched and a perfect predictor named as the bound of a stop rule is itself a registered bound."""
+    assert POLICY_SPECS[kind.kind] is kind
+    assert not kind.tuned or kind.grid or kind.grid_setting
+    candidates = kind.candidates([2.0, 3.0] if kind.tuned else [], ["pre"], ["profile"])
+    assert candidates and all(policy_spec(c.kind, c.value, c.artifact) == c for c in candidates)
+    assert not (kind.bound and kind.rows_alone)
+    assert kind.perfect is None or POLICY_SPECS[kind.perfect].bound
+
+
+def test_a_kind_cannot_be_registered_twice_under_one_name():
+    @dataclass(frozen=True)
+    class Another(PolicySpec):
+        kind: ClassVar[str] = "fixed"
+
+    with pytest.raises(ValueError, match="already registered by FixedSpec"):
+        register_policy(Another)
+    assert POLICY_SPECS["fixed"] is FixedSpec
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=repr)

@@ -1,0 +1,138 @@
+"""Extending the project from one file: a new length policy and a new rule, each declared here alone.
+
+The policy (class, spec and dev grid in one declaration) is swept on dev, reported in the table and drawn by
+``accept_heads.evaluate``; the parameterless rule gets its label column from collection and trains a head.
+No other file names either (the registries are :data:`decode.policy_specs.POLICY_SPECS` and
+:data:`decode.rules.RULES`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+from torch import Tensor
+
+from accept_heads.evaluate import evaluate
+from accept_heads.evaluation.figures import FIGURES
+from accept_heads.evaluation.specs import family_names
+from accept_heads.train import train
+from data_gen.collect import collect
+from data_gen.shards import load_split
+from decode.policies import Policy
+from decode.policy_specs import POLICY_SPECS, CountParameter, PolicyInputs, PolicySpec, register_policy
+from decode.rules import RULES, Rule, register_rule
+from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
+from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
+
+
+class Alternating(Policy):
+    """Draft ``k`` candidates on odd rounds and one on even rounds."""
+
+    name = "alternating"
+
+    def __init__(self, k: int) -> None:
+        self.k, self.rounds = k, 0
+
+    def reset(self) -> None:
+        self.rounds = 0
+
+    def k_cap(self) -> int:
+        return self.k if self.rounds % 2 == 0 else 1
+
+    def end_round(self, drafted: int, verified: int, accepted: int) -> None:
+        self.rounds += 1
+
+
+@dataclass(frozen=True)
+class AlternatingSpec(CountParameter, PolicySpec):
+    kind: ClassVar[str] = "alternating"
+    symbol: ClassVar[str | None] = "K"
+    tuned: ClassVar[bool] = True
+    grid: ClassVar[tuple[float, ...]] = (2.0, 4.0)
+    color: ClassVar[str | None] = "magenta"
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return Alternating(self.k)
+
+
+class ArgmaxMatch(Rule):
+    """A parameterless lossy rule: accept a candidate exactly when it is the verifier's most likely token."""
+
+    name = "argmax-match"
+    lossless = False
+
+    def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
+        return (v.argmax(-1) == y).float()
+
+    def expected_accept_probs(self, v: Tensor, q: Tensor) -> Tensor:
+        return q.gather(-1, v.argmax(-1, keepdim=True)).squeeze(-1)
+
+    def reject_probs(self, v: Tensor, q: Tensor) -> Tensor:
+        return v
+
+
+@pytest.fixture()
+def alternating() -> Iterator[type[PolicySpec]]:
+    register_policy(AlternatingSpec)
+    yield AlternatingSpec
+    del POLICY_SPECS[AlternatingSpec.kind]
+
+
+@pytest.fixture()
+def argmax_match() -> Iterator[type[Rule]]:
+    register_rule(ArgmaxMatch)
+    yield ArgmaxMatch
+    del RULES[ArgmaxMatch.name]
+
+
+def test_a_policy_declared_in_one_file_is_swept_tabled_and_drawn(alternating, make_config, micro_trio, micro_root,
+                                                                   tmp_path):
+    write_artifacts(tmp_path / "heads", micro_trio["draft"])
+    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
+                         f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={tmp_path / 'heads'}",
+                         "evaluate.rules=[speculative]", "evaluate.hf_baselines=false", "evaluate.bounds=false")
+    results = evaluate(config.evaluate_job())
+    table = results.table
+    rows = table[table["family"] == "alternating"]
+    dev = rows[rows["role"] == "dev"]
+    assert sorted(dev["param"]) == [2.0, 4.0]  # its declared grid, swept on dev
+    assert (dev["chosen_on"] != "").all() and (dev["chosen_on"] == "dev").sum() == 1
+    held_out = rows[rows["role"] != "dev"]
+    assert len(held_out) and (held_out["chosen_on"] == "dev").all()  # applied on test at its dev choice
+    assert (held_out["generated"] > 0).all() and held_out["speedup_fixed_cost"].notna().all()
+    assert any(c["family"] == "alternating" for c in results.metadata["selection"])
+    legends = {text.get_text() for name in ("pareto", "throughput_vs_k") if (figure := FIGURES[name](results))
+               for ax in figure.axes if ax.get_legend() for text in ax.get_legend().get_texts()}
+    assert "alternating" in legends and any(label.startswith("alternating") for label in legends - {"alternating"})
+    assert "alternating" in family_names(runner="decode", tuned=True)
+
+
+def test_without_registering_it_the_policy_is_nowhere(make_config):
+    """Negative control: the same config names no such kind, and a grid for an unknown kind is refused."""
+    assert "alternating" not in family_names()
+    with pytest.raises(Exception, match="evaluate.grids"):
+        make_config("evaluate.grids={alternating: [2, 4]}")
+
+
+def test_a_parameterless_rule_declared_in_one_file_is_labelled_and_trained(argmax_match, make_config, micro_trio,
+                                                                              tmp_path):
+    common = [*model_overrides(micro_trio), *DATA_OVERRIDES, f"paths.root={tmp_path}",
+              "rules.names=[speculative,argmax-match]"]
+    collect(make_config(*common).collect_job())
+    table = load_split(Path(tmp_path) / "tiny" / "data", "train")
+    labels = torch.tensor([x for row in table["label_argmax-match"] for x in row])
+    assert labels.numel() > 0 and set(labels.unique().tolist()) <= {0.0, 1.0}
+    spec_labels = torch.tensor([x for row in table["label_speculative"] for x in row])
+    assert not torch.equal(labels, spec_labels)  # its own labels, not a copy of another rule's
+    result = train(make_config(*common, *TRAIN_OVERRIDES, "head.rule=argmax-match").train_job())
+    assert Path(result.head_path).is_file()
+
+
+def test_without_registering_it_the_rule_is_refused(make_config):
+    with pytest.raises(Exception, match="rules.names"):
+        make_config("rules.names=[speculative,argmax-match]")
