@@ -63,9 +63,10 @@ from decode import SpeculativeDecoder
 from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.head import AcceptanceHead, head_features
-from decode.policies import Decision, DraftRound, GoodputHead, Head, Policy, drafting_pays
+from decode.policies import Decision, DraftRound, HeadEstimate, Policy, StopPolicy, TrueAcceptance
 from decode.rules import from_spec
 from decode.sampling import Sampling
+from decode.stop_rules import Goodput, StopRule, Threshold
 
 #: Round features of a candidate, in the order of a recalibration's weights.
 FEATURES = ("bias", "logit", "position", "log_keep", "previous_accepted", "entropy", "entropy_change")
@@ -100,21 +101,22 @@ class Recalibration:
 Forecaster = Recalibration | AcceptanceHead
 
 
-class RoundFeatures:
-    """Mixin for :class:`Head` / :class:`GoodputHead`: computes each candidate's round features, records them with
-    the candidate's true acceptance probability and the next one's (``log``; needs hindsight), and feeds the stop
-    rule the ``recalibration`` of the head's estimate instead of the estimate itself — or, with a ``forecaster``,
-    the forecast of the next candidate's acceptance (:meth:`_forecast_stop`)."""
+class LeverPolicy(StopPolicy):
+    """A head's stop with one lever: each candidate's round features are computed, recorded with its true acceptance
+    probability and the next one's (``log``; needs hindsight), and the stop rule is fed the ``recalibration`` of the
+    head's estimate instead of the estimate — or, with a ``forecaster``, drafts ``y_{i+1}`` while the rule says the
+    forecast ``F̂_{i+1}`` of its acceptance pays (:meth:`~decode.stop_rules.StopRule.next_pays`)."""
 
-    def setup(self, recalibration: Recalibration | None, log: list | None,
-              forecaster: Forecaster | None = None) -> None:
+    def __init__(self, head: AcceptanceHead, stop: StopRule, recalibration: Recalibration | None = None,
+                 log: list | None = None, forecaster: Forecaster | None = None) -> None:
+        super().__init__(HeadEstimate(head), stop)
         self.recalibration, self.log, self.forecaster = recalibration, log, forecaster
-        self.needs_hindsight = type(self).needs_hindsight or log is not None
+        self.needs_hindsight = log is not None
         self._last_accepted, self._previous_entropy = 0, 0.0
         self._peeking, self._open_visit = False, False
 
     def start_round(self) -> None:
-        super().start_round()  # type: ignore[misc]
+        super().start_round()
         self._previous_entropy = 0.0
         self._peeking, self._open_visit = False, False
 
@@ -125,96 +127,58 @@ class RoundFeatures:
         if self._peeking:  # drafted only to read that label: withdrawn, its call uncounted
             self._peeking = False
             return Decision.DROP
-        return super().after_propose(state)  # type: ignore[misc]
+        return super().after_propose(state)
 
     def end_round(self, drafted: int, verified: int, accepted: int) -> None:
-        super().end_round(drafted, verified, accepted)  # type: ignore[misc]
+        super().end_round(drafted, verified, accepted)
         self._last_accepted = accepted
 
-    def _decide(self, state: DraftRound, hidden: torch.Tensor, features: torch.Tensor | None) -> Decision:
-        self._inputs = (hidden.float().cpu(), None if features is None else features.float().cpu())
-        return super()._decide(state, hidden, features)  # type: ignore[misc]
-
-    def _stop(self, state: DraftRound, accept: float) -> Decision:
+    def decide(self, state: DraftRound, accept: float) -> Decision:
+        hidden, features = cast(HeadEstimate, self.source).inputs(state)
+        inputs = (hidden.float().cpu(), None if features is None else features.float().cpu())
         q = state.sampling.feature_probs(state.q_logits[state.i - 1])
         entropy = float(head_features(q, state.tokens[-1], ("entropy",))[0])  # the pre heads' H(q), nats
         clipped = min(max(accept, 1e-6), 1 - 1e-6)
-        x = np.array([1.0, math.log(clipped / (1 - clipped)), state.i, math.log(max(self._keep_prob, 1e-12)),
+        x = np.array([1.0, math.log(clipped / (1 - clipped)), state.i, math.log(max(self.keep, 1e-12)),
                       self._last_accepted, entropy, entropy - self._previous_entropy if state.i > 1 else 0.0])
         self._previous_entropy = entropy
         if self.forecaster is not None:
-            decision = self._forecast_stop(state, accept, self._forecast(x))
+            self.observe(accept)
+            pays = self.stop.next_pays(state.i, self.keep, self._forecast(x, inputs))
+            decision = Decision.STOP if state.i >= self.k_min and not pays else Decision.CONTINUE
         else:
-            decision = super()._stop(state, self.recalibration(x) if self.recalibration else accept)  # type: ignore[misc]
+            decision = super().decide(state, self.recalibration(x) if self.recalibration else accept)
         if self.log is not None:
-            self.log.append(Visit(x, state.accept_probs[-1], *self._inputs))
-            self._open_visit = state.i < self.k_max  # type: ignore[attr-defined]
+            self.log.append(Visit(x, state.accept_probs[-1], *inputs))
+            self._open_visit = state.i < self.k_max
             if decision is Decision.STOP and self._open_visit:  # draft one more to read its label (withdrawn)
                 self._peeking, decision = True, Decision.CONTINUE
         return decision
 
-    def _forecast(self, x: np.ndarray) -> float:
+    def _forecast(self, x: np.ndarray, inputs: tuple[torch.Tensor, torch.Tensor | None]) -> float:
         """``F̂_{i+1}``: the forecaster's acceptance of the next, undrafted candidate."""
         if isinstance(self.forecaster, Recalibration):
             return self.forecaster(x)
         with torch.no_grad():
-            return float(self.forecaster.predict(*self._inputs))
-
-    def _forecast_stop(self, state: DraftRound, accept: float, forecast: float) -> Decision:
-        self._keep_prob *= accept
-        stop = state.i >= self.k_min and not self._drafting_pays(state.i, forecast)
-        return Decision.STOP if stop else Decision.CONTINUE
-
-    def _drafting_pays(self, i: int, forecast: float) -> bool:
-        """Whether drafting ``y_{i+1}`` pays, at the running ``Π_{j≤i}`` and the forecast ``F̂_{i+1}``."""
-        raise NotImplementedError
+            return float(self.forecaster.predict(*inputs))
 
 
-class LeverHead(RoundFeatures, Head):
-    """The threshold stop on a recalibrated head; with a forecaster it drafts ``y_{i+1}`` while
-    ``1 − Π_{j≤i} P̂_j · F̂_{i+1} ≤ h``."""
+class PerfectPreDraft(StopPolicy):
+    """The forecast stop fed the truth (a reference): whether ``y_i`` is drafted is decided on its true acceptance
+    probability before its draw (read in hindsight from the drafted candidate, which is withdrawn with its draft
+    call uncounted when the stop says it should not have been, as the realised oracle's; DESIGN §5), and the drafted
+    candidates' true acceptance enters ``Π``. The decision never reads ``y_i`` or a verification draw, so every
+    rule stays lossless. The head's companion use (and its price in a goodput stop) is kept."""
 
-    def _drafting_pays(self, i: int, forecast: float) -> bool:
-        return 1.0 - self._keep_prob * forecast <= self.threshold
-
-
-class LeverGoodput(RoundFeatures, GoodputHead):
-    """The goodput stop on a recalibrated head; with a forecaster ``F̂_{i+1}`` stands in for the undrafted
-    candidates instead of ``P̂_i`` (batch 1 only)."""
-
-    def _drafting_pays(self, i: int, forecast: float) -> bool:
-        return drafting_pays([(self._keep_prob, forecast)], i, self.k_max, self.throughput, self._marginal_cost)
-
-
-class PerfectForecast:
-    """Mixin for :class:`LeverHead` / :class:`LeverGoodput`: the forecast stop fed the truth (a reference).
-
-    Whether ``y_i`` is drafted is decided on its true acceptance probability before its draw (read in hindsight
-    from the drafted candidate, which is withdrawn with its draft call uncounted when the stop says it should not
-    have been, as the realised oracle's; DESIGN §5), and the drafted candidates' true acceptance enters ``Π``. The
-    decision never reads ``y_i`` or a verification draw, so every rule stays lossless.
-    """
-
-    needs_hidden = False
-    needs_hindsight = True
+    def __init__(self, head: AcceptanceHead, stop: StopRule) -> None:
+        super().__init__(TrueAcceptance(), stop)
+        self.companion = HeadEstimate(head).companion
 
     def after_propose(self, state: DraftRound) -> Decision:
-        policy = cast(LeverHead, self)
-        if state.i > policy.k_min and not policy._drafting_pays(state.i - 1, state.expected_accepts[-1]):
+        if state.i > self.k_min and not self.stop.next_pays(state.i - 1, self.keep, state.expected_accepts[-1]):
             return Decision.DROP
-        policy._keep_prob *= state.accept_probs[-1]
+        self.observe(state.accept_probs[-1])
         return Decision.CONTINUE
-
-    def after_feed(self, state: DraftRound) -> Decision:
-        return Decision.CONTINUE
-
-
-class PerfectPreDraftHead(PerfectForecast, LeverHead):
-    """The pre-draft threshold stop on the truth."""
-
-
-class PerfectPreDraftGoodput(PerfectForecast, LeverGoodput):
-    """The pre-draft goodput stop on the truth."""
 
 
 def labelled(log: list[Visit], lever: str) -> tuple[list[Visit], list[float]]:
@@ -313,14 +277,11 @@ class Lab:
     def policy(self, head: AcceptanceHead, stop: str, threshold: float, recalibration: Recalibration | None,
                log: list | None = None, forecaster: Forecaster | None = None, perfect: bool = False) -> Policy:
         k_min, k_max = head.metadata.get("k_min", self.job.head.k_min), head.metadata.get("k_max", self.job.head.k_max)
-        policy: LeverHead | LeverGoodput
-        if stop == "goodput":
-            policy = (PerfectPreDraftGoodput if perfect else LeverGoodput)(head, self.cost, k_min=k_min, k_max=k_max)
-        else:
-            policy = (PerfectPreDraftHead if perfect else LeverHead)(head, threshold=threshold, k_min=k_min,
-                                                                     k_max=k_max)
-        policy.setup(recalibration, log, forecaster)
-        return policy
+        rule: StopRule = (Goodput(self.cost, k_min, k_max, companion=bool(head.config.companion_features))
+                          if stop == "goodput" else Threshold(threshold, k_min, k_max))
+        if perfect:
+            return PerfectPreDraft(head, rule)
+        return LeverPolicy(head, rule, recalibration, log, forecaster)
 
     def decode(self, head: AcceptanceHead, policy: Policy, prompts: PromptSet) -> PromptCosts:
         """Every prompt of ``prompts`` with ``policy`` (per-prompt seeds as the evaluation's): modelled seconds."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import enum
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, cast
 
@@ -25,6 +24,7 @@ from decode.head import AcceptanceHead, head_features
 from decode.profile import BatchLatency, SVProfile, companion_indicators, joint_goodput_lengths
 from decode.rules import Rule
 from decode.sampling import Sampling
+from decode.stop_rules import Goodput, StopRule, Threshold, batch_drafting_pays, batch_opening_pays
 
 CompanionUse = Literal["step", "round"] | None
 
@@ -227,238 +227,194 @@ class Confidence(Policy):
         return f"Confidence(tau={self.tau}, k_max={self.k_max})"
 
 
-class Head(Policy):
-    """SpecDec++ threshold rule: keep drafting while ``1 − Π_{j≤i} P̂_j ≤ threshold``.
+class AcceptanceSource:
+    """Where an estimate-driven policy's ``P̂_i`` comes from, and when it is read (DESIGN §2)."""
 
-    A ``post`` head scores ``y_i`` from the draft forward that consumed it, so a round that stops
-    early costs one draft call more than fixed-K drafting; a ``pre`` head scores it from the state
-    that produced ``q_i`` plus features of ``y_i`` and costs no extra call.
-    """
+    decides_after: Literal["propose", "feed"] = "propose"
+    needs_hidden = False
+    needs_hindsight = False
+    companion: CompanionUse = None
 
-    name = "head"
-    dynamic = True
+    def estimate(self, state: DraftRound) -> float:
+        """``P̂_i`` of the latest candidate ``y_i``."""
+        raise NotImplementedError
+
+    def to(self, device: torch.device) -> None:
+        """Move any model it holds to ``device``."""
+
+
+class HeadEstimate(AcceptanceSource):
+    """A trained head's ``P̂_i``. A ``pre`` head reads the state that produced ``q_i`` plus features of ``y_i``,
+    once ``y_i`` is proposed (no extra draft call); a ``post`` head reads the draft forward that consumed ``y_i``,
+    so a round it stops costs one draft call more than fixed-K drafting."""
+
     needs_hidden = True
 
-    def __init__(self, head: AcceptanceHead, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
-        self._init_stop(threshold, k_min, k_max)
-        self.head: AcceptanceHead | None = head.eval()
+    def __init__(self, head: AcceptanceHead) -> None:
+        self.head = head.eval()
+        self.decides_after = "propose" if head.config.timing == "pre" else "feed"
         self.companion = "step" if head.config.companion_features else None
 
-    def _init_stop(self, threshold: float, k_min: int, k_max: int) -> None:
-        if not 0.0 <= threshold <= 1.0 or not 1 <= k_min <= k_max:
-            raise ValueError(
-                f"{type(self).__name__} needs threshold in [0, 1] and 1 <= k_min <= k_max, got {threshold}, "
-                f"{k_min}, {k_max}"
-            )
-        self.threshold, self.k_min, self.k_max = threshold, k_min, k_max
-        self._keep_prob = 1.0
-
-    def to(self, device: torch.device) -> Head:
+    def to(self, device: torch.device) -> None:
         self.head.to(device)
-        return self
 
-    def k_cap(self) -> int:
-        return self.k_max
-
-    def start_round(self) -> None:
-        self._keep_prob = 1.0
-
-    def _decide(self, state: DraftRound, hidden: Tensor, features: Tensor | None) -> Decision:
-        with torch.no_grad():
-            accept = float(self.head.predict(hidden.float(), features))
-        return self._stop(state, accept)
-
-    def _stop(self, state: DraftRound, accept: float) -> Decision:
-        """The stop rule, given the latest candidate's acceptance estimate ``accept``."""
-        self._keep_prob *= accept
-        stop = state.i >= self.k_min and 1.0 - self._keep_prob > self.threshold
-        return Decision.STOP if stop else Decision.CONTINUE
-
-    @property
-    def decides_after(self) -> Literal["propose", "feed"]:
-        """When the head reads its input: a ``pre`` head after proposing ``y_i``, a ``post`` head after feeding it."""
-        return "propose" if self.head.config.timing == "pre" else "feed"
-
-    def after_propose(self, state: DraftRound) -> Decision:
-        config = self.head.config
+    def inputs(self, state: DraftRound) -> tuple[Tensor, Tensor | None]:
+        """The head's input for ``y_i``: the draft's hidden state and (``pre``) the candidate's features."""
+        config, i = self.head.config, state.i
         if config.timing != "pre":
-            return Decision.CONTINUE
-        i, y = state.i, state.tokens[-1]
+            return state.hidden[i], None
+        y = state.tokens[-1]
         q = state.sampling.feature_probs(state.q_logits[i - 1])
         companion = None
         if config.companion_features:
             indicators = companion_indicators(state.sampling, state.q_logits[i - 1], state.companion_logits[i - 1], y)
             companion = (indicators.x, indicators.y)
-        features = head_features(q, y, config.features, companion)
-        return self._decide(state, state.hidden[i - 1], features)
+        return state.hidden[i - 1], head_features(q, y, config.features, companion)
+
+    def estimate(self, state: DraftRound) -> float:
+        hidden, features = self.inputs(state)
+        with torch.no_grad():
+            return float(self.head.predict(hidden.float(), features))
+
+
+class TrueAcceptance(AcceptanceSource):
+    """Each candidate's true acceptance probability, read in hindsight once it is proposed (an analysis bound: what
+    a perfectly calibrated head could reach with a stop rule; DESIGN §5). It needs no head and no hidden state, and
+    stopping on ``p`` and ``q`` alone keeps every rule lossless."""
+
+    needs_hindsight = True
+
+    def estimate(self, state: DraftRound) -> float:
+        return state.accept_probs[-1]
+
+
+class StopPolicy(Policy):
+    """A length policy composed of an acceptance source and a stop rule (:mod:`decode.stop_rules`).
+
+    After each candidate it reads ``P̂_i`` from its source at the source's point of the round, updates the running
+    keep-probability ``Π_i = Π_{j≤i} P̂_j`` (here only) and asks its rule whether to stop.
+    """
+
+    dynamic = True
+
+    def __init__(self, source: AcceptanceSource, stop: StopRule) -> None:
+        self.source, self.stop = source, stop
+        self.needs_hidden, self.needs_hindsight = source.needs_hidden, source.needs_hindsight
+        self.companion = source.companion
+        self.keep = 1.0
+        self._fed_past_stop = False  # this round's stop was read after the draft consumed y_i
+
+    @property
+    def k_min(self) -> int:
+        return self.stop.k_min
+
+    @property
+    def k_max(self) -> int:
+        return self.stop.k_max
+
+    def fresh(self) -> StopPolicy:
+        """A copy with its own stop-rule state (the source's models are shared)."""
+        policy = copy.copy(self)
+        policy.stop = copy.copy(self.stop)
+        policy.reset()
+        return policy
+
+    def to(self, device: torch.device) -> StopPolicy:
+        self.source.to(device)
+        return self
+
+    def reset(self) -> None:
+        self.stop.reset()
+
+    def k_cap(self) -> int:
+        return self.stop.k_max
+
+    def start_round(self) -> None:
+        self.keep = 1.0
+        self._fed_past_stop = False
+
+    def observe(self, accept: float) -> None:
+        """Take the latest candidate's acceptance estimate into ``Π``."""
+        self.keep *= accept
+
+    def decide(self, state: DraftRound, accept: float) -> Decision:
+        """The rule's decision after ``y_i`` with estimate ``accept``."""
+        self.observe(accept)
+        return Decision.STOP if self.stop.stops(state.i, self.keep, accept) else Decision.CONTINUE
+
+    def after_propose(self, state: DraftRound) -> Decision:
+        if self.source.decides_after != "propose":
+            return Decision.CONTINUE
+        return self.decide(state, self.source.estimate(state))
 
     def after_feed(self, state: DraftRound) -> Decision:
-        if self.head.config.timing != "post":
+        if self.source.decides_after != "feed":
             return Decision.CONTINUE
-        return self._decide(state, state.hidden[state.i], None)
+        decision = self.decide(state, self.source.estimate(state))
+        self._fed_past_stop = decision is Decision.STOP
+        return decision
+
+    def end_round(self, drafted: int, verified: int, accepted: int) -> None:
+        self.stop.end_round(drafted, verified, accepted, self._fed_past_stop)
+
+    def batch_plan(self) -> BatchPlan:
+        if isinstance(self.stop, Goodput) and self.stop.batch_costs is not None:
+            return BatchGoodput(self.stop.batch_costs)
+        return BatchPlan()
+
+
+class Head(StopPolicy):
+    """SpecDec++ threshold rule on a trained head: keep drafting while ``1 − Π_{j≤i} P̂_j ≤ threshold``."""
+
+    name = "head"
+
+    def __init__(self, head: AcceptanceHead, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
+        super().__init__(HeadEstimate(head), Threshold(threshold, k_min, k_max))
+
+    @property
+    def head(self) -> AcceptanceHead:
+        return cast(HeadEstimate, self.source).head
+
+    @property
+    def threshold(self) -> float:
+        return cast(Threshold, self.stop).threshold
+
+    @property
+    def decides_after(self) -> Literal["propose", "feed"]:
+        return self.source.decides_after
 
     def __repr__(self) -> str:
-        return (
-            f"Head(timing={self.head.config.timing}, threshold={self.threshold}, "
-            f"k_min={self.k_min}, k_max={self.k_max})"
-        )
+        return (f"Head(timing={self.head.config.timing}, threshold={self.threshold}, "
+                f"k_min={self.k_min}, k_max={self.k_max})")
 
 
-class GoodputHead(Head):
-    """A head with a stop rule derived from the costs instead of a swept threshold ``h`` (DESIGN §2, goodput stop).
-
-    Drafting ``y_{i+1}`` pays while the expected tokens it adds, ``Π_i·P̂``, exceed the throughput ``λ``
-    achieved so far times its marginal cost (:func:`drafting_pays`). In a batch with measured
-    ``batch_costs`` the rule is taken for the batch as a whole (:func:`batch_drafting_pays`,
-    :func:`batch_opening_pays`; DESIGN §7); without them rows decide as alone.
-    """
+class GoodputHead(StopPolicy):
+    """A trained head with the goodput stop instead of a swept threshold ``h`` (DESIGN §2, goodput stop;
+    :class:`~decode.stop_rules.Goodput`). In a batch with measured ``batch_costs`` the rule is taken for the
+    batch as a whole (:class:`BatchGoodput`; DESIGN §7); without them rows decide as alone."""
 
     name = "head-goodput"
 
     def __init__(self, head: AcceptanceHead, costs: CostModel, k_min: int = 1, k_max: int = 20,
                  batch_costs: BatchCosts | None = None) -> None:
-        super().__init__(head, threshold=1.0, k_min=k_min, k_max=k_max)
-        self._init_goodput(costs, batch_costs)
-
-    def _init_goodput(self, costs: CostModel, batch_costs: BatchCosts | None) -> None:
-        self.costs = costs
-        self.batch_costs = batch_costs
-        self._tokens, self._seconds = 0, 0.0
-        self._in_batch = False  # decoding inside the batched loop (which stops the rows together)
-        #: In a batch: this row's running keep-probability and latest ``P̂`` (read by :func:`batch_drafting_pays`).
-        self.outlook: tuple[float, float] = (0.0, 0.0)
-        self._first_sum, self._first_count = 0.0, 0
-        self._fed_past_stop = False  # this round's post decision stopped after the draft consumed y_i
-
-    def reset(self) -> None:
-        self._tokens, self._seconds = 0, 0.0
-        self._in_batch = False
-        self.outlook = (0.0, 0.0)
-        self._first_sum, self._first_count = 0.0, 0
-        self._fed_past_stop = False
-
-    def start_round(self) -> None:
-        super().start_round()
-        self._fed_past_stop = False
-
-    def after_feed(self, state: DraftRound) -> Decision:
-        """A ``post`` head decides after the draft has consumed ``y_i``: a stop there leaves that call made."""
-        decision = super().after_feed(state)
-        self._fed_past_stop = decision is Decision.STOP
-        return decision
+        source = HeadEstimate(head)
+        super().__init__(source, Goodput(costs, k_min, k_max, batch_costs, companion=source.companion is not None))
 
     @property
-    def forecast(self) -> float | None:
-        """The mean ``P̂`` of this generation's first candidates so far (None before the first): the forecast of
-        the next round's first ``P̂`` before it is drafted (:func:`batch_opening_pays`)."""
-        return self._first_sum / self._first_count if self._first_count else None
-
-    def join_batch(self) -> None:
-        """Leave the stop to the batch (:class:`BatchGoodput`) for this generation."""
-        self._in_batch = True
-
-    def batch_plan(self) -> BatchPlan:
-        return BatchGoodput(self.batch_costs) if self.batch_costs is not None else BatchPlan()
-
-    @property
-    def throughput(self) -> float:
-        """``λ``: tokens per modelled second so far in this generation (``1 / t_t`` before the first round)."""
-        return self._tokens / self._seconds if self._seconds > 0 else 1.0 / self.costs.t_target
-
-    def _step_cost(self) -> float:
-        """Draft (and companion) seconds per drafted candidate."""
-        return self.costs.t_draft + (self.costs.t_companion if self.companion is not None else 0.0)
-
-    def _marginal_cost(self, i: int) -> float:
-        shape = self.costs.latency
-        return self._step_cost() + self.costs.t_target * float(shape(i + 1) - shape(i))
-
-    def _stop(self, state: DraftRound, accept: float) -> Decision:
-        self._keep_prob *= accept
-        if state.i == 1:
-            self._first_sum, self._first_count = self._first_sum + accept, self._first_count + 1
-        if self.batch_costs is not None and self._in_batch:
-            self.outlook = (self._keep_prob, accept)
-            return Decision.CONTINUE  # the batched loop stops the rows together (batch_drafting_pays)
-        stop = state.i >= self.k_min and not drafting_pays(
-            [(self._keep_prob, accept)], state.i, self.k_max, self.throughput, self._marginal_cost)
-        return Decision.STOP if stop else Decision.CONTINUE
-
-    def end_round(self, drafted: int, verified: int, accepted: int) -> None:
-        """Charge the round's calls as the decoder counts them: one draft (and companion) call per candidate,
-        plus the call a ``post`` head's stop read (the draft consumed ``y_i`` before deciding)."""
-        self._tokens += accepted + 1
-        self._seconds += (drafted * self._step_cost() + self._fed_past_stop * self.costs.t_draft
-                          + self.costs.t_target * float(self.costs.latency(verified)))
+    def head(self) -> AcceptanceHead:
+        return cast(HeadEstimate, self.source).head
 
     def __repr__(self) -> str:
         return f"GoodputHead(timing={self.head.config.timing}, k_min={self.k_min}, k_max={self.k_max})"
 
 
-def drafting_pays(outlooks: list[tuple[float, float]], i: int, k_max: int, throughput: float,
-                  step_cost: Callable[[int], float]) -> bool:
-    """Whether drafting on from ``i`` to some ``j ≤ k_max`` adds more expected tokens than ``λ`` × its cost.
-
-    ``outlooks``: per drafting row, its keep-probability ``Π_i`` and latest ``P̂``; its candidate ``m``
-    after ``i`` is kept with ``Π_i·P̂^m`` (``P̂`` standing in for the unseen ones). ``step_cost(n)``
-    is the price of the ``(n+1)``-th drafting step. Looking past the next step matters where
-    verification costs are not convex in the length (a CPU's forward often costs the same for 3 and
-    for 8 tokens); with costs linear in the length it is the one-step rule.
-    """
-    gain, cost = 0.0, 0.0
-    keeps = [keep for keep, _ in outlooks]
-    for n in range(i, k_max):
-        keeps = [keep * accept for keep, (_, accept) in zip(keeps, outlooks)]
-        gain += sum(keeps)
-        cost += step_cost(n)
-        if gain >= throughput * cost:
-            return True
-    return False
-
-
-def batch_drafting_pays(rows: list[GoodputHead], i: int, batch: int, throughput: float) -> bool:
-    """The batch-level stop of :class:`GoodputHead` rows with ``batch_costs`` after ``i`` drafting steps.
-
-    A step costs a draft forward of the ``len(rows)`` drafting rows plus one more verification
-    column for all ``batch`` live rows, ``t_v(B, B·(n+1)) − t_v(B, B·n)``; the rows' ``k_min`` is
-    honoured (the batch drafts on while ``i`` is below it).
-    """
-    first = rows[0]
-    if i < first.k_min:
-        return True
-    costs = first.batch_costs
-
-    def step_cost(n: int) -> float:
-        return costs.draft_time(len(rows)) + batch * costs.marginal_candidate(batch, n)
-
-    return drafting_pays([row.outlook for row in rows], i, first.k_max, throughput, step_cost)
-
-
-def batch_opening_pays(rows: list[GoodputHead], batch: int, throughput: float) -> bool:
-    """Whether a batch of :class:`GoodputHead` rows with ``batch_costs`` drafts at all this round.
-
-    The first step costs a draft forward of the rows plus the first verification column over the
-    target alone's step (``t_v(B, B) − t_t(B, B)``), later steps as in :func:`batch_drafting_pays`;
-    each row's candidates are forecast by its :attr:`GoodputHead.forecast`. A row without a forecast
-    yet (its first round) makes the batch draft.
-    """
-    forecasts = [row.forecast for row in rows]
-    if any(forecast is None for forecast in forecasts):
-        return True
-    costs = rows[0].batch_costs
-
-    def step_cost(n: int) -> float:
-        return costs.draft_time(len(rows)) + batch * costs.marginal_candidate(batch, n)
-
-    return drafting_pays([(1.0, forecast) for forecast in forecasts], 0, rows[0].k_max, throughput, step_cost)
-
-
 class BatchGoodput(BatchPlan):
-    """The goodput stop of :class:`GoodputHead` rows taken for the batch at measured ``batch_costs`` (DESIGN §7).
+    """The goodput stop of a batch's rows taken for the batch at measured ``batch_costs`` (DESIGN §7).
 
     Tracks the batch's modelled throughput ``λ_B`` (tokens per modelled second so far; before the
     first round the target alone's at the batch size), opens a round only where drafting pays
-    (:func:`batch_opening_pays`) and stops the rows together (:func:`batch_drafting_pays`).
+    (:func:`~decode.stop_rules.batch_opening_pays`) and stops the rows together
+    (:func:`~decode.stop_rules.batch_drafting_pays`).
     """
 
     def __init__(self, costs: BatchCosts) -> None:
@@ -466,20 +422,24 @@ class BatchGoodput(BatchPlan):
         self.tokens, self.seconds = 0, 0.0
         self.throughput = 0.0  # λ_B at the start of the current round
 
+    @staticmethod
+    def _stops(rows: list[Policy]) -> list[Goodput]:
+        # a batch's rows are copies of one goodput policy (Policy.fresh)
+        return [cast(Goodput, cast(StopPolicy, row).stop) for row in rows]
+
     def opens_round(self, rows: list[Policy]) -> bool:
         batch = len(rows)
         alone = batch / self.costs.target_time(batch, batch)
         self.throughput = self.tokens / self.seconds if self.seconds > 0 else alone
-        heads = cast(list[GoodputHead], rows)  # a batch's rows are copies of one policy (Policy.fresh)
-        for head in heads:
-            head.join_batch()
-        return batch_opening_pays(heads, batch, max(self.throughput, alone))
+        stops = self._stops(rows)
+        for stop in stops:
+            stop.join_batch()
+        return batch_opening_pays(stops, batch, max(self.throughput, alone))
 
     def stops_drafting(self, rows: list[Policy], i: int, batch: int, after: Literal["propose", "feed"]) -> bool:
-        heads = cast(list[GoodputHead], rows)
-        if not heads or heads[0].decides_after != after:
+        if not rows or cast(StopPolicy, rows[0]).source.decides_after != after:
             return False
-        return not batch_drafting_pays(heads, i, batch, self.throughput)
+        return not batch_drafting_pays(self._stops(rows), i, batch, self.throughput)
 
     def end_round(self, batch: int, emitted: int, draft_steps: int, verified: int) -> None:
         self.tokens += emitted
@@ -590,49 +550,29 @@ class Oracle(Policy):
         return f"Oracle(k_max={self.k_max})"
 
 
-class Hindsight:
-    """A head policy's stop rule fed each candidate's true acceptance probability instead of ``P̂`` (an analysis
-    bound: what a perfectly calibrated head could reach with that stop rule; DESIGN §5).
-
-    It decides once ``y_i`` is proposed (as a ``pre`` head: no extra draft call) and needs no head and no
-    hidden state. Stopping on ``p`` and ``q`` alone keeps every rule lossless.
-    """
-
-    needs_hidden = False
-    needs_hindsight = True
-    head = None
-    companion = None
-
-    def to(self, device: torch.device) -> Policy:
-        return cast(Policy, self)
-
-    def after_propose(self, state: DraftRound) -> Decision:
-        return cast(Head, self)._stop(state, state.accept_probs[-1])
-
-    def after_feed(self, state: DraftRound) -> Decision:
-        return Decision.CONTINUE
-
-
-class PerfectHead(Hindsight, Head):
+class PerfectHead(StopPolicy):
     """:class:`Head`'s threshold stop (``1 − Π a_j > threshold``) on the true acceptance probabilities ``a_j``."""
 
     name = "perfect"
 
     def __init__(self, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
-        self._init_stop(threshold, k_min, k_max)
+        super().__init__(TrueAcceptance(), Threshold(threshold, k_min, k_max))
+
+    @property
+    def threshold(self) -> float:
+        return cast(Threshold, self.stop).threshold
 
     def __repr__(self) -> str:
         return f"PerfectHead(threshold={self.threshold}, k_min={self.k_min}, k_max={self.k_max})"
 
 
-class PerfectGoodput(Hindsight, GoodputHead):
+class PerfectGoodput(StopPolicy):
     """:class:`GoodputHead`'s goodput stop on the true acceptance probabilities (batch size 1)."""
 
     name = "perfect-goodput"
 
     def __init__(self, costs: CostModel, k_min: int = 1, k_max: int = 20) -> None:
-        self._init_stop(1.0, k_min, k_max)
-        self._init_goodput(costs, None)
+        super().__init__(TrueAcceptance(), Goodput(costs, k_min, k_max))
 
     def __repr__(self) -> str:
         return f"PerfectGoodput(k_min={self.k_min}, k_max={self.k_max})"

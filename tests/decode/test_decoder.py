@@ -380,5 +380,5 @@ def test_goodput_head_charges_the_calls_the_decoder_counts(wide, timing):
     out = decoder(wide, rules.Speculative(), policy).generate(PROMPT, max_new_tokens=60, seed=0)
     early_stops = sum(v < 6 for v in out.stats.verified_per_round)
     assert early_stops >= 5, "the head must stop early in several rounds for the check to bite"
-    uncharged = costs.time(out.stats) - policy._seconds
+    uncharged = costs.time(out.stats) - policy.stop.seconds
     assert uncharged in (0.0, costs.t_draft), uncharged

@@ -78,14 +78,14 @@ def test_each_spec_builds_the_policy_it_names(inputs):
     head = built["HeadSpec(head='pre', threshold=0.8)"]
     assert type(head) is policies.Head and (head.threshold, head.k_min, head.k_max) == (0.8, 2, 12)  # calibrated range
     goodput = built["GoodputHeadSpec(head='pre')"]
-    assert isinstance(goodput, policies.GoodputHead) and goodput.costs == inputs.costs
+    assert isinstance(goodput, policies.GoodputHead) and goodput.stop.costs == inputs.costs
     assert built["SVSpec(profile='profile', k=None)"].k == 6  # the profile's latency table length
     assert built["SVSpec(profile='profile', k=3)"].k == 3
     assert isinstance(built["OracleSpec()"], policies.Oracle)
     perfect = built["PerfectHeadSpec(threshold=0.7)"]
     assert isinstance(perfect, policies.PerfectHead) and (perfect.threshold, perfect.k_max) == (0.7, 20)
     perfect_goodput = built["PerfectGoodputSpec()"]
-    assert isinstance(perfect_goodput, policies.PerfectGoodput) and perfect_goodput.costs == inputs.costs
+    assert isinstance(perfect_goodput, policies.PerfectGoodput) and perfect_goodput.stop.costs == inputs.costs
     assert all(built[repr(s)].needs_hindsight == s.bound for s in SPECS)
 
 
