@@ -60,11 +60,11 @@ from data_gen.prompts import check_prompt_choices
 from data_gen.seeding import prompt_seed
 from data_gen.shards import write_json_atomic
 from decode import SpeculativeDecoder
+from decode.artifacts.metadata import ArtifactMetadata
 from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.head import AcceptanceHead, head_features
 from decode.policies import Decision, DraftRound, HeadEstimate, Policy, StopPolicy, TrueAcceptance
-from decode.rules import from_spec
 from decode.sampling import Sampling
 from decode.stop_rules import Goodput, StopRule, Threshold
 
@@ -276,7 +276,7 @@ class Lab:
 
     def policy(self, head: AcceptanceHead, stop: str, threshold: float, recalibration: Recalibration | None,
                log: list | None = None, forecaster: Forecaster | None = None, perfect: bool = False) -> Policy:
-        k_min, k_max = head.metadata.get("k_min", self.job.head.k_min), head.metadata.get("k_max", self.job.head.k_max)
+        k_min, k_max = ArtifactMetadata.of(head).k_range(self.job.head.k_min, self.job.head.k_max)
         rule: StopRule = (Goodput(self.cost, k_min, k_max, companion=bool(head.config.companion_features))
                           if stop == "goodput" else Threshold(threshold, k_min, k_max))
         if perfect:
@@ -285,8 +285,7 @@ class Lab:
 
     def decode(self, head: AcceptanceHead, policy: Policy, prompts: PromptSet) -> PromptCosts:
         """Every prompt of ``prompts`` with ``policy`` (per-prompt seeds as the evaluation's): modelled seconds."""
-        meta = head.metadata["rule"]
-        decoder = SpeculativeDecoder(self.trio.target, self.trio.draft, rule=from_spec(meta["name"], **meta["params"]),
+        decoder = SpeculativeDecoder(self.trio.target, self.trio.draft, rule=ArtifactMetadata.of(head).build_rule(),
                                      policy=policy, companion=self.trio.companion if policy.companion else None,
                                      sampling=self.sampling)
         generations = []
@@ -332,7 +331,8 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     with tqdm(total=len(heads) * (1 + len(tried)), desc="levers", unit="variant", dynamic_ncols=True) as bar:
         for name, head in heads.items():
             log: list = []
-            lab.decode(head, lab.policy(head, "threshold", head.metadata.get("threshold", 0.5), None, log), train)
+            recorded = ArtifactMetadata.of(head).threshold
+            lab.decode(head, lab.policy(head, "threshold", 0.5 if recorded is None else recorded, None, log), train)
             linear = {lever: fit(lever, log) for lever in LEVERS if lever in tried}
             fits[name] = {"rounds_candidates": len(log),
                           "with_next_candidate": sum(v.next_accept is not None for v in log),

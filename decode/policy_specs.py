@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeVar
 
+from decode.artifacts.metadata import ArtifactMetadata
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
@@ -53,7 +54,7 @@ class PolicyInputs:
     def head(self, name: str) -> tuple[AcceptanceHead, int, int]:
         """Head ``name`` with its calibrated ``k_min`` and ``k_max``."""
         head = self.heads[name]
-        return head, head.metadata.get("k_min", self.k_min), head.metadata.get("k_max", self.k_max)
+        return (head, *ArtifactMetadata.of(head).k_range(self.k_min, self.k_max))
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ class SVSpec(PolicySpec):
 
     def build(self, inputs: PolicyInputs) -> Policy:
         profile = inputs.profiles[self.profile]
-        k = self.k if self.k is not None else profile.metadata.get("k_max", profile.latency.numel())
+        k = self.k if self.k is not None else ArtifactMetadata.of(profile).k_range(1, profile.latency.numel())[1]
         batch = inputs.batch_costs
         return SV(profile, k=int(k), batch_latency=batch.verify_time if batch is not None else None)
 

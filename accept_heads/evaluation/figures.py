@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from accept_heads.evaluation.plan import recorded_choices  # noqa: E402
 from accept_heads.evaluation.reliability import expected_calibration_error, reliability  # noqa: E402
 from accept_heads.evaluation.results import Results  # noqa: E402
 from accept_heads.evaluation.specs import families, family_names  # noqa: E402
@@ -226,7 +227,7 @@ def draw_sv_profile(results: Results) -> Figure | None:
 def draw_fsd(results: Results) -> Figure | None:
     """FSD: divergence threshold T vs mean accepted length and vs agreement with the target's greedy token."""
     table = results.table
-    k = next((c["param"] for c in results.metadata["selection"] if c["swept"] == "rule_param"), None)
+    k = next((c.param for c in recorded_choices(results.metadata) if c.swept == "rule_param"), None)
     fuzzy = table[(table["rule"] == "fuzzy") & (table["role"] != "dev") & (table["family"] == "fixed")
                   & (table["source"] == "decode") & (table["param"] == k)]
     fuzzy = fuzzy[fuzzy["set"] == (fuzzy["set"].iloc[0] if not fuzzy.empty else None)].sort_values("rule_param")

@@ -18,6 +18,7 @@ from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.models import Trio
 from data_gen.prompts import available_splits, load_prompts, parse_source
 from decode.artifacts.export import load_head, load_profile
+from decode.artifacts.metadata import ArtifactMetadata
 from decode.head import AcceptanceHead
 from decode.profile import SVProfile
 from decode.sampling import Sampling
@@ -148,7 +149,7 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling,
             continue
         artifacts.profiles[name] = profile
         described["profiles"][name] = {
-            "path": str(path), "rule": profile.metadata["rule"], "k_max": profile.metadata.get("k_max"),
+            "path": str(path), "rule": ArtifactMetadata.of(profile).rule, "k_max": ArtifactMetadata.of(profile).k_max,
             "information": profile.metadata.get("information", {}), "latency_device": profile.metadata.get("latency_device"),
             **{key: tensor.tolist() for key, tensor in profile.tensors().items()},
         }

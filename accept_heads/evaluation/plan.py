@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.runs import RunSpec
@@ -26,6 +27,7 @@ from accept_heads.evaluation.specs import (
 )
 from ahconf.rules import build_rule, rule_parameter
 from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
+from decode.artifacts.metadata import ArtifactMetadata
 from decode.policy_specs import POLICY_SPECS, FixedSpec, HeuristicSpec, PolicySpec, SVSpec
 
 #: HF's default assistant confidence threshold.
@@ -60,6 +62,11 @@ class Choice:
         return run_policy(self.family, self.run_params()[0], self.artifact)
 
 
+def recorded_choices(metadata: dict[str, Any]) -> list[Choice]:
+    """The dev choices an evaluation's metadata records (``metadata["selection"]``), typed."""
+    return [Choice(**choice) for choice in metadata["selection"]]
+
+
 def eval_rules(job: EvaluateJob) -> list[str]:
     """Rules to decode with: ``evaluate.rules``, else ``rules.names``."""
     return list(job.evaluate.rules or job.rules.names)
@@ -69,8 +76,8 @@ def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None,
                        rules: RulesConfig) -> tuple[list, list]:
     """Names of the heads and profiles fitted for exactly this rule (and rule parameters)."""
     spec = build_rule(rule, rules, parameter=param).spec()
-    heads = sorted(n for n, h in artifacts.heads.items() if h.metadata.get("rule") == spec)
-    profiles = sorted(n for n, p in artifacts.profiles.items() if p.metadata.get("rule") == spec)
+    heads = sorted(n for n, h in artifacts.heads.items() if ArtifactMetadata.of(h).rule == spec)
+    profiles = sorted(n for n, p in artifacts.profiles.items() if ArtifactMetadata.of(p).rule == spec)
     return heads, profiles
 
 
@@ -78,7 +85,8 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
     """Heads and profiles fitted for a rule (or rule parameters) that none of ``rules`` decodes with."""
     specs = [build_rule(rule, rules_config).spec() for rule in rules]
     items = [*artifacts.heads.items(), *artifacts.profiles.items()]
-    return sorted(f"{name} ({a.metadata.get('rule')})" for name, a in items if a.metadata.get("rule") not in specs)
+    recorded = [(name, ArtifactMetadata.of(a).rule) for name, a in items]
+    return sorted(f"{name} ({rule})" for name, rule in recorded if rule not in specs)
 
 
 def dev_grid(job: EvaluateJob, kind: type[PolicySpec]) -> list[float]:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from accept_heads.evaluation.plan import Choice, recorded_choices
 from accept_heads.evaluation.specs import families, perfect_for
 
 WIDTH = 180
@@ -55,19 +56,19 @@ def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> T
     return out
 
 
-def selection_table(selection: list[dict[str, Any]]) -> Table:
+def selection_table(selection: list[Choice]) -> Table:
     """The parameters chosen on dev."""
     out = Table(title="chosen on the dev split (max modelled throughput at the cost pair)", title_justify="left")
     for column in ("rule", "family", "artifact", "value", "chosen on", "dev tokens / modelled s"):
         out.add_column(column)
     for choice in selection:
-        rule = choice["rule"] if choice["rule_param"] is None else f"{choice['rule']} ({choice['rule_param']:g})"
-        if choice["swept"] == "param":
-            value = f"{families()[choice['family']].symbol}={choice['value']:g}"
+        rule = choice.rule if choice.rule_param is None else f"{choice.rule} ({choice.rule_param:g})"
+        if choice.swept == "param":
+            value = f"{families()[choice.family].symbol}={choice.value:g}"
         else:
-            value = f"T={choice['value']:g} at K={choice['param']:g}"
-        out.add_row(rule, choice["family"], escape(choice["artifact"] or "—"), value, choice["chosen_on"],
-                    _num(choice["dev_throughput"]))
+            value = f"T={choice.value:g} at K={choice.param:g}"
+        out.add_row(rule, choice.family, escape(choice.artifact or "—"), value, choice.chosen_on,
+                    _num(choice.dev_throughput))
     return out
 
 
@@ -177,7 +178,7 @@ def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str,
     console = Console()
     if not console.is_terminal:
         console = Console(width=WIDTH)  # logs and pipes: do not squeeze the table into 80 columns
-    console.print(selection_table(metadata["selection"]))
+    console.print(selection_table(recorded_choices(metadata)))
     for set_name in dict.fromkeys(table.loc[table["role"] != "dev", "set"]):
         console.print(results_table(table, set_name, metadata["cost_models"]["cost"]))
     if metadata["heads"]:

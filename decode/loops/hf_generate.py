@@ -43,6 +43,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.streamers import BaseStreamer
 
 from decode.artifacts.export import load_head, load_profile
+from decode.artifacts.metadata import ArtifactMetadata
 from decode.head import AcceptanceHead
 from decode.loops.batched import BatchDecodeOutput
 from decode.loops.decoder import SpeculativeDecoder
@@ -51,7 +52,7 @@ from decode.loops.inputs import id_list
 from decode.policies import Policy
 from decode.policy_specs import HeadSpec, PolicyInputs, SVSpec
 from decode.profile import SVProfile
-from decode.rules import Greedy, Rule, Speculative, from_spec
+from decode.rules import Greedy, Rule, Speculative
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
 
@@ -97,9 +98,9 @@ def _rule(rule: Rule | None, head: AcceptanceHead | None, profile: SVProfile | N
     if rule is not None:
         return rule
     artifact = head if head is not None else profile
-    spec = artifact.metadata.get("rule") if artifact is not None else None
-    if isinstance(spec, dict):
-        return from_spec(spec["name"], **spec.get("params", {}))
+    recorded = ArtifactMetadata.of(artifact).build_rule() if artifact is not None else None
+    if recorded is not None:
+        return recorded
     return Greedy() if sampling.greedy else Speculative()
 
 
@@ -109,8 +110,8 @@ def _policy(policy: Policy | None, head: AcceptanceHead | None, profile: SVProfi
     if policy is not None:
         return policy
     if head is not None:
-        threshold = head.metadata.get("threshold")
-        spec = HeadSpec("head", 0.5 if threshold is None else float(threshold))
+        threshold = ArtifactMetadata.of(head).threshold
+        spec = HeadSpec("head", 0.5 if threshold is None else threshold)
         return spec.build(PolicyInputs(heads={"head": head}))
     if profile is not None:
         return SVSpec("profile").build(PolicyInputs(profiles={"profile": profile}))
