@@ -60,10 +60,10 @@ from data_gen.prompts import check_prompt_choices
 from data_gen.seeding import prompt_seed
 from data_gen.shards import write_json_atomic
 from decode import SpeculativeDecoder
-from decode.artifacts.metadata import ArtifactMetadata
 from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.head import AcceptanceHead, head_features
+from decode.metadata import ArtifactMetadata
 from decode.policies import Decision, DraftRound, HeadEstimate, Policy, StopPolicy, TrueAcceptance
 from decode.sampling import Sampling
 from decode.stop_rules import Goodput, StopRule, Threshold

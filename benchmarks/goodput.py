@@ -22,10 +22,10 @@ import torch
 from transformers import PreTrainedModel
 
 from decode.artifacts.export import load_head, load_profile
-from decode.artifacts.metadata import ArtifactMetadata
 from decode.batch_costs import BatchCosts, measure_batch_costs
 from decode.loops.decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
+from decode.metadata import ArtifactMetadata
 from decode.policies import SV, Fixed, GoodputHead, Head, Policy
 from decode.rules import Speculative
 from decode.sampling import Sampling

@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeVar
 
-from decode.artifacts.metadata import ArtifactMetadata
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
+from decode.metadata import ArtifactMetadata
 from decode.policies import (
     SV,
     Confidence,

@@ -18,8 +18,8 @@ from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.models import Trio
 from data_gen.prompts import available_splits, load_prompts, parse_source
 from decode.artifacts.export import load_head, load_profile
-from decode.artifacts.metadata import ArtifactMetadata
 from decode.head import AcceptanceHead
+from decode.metadata import ArtifactMetadata
 from decode.profile import SVProfile
 from decode.sampling import Sampling
 

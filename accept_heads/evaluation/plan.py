@@ -27,7 +27,7 @@ from accept_heads.evaluation.specs import (
 )
 from ahconf.rules import build_rule, rule_parameter
 from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
-from decode.artifacts.metadata import ArtifactMetadata
+from decode.metadata import ArtifactMetadata
 from decode.policy_specs import POLICY_SPECS, FixedSpec, HeuristicSpec, PolicySpec, SVSpec
 
 #: HF's default assistant confidence threshold.

@@ -43,12 +43,12 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.streamers import BaseStreamer
 
 from decode.artifacts.export import load_head, load_profile
-from decode.artifacts.metadata import ArtifactMetadata
 from decode.head import AcceptanceHead
 from decode.loops.batched import BatchDecodeOutput
 from decode.loops.decoder import SpeculativeDecoder
 from decode.loops.emit import OnTokens
 from decode.loops.inputs import id_list
+from decode.metadata import ArtifactMetadata
 from decode.policies import Policy
 from decode.policy_specs import HeadSpec, PolicyInputs, SVSpec
 from decode.profile import SVProfile

@@ -30,11 +30,12 @@ def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
     config, results = axis
     table = results.batch_axis
     test = table[table["role"] == "test"]
-    speculative = {"target", "fixed", "confidence", "head", "head-goodput", "sv"}
+    # every registered serving policy (no bound); the heads and the profile were fitted for the speculative rule
+    speculative = {"target", "fixed", "heuristic", "confidence", "head", "head-goodput", "sv"}
     for batch in (1, 2):
         at = test[test["batch"] == batch]
         assert set(at.loc[at["rule"] == "speculative", "family"]) == speculative
-        assert set(at.loc[at["rule"] == "greedy", "family"]) == {"target", "fixed", "confidence"}  # heads: speculative
+        assert set(at.loc[at["rule"] == "greedy", "family"]) == {"target", "fixed", "heuristic", "confidence"}
         assert set(at.loc[at["family"] == "head", "artifact"]) == {"pre", "post"}
     assert (test["rows"] == 3).all()  # every run decodes the same 3 prompts (at B=2: a batch of 2, then 1)
     assert (test["tokens_per_s"] > 0).all() and (test["modelled_s"] > 0).all()
