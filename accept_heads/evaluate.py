@@ -55,7 +55,7 @@ from accept_heads.evaluation.plan import (
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
-from accept_heads.evaluation.runs import RunSpec
+from accept_heads.evaluation.runs import Record, RunSpec, frame
 from accept_heads.evaluation.specs import family_names
 from accept_heads.evaluation.table import (
     add_comparisons,
@@ -78,9 +78,9 @@ from decode.head import AcceptanceHead
 
 
 def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,
-            method: str = "run") -> list[dict[str, Any]]:
+            method: str = "run") -> list[Record]:
     """Decode every run with the executor's ``method`` (a progress bar over runs); its records, in spec order."""
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     with tqdm(total=len(specs), desc=description, unit="run", dynamic_ncols=True) as bar:
         for spec, run_records in zip(specs, pool.map(specs, method)):
             bar.set_postfix_str(f"{spec.set} {spec.rule} {spec.label}", refresh=False)
@@ -110,9 +110,9 @@ def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"pred": [], "label": [], "head": []})
 
 
-def costed(records: list[dict[str, Any]], cost: CostModel) -> pd.DataFrame:
+def costed(records: list[Record], cost: CostModel) -> pd.DataFrame:
     """The runs of ``records`` with their modelled throughput under ``cost`` (column suffix ``_cost``)."""
-    table = aggregate(pd.DataFrame(records))
+    table = aggregate(frame(records))
     add_costs(table, "cost", cost)
     return table
 
@@ -181,11 +181,11 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
 
 
 def decode_batch_axis(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
-                      choices: list[Choice], pool: WorkerPool) -> list[dict[str, Any]]:
+                      choices: list[Choice], pool: WorkerPool) -> list[Record]:
     """The batch axis: the fixed-K grid on dev at every batch size, then the test set's runs; a record per
     batched generate (:mod:`accept_heads.evaluation.batch_axis`)."""
     records = execute(batch_axis.dev_fixed_runs(job, rules), pool, "batch axis: dev fixed K", "run_batches")
-    best_k = batch_axis.best_fixed_k(pd.DataFrame(records))
+    best_k = batch_axis.best_fixed_k(frame(records))
     runs = [run for s in sets if s.role == "test"
             for run in batch_axis.test_runs(job, artifacts, s.name, rules, choices, best_k)]
     return records + execute(runs, pool, "batch axis: test", "run_batches")
@@ -232,7 +232,7 @@ def evaluate(job: EvaluateJob) -> Results:
         records += execute(applied, pool, "test / OOD")
         batch_records = decode_batch_axis(job, artifacts, sets, axis_rules, choices, pool) if axis_rules else []
 
-    generations = mark_dev_choices(pd.DataFrame(records), choices)
+    generations = mark_dev_choices(frame(records), choices)
     timings, wall = wallclock.measure(executor, applied, generations) if e.wallclock_sets else ([], pd.DataFrame())
     table, fit = results_table(generations, paper, latency, job.seed)
     calibration = calibration_frame(job, artifacts, trio, notes)
@@ -244,7 +244,7 @@ def evaluate(job: EvaluateJob) -> Results:
         wall = wallclock.with_modelled(wall, table)
         metadata["wallclock"] = wallclock.describe(executor)
     results = Results(Path(e.out_dir), table, generations, calibration, metadata,
-                      batch_axis.summarise(pd.DataFrame(batch_records)) if batch_records else pd.DataFrame(),
+                      batch_axis.summarise(frame(batch_records)) if batch_records else pd.DataFrame(),
                       wall, pd.DataFrame([asdict(t) for t in timings]))
     figures = draw_all(results) if e.figures else {}
     metadata["seconds"] = time.perf_counter() - start

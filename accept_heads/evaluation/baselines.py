@@ -27,7 +27,7 @@ from transformers.utils import is_sklearn_available
 
 import decode
 from accept_heads.evaluation.inputs import PromptSet
-from accept_heads.evaluation.runs import Generation, RunSpec, output_sha
+from accept_heads.evaluation.runs import Generation, GenerationRecord, RunSpec, output_sha
 from accept_heads.evaluation.specs import HF_START_TOKENS
 from ahconf.rules import build_rule
 from ahconf.schema import RulesConfig
@@ -96,7 +96,7 @@ class HFRunner:
         return target.generate(ids, attention_mask=torch.ones_like(ids), **assistant, **kwargs)
 
     @torch.inference_mode()
-    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
+    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[GenerationRecord]:
         """Decode every prompt of the set with HF assisted generation, seeded per prompt."""
         records = []
         for prompt in prompts.prompts:
@@ -135,7 +135,7 @@ class SERunner:
     seed: int
 
     @torch.inference_mode()
-    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
+    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[GenerationRecord]:
         """Decode every prompt of the set with :class:`decode.EnsembleDecoder`, seeded per prompt."""
         policy = spec.policy
         mode = policy.mode

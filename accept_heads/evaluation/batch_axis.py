@@ -105,9 +105,33 @@ def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list
     return runs
 
 
+@dataclass(frozen=True)
+class BatchRecord:
+    """One batched generate of the batch axis: ``rows`` prompts of a set decoded together as ``run`` says, with
+    its measured wall time and the modelled seconds of its forwards at the measured batch costs."""
+
+    run: RunSpec
+    role: str
+    split: str
+    batch: int
+    rows: int
+    tokens: int
+    wall_s: float
+    modelled_s: float
+    target_calls: int
+    draft_calls: int
+    companion_calls: int
+
+    def row(self) -> dict[str, Any]:
+        """The run's key columns, the set's, then the batch and its counts (``batch_axis.parquet`` before summing)."""
+        counts = {name: getattr(self, name) for name in ("batch", "rows", "tokens", "wall_s", "modelled_s",
+                                                          "target_calls", "draft_calls", "companion_calls")}
+        return {**self.run.to_dict(), "role": self.role, "split": self.split, **counts}
+
+
 @torch.inference_mode()
 def measure_batches(decoding: Decoding, costs: BatchCosts, run: BatchRun, prompts: PromptSet,
-                    count: int) -> list[dict[str, Any]]:
+                    count: int) -> list[BatchRecord]:
     """Decode the first ``count`` prompts of the set in batches of ``run.batch``: a record per batched generate."""
     spec = run.run
     items = prompts.prompts[:count]
@@ -131,7 +155,7 @@ def measure_batches(decoding: Decoding, costs: BatchCosts, run: BatchRun, prompt
                                                            totals.companion_shapes),
                       "target_calls": totals.target_calls, "draft_calls": totals.draft_calls,
                       "companion_calls": totals.companion_calls}
-        records.append({**spec.to_dict(), **prompts.key(), "batch": run.batch, "rows": len(chunk), **counts})
+        records.append(BatchRecord(spec, prompts.role, prompts.split, run.batch, len(chunk), **counts))
     return records
 
 

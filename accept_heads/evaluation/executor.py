@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from accept_heads.evaluation.baselines import HFRunner, SERunner
-from accept_heads.evaluation.batch_axis import BatchRun, measure_batches
+from accept_heads.evaluation.batch_axis import BatchRecord, BatchRun, measure_batches
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
-from accept_heads.evaluation.runs import Decoding, Runner, RunSpec
+from accept_heads.evaluation.runs import Decoding, GenerationRecord, Record, Runner, RunSpec
 from accept_heads.evaluation.specs import families
 from ahconf.entry import quiet_library_output
 from ahconf.schema import EvaluateConfig, EvaluateJob
@@ -94,7 +94,7 @@ class Executor:
         table = runners(decoding, hf, SERunner(trio, sampling, job.rules, e.max_new_tokens, job.seed))
         return cls(job, trio, device, artifacts, described, {s.name: s for s in sets}, decoding, hf, table)
 
-    def run(self, spec: RunSpec) -> list[dict[str, Any]]:
+    def run(self, spec: RunSpec) -> list[GenerationRecord]:
         """Decode one run with its family's runner: a record per generation."""
         runner = self.runners.get(spec.family)
         if runner is None:
@@ -102,7 +102,7 @@ class Executor:
         prompts = self.sets[spec.set]
         return runner.run(spec, prompts, with_quality=prompts.role != "dev")
 
-    def run_batches(self, run: BatchRun) -> list[dict[str, Any]]:
+    def run_batches(self, run: BatchRun) -> list[BatchRecord]:
         """Decode one batch-axis run at the measured batch costs: a record per batched generate."""
         if self.batch_costs is None:
             raise ValueError("a batch-axis run needs Executor.batch_costs (measured before decoding)")
@@ -124,7 +124,7 @@ def _start_worker(job: EvaluateJob, costs: CostModel | None, batch_costs: BatchC
     _WORKER.batch_costs = batch_costs
 
 
-def _call_in_worker(method: str, spec: RunSpec | BatchRun) -> list[dict[str, Any]]:
+def _call_in_worker(method: str, spec: RunSpec | BatchRun) -> Sequence[Record]:
     assert _WORKER is not None, "worker not initialised"
     return getattr(_WORKER, method)(spec)
 
@@ -149,7 +149,7 @@ class WorkerPool:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
 
-    def map(self, specs: Sequence[RunSpec | BatchRun], method: str = "run") -> Iterator[list[dict[str, Any]]]:
+    def map(self, specs: Sequence[RunSpec | BatchRun], method: str = "run") -> Iterator[Sequence[Record]]:
         """Each spec's records from the executor's ``method`` (``run``, ``run_batches``), in the order of ``specs``."""
         if self._pool is None:
             return map(getattr(self.executor, method), specs)

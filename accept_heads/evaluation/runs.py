@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
@@ -146,15 +148,48 @@ class Generation:
         agreement, nll = quality(target, sequences, prompt_length)
         return replace(self, target_agreement=agreement, target_nll=nll)
 
-    def record(self, spec: RunSpec, prompts: PromptSet, source: str) -> dict[str, Any]:
-        """The flat row of ``generations.parquet``: the run's keys, the set's, the source, these counts."""
-        return {**spec.to_dict(), **prompts.key(), "source": source, **asdict(self)}
+    def record(self, spec: RunSpec, prompts: PromptSet, source: Source) -> GenerationRecord:
+        """This generation as a row of ``generations.parquet``: of run ``spec`` on ``prompts``, by ``source``."""
+        return GenerationRecord(spec, prompts.role, prompts.split, source, self)
+
+
+#: Which runner decoded a generation: our decoder, HF assisted generation, or the ensemble decoder.
+Source = Literal["decode", "hf", "ensemble"]
+
+
+class Record(Protocol):
+    """A typed record that becomes one row of a results frame."""
+
+    def row(self) -> dict[str, Any]:
+        """Its flat columns, in the frame's column order."""
+        ...
+
+
+def frame(records: Sequence[Record]) -> pd.DataFrame:
+    """The records as a frame, one row each."""
+    return pd.DataFrame([record.row() for record in records])
+
+
+@dataclass(frozen=True)
+class GenerationRecord:
+    """One row of ``generations.parquet``: which run decoded which set's prompt, with which runner, and its counts."""
+
+    run: RunSpec
+    role: str  # dev / test / ood
+    split: str  # the prompt source's split
+    source: Source
+    generation: Generation
+
+    def row(self) -> dict[str, Any]:
+        """The run's key columns, the set's, the source, then the generation's counts."""
+        return {**self.run.to_dict(), "role": self.role, "split": self.split, "source": self.source,
+                **asdict(self.generation)}
 
 
 class Runner(Protocol):
     """Decodes the runs of some families: a record (:meth:`Generation.record`) per prompt of the set."""
 
-    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
+    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[GenerationRecord]:
         """Decode every prompt of ``prompts`` as ``spec`` says; ``with_quality``: also score the outputs."""
         ...
 
@@ -192,7 +227,7 @@ class Decoding:
                                   policy=policy, companion=companion, sampling=self.sampling)
 
     @torch.inference_mode()
-    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[dict[str, Any]]:
+    def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[GenerationRecord]:
         """Decode every prompt of the set, seeded per prompt (the same seeds for every policy and batch size).
 
         Families whose rows decide as alone (:attr:`Family.rows_alone`) decode ``batch_size`` prompts per batched generate after

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from accept_heads.evaluation.executor import Executor
-from accept_heads.evaluation.runs import RunSpec
+from accept_heads.evaluation.runs import RunSpec, frame
 from accept_heads.evaluation.specs import HFConstantSpec, HFHeuristicSpec
 from accept_heads.evaluation.wallclock import TimedMethod, measure, summarise, take_turns, timed_method, timed_specs
 from data_gen.encoding import EncodedPrompt
@@ -100,7 +100,7 @@ def test_every_timed_generation_is_the_counted_runs_output(executor):
     specs = [RunSpec("test", "speculative", FixedSpec(2), chosen_on="dev"),
              RunSpec("test", "speculative", HFConstantSpec(2), chosen_on="dev"),
              RunSpec("test", "speculative", HFHeuristicSpec())]
-    counted = pd.DataFrame([record for spec in specs for record in executor.run(spec)])
+    counted = frame([record for spec in specs for record in executor.run(spec)])
     timings, summary = measure(executor, specs, counted)
     rows = summary.set_index("policy")
     assert rows.loc["fixed(K=2)", "matches"] == 1.0
