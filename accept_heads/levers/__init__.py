@@ -34,20 +34,3 @@ By role: :mod:`~accept_heads.levers.policies` (the length policies a lever feeds
 :mod:`~accept_heads.levers.fitting` (fitting a lever on the visited rounds), :mod:`~accept_heads.levers.driver`
 (trying them on each head) and the CLI (``__main__``).
 """
-
-from accept_heads.levers.driver import Lab, Variant, lever_rows, measure, print_levers, run_levers, throughput
-from accept_heads.levers.fitting import fit, labelled, retrain
-from accept_heads.levers.policies import (
-    FEATURES,
-    FORECASTS,
-    LEVERS,
-    Forecaster,
-    LeverPolicy,
-    PerfectPreDraft,
-    Recalibration,
-    Visit,
-)
-
-__all__ = ["FEATURES", "FORECASTS", "LEVERS", "Forecaster", "Lab", "LeverPolicy", "PerfectPreDraft", "Recalibration",
-           "Variant", "Visit", "fit", "labelled", "lever_rows", "measure", "print_levers", "retrain", "run_levers",
-           "throughput"]

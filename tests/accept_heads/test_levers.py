@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from accept_heads import levers
-from accept_heads.levers import FEATURES, LEVERS, Recalibration, Visit, fit, retrain, run_levers
+from accept_heads.levers.driver import run_levers
+from accept_heads.levers.fitting import fit, retrain
+from accept_heads.levers.policies import FEATURES, LEVERS, LeverPolicy, PerfectPreDraft, Recalibration, Visit
 from ahconf.schema import LEVER_NAMES
 from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, policies, rules
 from decode.costs import CostModel
@@ -121,13 +122,13 @@ def constant(value: float) -> Recalibration:
 def test_a_certain_forecast_keeps_the_threshold_stop_and_a_hopeless_one_drafts_k_min(micro_decoding):
     head, decode = micro_decoding
     plain = decode(Head(head, threshold=0.6, k_max=6))
-    certain = levers.LeverPolicy(head, Threshold(0.6, k_max=6), forecaster=constant(1 - 1e-12))  # the head's own rule
+    certain = LeverPolicy(head, Threshold(0.6, k_max=6), forecaster=constant(1 - 1e-12))  # the head's own rule
     same = decode(certain)
     assert torch.equal(same.sequences, plain.sequences) and same.stats.drafted == plain.stats.drafted
-    hopeless = levers.LeverPolicy(head, Threshold(0.6, k_min=2, k_max=6), forecaster=constant(1e-6))
+    hopeless = LeverPolicy(head, Threshold(0.6, k_min=2, k_max=6), forecaster=constant(1e-6))
     stats = decode(hopeless).stats
     assert 2 * stats.rounds - 3 <= stats.drafted <= 2 * stats.rounds and plain.stats.drafted != stats.drafted  # budget
-    goodput = levers.LeverPolicy(head, Goodput(CostModel(t_draft=0.1, t_target=1.0, t_companion=0.0), k_max=6),
+    goodput = LeverPolicy(head, Goodput(CostModel(t_draft=0.1, t_target=1.0, t_companion=0.0), k_max=6),
                                  forecaster=constant(1e-6))
     stats = decode(goodput).stats
     assert stats.rounds - 2 <= stats.drafted <= stats.rounds  # nothing pays after the first candidate
@@ -136,7 +137,7 @@ def test_a_certain_forecast_keeps_the_threshold_stop_and_a_hopeless_one_drafts_k
 def test_the_logging_run_labels_every_decision_with_the_next_candidate_stops_included(micro_decoding):
     head, decode = micro_decoding
     log: list[Visit] = []
-    policy = levers.LeverPolicy(head, Threshold(0.0, k_max=6), log=log)  # stops after every candidate: peeks label
+    policy = LeverPolicy(head, Threshold(0.0, k_max=6), log=log)  # stops after every candidate: peeks label
     stats = decode(policy).stats
     labelled = [v.next_accept for v in log if v.next_accept is not None]
     assert len(log) == stats.drafted >= stats.rounds - 1  # one candidate a round: the peeked ones were withdrawn
@@ -153,7 +154,7 @@ def test_under_greedy_the_pre_draft_stop_on_the_truth_is_the_realised_oracle_pas
         for parameter in draft.parameters():
             parameter.add_(0.05 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(0)))
     head = AcceptanceHead(HeadConfig(hidden_size=16, depth=1, timing="pre", features=PRE_FEATURES))
-    perfect = levers.PerfectPreDraft(head, Threshold(0.5, k_max=6))
+    perfect = PerfectPreDraft(head, Threshold(0.5, k_max=6))
 
     def decode(policy):
         decoder = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policy, eos_token_id=None)
@@ -177,7 +178,7 @@ def test_the_pre_draft_stops_on_the_truth_are_lossless(rule, stop):
     head = AcceptanceHead(HeadConfig(hidden_size=16, depth=1, timing="pre", features=PRE_FEATURES))
     rule_of_stop = (Goodput(CostModel(t_draft=0.3, t_target=1.0, t_companion=0.0), k_max=4) if stop == "goodput"
                     else Threshold(0.5, k_max=4))
-    policy = levers.PerfectPreDraft(head, rule_of_stop)
+    policy = PerfectPreDraft(head, rule_of_stop)
     mix = target_only if isinstance(rule, rules.Speculative) else weighted(0.5)
     exact = exact_distribution(models, mix, Sampling())
     decoder = SpeculativeDecoder(models["target"], models["draft"], rule=rule, policy=policy, eos_token_id=None)
