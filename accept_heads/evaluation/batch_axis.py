@@ -22,7 +22,7 @@ import torch
 
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.plan import Choice, matching_artifacts
-from accept_heads.evaluation.runs import Decoding, RunSpec
+from accept_heads.evaluation.runs import DecoderRunner, RunSpec
 from accept_heads.evaluation.specs import TargetAloneSpec
 from accept_heads.selection import best_value
 from ahconf.rules import rule_parameter
@@ -130,7 +130,7 @@ class BatchRecord:
 
 
 @torch.inference_mode()
-def measure_batches(decoding: Decoding, costs: BatchCosts, run: BatchRun, prompts: PromptSet,
+def measure_batches(decoding: DecoderRunner, costs: BatchCosts, run: BatchRun, prompts: PromptSet,
                     count: int) -> list[BatchRecord]:
     """Decode the first ``count`` prompts of the set in batches of ``run.batch``: a record per batched generate."""
     spec = run.run

@@ -22,7 +22,7 @@ import torch
 from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRecord, BatchRun, measure_batches
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
-from accept_heads.evaluation.runs import Decoding, GenerationRecord, Record, Runner, RunSpec
+from accept_heads.evaluation.runs import DecoderRunner, GenerationRecord, Record, Runner, RunSpec
 from accept_heads.evaluation.specs import families
 from ahconf.entry import quiet_library_output
 from ahconf.schema import EvaluateConfig, EvaluateJob
@@ -57,7 +57,7 @@ def alone_prompts(e: EvaluateConfig, largest_set: int) -> int:
     return max(e.timed_prompts, e.wallclock_prompts or largest_set)
 
 
-def runners(decoding: Decoding, hf: HFRunner, se: SERunner) -> dict[str, Runner]:
+def runners(decoding: DecoderRunner, hf: HFRunner, se: SERunner) -> dict[str, Runner]:
     """The runner of each run family."""
     by_runner: dict[str, Runner] = {"decode": decoding, "hf": hf, "se": se}
     return {name: by_runner[family.runner] for name, family in families().items()}
@@ -73,7 +73,7 @@ class Executor:
     artifacts: Artifacts
     described: dict[str, Any]  # the artifacts' metadata, for the results
     sets: dict[str, PromptSet]
-    decoding: Decoding
+    decoding: DecoderRunner
     hf: HFRunner
     runners: dict[str, Runner]
     batch_costs: BatchCosts | None = None  # the batch axis's prices, measured on this device before decoding
@@ -87,7 +87,7 @@ class Executor:
         sampling = Sampling(**asdict(job.sampling))
         artifacts, described = discover(job.paths.head_dir, trio, sampling, notes)
         sets = load_sets(job.prompts, e, job.seed, trio.tokenizer, trio.target.config.max_position_embeddings)
-        decoding = Decoding(trio, sampling, job.rules, artifacts, e.max_new_tokens, job.seed,
+        decoding = DecoderRunner(trio, sampling, job.rules, artifacts, e.max_new_tokens, job.seed,
                             job.head.k_min, job.head.k_max, batch_size=e.batch_size,
                             timed_prompts=alone_prompts(e, max(len(s.prompts) for s in sets)))
         hf = HFRunner(trio, sampling, e.max_new_tokens, job.seed)

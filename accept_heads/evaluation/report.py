@@ -64,7 +64,7 @@ def selection_table(selection: list[Choice]) -> Table:
     for choice in selection:
         rule = choice.rule if choice.rule_param is None else f"{choice.rule} ({choice.rule_param:g})"
         if choice.swept == "param":
-            value = f"{families()[choice.family].symbol}={choice.value:g}"
+            value = f"{families()[choice.family].spec.symbol}={choice.value:g}"
         else:
             value = f"T={choice.value:g} at K={choice.param:g}"
         out.add_row(rule, choice.family, escape(choice.artifact or "—"), value, choice.chosen_on,

@@ -1,7 +1,7 @@
 """One evaluation run = one rule × one length policy decoding one prompt set; a row per generation.
 
 :class:`RunSpec` names a run, :class:`Generation` is its record per prompt, :class:`Runner` is what
-decodes a run: :class:`Decoding` (our decoder's policies, :mod:`decode.policy_specs`) here, the HF and SE
+decodes a run: :class:`DecoderRunner` (our decoder's policies, :mod:`decode.policy_specs`) here, the HF and SE
 baselines in :mod:`accept_heads.evaluation.baselines`. Counts and costs: DESIGN §5.
 """
 
@@ -195,7 +195,7 @@ class Runner(Protocol):
 
 
 @dataclass
-class Decoding:
+class DecoderRunner:
     """Builds rules and policies for run specs and decodes prompt sets with :class:`SpeculativeDecoder`."""
 
     trio: Trio
@@ -207,7 +207,7 @@ class Decoding:
     k_min: int = 1
     k_max: int = 20
     costs: CostModel | None = None  # the model the goodput head stops by (the evaluation's ``cost`` model)
-    batch_size: int = 1  # prompts per batched generate (families whose rows decide as alone: Family.rows_alone)
+    batch_size: int = 1  # prompts per batched generate (kinds whose rows decide as alone: the spec's rows_alone)
     timed_prompts: int = 0  # the first this-many prompts of a batched run decode alone (they time the models)
 
     def policy(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> Policy:
@@ -230,8 +230,8 @@ class Decoding:
     def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[GenerationRecord]:
         """Decode every prompt of the set, seeded per prompt (the same seeds for every policy and batch size).
 
-        Families whose rows decide as alone (:attr:`Family.rows_alone`) decode ``batch_size`` prompts per batched generate after
-        the first ``timed_prompts`` (alone); each row decodes as it would alone (same seed, same
+        Kinds whose rows decide as alone (their spec's ``rows_alone``) decode ``batch_size`` prompts per batched
+        generate after the first ``timed_prompts`` (alone); each row decodes as it would alone (same seed, same
         decisions), so only the wall-clock columns depend on the batching.
         """
         decoder = self.decoder(spec)

@@ -123,7 +123,8 @@ RunPolicy = PolicySpec | BaselineSpec
 
 @dataclass(frozen=True)
 class Family:
-    """A kind of run in the results table: its spec class and the runner that decodes it."""
+    """A kind of run in the results table: its spec class (which declares the kind's name, parameter symbol and
+    properties) and the runner that decodes it."""
 
     spec: type[PolicySpec] | type[BaselineSpec]
     runner: Literal["decode", "hf", "se"]
@@ -131,24 +132,6 @@ class Family:
     @property
     def name(self) -> str:
         return self.spec.kind
-
-    @property
-    def symbol(self) -> str | None:
-        return self.spec.symbol
-
-    @property
-    def tuned(self) -> bool:
-        return self.spec.tuned
-
-    @property
-    def rows_alone(self) -> bool:
-        """Whether the rows of a batch decide exactly as alone (so :class:`Decoding` may batch the prompts)."""
-        return self.spec.rows_alone
-
-    @property
-    def bound(self) -> bool:
-        """Whether its runs are an analysis bound (hindsight target calls, uncounted; DESIGN §5)."""
-        return self.spec.bound
 
 
 #: The baselines' families, in table order, with their runners (our policies' come from the registry).
@@ -175,8 +158,8 @@ def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_a
                  bound: bool | None = None) -> list[str]:
     """The families with these properties, in table order."""
     return [f.name for f in families().values() if (runner is None or f.runner == runner)
-            and (tuned is None or f.tuned == tuned) and (rows_alone is None or f.rows_alone == rows_alone)
-            and (bound is None or f.bound == bound)]
+            and (tuned is None or f.spec.tuned == tuned) and (rows_alone is None or f.spec.rows_alone == rows_alone)
+            and (bound is None or f.spec.bound == bound)]
 
 
 def run_policy(kind: str, value: float | None = None, artifact: str | None = None) -> RunPolicy:

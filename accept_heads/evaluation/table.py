@@ -119,7 +119,7 @@ def _reference(table: pd.DataFrame, mask: pd.Series, column: str) -> pd.Series:
 def bound_rows(table: pd.DataFrame, bound: str) -> pd.Series:
     """The rows of run family ``bound`` that a comparison uses (a tuned bound at its dev choice)."""
     rows = table["family"] == bound
-    return rows & (table["chosen_on"] == "dev") if families()[bound].tuned else rows
+    return rows & (table["chosen_on"] == "dev") if families()[bound].spec.tuned else rows
 
 
 def _gap_share(value: pd.Series, fixed: pd.Series, bound: pd.Series) -> pd.Series:

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from accept_heads.evaluation.baselines import HFRunner
 from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
 from accept_heads.evaluation.executor import Executor
-from accept_heads.evaluation.runs import Decoding, RunSpec, output_sha
+from accept_heads.evaluation.runs import DecoderRunner, RunSpec, output_sha
 from accept_heads.evaluation.specs import TargetAloneSpec, families
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
@@ -102,7 +102,7 @@ def timed_specs(specs: Sequence[RunSpec], set_name: str, rule: str) -> list[RunS
     return [RunSpec(set=set_name, rule=rule, policy=TargetAloneSpec()), *chosen]
 
 
-def timed_method(spec: RunSpec, decoding: Decoding, hf: HFRunner) -> TimedMethod:
+def timed_method(spec: RunSpec, decoding: DecoderRunner, hf: HFRunner) -> TimedMethod:
     """How ``spec`` decodes one prompt: our decoder with its policy, HF assisted generation, or the target alone."""
     def tail(sequences: torch.Tensor, prompt: EncodedPrompt) -> torch.Tensor:
         return sequences.reshape(-1)[len(prompt.token_ids):]

@@ -59,7 +59,7 @@ class Variant:
 
 
 @dataclass
-class Lab:
+class LeverBench:
     """What every decode here needs: the models, the cost pair, the run's sampling and settings."""
 
     job: EvaluateJob
@@ -96,7 +96,7 @@ def throughput(run: PromptCosts) -> float:
     return float(run.generated.sum() / run.seconds.sum())
 
 
-def measure(lab: Lab, head: AcceptanceHead, variant: Variant, dev: PromptSet,
+def measure(lab: LeverBench, head: AcceptanceHead, variant: Variant, dev: PromptSet,
             thresholds: list[float]) -> dict[str, tuple[float | None, PromptCosts]]:
     """The variant's dev runs: the threshold stop at its best ``h`` on dev, and the goodput stop."""
     head, lever = variant.model or head, (variant.recalibration, None, variant.forecaster, variant.perfect)
@@ -116,7 +116,7 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     e = job.evaluate
     dev = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "dev", e.prompts["dev"])
     train = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "train", e.prompts["dev"])  # as many
-    lab = Lab(job, trio, sampling, configured_model(job.cost, None))
+    lab = LeverBench(job, trio, sampling, configured_model(job.cost, None))
     thresholds = list(e.thresholds or job.head.thresholds)
     rows, fits = [], {}
     heads = {n: h for n, h in artifacts.heads.items() if not h.config.companion_features}

@@ -7,11 +7,11 @@ import copy
 import numpy as np
 import torch
 
-from accept_heads.levers.policies import FEATURES, FORECASTS, LEVERS, Recalibration, Visit
+from accept_heads.levers.policies import FEATURES, FORECASTS, LEVERS, Recalibration, VisitedCandidate
 from decode.head import AcceptanceHead
 
 
-def labelled(log: list[Visit], lever: str) -> tuple[list[Visit], list[float]]:
+def labelled(log: list[VisitedCandidate], lever: str) -> tuple[list[VisitedCandidate], list[float]]:
     """The visits a lever learns from and their labels: the candidate's own acceptance, or for a forecast the next
     candidate's acceptance before it was drawn (visits where none was drafted are left out)."""
     if lever in FORECASTS:
@@ -20,7 +20,7 @@ def labelled(log: list[Visit], lever: str) -> tuple[list[Visit], list[float]]:
     return log, [v.accept for v in log]
 
 
-def fit(lever: str, log: list[Visit]) -> Recalibration:
+def fit(lever: str, log: list[VisitedCandidate]) -> Recalibration:
     """Soft-label logistic regression of the lever's label (:func:`labelled`) on its features (L-BFGS, a little L2)."""
     used = torch.tensor([name in LEVERS[lever] for name in FEATURES], dtype=torch.float64)
     log, labels = labelled(log, lever)
@@ -43,7 +43,7 @@ def fit(lever: str, log: list[Visit]) -> Recalibration:
     return Recalibration(lever, tuple(float(w) for w in (weights * used / scale).detach()))
 
 
-def retrain(head: AcceptanceHead, log: list[Visit], seed: int, epochs: int = 40,
+def retrain(head: AcceptanceHead, log: list[VisitedCandidate], seed: int, epochs: int = 40,
             lever: str = "retrained") -> tuple[AcceptanceHead, dict]:
     """A copy of ``head`` fine-tuned on the visited candidates against the lever's label (:func:`labelled`;
     soft-label BCE, Adam); the epoch with the lowest held-out loss (a fifth of the candidates) is kept. Returns the

@@ -18,11 +18,12 @@ from decode.stop_rules import StopRule
 FEATURES = ("bias", "logit", "position", "log_keep", "previous_accepted", "entropy", "entropy_change")
 #: Which features each lever's logistic regression uses (the others keep weight 0).
 LEVERS = {"platt": ("bias", "logit"), "decode-time": FEATURES, "pre-draft-linear": FEATURES}
-#: Levers that forecast the next candidate's acceptance before it is drafted (fitted to ``Visit.next_accept``).
+#: Levers that forecast the next candidate's acceptance before it is drafted
+#: (fitted to ``VisitedCandidate.next_accept``).
 FORECASTS = ("pre-draft", "pre-draft-linear")
 
 @dataclass(frozen=True)
-class Visit:
+class VisitedCandidate:
     """A candidate the decoder drafted: its round features, its true acceptance, the head's inputs, and the next
     candidate's acceptance probability before it was drawn (None where no next candidate was drafted)."""
 
@@ -95,7 +96,7 @@ class LeverPolicy(StopPolicy):
         else:
             decision = super().decide(state, self.recalibration(x) if self.recalibration else accept)
         if self.log is not None:
-            self.log.append(Visit(x, state.accept_probs[-1], *inputs))
+            self.log.append(VisitedCandidate(x, state.accept_probs[-1], *inputs))
             self._open_visit = state.i < self.k_max
             if decision is Decision.STOP and self._open_visit:  # draft one more to read its label (withdrawn)
                 self._peeking, decision = True, Decision.CONTINUE

@@ -13,7 +13,7 @@ import torch
 
 from accept_heads.levers.driver import run_levers
 from accept_heads.levers.fitting import fit, retrain
-from accept_heads.levers.policies import FEATURES, LEVERS, LeverPolicy, PerfectPreDraft, Recalibration, Visit
+from accept_heads.levers.policies import FEATURES, LEVERS, LeverPolicy, PerfectPreDraft, Recalibration, VisitedCandidate
 from ahconf.schema import LEVER_NAMES
 from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, policies, rules
 from decode.costs import CostModel
@@ -34,14 +34,14 @@ from tests.decode.test_exact_distribution import (
 )
 
 
-def rounds(n: int, seed: int, accept) -> list[Visit]:
+def rounds(n: int, seed: int, accept) -> list[VisitedCandidate]:
     """``n`` synthetic candidates: round features drawn at random, true acceptance ``accept(x)``."""
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(n):
         x = np.array([1.0, rng.normal(0, 2), rng.integers(1, 8), -rng.exponential(1.0), rng.integers(0, 8),
                       rng.uniform(0, 4), rng.normal(0, 1)])
-        rows.append(Visit(x, accept(x), torch.zeros(1), None))
+        rows.append(VisitedCandidate(x, accept(x), torch.zeros(1), None))
     return rows
 
 
@@ -72,7 +72,8 @@ def test_retraining_on_visited_candidates_learns_what_they_show_and_keeps_the_he
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(2000, 8, generator=generator)
     direction = torch.randn(8, generator=generator)
-    visits = [Visit(np.zeros(len(FEATURES)), float(torch.sigmoid(2 * h @ direction)), h, None) for h in hidden]
+    visits = [VisitedCandidate(np.zeros(len(FEATURES)), float(torch.sigmoid(2 * h @ direction)), h, None)
+              for h in hidden]
     model, losses = retrain(head, visits, seed=0)
     assert losses["held_out_bce_after"] < losses["held_out_bce_before"] - 0.05 and losses["held_out"] == 400
     assert model is not head and model.metadata == head.metadata and not model.training
@@ -136,7 +137,7 @@ def test_a_certain_forecast_keeps_the_threshold_stop_and_a_hopeless_one_drafts_k
 
 def test_the_logging_run_labels_every_decision_with_the_next_candidate_stops_included(micro_decoding):
     head, decode = micro_decoding
-    log: list[Visit] = []
+    log: list[VisitedCandidate] = []
     policy = LeverPolicy(head, Threshold(0.0, k_max=6), log=log)  # stops after every candidate: peeks label
     stats = decode(policy).stats
     labelled = [v.next_accept for v in log if v.next_accept is not None]

@@ -22,8 +22,8 @@ from ahconf.entry import CONF_DIR, to_config
 from ahconf.schema import ConfigError, RulesConfig
 from data_gen import labels
 from data_gen.collect import collect
-from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.generation import generate_responses, teacher_forced_logits
+from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.shards import MANIFEST_FILE, CollectionDirError, load_split
 from decode import rules
 from decode.artifacts.export import load_head
