@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
+from accept_heads.evaluation.specs import HFConstantSpec
 from ahconf.entry import quiet_library_output
 from ahconf.schema import ModelSpec
 from benchmarks.goodput import GoodputRow, run_goodput
@@ -517,9 +518,8 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
         print(f"{described} device={device} K={args.k}")
         return run_batched(args, target, draft, eos, device)
     prompts = make_prompts(args.target, args.prompts, target.config.get_text_config().vocab_size, device)
-    draft.generation_config.num_assistant_tokens_schedule = "constant"
-    draft.generation_config.num_assistant_tokens = args.k
-    draft.generation_config.assistant_confidence_threshold = 0.0
+    for key, value in HFConstantSpec(args.k).assistant_settings().items():  # the evaluation's constant-K baseline
+        setattr(draft.generation_config, key, value)
     rule = Speculative()
     decoder = SpeculativeDecoder(target, draft, rule=rule, policy=Fixed(args.k), sampling=Sampling(), eos_token_id=eos)
 
