@@ -481,6 +481,11 @@ class EvaluateJob:
     seed: int
     exp_name: str
 
+    @property
+    def thresholds(self) -> list[float]:
+        """The head stop thresholds ``h`` swept on dev: ``evaluate.thresholds``, else ``head.thresholds``."""
+        return [float(h) for h in self.evaluate.thresholds or self.head.thresholds]
+
 
 @dataclass
 class Config:

@@ -37,7 +37,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 from accept_heads.evaluation.specs import HFConstantSpec
 from ahconf.entry import quiet_library_output
 from ahconf.schema import ModelSpec
-from benchmarks.goodput import GoodputRow, run_goodput
+from benchmarks.goodput import GoodputRow, WallClock, run_goodput
 from data_gen.models import resolve_model_id
 from data_gen.zoo.paths import installed_zoo_dir
 from decode.artifacts.export import load_head
@@ -220,13 +220,9 @@ def measure(
         for seed, prompt in enumerate(prompts):
             for result, (_, run) in zip(results, methods):
                 calls = counters[0].calls, counters[1].calls
-                if prompt.is_cuda:
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                sequences = run(prompt, seed)
-                if prompt.is_cuda:
-                    torch.cuda.synchronize()
-                result.seconds += time.perf_counter() - start
+                with WallClock(prompt.device) as clock:
+                    sequences = run(prompt, seed)
+                result.seconds += clock.seconds
                 result.tokens += sequences.shape[1] - prompt.shape[1]
                 result.target_calls += counters[0].calls - calls[0]
                 result.draft_calls += counters[1].calls - calls[1]
@@ -344,13 +340,9 @@ def measure_batched(
             for name, run in methods:
                 result = BatchResult(name, batch=batch)
                 calls = counters[0].calls, counters[1].calls
-                if prompts[0].is_cuda:
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                result.tokens = run(prompts[:batch], batch)
-                if prompts[0].is_cuda:
-                    torch.cuda.synchronize()
-                result.seconds = time.perf_counter() - start
+                with WallClock(prompts[0].device) as clock:
+                    result.tokens = run(prompts[:batch], batch)
+                result.seconds = clock.seconds
                 result.target_calls = counters[0].calls - calls[0]
                 result.draft_calls = counters[1].calls - calls[1]
                 results.append(result)

@@ -271,10 +271,13 @@ class HeadEstimate(AcceptanceSource):
             companion = (indicators.x, indicators.y)
         return state.hidden[i - 1], head_features(q, y, config.features, companion)
 
-    def estimate(self, state: DraftRound) -> float:
-        hidden, features = self.inputs(state)
+    def predict(self, hidden: Tensor, features: Tensor | None) -> float:
+        """``P̂`` from the head's inputs (:meth:`inputs`)."""
         with torch.no_grad():
             return float(self.head.predict(hidden.float(), features))
+
+    def estimate(self, state: DraftRound) -> float:
+        return self.predict(*self.inputs(state))
 
 
 class TrueAcceptance(AcceptanceSource):
@@ -337,6 +340,10 @@ class StopPolicy(Policy):
         """Take the latest candidate's acceptance estimate into ``Π``."""
         self.keep *= accept
 
+    def estimate(self, state: DraftRound) -> float:
+        """The source's ``P̂_i`` of the latest candidate."""
+        return self.source.estimate(state)
+
     def decide(self, state: DraftRound, accept: float) -> Decision:
         """The rule's decision after ``y_i`` with estimate ``accept``."""
         self.observe(accept)
@@ -345,12 +352,12 @@ class StopPolicy(Policy):
     def after_propose(self, state: DraftRound) -> Decision:
         if self.source.decides_after != "propose":
             return Decision.CONTINUE
-        return self.decide(state, self.source.estimate(state))
+        return self.decide(state, self.estimate(state))
 
     def after_feed(self, state: DraftRound) -> Decision:
         if self.source.decides_after != "feed":
             return Decision.CONTINUE
-        decision = self.decide(state, self.source.estimate(state))
+        decision = self.decide(state, self.estimate(state))
         self._fed_past_stop = decision is Decision.STOP
         return decision
 
@@ -378,10 +385,6 @@ class Head(StopPolicy):
     @property
     def threshold(self) -> float:
         return cast(Threshold, self.stop).threshold
-
-    @property
-    def decides_after(self) -> Literal["propose", "feed"]:
-        return self.source.decides_after
 
     def __repr__(self) -> str:
         return (f"Head(timing={self.head.config.timing}, threshold={self.threshold}, "

@@ -90,15 +90,14 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
 
 
 def dev_grid(job: EvaluateJob, kind: type[PolicySpec]) -> list[float]:
-    """A tuned kind's dev grid: ``evaluate.grids.<kind>``, else its ``grid_setting`` field (head thresholds
-    fall back to ``head.thresholds``), else the grid its spec declares."""
+    """A tuned kind's dev grid: ``evaluate.grids.<kind>``, else its ``grid_setting`` (a setting the job resolves
+    across groups, such as :attr:`EvaluateJob.thresholds`, else an ``evaluate`` field), else its spec's grid."""
     e = job.evaluate
     if kind.kind in e.grids:
         return [float(v) for v in e.grids[kind.kind]]
-    if kind.grid_setting == "thresholds":
-        return [float(v) for v in e.thresholds or job.head.thresholds]
     if kind.grid_setting is not None:
-        return [float(v) for v in getattr(e, kind.grid_setting)]
+        owner = job if hasattr(job, kind.grid_setting) else e
+        return [float(v) for v in getattr(owner, kind.grid_setting)]
     return list(kind.grid)
 
 

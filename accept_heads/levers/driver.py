@@ -117,7 +117,7 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     dev = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "dev", e.prompts["dev"])
     train = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "train", e.prompts["dev"])  # as many
     lab = LeverBench(job, trio, sampling, configured_model(job.cost, None))
-    thresholds = list(e.thresholds or job.head.thresholds)
+    thresholds = job.thresholds
     rows, fits = [], {}
     heads = {n: h for n, h in artifacts.heads.items() if not h.config.companion_features}
     tried = job.evaluate.levers

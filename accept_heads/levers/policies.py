@@ -80,8 +80,14 @@ class LeverPolicy(StopPolicy):
         super().end_round(drafted, verified, accepted)
         self._last_accepted = accepted
 
+    def estimate(self, state: DraftRound) -> float:
+        """The head's ``P̂_i``, its inputs kept for the log and the forecaster."""
+        source = cast(HeadEstimate, self.source)
+        self._inputs = source.inputs(state)
+        return source.predict(*self._inputs)
+
     def decide(self, state: DraftRound, accept: float) -> Decision:
-        hidden, features = cast(HeadEstimate, self.source).inputs(state)
+        hidden, features = self._inputs
         inputs = (hidden.float().cpu(), None if features is None else features.float().cpu())
         q = state.sampling.feature_probs(state.q_logits[state.i - 1])
         entropy = float(head_features(q, state.tokens[-1], ("entropy",))[0])  # the pre heads' H(q), nats
