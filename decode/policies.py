@@ -10,9 +10,7 @@ are consulted per step (those force one host sync per drafted token).
 from __future__ import annotations
 
 import copy
-import enum
 import sys
-from dataclasses import dataclass, field
 from typing import ClassVar, Literal, cast
 
 import torch
@@ -20,65 +18,22 @@ from torch import Tensor
 
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
+from decode.draft_round import Decision, DraftRound
 from decode.head import AcceptanceHead, head_features
 from decode.profile import BatchLatency, SVProfile, companion_indicators, joint_goodput_lengths
 from decode.rules import Rule
-from decode.sampling import Sampling
 from decode.stop_rules import Goodput, StopRule, Threshold, batch_drafting_pays, batch_opening_pays
 
 CompanionUse = Literal["step", "round"] | None
 
 
-class Decision(enum.Enum):
-    """Outcome of a per-step policy check."""
-
-    CONTINUE = "continue"
-    STOP = "stop"  # keep y_i, stop drafting
-    DROP = "drop"  # stop drafting, withdraw y_i and uncharge the draft call that produced q_i (hindsight policies:
-    # the realised oracle, and the analysis levers that draft a candidate only to read its label)
-
-
-@dataclass
-class DraftRound:
-    """Everything drafted so far in the current round, filled in place by the decoder.
-
-    ``q_logits[j]`` is ``q_{j+1}`` and ``hidden[j]`` the draft's final hidden state of the forward
-    that produced it — which is also the forward that consumed ``y_j``. So a ``pre`` head for
-    ``y_i`` reads ``hidden[i-1]`` and a ``post`` head reads ``hidden[i]``. ``companion_logits[j]``
-    is ``c_{j+1}``. For a hindsight policy (analysis bounds only) ``accept_probs[j]`` is ``y_{j+1}``'s
-    true acceptance probability under the rule, from an uncounted target forward, ``expected_accepts[j]``
-    the probability before ``y_{j+1}`` was drawn (:meth:`Rule.expected_accept`), and ``draws[j]``
-    the uniform its verification will use, drawn with the candidate (DESIGN §5).
-    """
-
-    sampling: Sampling
-    q_logits: list[Tensor] = field(default_factory=list)
-    hidden: list[Tensor] = field(default_factory=list)
-    tokens: list[Tensor] = field(default_factory=list)
-    companion_logits: list[Tensor] = field(default_factory=list)
-    accept_probs: list[float] = field(default_factory=list)
-    expected_accepts: list[float] = field(default_factory=list)
-    draws: list[Tensor] = field(default_factory=list)
-
-    @property
-    def i(self) -> int:
-        """Index (1-based) of the latest candidate."""
-        return len(self.tokens)
-
-    def withdraw(self) -> None:
-        """Take back the latest candidate (with its hindsight acceptances and draw, if any)."""
-        n = len(self.tokens) - 1
-        del self.tokens[n:], self.accept_probs[n:], self.expected_accepts[n:], self.draws[n:]
-
-
 class Policy:
     """Base class: draft ``k_cap()`` candidates and verify them all."""
 
-    name: ClassVar[str]
     dynamic: ClassVar[bool] = False
     needs_hidden: ClassVar[bool] = False
     #: An analysis bound, never a serving policy: the decoder gives it each candidate's true acceptance
-    #: probability from an uncounted target forward (:attr:`DraftRound.accept_probs`).
+    #: probability from an uncounted target forward (:class:`~decode.draft_round.Hindsight`).
     needs_hindsight: ClassVar[bool] = False
     companion: CompanionUse = None
 
@@ -163,7 +118,6 @@ class BatchPlan:
 class Fixed(Policy):
     """Always draft ``k`` candidates."""
 
-    name = "fixed"
 
     def __init__(self, k: int = 5) -> None:
         if k < 1:
@@ -184,7 +138,6 @@ class Heuristic(Policy):
     carried across calls; a fixed restart keeps generations reproducible) and is capped at ``k_max``.
     """
 
-    name = "heuristic"
 
     def __init__(self, k0: int = 5, k_max: int = 20) -> None:
         if not 1 <= k0 <= k_max:
@@ -208,7 +161,6 @@ class Heuristic(Policy):
 class Confidence(Policy):
     """Stop drafting after ``y_i`` when the draft's top probability ``max q_i < tau`` (``y_i`` is kept)."""
 
-    name = "confidence"
     dynamic = True
 
     def __init__(self, tau: float = 0.4, k_max: int = 20) -> None:
@@ -220,7 +172,7 @@ class Confidence(Policy):
         return self.k_max
 
     def after_propose(self, state: DraftRound) -> Decision:
-        top = state.sampling.feature_probs(state.q_logits[state.i - 1]).max()
+        top = state.sampling.feature_probs(state.latest.step.q_logits).max()
         return Decision.STOP if float(top) < self.tau else Decision.CONTINUE
 
     def __repr__(self) -> str:
@@ -260,16 +212,17 @@ class HeadEstimate(AcceptanceSource):
 
     def inputs(self, state: DraftRound) -> tuple[Tensor, Tensor | None]:
         """The head's input for ``y_i``: the draft's hidden state and (``pre``) the candidate's features."""
-        config, i = self.head.config, state.i
+        config = self.head.config
         if config.timing != "pre":
-            return state.hidden[i], None
-        y = state.tokens[-1]
-        q = state.sampling.feature_probs(state.q_logits[i - 1])
+            return state.next.hidden, None
+        candidate = state.latest
+        q_logits, y = candidate.step.q_logits, candidate.token
+        q = state.sampling.feature_probs(q_logits)
         companion = None
         if config.companion_features:
-            indicators = companion_indicators(state.sampling, state.q_logits[i - 1], state.companion_logits[i - 1], y)
+            indicators = companion_indicators(state.sampling, q_logits, candidate.companion_logits, y)
             companion = (indicators.x, indicators.y)
-        return state.hidden[i - 1], head_features(q, y, config.features, companion)
+        return candidate.step.hidden, head_features(q, y, config.features, companion)
 
     def predict(self, hidden: Tensor, features: Tensor | None) -> float:
         """``P̂`` from the head's inputs (:meth:`inputs`)."""
@@ -288,7 +241,7 @@ class TrueAcceptance(AcceptanceSource):
     needs_hindsight = True
 
     def estimate(self, state: DraftRound) -> float:
-        return state.accept_probs[-1]
+        return state.latest.hindsight.accept_prob
 
 
 class StopPolicy(Policy):
@@ -373,7 +326,6 @@ class StopPolicy(Policy):
 class Head(StopPolicy):
     """SpecDec++ threshold rule on a trained head: keep drafting while ``1 − Π_{j≤i} P̂_j ≤ threshold``."""
 
-    name = "head"
 
     def __init__(self, head: AcceptanceHead, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
         super().__init__(HeadEstimate(head), Threshold(threshold, k_min, k_max))
@@ -396,7 +348,6 @@ class GoodputHead(StopPolicy):
     :class:`~decode.stop_rules.Goodput`). In a batch with measured ``batch_costs`` the rule is taken for the
     batch as a whole (:class:`BatchGoodput`; DESIGN §7); without them rows decide as alone."""
 
-    name = "head-goodput"
 
     def __init__(self, head: AcceptanceHead, costs: CostModel, k_min: int = 1, k_max: int = 20,
                  batch_costs: BatchCosts | None = None) -> None:
@@ -458,7 +409,6 @@ class SV(Policy):
     lossless rules stay lossless.
     """
 
-    name = "sv"
     companion = "round"
 
     def __init__(self, profile: SVProfile, k: int = 6, batch_latency: BatchLatency | None = None) -> None:
@@ -475,12 +425,7 @@ class SV(Policy):
         n = state.i
         if n == 0:
             return 0
-        indicators = companion_indicators(
-            state.sampling,
-            torch.stack(state.q_logits[:n]),
-            torch.stack(state.companion_logits[:n]),
-            torch.stack(state.tokens),
-        )
+        indicators = companion_indicators(state.sampling, state.q_logits(), state.companion_logits(), state.tokens())
         return self.profile.verification_length(indicators.x, indicators.y)
 
     def batch_verification_lengths(self, states: list[DraftRound]) -> list[int]:
@@ -488,12 +433,8 @@ class SV(Policy):
         alpha, alpha_next = [], []
         for state in states:
             if state.i:
-                indicators = companion_indicators(
-                    state.sampling,
-                    torch.stack(state.q_logits[: state.i]),
-                    torch.stack(state.companion_logits[: state.i]),
-                    torch.stack(state.tokens),
-                )
+                indicators = companion_indicators(state.sampling, state.q_logits(), state.companion_logits(),
+                                                  state.tokens())
                 alpha.append(self.profile.alpha(indicators.x, indicators.y))
                 alpha_next.append(self.profile.alpha_given_x(indicators.x))
             else:
@@ -534,7 +475,6 @@ class Oracle(Policy):
     ``draft_calls = accepted``. For greedy this is the Thm 4.1 oracle.
     """
 
-    name = "oracle"
     dynamic = True
     needs_hindsight = True
 
@@ -547,7 +487,8 @@ class Oracle(Policy):
         return self.k_max if self.k_max is not None else sys.maxsize
 
     def after_propose(self, state: DraftRound) -> Decision:
-        return Decision.DROP if float(state.draws[-1]) >= state.accept_probs[-1] else Decision.CONTINUE
+        hindsight = state.latest.hindsight
+        return Decision.DROP if float(hindsight.draw) >= hindsight.accept_prob else Decision.CONTINUE
 
     def __repr__(self) -> str:
         return f"Oracle(k_max={self.k_max})"
@@ -556,7 +497,6 @@ class Oracle(Policy):
 class PerfectHead(StopPolicy):
     """:class:`Head`'s threshold stop (``1 − Π a_j > threshold``) on the true acceptance probabilities ``a_j``."""
 
-    name = "perfect"
 
     def __init__(self, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
         super().__init__(TrueAcceptance(), Threshold(threshold, k_min, k_max))
@@ -572,7 +512,6 @@ class PerfectHead(StopPolicy):
 class PerfectGoodput(StopPolicy):
     """:class:`GoodputHead`'s goodput stop on the true acceptance probabilities (batch size 1)."""
 
-    name = "perfect-goodput"
 
     def __init__(self, costs: CostModel, k_min: int = 1, k_max: int = 20) -> None:
         super().__init__(TrueAcceptance(), Goodput(costs, k_min, k_max))

@@ -96,6 +96,9 @@ class Rule:
     label_kinds: ClassVar[tuple[str | None, ...]] = (None,)
     #: True when a bonus token drawn from ``p`` must later be checked against ``q`` (ensembles).
     tentative_bonus: ClassVar[bool] = False
+    #: True when the draft is a member of what is verified against, so no token is drawn where it has not scored:
+    #: the token after a fully accepted round is drawn once the draft has (:meth:`complete`; the n-model ensemble).
+    member_draft: ClassVar[bool] = False
 
     @property
     def label_column(self) -> str:
@@ -198,6 +201,10 @@ class Rule:
         bonus = v[n:] if rows > n else sampling.probs(p_logits[n:])
         emit = torch.cat([self.reject_probs(v[:n], q), bonus])
         return n_accepted, sample(emit[n_accepted], generator)
+
+    def complete(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling, generator: Generator | None) -> Tensor:
+        """The token after a fully accepted round, drawn from ``v`` at one position once the draft has scored it."""
+        return sample(self.verifier_probs(p_logits, q_logits, self.transform(sampling)), generator)
 
     def settle(
         self, p_logits: Tensor, q_logits: Tensor, token: Tensor, sampling: Sampling, generator: Generator | None

@@ -10,8 +10,9 @@ from typing import cast
 import numpy as np
 import torch
 
+from decode.draft_round import Decision, DraftRound
 from decode.head import AcceptanceHead, head_features
-from decode.policies import Decision, DraftRound, HeadEstimate, StopPolicy, TrueAcceptance
+from decode.policies import HeadEstimate, StopPolicy, TrueAcceptance
 from decode.stop_rules import StopRule
 
 #: Round features of a candidate, in the order of a recalibration's weights.
@@ -69,7 +70,7 @@ class LeverPolicy(StopPolicy):
 
     def after_propose(self, state: DraftRound) -> Decision:
         if self.log is not None and self._open_visit:  # the previous candidate's visit learns what came next
-            self.log[-1] = replace(self.log[-1], next_accept=state.expected_accepts[-1])
+            self.log[-1] = replace(self.log[-1], next_accept=state.latest.hindsight.expected_accept)
             self._open_visit = False
         if self._peeking:  # drafted only to read that label: withdrawn, its call uncounted
             self._peeking = False
@@ -89,8 +90,8 @@ class LeverPolicy(StopPolicy):
     def decide(self, state: DraftRound, accept: float) -> Decision:
         hidden, features = self._inputs
         inputs = (hidden.float().cpu(), None if features is None else features.float().cpu())
-        q = state.sampling.feature_probs(state.q_logits[state.i - 1])
-        entropy = float(head_features(q, state.tokens[-1], ("entropy",))[0])  # the pre heads' H(q), nats
+        q = state.sampling.feature_probs(state.latest.step.q_logits)
+        entropy = float(head_features(q, state.latest.token, ("entropy",))[0])  # the pre heads' H(q), nats
         clipped = min(max(accept, 1e-6), 1 - 1e-6)
         x = np.array([1.0, math.log(clipped / (1 - clipped)), state.i, math.log(max(self.keep, 1e-12)),
                       self._last_accepted, entropy, entropy - self._previous_entropy if state.i > 1 else 0.0])
@@ -102,7 +103,7 @@ class LeverPolicy(StopPolicy):
         else:
             decision = super().decide(state, self.recalibration(x) if self.recalibration else accept)
         if self.log is not None:
-            self.log.append(VisitedCandidate(x, state.accept_probs[-1], *inputs))
+            self.log.append(VisitedCandidate(x, state.latest.hindsight.accept_prob, *inputs))
             self._open_visit = state.i < self.k_max
             if decision is Decision.STOP and self._open_visit:  # draft one more to read its label (withdrawn)
                 self._peeking, decision = True, Decision.CONTINUE
@@ -128,7 +129,8 @@ class PerfectPreDraft(StopPolicy):
         self.companion = HeadEstimate(head).companion
 
     def after_propose(self, state: DraftRound) -> Decision:
-        if state.i > self.k_min and not self.stop.next_pays(state.i - 1, self.keep, state.expected_accepts[-1]):
+        hindsight = state.latest.hindsight
+        if state.i > self.k_min and not self.stop.next_pays(state.i - 1, self.keep, hindsight.expected_accept):
             return Decision.DROP
-        self.observe(state.accept_probs[-1])
+        self.observe(hindsight.accept_prob)
         return Decision.CONTINUE

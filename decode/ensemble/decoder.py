@@ -6,14 +6,14 @@ every mode; at temperature 0 it is the argmax of ``r``. Modes (batch size 1):
 ``plain``
     The vanilla ensemble: every model is called once per token and the token is sampled from ``r``.
 ``sd``
-    Speculative-based ensemble: ``models[0]`` (pass the smallest first) proposes ``γ_1`` tokens,
-    every other model scores them in one call each, and each proposal ``y ~ q`` is accepted with
-    probability ``min(1, r(y)/q(y))``, else replaced by a sample of ``norm(max(0, r − q))``. After a
-    fully accepted round the others have already scored the next position, and the proposer's
-    next call (the one that consumes its last proposal) completes ``r`` there: that token is
-    sampled from ``r`` directly (when a ``post`` head stopped drafting after feeding the last
-    proposal, that row already exists and costs no call). A length policy (e.g. a :class:`~decode.policies.Head` loaded
-    with :func:`~decode.artifacts.export.load_head`, trained for ``models[0]``) may drive ``γ_1``.
+    Speculative-based ensemble, in the decoder's round loop (:mod:`decode.ensemble.sd_mode`): ``models[0]``
+    (pass the smallest first) proposes ``γ_1`` tokens, every other model scores them in one call each, and each
+    proposal ``y ~ q`` is accepted with probability ``min(1, r(y)/q(y))``, else replaced by a sample of
+    ``norm(max(0, r − q))``. After a fully accepted round the others have already scored the next position, and
+    the proposer's next call (the one that consumes its last proposal) completes ``r`` there: that token is
+    sampled from ``r`` directly (when a ``post`` head stopped drafting after feeding the last proposal, that row
+    already exists and costs no call). A length policy (e.g. a :class:`~decode.policies.Head` loaded with
+    :func:`~decode.artifacts.export.load_head`, trained for ``models[0]``) may drive ``γ_1``.
 ``alternate``
     The alternate-proposal framework and its n-model generalisation (SE paper, Alg. 1 and 2).
     Each proposal remembers its proposer ``k``; its proposal distribution is ``k``'s own
@@ -26,6 +26,7 @@ every mode; at temperature 0 it is the argmax of ``r``. Modes (batch size 1):
     (the default proposer) proposes ``γ_1`` new tokens. With every ``γ_i = 1`` no generation uses
     more model calls than ``plain`` (paper Cor. 3.7).
 
+The alternate proposals are not rounds of one draft and one verifier: :class:`_Alternation` schedules them.
 Each model keeps its own KV cache (:class:`~decode.loops.runner.ModelRunner`), rolled back on
 rejection (and trimmed to its sliding window, if any, once committed); no model ever scores the
 same position of the same prefix twice.
@@ -42,11 +43,14 @@ from torch import Generator, Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.artifacts.export import check_compatibility
+from decode.ensemble.sd_mode import MemberEnsemble, Members
 from decode.ensemble.stats import EnsembleStats
 from decode.ensemble_fn import EnsembleFn
+from decode.loops.emit import Emitter
 from decode.loops.inputs import id_list, token_buffer
-from decode.loops.runner import ModelRunner, context_length, vocab_size
-from decode.policies import Decision, DraftRound, Fixed, Head, Policy
+from decode.loops.round_loop import RoundLoop, Row, Runners
+from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
+from decode.policies import BatchPlan, Fixed, Head, Policy
 from decode.rules import Ensemble, sample, uniform
 from decode.sampling import Sampling
 
@@ -144,27 +148,48 @@ class EnsembleDecoder:
     ) -> EnsembleOutput:
         """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
         tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "EnsembleDecoder", max_new_tokens,
-                                 context=self.context)
+                                 slack=2, context=self.context)
         start = time.perf_counter()
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        capture = self.mode == "sd" and self.policy.needs_hidden
-        runners = [ModelRunner(m, self.vocab, capture_hidden=capture and i == 0) for i, m in enumerate(self.models)]
-        self.policy.reset()
-        engine = _Engine(self, tokens, n, n + max_new_tokens, generator, runners)
-        try:
-            {"plain": engine.run_plain, "sd": engine.run_sd, "alternate": engine.run_alternate}[self.mode]()
-        finally:
-            runners[0].close()
-        stats = engine.stats
-        stats.calls = [runner.calls for runner in runners]
+        if self.mode == "sd":
+            stats, length = self._rounds(tokens, n, max_new_tokens, generator)
+        else:
+            runners = [ModelRunner(m, self.vocab) for m in self.models]
+            engine = _Alternation(self, tokens, n, n + max_new_tokens, generator, runners)
+            engine.run_plain() if self.mode == "plain" else engine.run_alternate()
+            stats, length = engine.stats, engine.cur
+            stats.calls = [runner.calls for runner in runners]
         stats.wall_time_s = time.perf_counter() - start
-        sequences = tokens[:, : engine.cur]
+        sequences = tokens[:, :length]
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return EnsembleOutput(sequences=sequences, stats=stats, text=text)
 
+    def _rounds(self, tokens: Tensor, n: int, max_new_tokens: int, generator: Generator) -> tuple[EnsembleStats, int]:
+        """The ``sd`` mode: the round loop with ``models[0]`` as the draft and the other members as the target."""
+        policy = self.policy
+        policy.reset()
+        row = Row(0, policy, generator, max_new_tokens, n)
+        draft = OneRow(ModelRunner(self.models[0], self.vocab, capture_hidden=policy.needs_hidden))
+        members = Members([ModelRunner(m, self.vocab) for m in self.models[1:]])
+        try:
+            RoundLoop(MemberEnsemble(self.ensemble), self.sampling, self.eos, BatchPlan(), tokens, [row],
+                      Runners(members, draft), Emitter(None, [n])).run()
+        finally:
+            draft.close()
+        s = row.stats
+        rejected = sum(a < v for a, v in zip(s.accepted_per_round, s.verified_per_round))
+        others = len(self.models) - 1
+        stats = EnsembleStats(
+            "sd", calls=[draft.calls] + [members.calls] * others, proposed=[s.drafted] + [0] * others,
+            accepted_by=[s.accepted] + [0] * others, rejected_by=[rejected] + [0] * others, generated=s.generated,
+            from_r=s.target_emitted - rejected, discarded=s.drafted - s.accepted - rejected,
+            scored=[draft.calls] + [members.scored] * others,
+        )
+        return stats, row.cur
 
-class _Engine:
-    """State of one generation: committed length ``cur``, pending proposals and per-model scores.
+
+class _Alternation:
+    """The ``plain`` and ``alternate`` modes' state: committed length ``cur``, pending proposals, per-model scores.
 
     ``rows[i][j]`` are model ``i``'s logits for position ``cur + j``; pending tokens sit in
     ``tokens[cur : cur + m]`` and ``proposers[j]`` is the model that sampled ``tokens[cur + j]``.
@@ -176,7 +201,7 @@ class _Engine:
         runners: list[ModelRunner],
     ) -> None:
         self.fn, self.sampling, self.eos = decoder.ensemble, decoder.sampling, decoder.eos
-        self.policy, self.gammas = decoder.policy, decoder.proposal_lengths
+        self.gammas = decoder.proposal_lengths
         self.tokens, self.cur, self.limit, self.generator = tokens, start, limit, generator
         self.runners = runners
         self.rows: list[list[Tensor]] = [[] for _ in runners]
@@ -269,37 +294,6 @@ class _Engine:
             for i in range(len(self.runners)):
                 self.call(i)
             self.resolve()
-
-    def run_sd(self) -> None:
-        """``models[0]`` drafts under the policy; the others score the round in one call each."""
-        policy = self.policy
-        while not self.finished:
-            if any(self.rows):  # a fully accepted round: the proposer completes r at the next position
-                self.call(0)
-                self.resolve()
-                continue
-            policy.start_round()
-            state = self._draft(min(policy.k_cap(), max(1, self.limit - self.cur - 1)))
-            for i in range(1, len(self.runners)):
-                self.call(i)
-            accepted, _ = self.resolve()
-            policy.end_round(state.i, state.i, accepted)
-
-    def _draft(self, k: int) -> DraftRound:
-        """Up to ``k`` proposals of ``models[0]``, stopped early by a dynamic policy, EOS or the budget."""
-        policy, state = self.policy, DraftRound(self.sampling)
-        for i in range(1, k + 1):
-            self.call(0)
-            state.q_logits.append(self.rows[0][-1])
-            state.hidden.append(self.runners[0].hidden[-1] if policy.needs_hidden else None)
-            if i > 1 and policy.dynamic and policy.after_feed(state) is Decision.STOP:
-                break
-            state.tokens.append(self.propose(0))
-            if policy.dynamic and policy.after_propose(state) is Decision.STOP:
-                break
-            if not self._open_slot():
-                break
-        return state
 
     def run_alternate(self) -> None:
         """Alternate proposals (SE Alg. 2): the least-scored model scores, verifies, and adds its bonus."""

@@ -74,6 +74,15 @@ class BatchRunner(RunnerBase):
         """Final hidden states ``[rows, keep, H]`` of the latest forward (with ``capture_hidden``)."""
         return self._captured()
 
+    def hidden_of(self, row: int) -> Tensor | None:
+        """Final hidden states ``[keep, H]`` of buffer row ``row`` in the latest forward (with ``capture_hidden``)."""
+        states = self._captured()
+        return None if states is None else states[self.rows.index(row)]
+
+    def uncount_last_call(self) -> None:
+        """Hindsight forwards (:attr:`decode.draft_round.Decision.DROP`) are batch-1 only."""
+        raise RuntimeError("a batch charges every forward: policies that uncount one are decoded one prompt at a time")
+
     @property
     def width(self) -> int:
         """Number of cache columns."""

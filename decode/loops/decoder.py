@@ -1,4 +1,4 @@
-"""The speculative decoder: one loop for every rule × length policy (batch size 1; batches: :mod:`decode.loops.batched`)."""
+"""The speculative decoder: every rule × length policy, one prompt or a batch, in one loop (:mod:`.round_loop`)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.emit import Emitter, OnTokens
 from decode.loops.inputs import id_list, is_batch, token_buffer
-from decode.loops.rounds import bonus_pending, draft_candidate, record_round, settle_bonus, verify_round
-from decode.loops.runner import ModelRunner, context_length, vocab_size
-from decode.policies import SV, Decision, DraftRound, Fixed, Head, Policy
+from decode.loops.round_loop import RoundLoop, Row, Runners
+from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
+from decode.policies import SV, BatchPlan, Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
@@ -149,17 +149,22 @@ class SpeculativeDecoder:
         generator = torch.Generator(device=self.device).manual_seed(seed)
         policy = self.policy
         policy.reset()
-        target = ModelRunner(self.target, self.vocab)
-        draft = ModelRunner(self.draft, self.vocab, capture_hidden=policy.needs_hidden)
-        companion = ModelRunner(self.companion, self.vocab) if policy.companion is not None else None
-        hindsight = ModelRunner(self.target, self.vocab) if policy.needs_hindsight else None  # its calls: uncounted
+        row = Row(0, policy, generator, max_new_tokens, n)
+        runners = Runners(
+            target=OneRow(ModelRunner(self.target, self.vocab)),
+            draft=OneRow(ModelRunner(self.draft, self.vocab, capture_hidden=policy.needs_hidden)),
+            companion=OneRow(ModelRunner(self.companion, self.vocab)) if policy.companion is not None else None,
+            hindsight=OneRow(ModelRunner(self.target, self.vocab)) if policy.needs_hindsight else None,  # uncounted
+        )
         try:
-            loop = _Loop(self, tokens, generator, target, draft, companion, hindsight, Emitter(on_tokens, [n]))
-            stats, length = loop.run(n, max_new_tokens)
+            # one prompt decides as alone: the policy's own verification length, no batch plan
+            RoundLoop(self.rule, self.sampling, self.eos, BatchPlan(), tokens, [row], runners,
+                      Emitter(on_tokens, [n])).run()
         finally:
-            draft.close()
-        stats.target_calls, stats.draft_calls = target.calls, draft.calls
-        stats.companion_calls = companion.calls if companion is not None else 0
+            runners.draft.close()
+        stats, length = row.stats, row.cur
+        stats.target_calls, stats.draft_calls = runners.target.calls, runners.draft.calls
+        stats.companion_calls = runners.companion.calls if runners.companion is not None else 0
         stats.wall_time_s = time.perf_counter() - start
         sequences = tokens[:, :length]
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
@@ -188,118 +193,3 @@ class SpeculativeDecoder:
         (:func:`decode.loops.batched.check_supported`).
         """
         return generate_batch(self, prompts, max_new_tokens, seed, layout, attention_mask, on_tokens)
-
-
-class _Loop:
-    """State of one generation; :meth:`run` is the draft / verify loop."""
-
-    def __init__(
-        self,
-        decoder: SpeculativeDecoder,
-        tokens: Tensor,
-        generator: torch.Generator,
-        target: ModelRunner,
-        draft: ModelRunner,
-        companion: ModelRunner | None,
-        hindsight: ModelRunner | None,
-        emit: Emitter,
-    ) -> None:
-        self.rule, self.policy, self.sampling = decoder.rule, decoder.policy, decoder.sampling
-        self.emit = emit
-        self.rule_sampling = decoder.rule.transform(decoder.sampling)
-        self.eos = decoder.eos
-        self.tokens, self.generator = tokens, generator
-        self.target, self.draft, self.companion, self.hindsight = target, draft, companion, hindsight
-        self.capture = decoder.policy.needs_hidden
-        # Draft output for the last committed position when already computed (else None).
-        self.next_q: Tensor | None = None
-        self.next_hidden: Tensor | None = None
-
-    def _draft_next(self, end: int) -> None:
-        logits = self.draft.feed(self.tokens, end, keep=1)
-        self.next_q = logits[0]
-        self.next_hidden = self.draft.hidden[-1] if self.capture else None
-
-    def _settle(self, p_logits: Tensor, cur: int) -> bool:
-        """Check the tentative bonus at ``cur - 1`` against the draft (one host sync); return True if EOS."""
-        logits = self.draft.feed(self.tokens, cur, keep=2)
-        accepted, token = settle_bonus(self.rule, p_logits, logits[0], self.tokens[0], cur - 1, self.sampling,
-                                       self.generator)
-        if accepted:
-            self.next_q = logits[1]
-            self.next_hidden = self.draft.hidden[-1] if self.capture else None
-        else:
-            self.draft.rollback(cur - 1)
-        return token in self.eos
-
-    def _draft_round(self, cur: int, k: int) -> DraftRound:
-        """Draft up to ``k`` candidates after position ``cur`` as the policy allows."""
-        state = DraftRound(self.rule_sampling)
-        policy, tokens = self.policy, self.tokens
-        if k == 0:
-            if self.next_q is not None:
-                state.q_logits.append(self.next_q)
-            return state
-        if self.next_q is None:
-            self._draft_next(cur)
-        state.q_logits.append(self.next_q)
-        state.hidden.append(self.next_hidden)
-        step_companion = self.companion if policy.companion == "step" else None
-        for i in range(1, k + 1):
-            if step_companion is not None:
-                state.companion_logits.append(step_companion.feed(tokens, cur + i - 1, keep=1)[0])
-            hindsight = self.hindsight.feed(tokens, cur + i - 1, keep=1)[0] if self.hindsight is not None else None
-            decision = draft_candidate(self.rule, policy, state, tokens[0], cur + i - 1, self.sampling, self.generator,
-                                       self.eos, hindsight)
-            if decision is Decision.DROP:
-                state.withdraw()
-                self.draft.uncount_last_call()  # the forward that produced q_i: hindsight (see Oracle)
-                break
-            if decision is Decision.STOP:
-                break
-            if i == k:
-                break
-            self._draft_next(cur + i)
-            state.q_logits.append(self.next_q)
-            state.hidden.append(self.next_hidden)
-            if policy.dynamic and policy.after_feed(state) is Decision.STOP:
-                break
-        if policy.companion == "round" and state.i:
-            state.companion_logits.extend(self.companion.feed(tokens, cur + state.i - 1, keep=state.i).unbind(0))
-        return state
-
-    def run(self, cur: int, max_new_tokens: int) -> tuple[DecodeStats, int]:
-        """Decode until EOS or the budget; return the stats and the final sequence length."""
-        stats = DecodeStats()
-        rule, policy, tokens, eos = self.rule, self.policy, self.tokens, self.eos
-        pending: Tensor | None = None  # target logits for a tentative bonus token at cur - 1
-        finished = False
-        while True:
-            if pending is not None:
-                finished = self._settle(pending, cur)
-                pending = None
-            if self.emit(0, tokens[0], cur) or finished or stats.generated >= max_new_tokens:
-                return stats, cur
-            policy.start_round()
-            k = min(policy.k_cap(), max_new_tokens - stats.generated - 1)
-            state = self._draft_round(cur, k)
-            self.next_q = self.next_hidden = None
-            drafted = state.i
-            verify = policy.verification_length(state) if drafted else 0
-            p_logits = self.target.feed(tokens, cur + verify, keep=verify + 1)
-            outcome = verify_round(rule, p_logits, state, tokens[0, cur : cur + verify], self.sampling,
-                                   self.generator, eos)
-            finished = outcome.finished
-            if outcome.from_target:
-                tokens[0, cur + outcome.accepted_by_rule] = outcome.token  # a device copy: an int would sync on CUDA
-            record_round(stats, drafted, outcome)
-            policy.end_round(drafted, verify, outcome.accepted_by_rule)
-            keep = outcome.kept
-            if bonus_pending(rule, state, outcome):
-                pending = p_logits[verify]
-                finished = False  # decided once the draft has checked the bonus
-            cur += keep
-            for runner in (self.target, self.draft, self.companion, self.hindsight):
-                if runner is not None:
-                    runner.rollback(cur - 1)
-

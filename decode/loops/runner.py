@@ -109,7 +109,7 @@ class ModelRunner(RunnerBase):
         return out.logits[0, :, : self.vocab].float()
 
     def uncount_last_call(self) -> None:
-        """Stop charging the latest :meth:`feed`: it served as hindsight (:attr:`decode.policies.Decision.DROP`)."""
+        """Stop charging the latest :meth:`feed`: it served as hindsight (:attr:`decode.draft_round.Decision.DROP`)."""
         if not self._last_charged:
             raise RuntimeError("no charged call to uncount: none yet, or the latest is already uncounted")
         self.calls -= 1
@@ -143,3 +143,37 @@ class ModelRunner(RunnerBase):
             drop_last(self.cache, 0)  # trims the sliding-window layers back to their window
         if self._sliding:
             self.floor = self.consumed
+
+
+class OneRow:
+    """A :class:`ModelRunner` behind the rows interface of the round loop (:class:`decode.loops.round_loop.Runner`):
+    a token buffer of one row, index 0. Its cache is the runner's own (sliding-window layers included)."""
+
+    rows = (0,)
+
+    def __init__(self, runner: ModelRunner) -> None:
+        self.runner = runner
+
+    @property
+    def calls(self) -> int:
+        return self.runner.calls
+
+    @property
+    def row_calls(self) -> list[int]:
+        return [self.runner.calls]
+
+    def feed(self, tokens: Tensor, ends: dict[int, int], keep: int) -> dict[int, Tensor]:
+        return {0: self.runner.feed(tokens, ends[0], keep)}
+
+    def hidden_of(self, row: int) -> Tensor | None:
+        return self.runner.hidden
+
+    def rollback(self, lengths: dict[int, int], rows: list[int] | None = None) -> None:
+        if 0 in lengths:
+            self.runner.rollback(lengths[0])
+
+    def uncount_last_call(self) -> None:
+        self.runner.uncount_last_call()
+
+    def close(self) -> None:
+        self.runner.close()

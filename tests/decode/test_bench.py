@@ -160,12 +160,14 @@ def test_benches_without_an_installed_zoo_name_the_install_command(main, tmp_pat
     assert not (tmp_path / "no-zoo").exists()  # the bench installs nothing
 
 
-def test_the_loops_bench_times_both_loops_on_the_same_tokens(capsys):
+def test_the_loops_bench_times_the_loop_against_another_revision(capsys):
     from benchmarks import loops
 
-    figures = loops.main(["--random-init", "tiny", "--prompts", "3", "--max-new-tokens", "6", "--repeats", "1",
-                          "--device", "cpu"])
+    figures = loops.main(["--random-init", "tiny", "--prompts", "4", "--max-new-tokens", "6", "--repeats", "1",
+                          "--device", "cpu", "--batch-sizes", "1", "2", "--against", "HEAD"])
     printed = capsys.readouterr().out
-    assert "batch-1 loop" in printed and "batched loop" in printed and "batched / batch-1 time per prompt" in printed
-    assert figures["batch-1 loop"] > 0 and figures["batched loop"] > 0
-    assert figures["time_ratio_lo"] <= figures["time_ratio"] <= figures["time_ratio_hi"]
+    assert "ours generate " in printed and "HEAD generate_batch" in printed and "B=2" in printed
+    assert figures["B=1 ours generate"] > 0 and figures["B=2 HEAD generate_batch"] > 0
+    assert figures["B=2 HEAD generate_batch ratio"] == 1.0  # the reference
+    key = "B=1 ours generate ratio"
+    assert figures[f"{key} lo"] <= figures[key] <= figures[f"{key} hi"]

@@ -11,6 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from decode import HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.costs import CostModel
+from decode.draft_round import Decision
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.loops.runner import ModelRunner
 
@@ -216,8 +217,8 @@ def test_hindsight_acceptance_is_the_rules_label(wide, monkeypatch):
     end_round = policies.PerfectHead.end_round
 
     def record(self, state):
-        proposals.append((len(rounds), torch.stack(state.tokens), state.accept_probs[-1], state.q_logits[-1]))
-        return policies.Decision.CONTINUE
+        proposals.append((len(rounds), state.tokens(), state.latest.hindsight.accept_prob, state.latest.step.q_logits))
+        return Decision.CONTINUE
 
     def record_round(self, drafted, verified, accepted):
         rounds.append(accepted)
