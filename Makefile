@@ -6,6 +6,10 @@ VENV ?= .venv
 PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# `make test` spreads the suite over the cores with pytest-xdist, one worker per core up to 8 (every worker builds the
+# session fixtures again, so more workers mostly repeat that work); XDIST_WORKERS=1 runs it serially.
+XDIST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n > 8 ? 8 : n )))
+XDIST := $(if $(filter-out 0 1,$(XDIST_WORKERS)),-n $(XDIST_WORKERS))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.accept-heads-installed
 SYSTEM_TORCH := $(shell $(PYTHON) -c 'import torch' >/dev/null 2>&1 && echo --system-site-packages)
@@ -65,7 +69,7 @@ real: setup
 	$(OFFLINE) $(PY) -m accept_heads.evaluate $(REAL)
 
 test: setup
-	$(OFFLINE) $(PY) -m pytest $(PYTEST_ARGS)
+	$(OFFLINE) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

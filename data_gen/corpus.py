@@ -1,4 +1,8 @@
-"""The offline corpus every machine has: the Python standard library's own source.
+"""The running Python's standard library source: the zoo's training corpus, and what the shipped text was cut from.
+
+Only maintainers' commands read it: ``python -m data_gen.zoo --rebuild`` trains on the train split,
+``python -m data_gen.prompts --rebuild`` cuts the built-in prompt sets and the held-out dev text
+shipped in ``data_gen/prompts/data``, which every other path reads (:mod:`data_gen.prompts.shipped`).
 
 Modules are assigned to ``train`` / ``dev`` / ``test`` by a stable hash of their dotted
 name, so the split is the same on every machine and Python version that has the module.
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import sysconfig
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -84,12 +89,12 @@ def modules_in(split: Split, root: Path | None = None) -> tuple[StdlibModule, ..
     return tuple(m for m in stdlib_modules(root) if m.split == split)
 
 
-def corpus_hash(modules: tuple[StdlibModule, ...]) -> str:
-    """SHA-256 over module names and contents: identifies the exact training text."""
+def corpus_hash(modules: Sequence[tuple[str, str]]) -> str:
+    """SHA-256 over ``(module name, text)`` pairs: identifies the exact training or held-out text."""
     digest = hashlib.sha256()
-    for module in modules:
-        digest.update(module.name.encode())
+    for name, text in modules:
+        digest.update(name.encode())
         digest.update(b"\0")
-        digest.update(module.path.read_bytes())
+        digest.update(text.encode())
         digest.update(b"\0")
     return digest.hexdigest()

@@ -99,9 +99,9 @@ def _map(fn: Callable[[int], T], items: range, device: torch.device) -> list[T]:
     """``[fn(i) for i in items]``; on CPU spread over ``torch.get_num_threads()`` threads, each op single-threaded.
 
     For row-wise work in many small operations (cache-sized chunks, one row's draws): split by item,
-    the cores run without the thread barrier that intra-op parallelism puts after every operation
-    (which stalls whenever a core is busy elsewhere: 18× slower on a loaded 2-core machine). Every
-    operation being row-wise, the values are those of the plain loop.
+    the cores run without the thread barrier that intra-op parallelism puts after every operation,
+    which stalls whenever a core is busy elsewhere (docs/results.md, "Figures that were in code comments").
+    Every operation being row-wise, the values are those of the plain loop.
     """
     threads = torch.get_num_threads()
     if device.type != "cpu" or threads == 1 or len(items) < 2:

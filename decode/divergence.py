@@ -1,8 +1,9 @@
 """Batched divergences between distributions over the last dimension (natural log).
 
 Terms ``p log x`` are computed as ``p · log(x)`` with a vectorised ``log`` and ``0 · log 0 = 0``
-(:func:`_kl_from_logs`), not with ``torch.xlogy``, whose CPU kernel is scalar and took 43% of data
-collection's column time; each ``log`` is taken once and shared (:func:`divergences`).
+(:func:`_kl_from_logs`), not with ``torch.xlogy``, whose CPU kernel is scalar and took a large share of data
+collection's column time (docs/results.md, "Figures that were in code comments"); each ``log`` is taken
+once and shared (:func:`divergences`).
 """
 
 from __future__ import annotations

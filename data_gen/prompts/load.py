@@ -96,8 +96,8 @@ def load_prompts(
         sizes: prompts per split: a count, a fraction of the pool, or None for the rest. Data
             with one split (Alpaca, ShareGPT, local files, GSM8K's dev) is carved by these
             (defaults per source, e.g. Alpaca 40k / 10k / 2k); elsewhere a count caps the split.
-        max_chars: builtin: the prompt budget (default 600; long docstrings are cut or skipped);
-            other sources: drop prompts longer than this (default: keep all).
+        max_chars: drop prompts longer than this (default: keep all; the builtin prompts are cut
+            to at most 600 characters).
 
     Raises:
         PromptSourceError: the data cannot be read (unreachable hub dataset, missing file) or
@@ -115,15 +115,13 @@ def load_prompts(
     if max_chars is not None and max_chars < 1:
         raise ValueError(f"max_chars must be a positive number of characters or None, not {max_chars!r}")
     if kind == builtin.SOURCE:
-        budget = max_chars or builtin.DEFAULT_MAX_CHARS
-        prompts = [p for s in ([style] if style else builtin.STYLES) for p in builtin.builtin_prompts(split, s, budget)]
+        prompts = [p for s in ([style] if style else builtin.STYLES) for p in builtin.builtin_prompts(split, s)]
+    elif kind == FILE:
+        prompts = file_prompts(source, split, text_field=text_field, id_field=id_field, sizes=sizes)
     else:
-        if kind == FILE:
-            prompts = file_prompts(source, split, text_field=text_field, id_field=id_field, sizes=sizes)
-        else:
-            prompts = hub_prompts(kind, split, path=path, revision=revision, sizes=sizes)
-        if max_chars is not None:
-            prompts = [p for p in prompts if len(p.message) <= max_chars]
+        prompts = hub_prompts(kind, split, path=path, revision=revision, sizes=sizes)
+    if max_chars is not None:
+        prompts = [p for p in prompts if len(p.message) <= max_chars]
     if not prompts:
         raise PromptSourceError(
             f"prompt source {source!r} split {split!r} (style {style}, max_chars {max_chars}) has no prompts"

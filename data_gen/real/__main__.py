@@ -36,8 +36,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--reinstall", action="store_true",
                         help="replace what the directory holds with the shipped pair")
     parser.add_argument("--rebuild", action="store_true",
-                        help="train the draft and companion again from the recipe (about 80 minutes on two cores) and "
-                        "install them only if they meet every realism target")
+                        help="train the draft and companion again from the recipe (how long it takes: docs/real.md) "
+                        "and install them only if they meet every realism target")
     parser.add_argument("--force", action="store_true", help="with --rebuild: install it even if it misses a target")
     parser.add_argument("--ship", action="store_true",
                         help="maintainers, with --rebuild: write the trained tensors and record into the package")

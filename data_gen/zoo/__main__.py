@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
                         help="replace what the directory holds (a rebuild, an old version, a corrupt file) with "
                         "the shipped trio")
     parser.add_argument("--rebuild", action="store_true",
-                        help="train the trio from its recipe (about 15 minutes on two cores), compare it with the "
+                        help="train the trio from its recipe (how long it takes: docs/zoo.md), compare it with the "
                         "shipped one and install it only if it meets every realism target")
     parser.add_argument("--force", action="store_true", help="with --rebuild: install it even if it misses a target")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",

@@ -68,6 +68,8 @@ def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
     # Heavy imports stay here so that installing the shipped trio does not pay for them.
     import torch
 
+    from data_gen.prompts.shipped import held_out_modules
+
     from .data import token_stream
     from .evaluation import EVALUATION_SETS
     from .models import build_model, fold_temperature, parameter_count
@@ -76,16 +78,17 @@ def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
     from .training import distil_students, train_target, training_precision
 
     started = time.perf_counter()
-    train_modules = modules_in("train")[: recipe.train_module_limit]
-    dev_modules = modules_in("dev")
+    train_modules = [(m.name, m.read()) for m in modules_in("train")[: recipe.train_module_limit]]
+    train_texts = [text for _, text in train_modules]
+    dev_modules = held_out_modules()
     machine = machine_class()
     precision, fallback = training_precision(recipe.precision)
     if fallback:
         print(f"warning: {fallback}", file=sys.stderr)
     bf16 = precision == "bf16"
     with _torch_threads(machine["threads"]), torch.random.fork_rng(devices=[]):
-        tokenizer = train_tokenizer([m.read() for m in train_modules], recipe.vocab_size, recipe.context)
-        train_stream = token_stream(tokenizer, train_modules)
+        tokenizer = train_tokenizer(train_texts, recipe.vocab_size, recipe.context)
+        train_stream = token_stream(tokenizer, train_texts)
 
         models = {role: build_model(recipe.shape(role), tokenizer, recipe.context) for role in ROLES}
         target_loss = train_target(models["target"], train_stream, recipe, bf16)
@@ -110,7 +113,7 @@ def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
         "precision": precision,
         "requested_precision": recipe.precision,
         "corpus": {
-            "train_modules": [m.name for m in train_modules],
+            "train_modules": [name for name, _ in train_modules],
             "train_module_count": len(train_modules),
             "train_hash": corpus_hash(train_modules),
             "train_tokens": len(train_stream),

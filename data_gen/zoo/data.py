@@ -1,4 +1,4 @@
-"""Token streams and training windows built from corpus modules."""
+"""Token streams and training windows built from module texts."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from data_gen.corpus import StdlibModule
 
-
-def token_stream(tokenizer: PreTrainedTokenizerFast, modules: Sequence[StdlibModule]) -> torch.Tensor:
-    """All modules as one 1-D id tensor: ``<|bos|> module <|eos|>`` back to back."""
-    encoded = tokenizer([m.read() for m in modules], add_special_tokens=False, verbose=False)["input_ids"]
+def token_stream(tokenizer: PreTrainedTokenizerFast, texts: Sequence[str]) -> torch.Tensor:
+    """All module texts as one 1-D id tensor: ``<|bos|> module <|eos|>`` back to back."""
+    encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
     ids: list[int] = []
     for module_ids in encoded:
         ids.append(tokenizer.bos_token_id)

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from data_gen.corpus import StdlibModule, modules_in
 from data_gen.encoding import encode_prompts
 from data_gen.prompts import load_prompts
+from data_gen.prompts.shipped import held_out_modules
 
 from .recipe import ZooRecipe
 from .training import next_token_loss
@@ -28,11 +28,10 @@ def held_out_loss(model: LlamaForCausalLM, windows: torch.Tensor, batch: int = 1
 
 
 def line_start_prompts(
-    tokenizer: PreTrainedTokenizerFast, modules: Sequence[StdlibModule], count: int, length: int, seed: int
+    tokenizer: PreTrainedTokenizerFast, texts: Sequence[str], count: int, length: int, seed: int
 ) -> torch.Tensor:
-    """``count`` prompts of ``length`` tokens, each starting at a random line of a random module."""
+    """``count`` prompts of ``length`` tokens, each starting at a random line of a random module text."""
     rng = random.Random(seed)
-    texts = [m.read() for m in modules]
     prompts: list[list[int]] = []
     while len(prompts) < count:
         text = rng.choice(texts)
@@ -61,8 +60,9 @@ def builtin_prompt_ids(tokenizer: PreTrainedTokenizerFast, split: str, style: st
 
 
 def realism_prompt_sets(tokenizer: PreTrainedTokenizerFast, recipe: ZooRecipe) -> dict[str, list[list[int]]]:
-    """Prompt sets of the realism figures: line starts of dev modules, then the evaluation's styles."""
-    sets = {"line start (dev)": line_start_prompts(tokenizer, modules_in("dev"), recipe.realism_prompts,
+    """Prompt sets of the realism figures: line starts of the shipped dev modules, then the evaluation's styles."""
+    dev_texts = [text for _, text in held_out_modules()]
+    sets = {"line start (dev)": line_start_prompts(tokenizer, dev_texts, recipe.realism_prompts,
                                                    recipe.line_prompt_tokens, recipe.eval_seed).tolist()}
     for name, split, style in EVALUATION_SETS:
         sets[name] = builtin_prompt_ids(tokenizer, split, style, recipe.realism_prompts, recipe.prompt_budget,

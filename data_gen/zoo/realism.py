@@ -31,8 +31,8 @@ from torch import Tensor
 from torchmetrics.functional.classification import binary_auroc
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from data_gen.corpus import modules_in
 from data_gen.generation import Batch, generate_responses, teacher_forced_logits
+from data_gen.prompts.shipped import held_out_modules
 from data_gen.seeding import prompt_seed
 from decode.costs import CostModel
 from decode.divergence import tv
@@ -275,8 +275,9 @@ def measure_set(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokeniz
 
 def measure_realism(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokenizerBase,
                     recipe: ZooRecipe) -> Realism:
-    """Every figure of a trio: held-out losses on dev-split text, then each prompt set's four figures."""
-    dev_windows = spaced_windows(token_stream(tokenizer, modules_in("dev")), recipe.eval_windows, recipe.context)
+    """Every figure of a trio: held-out losses on the shipped dev-split text, then each prompt set's four figures."""
+    dev_stream = token_stream(tokenizer, [text for _, text in held_out_modules()])
+    dev_windows = spaced_windows(dev_stream, recipe.eval_windows, recipe.context)
     losses = {role: held_out_loss(model, dev_windows) for role, model in models.items()}
     sets = tuple(
         measure_set(models, tokenizer, name, prompts, response_tokens=recipe.response_tokens,

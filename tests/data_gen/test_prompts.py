@@ -28,6 +28,7 @@ from data_gen.prompts import (
     render,
     validate,
 )
+from data_gen.prompts.stdlib_prompts import cut_prompts
 
 
 @pytest.fixture(autouse=True)
@@ -83,12 +84,21 @@ def test_size_cap_and_seed():
         load_prompts("builtin", "test", size=0)
     # sizes[split] caps a split that is not carved (the config's per-split sizes)
     assert load_prompts("builtin", "test", style="function", seed=3, sizes={"test": 10, "train": 5}) == ten
+    short = load_prompts("builtin", "test", style="function", seed=3, max_chars=200)
+    assert {p.id for p in short} == {p.id for p in everything if len(p.text) <= 200}  # shorter ones are dropped
+    assert 0 < len(short) < len(everything)
 
 
 @pytest.mark.parametrize("max_chars", [600, 200])
 def test_function_prompts_are_a_signature_and_docstring(max_chars):
-    """Appending a body line gives a function whose body starts with the docstring (also after truncation)."""
-    prompts = load_prompts("builtin", "test", style="function", max_chars=max_chars)
+    """Appending a body line gives a function whose body starts with the docstring: the shipped prompts (cut at 600
+    characters), and the running stdlib cut at 200 (long docstrings shortened to their first paragraph)."""
+    if max_chars == 600:
+        prompts = load_prompts("builtin", "test", style="function")
+    else:
+        prompts = cut_prompts("test", max_chars)["function"]
+        shipped = {p.id: p.text for p in load_prompts("builtin", "test", style="function")}
+        assert any(p.id in shipped and p.text != shipped[p.id] for p in prompts)  # some docstrings were shortened
     assert all(len(p.text) <= max_chars for p in prompts)
     for p in prompts:
         body = next(line for line in p.reference.splitlines() if line.strip())
