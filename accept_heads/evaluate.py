@@ -61,6 +61,7 @@ from accept_heads.evaluation.table import (
     add_comparisons,
     add_costs,
     aggregate,
+    costed,
     mark_dev_choices,
     select,
     select_threshold,
@@ -108,13 +109,6 @@ def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes:
             continue
         frames.append(frame.assign(head=name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"pred": [], "label": [], "head": []})
-
-
-def costed(records: list[Record], cost: CostModel) -> pd.DataFrame:
-    """The runs of ``records`` with their modelled throughput under ``cost`` (column suffix ``_cost``)."""
-    table = aggregate(frame(records))
-    add_costs(table, "cost", cost)
-    return table
 
 
 def cost_tuples(generations: pd.DataFrame) -> pd.DataFrame:

@@ -197,8 +197,9 @@ class HeadTrainConfig:
     latency_repeats: int = 5  # SV latency profile: median of this many timed verifications per L
     # SV profile: batch sizes of the t_t(B, T) table measured with it (batched SV's joint lengths; empty = none)
     latency_batches: List[int] = field(default_factory=lambda: [1, 8, 32])
-    calibration_prompts: int = 8  # threshold sweep: this many dev prompts ...
-    calibration_tokens: int = 64  # ... decoded for this many new tokens each (0 prompts = no sweep)
+    # choose h after training on the evaluation's dev prompts (evaluate.prompts.dev x evaluate.max_new_tokens) and
+    # record it in the head; false: none recorded (the evaluation then chooses one on dev)
+    calibrate: bool = True
     name: Optional[str] = None  # artifact subdirectory under paths.head_dir (multirun: set per job); null = head_dir
 
     def __post_init__(self) -> None:
@@ -218,8 +219,6 @@ class HeadTrainConfig:
             raise ConfigError("head.thresholds needs at least one h, each in (0, 1)")
         if min(self.x_bins, self.y_bins, self.a_bins, self.latency_repeats, *self.latency_batches) < 1:
             raise ConfigError("head.x_bins, y_bins, a_bins, latency_repeats and latency_batches must be >= 1")
-        if self.calibration_prompts < 0 or self.calibration_tokens < 1:
-            raise ConfigError("need head.calibration_prompts >= 0 and head.calibration_tokens >= 1")
 
 
 @dataclass
@@ -453,9 +452,11 @@ class RegenerateJob:
 
 @dataclass(frozen=True)
 class TrainJob:
-    """What ``python -m accept_heads.train`` reads: the data's models and rule, the head and its training recipe."""
+    """What ``python -m accept_heads.train`` reads: the data's models and rule, the head and its training recipe
+    (``prompts``, ``evaluate``: the dev prompts its ``h`` is chosen on, as the evaluation decodes them)."""
 
     models: ModelsConfig
+    prompts: PromptsConfig
     sampling: SamplingConfig
     rules: RulesConfig
     head: HeadTrainConfig
@@ -464,6 +465,7 @@ class TrainJob:
     trainer: TrainerConfig
     logger: LoggerConfig
     cost: CostConfig
+    evaluate: EvaluateConfig
     paths: PathsConfig
     seed: int
     exp_name: str
@@ -530,8 +532,9 @@ class Config:
 
     def train_job(self) -> TrainJob:
         """The groups ``accept_heads.train`` reads."""
-        return TrainJob(self.models, self.sampling, self.rules, self.head, self.loss, self.optim, self.trainer,
-                        self.logger, self.cost, self.paths, self.seed, self.exp_name, self.ckpt_path)
+        return TrainJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.loss, self.optim,
+                        self.trainer, self.logger, self.cost, self.evaluate, self.paths, self.seed, self.exp_name,
+                        self.ckpt_path)
 
     def evaluate_job(self) -> EvaluateJob:
         """The groups ``accept_heads.evaluate`` reads."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from accept_heads.evaluation.plan import Choice, fsd_k
+from accept_heads.evaluation.runs import Record, frame
 from accept_heads.evaluation.specs import families, family_names, perfect_for
 from accept_heads.selection import best_value
 from ahconf.schema import rule_names
@@ -56,6 +58,13 @@ def aggregate(generations: pd.DataFrame) -> pd.DataFrame:
     for column in ("param", "rule_param"):
         table[column] = pd.to_numeric(table[column]).astype(float)
     table["artifact"] = table["artifact"].astype(object).where(table["artifact"].notna(), None)
+    return table
+
+
+def costed(records: Sequence[Record], cost: CostModel) -> pd.DataFrame:
+    """The runs of ``records`` with their modelled throughput under ``cost`` (column suffix ``_cost``)."""
+    table = aggregate(frame(records))
+    add_costs(table, "cost", cost)
     return table
 
 
