@@ -61,7 +61,7 @@ def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micr
 def test_h_is_chosen_on_the_evaluations_own_dev_runs(trained, tmp_path):
     """Training's threshold sweep decodes what the evaluation decodes on dev for the head, at every h of the grid:
     the same prompts, counts and modelled throughput, so the h it records is the one the evaluation's dev rows
-    favour."""
+    favour; the evaluation decodes test and OOD at it."""
     config, result = trained
     grid = [0.01, 0.5, 0.9, 0.99]  # the recorded sweep's [0.5, 0.9] and two that decode differently
     e = replace(config.evaluate, rules=["speculative"], fixed_k=[1], confidence_taus=[0.4], bounds=False,
@@ -80,6 +80,9 @@ def test_h_is_chosen_on_the_evaluations_own_dev_runs(trained, tmp_path):
             counts = [row.generated, row.draft_calls, row.target_calls, row.discarded, row.throughput]
             assert dev.loc[row.threshold, columns].tolist() == counts, row.threshold
     assert [row.threshold for row in swept.rows] == grid and len({row.target_calls for row in swept.rows}) > 1
+    (choice,) = [c for c in results.metadata["selection"] if c["family"] == "head"]  # the recorded h, applied
+    assert choice["value"] == result.calibration.threshold
+    assert table.loc[(table["role"] != "dev") & (table["family"] == "head"), "param"].tolist() == [choice["value"]] * 2
 
 
 def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config, train_overrides, micro_trio, tmp_path):
