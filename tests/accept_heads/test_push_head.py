@@ -186,7 +186,8 @@ def test_a_head_pushed_to_a_folder_decodes_through_generate(export_dir, tmp_path
     head = load_head(folder)
     doc = head.metadata
     assert doc["threshold"] == 0.4
-    policy = policies.Head(head, threshold=doc["threshold"], k_min=doc["k_min"], k_max=doc["k_max"])
+    policy = policies.Head(head)  # at the h and K range it records, as the generate door decodes it
+    assert (policy.threshold, policy.k_min, policy.k_max) == (0.4, doc["k_min"], doc["k_max"])
     expected = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policy, sampling=Sampling(temperature=0.0),
                                   eos_token_id=None).generate(ids, max_new_tokens=12).sequences
     assert torch.equal(got, expected)
