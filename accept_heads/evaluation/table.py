@@ -129,8 +129,8 @@ def recorded_thresholds(table: pd.DataFrame, column: str, choices: list[Choice],
             continue
         if h != c.value:
             notes[f"h[{c.artifact}]"] = (f"head[{c.artifact}] decodes at its recorded h = {h:g}, chosen on dev after "
-                                         f"training; on these dev rows h = {c.value:g} is faster (other dev prompts "
-                                         "or settings then?)")
+                                         f"training; on these dev rows h = {c.value:g} is faster (it was chosen on "
+                                         "other dev prompts or settings)")
         rows = table[(table["role"] == "dev") & (table["rule"] == c.rule) & _matches(table["rule_param"], c.rule_param)
                      & (table["family"] == c.family) & (table["artifact"] == c.artifact) & (table["param"] == h)]
         out.append(replace(c, value=h, dev_throughput=float(rows[column].iloc[0])))

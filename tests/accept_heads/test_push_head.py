@@ -77,7 +77,8 @@ def test_card_from_training_metadata(export_dir):
     card = (export_dir / "README.md").read_text()
     assert 'base_model: "micro-org/draft"' in card and "- rule-greedy" in card
     assert "`greedy`" in card and "Sampling(temperature=0.0, top_k=None, top_p=None)" in card
-    assert "**h = 0.4**" in card and "on 2 dev prompts (8 new tokens each)" in card and "c" * 64 in card and "| `val/auroc` | 0.8 |" in card
+    assert "**h = 0.4**" in card and "on 2 dev prompts (8 new tokens each)" in card
+    assert "c" * 64 in card and "| `val/auroc` | 0.8 |" in card
     assert '"lr"' in card  # the training recipe (train_config) is part of the card
 
 
