@@ -3,8 +3,9 @@
 Decodes the dev, test and out-of-distribution (``prompts.ood``) prompt sets with ``Fixed(K)``,
 ``Heuristic``, ``Confidence(τ)``, every exported head (under ``paths.head_dir``) over the ``h`` grid,
 the SV profile and the greedy oracle, for each rule of ``evaluate.rules`` (default ``rules.names``),
-plus the FSD threshold sweep, Speculative Ensemble and HF assisted generation. K, τ, h, SE's γ and
-then (at the fuzzy rule's chosen K) FSD's T are chosen on dev and applied to test / OOD. Every run
+plus the FSD threshold sweep, Speculative Ensemble and HF assisted generation. K, τ, SE's γ and
+then (at the fuzzy rule's chosen K) FSD's T are chosen on dev and applied to test / OOD, and each head
+at the ``h`` it records (chosen on the same dev prompts after training; ``evaluate.thresholds``: chosen here). Every run
 is costed with two cost models (:mod:`accept_heads.evaluation.costs`): ``cost.*`` (the paper's pair)
 and ``t_d``, ``t_c``, ``t_t`` fitted on the measured calls with the target's latency shape measured
 at the start. Writes the table, metadata and figures under ``evaluate.out_dir`` (see
@@ -43,6 +44,7 @@ from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.plan import (
     Choice,
     after_selection,
+    check_recorded_thresholds,
     dev_sweeps,
     edge_note,
     edge_rules,
@@ -61,7 +63,9 @@ from accept_heads.evaluation.table import (
     add_comparisons,
     add_costs,
     aggregate,
+    costed,
     mark_dev_choices,
+    recorded_thresholds,
     select,
     select_threshold,
     sort_rows,
@@ -75,6 +79,7 @@ from decode.artifacts.version import code_version
 from decode.batch_costs import measure_batch_costs
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
+from decode.metadata import ArtifactMetadata
 
 
 def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,
@@ -110,11 +115,16 @@ def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"pred": [], "label": [], "head": []})
 
 
-def costed(records: list[Record], cost: CostModel) -> pd.DataFrame:
-    """The runs of ``records`` with their modelled throughput under ``cost`` (column suffix ``_cost``)."""
-    table = aggregate(frame(records))
-    add_costs(table, "cost", cost)
-    return table
+def dev_choices(job: EvaluateJob, artifacts: Artifacts, records: list[Record], paper: CostModel,
+                notes: dict[str, str]) -> list[Choice]:
+    """K, τ, h and γ chosen on the dev rows of ``records`` at ``paper`` costs; each head's ``h`` the one it records
+    (chosen on dev after training), unless ``evaluate.thresholds`` has it chosen here."""
+    table = costed(records, paper)
+    choices = select(table, "throughput_cost")
+    if job.evaluate.thresholds is not None:
+        return choices
+    recorded = {name: ArtifactMetadata.of(head).threshold for name, head in artifacts.heads.items()}
+    return recorded_thresholds(table, "throughput_cost", choices, recorded, notes)
 
 
 def cost_tuples(generations: pd.DataFrame) -> pd.DataFrame:
@@ -166,7 +176,8 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         "max_new_tokens": job.evaluate.max_new_tokens, "sets": [s.describe() for s in sets],
         "selection_set": "dev", "selection": [asdict(c) for c in choices],
         "selection_criterion": "max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
-                               "FSD T at the fuzzy rule's chosen K",
+                               "FSD T at the fuzzy rule's chosen K; each head's h the one it records, chosen so on "
+                               "the dev prompts after training (unless evaluate.thresholds)",
         "cost": asdict(job.cost), "cost_models": cost_models(paper, fit, latency, job.cost), "cost_fit": fit.to_dict(),
         "cost_fit_tuples": "per run of our decoder, companion runs included, bounds excluded, over its generations "
                            "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
@@ -202,6 +213,7 @@ def evaluate(job: EvaluateJob) -> Results:
     executor = Executor.build(job, notes)
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
     workers = e.workers if e.workers is not None else default_workers(device)
+    check_recorded_thresholds(job, artifacts)
     unused = unmatched(job.rules, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
@@ -217,12 +229,12 @@ def evaluate(job: EvaluateJob) -> Results:
 
     with WorkerPool(executor, workers) as pool:
         records = execute(dev_sweeps(job, artifacts, rules), pool, "dev sweeps")
-        choices = select(costed(records, paper), "throughput_cost")  # K, τ, h and γ here, T below: dev rows only
+        choices = dev_choices(job, artifacts, records, paper, notes)  # K, τ, h and γ here, T below: dev rows only
         while (edge := edge_rules(choices, e.fixed_k)) and (more := extended_k(e.fixed_k)):
             records += execute([s for rule in edge for s in fixed_specs(job.rules, "dev", rule, more)], pool,
                                f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
             e.fixed_k = sorted(e.fixed_k + more)  # test / OOD decode each rule's chosen K from this grid
-            choices = select(costed(records, paper), "throughput_cost")
+            choices = dev_choices(job, artifacts, records, paper, notes)
         if note := edge_note(choices, e.fixed_k):
             notes["fixed_k_edge"] = note
         if "fuzzy" in rules:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from accept_heads.metrics import prior_shift
+from accept_heads.threshold import Calibration
 from ahconf.schema import HeadTrainConfig, PathsConfig, TrainJob
 from data_gen.manifest import CollectionManifest
 from decode.rules import Rule
@@ -62,21 +63,24 @@ def head_metadata(
     common: dict[str, Any],
     job: TrainJob,
     dev_metrics: dict[str, float],
-    calibration: list[dict[str, Any]],
-    threshold: float | None,
+    calibration: Calibration | None,
 ) -> dict[str, Any]:
-    """Everything ``decode.load_head`` validates plus the training recipe, dev metrics and calibrated ``h``."""
+    """Everything ``decode.load_head`` validates plus the training recipe, dev metrics and the ``h`` chosen on dev
+    (None: not chosen, ``head.calibrate=false``) with its sweep."""
     return {
         **common,
         "train_config": {"head": asdict(job.head), "loss": asdict(job.loss), "optim": asdict(job.optim)},
         "probability": f"acceptance: the weighted loss's prior shift log(w_rej / w_acc) = "
                        f"{prior_shift(job.loss.w_acc, job.loss.w_rej):.4f} is folded into the output bias",
         "dev_metrics": dev_metrics,
-        "threshold": threshold,
+        "threshold": None if calibration is None else calibration.threshold,
         "k_min": job.head.k_min,
         "k_max": job.head.k_max,
-        "calibration": {"cost": asdict(job.cost), "table": calibration,
-                        "prompts": job.head.calibration_prompts, "max_new_tokens": job.head.calibration_tokens},
+        "calibration": None if calibration is None else {
+            "cost": asdict(job.cost), "table": [row.to_dict() for row in calibration.rows],
+            "prompts": calibration.prompts["count"], "max_new_tokens": calibration.max_new_tokens,
+            "prompt_set": calibration.prompts,
+        },
     }
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from accept_heads.threshold import Calibration
+
 
 @dataclass(frozen=True)
 class HeadOutcome:
-    """An exported SpecDec++ head: where it and its checkpoints are, its dev metrics and its calibrated threshold.
+    """An exported SpecDec++ head: where it and its checkpoints are, its dev metrics and its threshold ``h``.
 
     ``dev_metrics``: metric name → value, None where undefined (an AUROC with one outcome class);
-    ``calibration``: the threshold sweep's rows (``threshold``, counts, modelled ``throughput``).
+    ``calibration``: the choice of ``h`` on dev and its sweep (None: ``head.calibrate=false``).
     """
 
     name: str
@@ -21,8 +23,7 @@ class HeadOutcome:
     depth: int
     rule: dict[str, Any]
     dev_metrics: dict[str, float | None]
-    threshold: float | None
-    calibration: list[dict[str, Any]]
+    calibration: Calibration | None
     global_step: int
     best_checkpoint: str | None
 

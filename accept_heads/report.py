@@ -38,17 +38,20 @@ def print_head_summary(result: HeadOutcome) -> None:
     table.add_row("dev ECE", _fmt(dev.get("val/ece")))
     table.add_row("dev mean pred / label", f"{_fmt(dev.get('val/mean_pred'), 3)} / {_fmt(dev.get('val/mean_label'), 3)}")
     table.add_row("dev weighted BCE", _fmt(dev.get("val/weighted_bce")))
-    table.add_row("calibrated h", _fmt(result.threshold, 2))
+    calibration = result.calibration
+    table.add_row("h (chosen on dev)", "— (head.calibrate=false)" if calibration is None else
+                  f"{calibration.threshold:.2f} ({calibration.prompts['count']} dev prompts × "
+                  f"{calibration.max_new_tokens} tokens)")
     console = Console()
     console.print(table)
-    if result.calibration:
+    if calibration is not None:
         sweep = Table(title="threshold sweep (modelled throughput = tokens / (t_d·N_d + t_c·N_c + t_t·N_t))")
         for column in ("h", "tokens", "draft calls", "target calls", "discarded", "tokens / modelled s"):
             sweep.add_column(column, justify="right")
-        for row in result.calibration:
-            mark = " *" if row["threshold"] == result.threshold else ""
-            sweep.add_row(f"{row['threshold']:.2f}{mark}", str(row["generated"]), str(row["draft_calls"]),
-                          str(row["target_calls"]), str(row["discarded"]), f"{row['throughput']:.2f}")
+        for row in calibration.rows:
+            mark = " *" if row.threshold == calibration.threshold else ""
+            sweep.add_row(f"{row.threshold:.2f}{mark}", str(row.generated), str(row.draft_calls),
+                          str(row.target_calls), str(row.discarded), f"{row.throughput:.2f}")
         console.print(sweep)
 
 

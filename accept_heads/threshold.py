@@ -1,30 +1,43 @@
-"""The head's stop threshold ``h``: decode dev prompts with ``policies.Head`` for each ``h``, keep the fastest.
+"""The head's stop threshold ``h``: chosen once, after training, on the evaluation's dev prompts (DESIGN §5).
 
-Speed is the cost model of DESIGN §5 (:class:`decode.costs.CostModel`, companion calls at ``t_c``):
-modelled throughput = generated tokens / modelled time, summed over the prompts. Every threshold decodes the
-same prompts with the same seeds (each prompt's :func:`data_gen.seeding.prompt_seed`, as in the evaluation:
-common random numbers), so the comparison is paired; :func:`accept_heads.selection.best_value` picks. The
-prompts decode as one batch (:meth:`decode.SpeculativeDecoder.generate_batch`: each row decides as alone).
+The head decodes the dev set every other choice is made on (``evaluate.prompts.dev`` prompts of the configured
+source, ``evaluate.max_new_tokens`` each: :func:`accept_heads.evaluation.inputs.load_split`) at each ``h`` of
+``head.thresholds``, as the evaluation's own runs (:class:`accept_heads.evaluation.runs.DecoderRunner`: the configured
+models and dtypes, each prompt's seed, the evaluation's batching and torch threads), and the ``h`` with the highest
+modelled throughput at ``cost.*`` wins (:func:`accept_heads.selection.best_value`, ties to the smaller). Training
+records it in the head; the evaluation, :class:`decode.policies.Head` and the ``generate`` door decode at it, so the
+evaluation's dev rows of the head are these runs again.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from transformers import PreTrainedModel
+import torch
 
+from accept_heads.evaluation.costs import configured_model, one_call_seconds
+from accept_heads.evaluation.executor import alone_prompts, place
+from accept_heads.evaluation.inputs import Artifacts, PromptSet, load_split
+from accept_heads.evaluation.runs import DecoderRunner, RunSpec
+from accept_heads.evaluation.table import costed
 from accept_heads.selection import best_value
-from decode import SpeculativeDecoder, policies
+from ahconf.rules import rule_parameter
+from ahconf.schema import RulesConfig, TrainJob
+from data_gen.models import load_trio
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
+from decode.policy_specs import HeadSpec
 from decode.rules import Rule
 from decode.sampling import Sampling
-from decode.stats import DecodeStats
+
+#: The name the head goes by in its calibration runs.
+NAME = "head"
 
 
-@dataclass
+@dataclass(frozen=True)
 class SweepRow:
-    """Totals of one threshold over the calibration prompts."""
+    """Totals of one threshold over the dev prompts."""
 
     threshold: float
     generated: int
@@ -38,50 +51,59 @@ class SweepRow:
         return asdict(self)
 
 
-def sweep_thresholds(
-    target: PreTrainedModel,
-    draft: PreTrainedModel,
-    head: AcceptanceHead,
-    *,
-    rule: Rule,
-    sampling: Sampling,
-    prompts: list[list[int]],
-    seeds: list[int],
-    thresholds: list[float],
-    k_min: int,
-    k_max: int,
-    max_new_tokens: int,
-    cost: CostModel,
-    companion: PreTrainedModel | None = None,
-) -> list[SweepRow]:
-    """Decode every prompt (with its seed) once per threshold; one :class:`SweepRow` per threshold."""
-    if len(seeds) != len(prompts):
-        raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds")
+@dataclass(frozen=True)
+class Calibration:
+    """The choice of ``h``: one row per threshold of the grid, the chosen one, and the dev prompts decoded."""
+
+    rows: list[SweepRow]
+    threshold: float
+    prompts: dict[str, Any]  # PromptSet.describe(): source, split, count and prompt ids
+    max_new_tokens: int
+
+
+def sweep_thresholds(runner: DecoderRunner, rule: Rule, rules: RulesConfig, dev: PromptSet,
+                     thresholds: list[float], cost: CostModel) -> list[SweepRow]:
+    """Decode ``dev`` with head :data:`NAME` of ``runner`` at each threshold; one :class:`SweepRow` per threshold."""
     rows = []
     for threshold in thresholds:
-        policy = policies.Head(head, threshold=threshold, k_min=k_min, k_max=k_max)
-        use_companion = companion if head.config.companion_features else None
-        decoder = SpeculativeDecoder(target, draft, rule=rule, policy=policy, companion=use_companion, sampling=sampling)
-        totals = DecodeStats()
-        for stats in decoder.generate(prompts, max_new_tokens=max_new_tokens, seed=seeds).stats:
-            for name in ("generated", "draft_calls", "target_calls", "companion_calls", "rejected", "unverified"):
-                setattr(totals, name, getattr(totals, name) + getattr(stats, name))
-            totals.verified_per_round.extend(stats.verified_per_round)
-        time = cost.time(totals)
-        rows.append(
-            SweepRow(
-                threshold=threshold,
-                generated=totals.generated,
-                draft_calls=totals.draft_calls,
-                target_calls=totals.target_calls,
-                discarded=totals.discarded,
-                modelled_time=time,
-                throughput=totals.generated / time if time > 0 else 0.0,
-            )
-        )
+        spec = RunSpec(set=dev.name, rule=rule.name, policy=HeadSpec(NAME, threshold),
+                       rule_param=rule_parameter(rule.name, rules))
+        run = costed(runner.run(spec, dev, with_quality=False), cost).iloc[0]
+        throughput = float(run["throughput_cost"])
+        rows.append(SweepRow(threshold=threshold, generated=int(run["generated"]), draft_calls=int(run["draft_calls"]),
+                             target_calls=int(run["target_calls"]), discarded=int(run["discarded"]),
+                             modelled_time=run["generated"] / throughput if throughput > 0 else 0.0,
+                             throughput=throughput))
     return rows
 
 
 def best_threshold(rows: list[SweepRow]) -> float:
     """The threshold with the highest modelled throughput (the lowest threshold on ties)."""
     return best_value([row.threshold for row in rows], [row.throughput for row in rows])
+
+
+def choose_threshold(job: TrainJob, head: AcceptanceHead, rule: Rule, sampling: Sampling) -> Calibration:
+    """``h`` for a trained ``head`` (predicting acceptance probabilities: prior shift folded) of ``rule`` under
+    ``sampling``, on the evaluation's dev prompts with the models as the evaluation loads them."""
+    e = job.evaluate
+    trio = load_trio(job.models, job.paths.zoo_dir, with_companion=head.config.companion_features)
+    place(trio)
+    context = trio.target.config.max_position_embeddings
+    dev = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "dev", e.prompts["dev"])
+    ratio = None
+    if head.config.companion_features and trio.companion is not None and job.cost.t_companion is None:
+        prompt = dev.prompts[0].token_ids
+        ratio = (one_call_seconds(trio.companion, prompt, e.latency_repeats)
+                 / one_call_seconds(trio.draft, prompt, e.latency_repeats))
+    cost = configured_model(job.cost, ratio)
+    runner = DecoderRunner(trio, sampling, job.rules, Artifacts(heads={NAME: head.to(trio.draft.device)}),
+                           e.max_new_tokens, job.seed, job.head.k_min, job.head.k_max, batch_size=e.batch_size,
+                           timed_prompts=alone_prompts(e, len(dev.prompts)))
+    threads = torch.get_num_threads()
+    if e.threads is not None:
+        torch.set_num_threads(e.threads)
+    try:
+        rows = sweep_thresholds(runner, rule, job.rules, dev, [float(h) for h in job.head.thresholds], cost)
+    finally:
+        torch.set_num_threads(threads)
+    return Calibration(rows, best_threshold(rows), dev.describe(), e.max_new_tokens)

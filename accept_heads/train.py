@@ -1,8 +1,9 @@
 """``python -m accept_heads.train [+exp=NAME] [overrides]``: train acceptance heads / SV profiles.
 
 ``head=specdecpp`` (default): a SpecDec++ head on the frozen draft (:mod:`accept_heads.module`),
-trained on the collected data with token mixing, checkpointed (head weights only), calibrated
-(stop threshold ``h``) and exported to ``<head_dir>/head.safetensors``. ``head=sv_profile``: an
+trained on the collected data with token mixing, checkpointed (head weights only), its stop threshold
+``h`` chosen on the evaluation's dev prompts (:mod:`accept_heads.threshold`) and exported to
+``<head_dir>/head.safetensors``. ``head=sv_profile``: an
 SV binning profile with a latency table, exported to ``<head_dir>/profile.safetensors``.
 ``ckpt_path=last`` resumes from the job's ``last.ckpt``. In a multirun (``-m``) every job writes
 under its own ``<head_dir>/<job>`` (see :func:`job_name`).
@@ -30,13 +31,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accept_heads.data import (
     AcceptanceDataModule,
-    PositionTable,
     check_rule_in_manifest,
     load_positions,
     loss_everywhere,
     training_rule,
 )
-from accept_heads.evaluation.costs import configured_model, one_call_seconds
 from accept_heads.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
 from accept_heads.features import DraftFeatures
 from accept_heads.loggers import make_logger
@@ -53,13 +52,12 @@ from accept_heads.profile_fit import (
     verification_latency,
 )
 from accept_heads.report import print_head_summary, print_profile_summary
-from accept_heads.threshold import best_threshold, sweep_thresholds
+from accept_heads.threshold import choose_threshold
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import ConfigError, HeadTrainConfig, LoggerConfig, ModelSpec, TrainerConfig, TrainJob
 from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.models import resolve_model_id
 from data_gen.prompts import check_prompt_choices
-from data_gen.seeding import prompt_seed
 from decode.artifacts.export import load_head, load_profile, save_head, save_profile
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.head import PRE_FEATURES, AcceptanceHead, HeadConfig
@@ -167,33 +165,6 @@ def load_head_weights(head: AcceptanceHead, checkpoint: str) -> None:
     head.load_state_dict({k.removeprefix("head."): v for k, v in state.items() if k.startswith("head.")})
 
 
-def choose_threshold(job: TrainJob, ctx: DataContext, draft: PreTrainedModel, head: AcceptanceHead,
-                     device: torch.device, dev: PositionTable) -> tuple[list[dict[str, Any]], float | None]:
-    """Stop-threshold sweep on the first ``head.calibration_prompts`` dev prompts (empty when 0)."""
-    if job.head.calibration_prompts == 0:
-        return [], None
-    target, _ = load_model(job.models.target, job.paths.zoo_dir)
-    companion = None
-    if head.config.companion_features:
-        companion, _ = load_model(job.models.companion, job.paths.zoo_dir)
-    for model in (target, companion):
-        if model is not None and getattr(model, "hf_device_map", None) is None:
-            model.to(device)
-    count = job.head.calibration_prompts
-    prompts = [p.tolist() for p in dev.prompts[:count]]
-    seeds = [prompt_seed(job.seed, key) for key in dev.prompt_keys[:count]]
-    ratio = None
-    if companion is not None and job.cost.t_companion is None:
-        ratio = one_call_seconds(companion, prompts[0], repeats=5) / one_call_seconds(draft, prompts[0], repeats=5)
-    rows = sweep_thresholds(
-        target, draft, head.to(draft.device), rule=ctx.rule, sampling=ctx.sampling,
-        prompts=prompts, seeds=seeds, thresholds=list(job.head.thresholds),
-        k_min=job.head.k_min, k_max=job.head.k_max, max_new_tokens=job.head.calibration_tokens,
-        cost=configured_model(job.cost, ratio), companion=companion,
-    )
-    return [row.to_dict() for row in rows], best_threshold(rows)
-
-
 @dataclass
 class HeadRun:
     """Everything a head training job builds before fitting."""
@@ -235,7 +206,7 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
     """Train a SpecDec++ head, choose its threshold ``h`` on dev and export it; returns paths, dev metrics and ``h``
     (rank 0)."""
     run = prepare_head_run(job)
-    ctx, draft, head, encoder, datamodule, module = run.ctx, run.draft, run.head, run.encoder, run.datamodule, run.module
+    ctx, draft, head, datamodule, module = run.ctx, run.draft, run.head, run.datamodule, run.module
     out_dir = work_dir(job.paths, job.head)
     checkpoint_dir = out_dir / "checkpoints"
     best = ModelCheckpoint(dirpath=checkpoint_dir, filename="step_{step:06d}", auto_insert_metric_name=False,
@@ -253,21 +224,18 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
     dev_metrics = {k: None if math.isnan(float(v)) else float(v) for k, v in validated.items()}  # None: undefined
     if not trainer.is_global_zero:
         return None
-    device = trainer.strategy.root_device
-    encoder.to(device)
     head.eval()
     fold_prior_shift(head, job.loss)  # from here on the head predicts acceptance probabilities
-    calibration, threshold = choose_threshold(job, ctx, draft, head, device, datamodule.table("dev"))
+    calibration = choose_threshold(job, head, ctx.rule, ctx.sampling) if job.head.calibrate else None
     common = common_metadata(job, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
     path = artifact_dir(job.paths, job.head) / "head.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_head(head.cpu(), path, head_metadata(common, job, dev_metrics, calibration, threshold))
+    save_head(head.cpu(), path, head_metadata(common, job, dev_metrics, calibration))
     load_head(path, draft=draft, tokenizer=run.tokenizer, sampling=ctx.sampling, rule=ctx.rule)
     result = HeadOutcome(
         name=job.head.name or job.exp_name, head_path=str(path), checkpoint_dir=str(checkpoint_dir),
         timing=head.config.timing, depth=head.config.depth, rule=ctx.rule.spec(), dev_metrics=dev_metrics,
-        threshold=threshold, calibration=calibration, global_step=trainer.global_step,
-        best_checkpoint=best.best_model_path or None,
+        calibration=calibration, global_step=trainer.global_step, best_checkpoint=best.best_model_path or None,
     )
     print_head_summary(result)
     return result

@@ -185,9 +185,9 @@ class HeadTrainConfig:
     use_companion: bool = False  # add the companion indicators X, Y as features
     rule: str = "speculative"  # which label column to train on (fuzzy T and divergence, ensemble kind: rules.*)
     mixing_r: float = 0.15  # probability of keeping the target token in token mixing (pre: 1 = true prefix)
-    thresholds: List[float] = field(
-        default_factory=lambda: [0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99]
-    )
+    # the stop thresholds h the head's h is chosen from on dev after training (accept_heads.threshold) and that the
+    # evaluation decodes it and the perfect predictor at on dev
+    thresholds: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
     k_min: int = 1
     k_max: int = 20
     x_bins: int = 20  # SV profile bins on X
@@ -197,8 +197,9 @@ class HeadTrainConfig:
     latency_repeats: int = 5  # SV latency profile: median of this many timed verifications per L
     # SV profile: batch sizes of the t_t(B, T) table measured with it (batched SV's joint lengths; empty = none)
     latency_batches: List[int] = field(default_factory=lambda: [1, 8, 32])
-    calibration_prompts: int = 8  # threshold sweep: this many dev prompts ...
-    calibration_tokens: int = 64  # ... decoded for this many new tokens each (0 prompts = no sweep)
+    # choose h after training on the evaluation's dev prompts (evaluate.prompts.dev x evaluate.max_new_tokens) and
+    # record it in the head; false: none recorded (the evaluation then chooses one on dev)
+    calibrate: bool = True
     name: Optional[str] = None  # artifact subdirectory under paths.head_dir (multirun: set per job); null = head_dir
 
     def __post_init__(self) -> None:
@@ -214,12 +215,10 @@ class HeadTrainConfig:
                               "head.mixing_r=1 leaves none: use r < 1 (paper: 0.15)")
         if not 1 <= self.k_min <= self.k_max:
             raise ConfigError("need 1 <= head.k_min <= head.k_max")
-        if any(not 0 < h < 1 for h in self.thresholds):
-            raise ConfigError("head.thresholds must lie in (0, 1)")
+        if not self.thresholds or any(not 0 < h < 1 for h in self.thresholds):
+            raise ConfigError("head.thresholds needs at least one h, each in (0, 1)")
         if min(self.x_bins, self.y_bins, self.a_bins, self.latency_repeats, *self.latency_batches) < 1:
             raise ConfigError("head.x_bins, y_bins, a_bins, latency_repeats and latency_batches must be >= 1")
-        if self.calibration_prompts < 0 or self.calibration_tokens < 1:
-            raise ConfigError("need head.calibration_prompts >= 0 and head.calibration_tokens >= 1")
 
 
 @dataclass
@@ -325,8 +324,9 @@ class EvaluateConfig:
     max_new_tokens: int = 96
     fixed_k: List[int] = field(default_factory=lambda: list(range(1, 11)))
     confidence_taus: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
-    # head stop thresholds h swept on dev (null = head.thresholds); the goodput head needs none
-    thresholds: Optional[List[float]] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
+    # null: each head decodes at the h it records (chosen on dev after training), over head.thresholds on dev;
+    # a list: h is chosen here on dev over it instead, for every head and the perfect predictor
+    thresholds: Optional[List[float]] = None
     # dev grid of any tuned policy kind by its name (decode.policy_specs.POLICY_SPECS), over the field above or the
     # grid its spec declares, e.g. {confidence: [0.2, 0.4]}
     grids: Dict[str, List[float]] = field(default_factory=dict)
@@ -389,6 +389,9 @@ class EvaluateConfig:
             raise ConfigError("evaluate.fixed_k needs at least one K; every K, hf_k and se_gammas value must be >= 1")
         if any(not 0 <= t <= 1 for t in self.confidence_taus) or any(not 0 < h < 1 for h in self.thresholds or []):
             raise ConfigError("evaluate.confidence_taus must lie in [0, 1] and evaluate.thresholds in (0, 1)")
+        if self.thresholds == []:
+            raise ConfigError("evaluate.thresholds=[] chooses from nothing: give the h to choose from, or null for "
+                              "each head's recorded h")
         if self.calibration_rows < 0 or any(t < 0 for t in self.fuzzy_thresholds):
             raise ConfigError("evaluate.calibration_rows and evaluate.fuzzy_thresholds must be >= 0")
         if self.latency_lengths < 1 or self.latency_repeats < 1:
@@ -449,9 +452,11 @@ class RegenerateJob:
 
 @dataclass(frozen=True)
 class TrainJob:
-    """What ``python -m accept_heads.train`` reads: the data's models and rule, the head and its training recipe."""
+    """What ``python -m accept_heads.train`` reads: the data's models and rule, the head and its training recipe
+    (``prompts``, ``evaluate``: the dev prompts its ``h`` is chosen on, as the evaluation decodes them)."""
 
     models: ModelsConfig
+    prompts: PromptsConfig
     sampling: SamplingConfig
     rules: RulesConfig
     head: HeadTrainConfig
@@ -460,6 +465,7 @@ class TrainJob:
     trainer: TrainerConfig
     logger: LoggerConfig
     cost: CostConfig
+    evaluate: EvaluateConfig
     paths: PathsConfig
     seed: int
     exp_name: str
@@ -468,7 +474,8 @@ class TrainJob:
 
 @dataclass(frozen=True)
 class EvaluateJob:
-    """What ``python -m accept_heads.evaluate`` reads (``head``: the K range and mixing ``r`` heads default to)."""
+    """What ``python -m accept_heads.evaluate`` reads (``head``: the K range and mixing ``r`` heads default to, and
+    the ``h`` grid)."""
 
     models: ModelsConfig
     prompts: PromptsConfig
@@ -483,8 +490,10 @@ class EvaluateJob:
 
     @property
     def thresholds(self) -> list[float]:
-        """The head stop thresholds ``h`` swept on dev: ``evaluate.thresholds``, else ``head.thresholds``."""
-        return [float(h) for h in self.evaluate.thresholds or self.head.thresholds]
+        """The stop thresholds ``h`` decoded on dev: ``evaluate.thresholds`` (an override: ``h`` is then chosen here),
+        else ``head.thresholds`` (the grid each head's recorded ``h`` was chosen from)."""
+        grid = self.evaluate.thresholds if self.evaluate.thresholds is not None else self.head.thresholds
+        return [float(h) for h in grid]
 
 
 @dataclass
@@ -523,8 +532,9 @@ class Config:
 
     def train_job(self) -> TrainJob:
         """The groups ``accept_heads.train`` reads."""
-        return TrainJob(self.models, self.sampling, self.rules, self.head, self.loss, self.optim, self.trainer,
-                        self.logger, self.cost, self.paths, self.seed, self.exp_name, self.ckpt_path)
+        return TrainJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.loss, self.optim,
+                        self.trainer, self.logger, self.cost, self.evaluate, self.paths, self.seed, self.exp_name,
+                        self.ckpt_path)
 
     def evaluate_job(self) -> EvaluateJob:
         """The groups ``accept_heads.evaluate`` reads."""

@@ -2,7 +2,7 @@
 
     python -m benchmarks.decoding [--target PATH --draft PATH | --random-init {tiny,1b}] [--k 5]
                            [--prompts N] [--max-new-tokens 128] [--dtype bfloat16] [--breakdown]
-                           [--batch-sizes 1 8 32 [--layouts compact holes] [--head PATH --threshold H]
+                           [--batch-sizes 1 8 32 [--layouts compact holes] [--head PATH [--threshold H]]
                                                  [--goodput [--k-grid 1 2 4 8] [--profile PATH]]]
 
 Without ``--target/--draft`` the built-in model zoo is loaded from its cache directory
@@ -363,7 +363,8 @@ def run_batched(
     policies: list[tuple[str, Policy]] = [(f"Fixed({args.k})", Fixed(args.k))]
     if args.head:
         head = load_head(args.head, draft=draft, sampling=Sampling(), rule=Speculative())
-        policies.append((f"Head(h={args.threshold})", Head(head, threshold=args.threshold)))
+        at_h = Head(head, threshold=args.threshold)
+        policies.append((f"Head(h={at_h.threshold})", at_h))
     methods: list[tuple[str, BatchRun]] = [("target alone (HF generate)", hf_batch(target, budget, eos))]
     for label, policy in policies:
         decoder = SpeculativeDecoder(target, draft, rule=Speculative(), policy=policy, sampling=Sampling(),
@@ -425,7 +426,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="KV-cache layouts of the batched decoder to time (default: holes)")
     parser.add_argument("--head", help="a trained head file / directory (speculative rule): also time Head(threshold), "
                         "batched with --batch-sizes, else at batch 1 beside Fixed(K) (and in --breakdown)")
-    parser.add_argument("--threshold", type=float, default=0.5, help="the head's stop threshold (default 0.5)")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="the head's stop threshold h (default: the h the head records, chosen on dev)")
     parser.add_argument(
         "--goodput", action="store_true",
         help="with --batch-sizes: measure the batch costs on this device and compare the modelled goodput of "
@@ -535,13 +537,13 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
     ]
     if args.head:
         head = load_head(args.head, draft=draft, sampling=Sampling(), rule=rule)
-        with_head = SpeculativeDecoder(target, draft, rule=rule, policy=Head(head, threshold=args.threshold),
-                                       sampling=Sampling(), eos_token_id=eos)
+        at_h = Head(head, threshold=args.threshold)
+        with_head = SpeculativeDecoder(target, draft, rule=rule, policy=at_h, sampling=Sampling(), eos_token_id=eos)
 
         def ours_with_head(prompt: torch.Tensor, seed: int) -> torch.Tensor:
             return with_head.generate(prompt, max_new_tokens=budget, seed=seed).sequences
 
-        methods.append((f"decode Head(h={args.threshold})", ours_with_head, rule, head))
+        methods.append((f"decode Head(h={at_h.threshold})", ours_with_head, rule, head))
     results = measure([(name, run) for name, run, _, _ in methods], prompts, target, draft)
     print(f"{described} device={device} prompts={len(prompts)} max_new_tokens={budget} K={args.k}")
     print(f"{'method':<28} {'tokens/s':>10} {'vs target':>8} {'tgt/token':>10} {'drf/token':>10} {'tokens':>8} "

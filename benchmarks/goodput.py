@@ -122,7 +122,8 @@ def run_goodput(args: argparse.Namespace, target: PreTrainedModel, draft: PreTra
     head = load_head(args.head, draft=draft, sampling=Sampling(), rule=Speculative()) if args.head else None
     policies: list[tuple[str, Policy]] = [(f"Fixed({k})", Fixed(k)) for k in args.k_grid]
     if head is not None:
-        policies += [(f"Head(h={args.threshold})", Head(head, threshold=args.threshold)),
+        at_h = Head(head, threshold=args.threshold)
+        policies += [(f"Head(h={at_h.threshold})", at_h),
                      ("GoodputHead (batch costs)", GoodputHead(head, costs.batch_one(), batch_costs=costs))]
     if profile is not None:
         policies.append((f"SV(k={sv_k}, batch costs)", SV(profile, k=sv_k, batch_latency=costs.verify_time)))

@@ -20,6 +20,7 @@ from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.draft_round import Decision, DraftRound
 from decode.head import AcceptanceHead, head_features
+from decode.metadata import ArtifactMetadata
 from decode.profile import BatchLatency, SVProfile, companion_indicators, joint_goodput_lengths
 from decode.rules import Rule
 from decode.stop_rules import Goodput, StopRule, Threshold, batch_drafting_pays, batch_opening_pays
@@ -324,11 +325,23 @@ class StopPolicy(Policy):
 
 
 class Head(StopPolicy):
-    """SpecDec++ threshold rule on a trained head: keep drafting while ``1 − Π_{j≤i} P̂_j ≤ threshold``."""
+    """SpecDec++ threshold rule on a trained head: keep drafting while ``1 − Π_{j≤i} P̂_j ≤ threshold``.
+
+    Left out, ``threshold`` and the K range are the ones the head records (``h`` chosen on dev after training,
+    DESIGN §5; the range 1..20 where none is recorded)."""
 
 
-    def __init__(self, head: AcceptanceHead, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
-        super().__init__(HeadEstimate(head), Threshold(threshold, k_min, k_max))
+    def __init__(self, head: AcceptanceHead, threshold: float | None = None, k_min: int | None = None,
+                 k_max: int | None = None) -> None:
+        recorded = ArtifactMetadata.of(head)
+        if threshold is None:
+            if recorded.threshold is None:
+                raise ValueError("this head records no stop threshold h (trained with head.calibrate=false): pass "
+                                 "Head(head, threshold=h)")
+            threshold = recorded.threshold
+        low, high = recorded.k_range(1, 20)
+        super().__init__(HeadEstimate(head), Threshold(threshold, low if k_min is None else k_min,
+                                                       high if k_max is None else k_max))
 
     @property
     def head(self) -> AcceptanceHead:

@@ -13,8 +13,11 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from accept_heads.evaluation.inputs import Artifacts
+from accept_heads.evaluation.plan import sweep
 from ahconf.entry import CONF_DIR, to_config
 from ahconf.schema import Config, ConfigError
+from decode import AcceptanceHead, HeadConfig, rules
 
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "exp").glob("*.yaml"))
 
@@ -68,6 +71,23 @@ def test_default_is_the_embedded_tiny_trio():
     assert config.evaluate.prompts == {"dev": 40, "test": 80, "ood": 40} and config.evaluate.max_new_tokens == 96
 
 
+@pytest.mark.parametrize("exp, grid", [("tiny", [0.3, 0.5, 0.7, 0.85, 0.95]), ("smollm2", [0.5, 0.7, 0.85]),
+                                       ("llama70b", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])])
+def test_an_experiments_thresholds_are_what_the_evaluation_sweeps_unless_overridden(exp, grid):
+    """``head.thresholds`` is the one ``h`` grid: training chooses from it and the evaluation decodes the heads and the
+    perfect predictor at it on dev; ``evaluate.thresholds`` overrides it for the evaluation alone."""
+    head = AcceptanceHead(HeadConfig(hidden_size=8))
+    head.metadata = {"rule": rules.Speculative().spec(), "threshold": grid[0]}
+
+    def swept(*overrides: str) -> dict[str, list[float]]:
+        job = to_config(_compose(f"+exp={exp}", "dry_run=true", *overrides)).evaluate_job()
+        specs = sweep(job, Artifacts(heads={"pre": head}), "dev", "speculative")
+        return {kind: [s.param for s in specs if s.family == kind] for kind in ("head", "perfect")}
+
+    assert swept() == {"head": grid, "perfect": grid}
+    assert swept("evaluate.thresholds=[0.45]") == {"head": [0.45], "perfect": [0.45]}
+
+
 def test_typo_in_key_fails_at_compose_time_naming_the_key():
     with pytest.raises(ConfigCompositionException) as excinfo:
         _compose("+exp=tiny", "trainer.max_stepz=1")
@@ -89,7 +109,8 @@ def test_typo_in_a_yaml_group_file_fails(tmp_path):
     "override, key",
     [("head.timing=middle", "head.timing"), ("rules.names=[exact]", "rules.names"), ("sampling.temperature=-1", "temperature"),
      ("head.timing=post", "head.mixing_r=1 leaves none"), ("evaluate.batch_rules=[exact]", "evaluate.batch_rules"),
-     ("evaluate.batch_sizes=[0,8]", "evaluate.batch_sizes")],  # the tiny recipe's r = 1 suits pre heads only
+     ("evaluate.batch_sizes=[0,8]", "evaluate.batch_sizes"), ("head.thresholds=[]", "head.thresholds"),
+     ("evaluate.thresholds=[]", "evaluate.thresholds")],  # the tiny recipe's r = 1 suits pre heads only
 )
 def test_invalid_values_fail_validation_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key):

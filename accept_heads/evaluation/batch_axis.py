@@ -7,7 +7,7 @@ batched generate is one record: generated tokens, its wall seconds (measured thr
 forwards priced at the batch costs measured on this device before decoding (modelled throughput,
 :meth:`decode.batch_costs.BatchCosts.modelled_seconds`; prompts left out). The fixed ``K`` is chosen
 per ``B`` on dev by modelled throughput; on test the target alone, that ``K``, the confidence τ and
-head thresholds h chosen on dev by the main evaluation, and the policies that need no threshold at
+head thresholds h of the main evaluation's dev choices, and the policies that need no threshold at
 any ``B`` (the goodput head and SV, both at the measured batch costs; SV drafting its profile's
 ``k_max`` and drafting that ``K``) are decoded.
 """

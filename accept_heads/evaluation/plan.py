@@ -26,7 +26,7 @@ from accept_heads.evaluation.specs import (
     run_policy,
 )
 from ahconf.rules import build_rule, rule_parameter
-from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
+from ahconf.schema import ConfigError, EvaluateConfig, EvaluateJob, RulesConfig
 from decode.metadata import ArtifactMetadata
 from decode.policy_specs import POLICY_SPECS, FixedSpec, HeuristicSpec, PolicySpec, SVSpec
 
@@ -87,6 +87,18 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
     items = [*artifacts.heads.items(), *artifacts.profiles.items()]
     recorded = [(name, ArtifactMetadata.of(a).rule) for name, a in items]
     return sorted(f"{name} ({rule})" for name, rule in recorded if rule not in specs)
+
+
+def check_recorded_thresholds(job: EvaluateJob, artifacts: Artifacts) -> None:
+    """Refuse a head whose recorded ``h`` the dev grid lacks (test and OOD decode each head at a grid point), unless
+    ``evaluate.thresholds`` has ``h`` chosen here instead."""
+    if job.evaluate.thresholds is not None:
+        return
+    for name, head in artifacts.heads.items():
+        h = ArtifactMetadata.of(head).threshold
+        if h is not None and h not in job.thresholds:
+            raise ConfigError(f"head[{name}] records h = {h:g}, which head.thresholds {job.thresholds} lacks: add it, "
+                              "or set evaluate.thresholds to choose h on dev here")
 
 
 def dev_grid(job: EvaluateJob, kind: type[PolicySpec]) -> list[float]:

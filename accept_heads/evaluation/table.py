@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from accept_heads.evaluation.plan import Choice, fsd_k
+from accept_heads.evaluation.runs import Record, frame
 from accept_heads.evaluation.specs import families, family_names, perfect_for
 from accept_heads.selection import best_value
 from ahconf.schema import rule_names
 from decode.costs import CostModel, LatencyShape
+from decode.policy_specs import HeadSpec
 
 #: Columns identifying a run (one table row each).
 KEYS = ["set", "role", "split", "rule", "rule_param", "family", "param", "artifact", "chosen_on", "policy", "source"]
@@ -59,6 +63,13 @@ def aggregate(generations: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def costed(records: Sequence[Record], cost: CostModel) -> pd.DataFrame:
+    """The runs of ``records`` with their modelled throughput under ``cost`` (column suffix ``_cost``)."""
+    table = aggregate(frame(records))
+    add_costs(table, "cost", cost)
+    return table
+
+
 def verification_units(table: pd.DataFrame, shape: LatencyShape) -> np.ndarray:
     """Each run's ``Σ_r shape(L_r)``: exact from ``rounds_by_length`` (our decoder); HF and SE runs record
     only their total ``verified`` and are charged ``N_t·shape(mean L)``."""
@@ -97,6 +108,33 @@ def select(table: pd.DataFrame, column: str, swept: str = "param") -> list[Choic
                               value=float(best[swept]), dev_throughput=float(best[column]), swept=swept,
                               **held_values))
     return choices
+
+
+def recorded_thresholds(table: pd.DataFrame, column: str, choices: list[Choice], recorded: Mapping[str, float | None],
+                        notes: dict[str, str]) -> list[Choice]:
+    """``choices`` with each head's ``h`` the one it records (``recorded``: head → ``h``, chosen on dev after
+    training, :mod:`accept_heads.threshold`) at its throughput ``column`` on the dev rows of ``table``. A head that
+    records none keeps the ``h`` chosen here; a note names it, and each head whose recorded ``h`` is not the best of
+    these rows."""
+    out = []
+    for c in choices:
+        if c.family != HeadSpec.kind:
+            out.append(c)
+            continue
+        h = recorded.get(str(c.artifact))
+        if h is None:
+            notes[f"h[{c.artifact}]"] = (f"head[{c.artifact}] records no h (trained with head.calibrate=false): "
+                                         f"h = {c.value:g} chosen on dev here")
+            out.append(c)
+            continue
+        if h != c.value:
+            notes[f"h[{c.artifact}]"] = (f"head[{c.artifact}] decodes at its recorded h = {h:g}, chosen on dev after "
+                                         f"training; on these dev rows h = {c.value:g} is faster (it was chosen on "
+                                         "other dev prompts or settings)")
+        rows = table[(table["role"] == "dev") & (table["rule"] == c.rule) & _matches(table["rule_param"], c.rule_param)
+                     & (table["family"] == c.family) & (table["artifact"] == c.artifact) & (table["param"] == h)]
+        out.append(replace(c, value=h, dev_throughput=float(rows[column].iloc[0])))
+    return out
 
 
 def select_threshold(table: pd.DataFrame, column: str, choices: list[Choice]) -> list[Choice]:

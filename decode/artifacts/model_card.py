@@ -191,7 +191,7 @@ def _stop_rule(doc: dict[str, Any]) -> list[str]:
     lines = ["### Stop rule", ""]
     if threshold is None:
         lines.append(f"Keep drafting while `1 − Π_j P̂_j ≤ h`, between {k_min} and {k_max} candidates. No threshold "
-                     "was calibrated for this head (no calibration prompts): choose `h` on your own prompts.")
+                     "was chosen for this head: choose `h` on your own prompts.")
         return lines
     calibration = doc.get("calibration") or {}
     lines.append(f"Keep drafting while `1 − Π_j P̂_j ≤ h` with **h = {_number(threshold)}**, between {k_min} "
@@ -239,9 +239,10 @@ def _how_to_load(name: str, doc: dict[str, Any], repo_id: str | None) -> list[st
         load = f'head = decode.load_head("{repo}"{filename}, draft=draft, tokenizer=tokenizer)'
         local = 'head = decode.load_head("path/to/this/folder", draft=draft, tokenizer=tokenizer)'
         threshold = doc.get("threshold")
-        policy = (f"policy = decode.policies.Head(head, threshold={0.5 if threshold is None else threshold!r}, "
-                  f"k_min={doc.get('k_min', 1)}, k_max={doc.get('k_max', 20)})"
-                  + ("  # h was not calibrated: choose it on your prompts" if threshold is None else ""))
+        policy = ("policy = decode.policies.Head(head, threshold=0.5)  # no h recorded: choose it on your prompts"
+                  if threshold is None else
+                  f"policy = decode.policies.Head(head)  # at the h = {threshold!r} it records, {doc.get('k_min', 1)} "
+                  f"to {doc.get('k_max', 20)} candidates")
         companion = ", companion=companion" if doc["head_config"].get("companion_features") else ""
     else:
         load = f'profile = decode.load_profile("{repo}"{filename}, tokenizer=tokenizer)'

@@ -49,8 +49,8 @@ from decode.loops.decoder import SpeculativeDecoder
 from decode.loops.emit import OnTokens
 from decode.loops.inputs import id_list
 from decode.metadata import ArtifactMetadata
-from decode.policies import Policy
-from decode.policy_specs import HeadSpec, PolicyInputs, SVSpec
+from decode.policies import Head, Policy
+from decode.policy_specs import PolicyInputs, SVSpec
 from decode.profile import SVProfile
 from decode.rules import Greedy, Rule, Speculative
 from decode.sampling import Sampling
@@ -105,14 +105,12 @@ def _rule(rule: Rule | None, head: AcceptanceHead | None, profile: SVProfile | N
 
 
 def _policy(policy: Policy | None, head: AcceptanceHead | None, profile: SVProfile | None) -> Policy | None:
-    """The given policy, else the artifact's stop as its spec builds it from the metadata (the head at its recorded
-    threshold, 0.5 where none was calibrated); None: the decoder's default."""
+    """The given policy, else the artifact's stop from its metadata (the head at the ``h`` and K range it records,
+    :class:`decode.policies.Head`; the profile as its spec builds it); None: the decoder's default."""
     if policy is not None:
         return policy
     if head is not None:
-        threshold = ArtifactMetadata.of(head).threshold
-        spec = HeadSpec("head", 0.5 if threshold is None else threshold)
-        return spec.build(PolicyInputs(heads={"head": head}))
+        return Head(head)
     if profile is not None:
         return SVSpec("profile").build(PolicyInputs(profiles={"profile": profile}))
     return None
@@ -181,7 +179,7 @@ def speculative_generate(
 ) -> Tensor | SpeculativeGenerateOutput:
     """The decoding loop ``generate(custom_generate=speculative_generate, draft_model=..., ...)`` runs (module doc).
 
-    ``head`` (a SpecDec++ threshold stop at its recorded threshold) or ``profile`` (SV, with
+    ``head`` (a SpecDec++ threshold stop at the ``h`` it records) or ``profile`` (SV, with
     ``companion_model``) or any ``policy``; ``rule`` defaults to the artifact's, else greedy under
     greedy decoding and speculative sampling otherwise.
     """

@@ -57,8 +57,8 @@ TRAIN_OVERRIDES = [
     "trainer.max_epochs=2",
     "trainer.log_every_n_steps=1",
     "head.thresholds=[0.5,0.9]",
-    "head.calibration_prompts=2",
-    "head.calibration_tokens=8",
+    "evaluate.prompts={dev: 2, test: 2, ood: 2}",  # h is chosen on 2 dev prompts x 8 tokens
+    "evaluate.max_new_tokens=8",
     "head.k_max=4",
 ]
 

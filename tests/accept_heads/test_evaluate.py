@@ -27,10 +27,11 @@ from accept_heads.evaluation.table import (
     add_costs,
     aggregate,
     bound_rows,
+    recorded_thresholds,
     select,
     verification_units,
 )
-from ahconf.schema import CostConfig
+from ahconf.schema import ConfigError, CostConfig
 from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
 from decode.artifacts.hub import load_tokenizer, tokenizer_hash
 from decode.costs import CostModel, LatencyShape
@@ -43,7 +44,7 @@ EVAL_OVERRIDES = [
     "evaluate.max_new_tokens=8",
     "evaluate.fixed_k=[1,3]",
     "evaluate.confidence_taus=[0.4]",
-    "evaluate.thresholds=[0.5,0.9]",
+    "head.thresholds=[0.5,0.9]",  # the heads record h = 0.5 (write_artifacts)
     "evaluate.fuzzy_thresholds=[0.1,0.6]",
     "evaluate.calibration_rows=2",
     "evaluate.latency_lengths=5",
@@ -350,6 +351,37 @@ def test_selection_uses_dev_rows_only():
     assert (choice.value, choice.chosen_on, choice.dev_throughput) == (2.0, "dev", 10.0)
 
 
+def test_a_head_keeps_the_h_it_records_and_one_that_records_none_is_chosen_on_dev():
+    rows = [{"set": "dev", "role": "dev", "rule": "speculative", "rule_param": np.nan, "family": family,
+             "artifact": artifact, "param": param, "throughput": throughput}
+            for family, artifact, param, throughput in [("head", "pre", 0.5, 10.0), ("head", "pre", 0.9, 12.0),
+                                                       ("head", "bare", 0.5, 9.0), ("head", "bare", 0.9, 11.0),
+                                                       ("fixed", None, 2.0, 8.0), ("fixed", None, 3.0, 7.0)]]
+    table, notes = pd.DataFrame(rows), {}
+    choices = recorded_thresholds(table, "throughput", select(table, "throughput"), {"pre": 0.5, "bare": None}, notes)
+    picked = {(c.family, c.artifact): (c.value, c.dev_throughput) for c in choices}
+    assert picked == {("head", "pre"): (0.5, 10.0), ("head", "bare"): (0.9, 11.0), ("fixed", None): (2.0, 8.0)}
+    assert "recorded h = 0.5" in notes["h[pre]"] and "h = 0.9 is faster" in notes["h[pre]"]
+    assert "records no h" in notes["h[bare]"]
+
+
+def test_an_explicit_evaluate_thresholds_chooses_h_on_dev_over_the_recorded_one(make_config, micro_trio, micro_root,
+                                                                               tmp_path):
+    """The heads record h = 0.5; a grid without it fails before decoding, unless evaluate.thresholds asks for h to be
+    chosen on dev over it."""
+    write_artifacts(tmp_path / "heads", micro_trio["draft"])
+    overrides = [*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
+                 f"paths.head_dir={tmp_path / 'heads'}", "evaluate.rules=[speculative]", "evaluate.hf_baselines=false",
+                 "evaluate.figures=false", "evaluate.calibration_rows=0", "evaluate.bounds=false"]
+    with pytest.raises(ConfigError, match=r"head\[post\] records h = 0.5, which head.thresholds \[0.6, 0.9\] lacks"):
+        evaluate(make_config(*overrides, "head.thresholds=[0.6,0.9]").evaluate_job())
+    results = evaluate(make_config(*overrides, "evaluate.thresholds=[0.6,0.9]").evaluate_job())
+    heads = [c for c in results.metadata["selection"] if c["family"] == "head"]
+    assert sorted(c["artifact"] for c in heads) == ["post", "pre"] and {c["value"] for c in heads} <= {0.6, 0.9}
+    test = results.table[(results.table["role"] == "test") & (results.table["family"] == "head")]
+    assert set(test["param"]) <= {0.6, 0.9} and not any(k.startswith("h[") for k in results.metadata["notes"])
+
+
 def test_fixed_k_grid_grows_past_an_edge_choice():
     choices = [Choice(rule="fuzzy", rule_param=0.3, family="fixed", artifact=None, value=10.0, dev_throughput=1.0),
                Choice(rule="greedy", rule_param=None, family="fixed", artifact=None, value=3.0, dev_throughput=1.0)]
@@ -394,6 +426,9 @@ def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
     for choice in results.metadata["selection"]:
         assert choice["chosen_on"] == "dev"
         rows = choice_rows(dev, choice)
+        if choice["family"] == "head":  # at the h it records, chosen on dev after training
+            assert choice["value"] == 0.5
+            rows = rows[rows["param"] == 0.5]
         assert rows["throughput_cost"].max() == pytest.approx(choice["dev_throughput"])
         marked = rows.loc[rows["chosen_on"] == "dev", choice["swept"]].tolist()
         if choice["swept"] == "param":

@@ -13,6 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from accept_heads.export import common_metadata, head_metadata
 from accept_heads.push_head import main
+from accept_heads.threshold import Calibration, SweepRow
 from data_gen.manifest import MANIFEST_VERSION, CollectionManifest
 from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, load_head, policies, rules, save_head
 from decode.artifacts.model_card import MARKER
@@ -47,9 +48,9 @@ def export_dir(tmp_path, make_config) -> Path:
     config = make_config()
     manifest = micro_manifest()
     common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
-    calibration = [{"threshold": 0.2, "generated": 64, "throughput": 30.0},
-                   {"threshold": 0.4, "generated": 64, "throughput": 33.5}]
-    meta = head_metadata(common, config.train_job(), {"val/binary_kl": 0.25, "val/auroc": 0.8}, calibration, 0.4)
+    rows = [SweepRow(0.2, 64, 40, 30, 6, 2.13, 30.0), SweepRow(0.4, 64, 48, 26, 10, 1.91, 33.5)]
+    calibration = Calibration(rows, 0.4, {"count": 2, "prompt_ids": ["a", "b"]}, 8)
+    meta = head_metadata(common, config.train_job(), {"val/binary_kl": 0.25, "val/auroc": 0.8}, calibration)
     directory = tmp_path / "export"
     directory.mkdir()
     save_head(AcceptanceHead(HeadConfig(hidden_size=8, depth=1)), directory / "head.safetensors", meta)
@@ -76,7 +77,8 @@ def test_card_from_training_metadata(export_dir):
     card = (export_dir / "README.md").read_text()
     assert 'base_model: "micro-org/draft"' in card and "- rule-greedy" in card
     assert "`greedy`" in card and "Sampling(temperature=0.0, top_k=None, top_p=None)" in card
-    assert "**h = 0.4**" in card and "c" * 64 in card and "| `val/auroc` | 0.8 |" in card
+    assert "**h = 0.4**" in card and "on 2 dev prompts (8 new tokens each)" in card
+    assert "c" * 64 in card and "| `val/auroc` | 0.8 |" in card
     assert '"lr"' in card  # the training recipe (train_config) is part of the card
 
 
@@ -149,7 +151,7 @@ def test_an_undefined_dev_auroc_reads_undefined_in_the_card(tmp_path, make_confi
     config = make_config()
     manifest = micro_manifest(splits={})
     common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
-    meta = head_metadata(common, config.train_job(), {"val/binary_kl": 0.0, "val/auroc": None}, [], None)
+    meta = head_metadata(common, config.train_job(), {"val/binary_kl": 0.0, "val/auroc": None}, None)
     save_head(AcceptanceHead(HeadConfig(hidden_size=8, depth=1)), tmp_path / "head.safetensors", meta)
     card = (tmp_path / "README.md").read_text()
     assert "| `val/auroc` | undefined (one class) |" in card and "| `val/auroc` | 0" not in card
@@ -185,7 +187,8 @@ def test_a_head_pushed_to_a_folder_decodes_through_generate(export_dir, tmp_path
     head = load_head(folder)
     doc = head.metadata
     assert doc["threshold"] == 0.4
-    policy = policies.Head(head, threshold=doc["threshold"], k_min=doc["k_min"], k_max=doc["k_max"])
+    policy = policies.Head(head)  # at the h and K range it records, as the generate door decodes it
+    assert (policy.threshold, policy.k_min, policy.k_max) == (0.4, doc["k_min"], doc["k_max"])
     expected = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policy, sampling=Sampling(temperature=0.0),
                                   eos_token_id=None).generate(ids, max_new_tokens=12).sequences
     assert torch.equal(got, expected)

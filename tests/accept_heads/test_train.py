@@ -1,9 +1,11 @@
-"""accept_heads.train end to end on micro models: export round trip, resume, feature cache, SV profile."""
+"""accept_heads.train end to end on micro models: export round trip, h chosen on dev, resume, feature cache, SV
+profile."""
 
 from __future__ import annotations
 
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +13,12 @@ import pytest
 import torch
 
 from accept_heads.data import SequenceDataset, collate_sequences, loss_everywhere, mix_batch
+from accept_heads.evaluate import evaluate
 from accept_heads.profile_fit import equal_frequency_edges
+from accept_heads.threshold import choose_threshold
 from accept_heads.train import load_head_weights, prepare_head_run, train
 from data_gen.shards import load_split
+from decode import Sampling, rules
 from decode.artifacts.export import load_head, load_profile
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 
@@ -29,12 +34,12 @@ def trained(make_config, train_overrides, tmp_path_factory):
 
 def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micro_trio):
     config, result = trained
-    assert result.threshold in (0.5, 0.9) and len(result.calibration) == 2
+    assert result.calibration.threshold in (0.5, 0.9) and len(result.calibration.rows) == 2
     assert result.dev_metrics["val/binary_kl_constant"] > 0
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
     meta = head.metadata
-    assert meta["threshold"] == result.threshold and meta["rule"] == {"name": "speculative", "params": {}}
+    assert meta["threshold"] == result.calibration.threshold and meta["rule"] == {"name": "speculative", "params": {}}
     assert meta["hidden_size"] == 32 and len(meta["training_data"]["manifest_sha256"]) == 64
     assert meta["dev_metrics"]["val/auroc"] == pytest.approx(result.dev_metrics["val/auroc"])
 
@@ -53,10 +58,37 @@ def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micr
     torch.testing.assert_close(torch.sigmoid(exported), torch.sigmoid(logits + math.log(3)), atol=1e-6, rtol=0)
 
 
+def test_h_is_chosen_on_the_evaluations_own_dev_runs(trained, tmp_path):
+    """Training's threshold sweep decodes what the evaluation decodes on dev for the head, at every h of the grid:
+    the same prompts, counts and modelled throughput, so the h it records is the one the evaluation's dev rows
+    favour; the evaluation decodes test and OOD at it."""
+    config, result = trained
+    grid = [0.01, 0.5, 0.9, 0.99]  # the recorded sweep's [0.5, 0.9] and two that decode differently
+    e = replace(config.evaluate, rules=["speculative"], fixed_k=[1], confidence_taus=[0.4], bounds=False,
+                hf_baselines=False, figures=False, calibration_rows=0, workers=1, latency_lengths=2,
+                latency_repeats=1, out_dir=str(tmp_path / "eval"))
+    config = replace(config, head=replace(config.head, thresholds=grid), evaluate=e)
+    results = evaluate(config.evaluate_job())
+    (dev_set,) = [s for s in results.metadata["sets"] if s["role"] == "dev"]
+    table = results.table
+    dev = table[(table["role"] == "dev") & (table["family"] == "head")].set_index("param")
+    columns = ["generated", "draft_calls", "target_calls", "discarded", "throughput_cost"]
+    swept = choose_threshold(config.train_job(), load_head(result.head_path), rules.Speculative(), Sampling())
+    for calibration in (result.calibration, swept):  # as training recorded it, and over the wider grid
+        assert calibration.prompts["prompt_ids"] == dev_set["prompt_ids"]
+        for row in calibration.rows:
+            counts = [row.generated, row.draft_calls, row.target_calls, row.discarded, row.throughput]
+            assert dev.loc[row.threshold, columns].tolist() == counts, row.threshold
+    assert [row.threshold for row in swept.rows] == grid and len({row.target_calls for row in swept.rows}) > 1
+    (choice,) = [c for c in results.metadata["selection"] if c["family"] == "head"]  # the recorded h, applied
+    assert choice["value"] == result.calibration.threshold
+    assert table.loc[(table["role"] != "dev") & (table["family"] == "head"), "param"].tolist() == [choice["value"]] * 2
+
+
 def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config, train_overrides, micro_trio, tmp_path):
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head.timing=post",
-                         "head.mixing_r=0.5", "trainer.max_epochs=1", "head.calibration_prompts=0")
+                         "head.mixing_r=0.5", "trainer.max_epochs=1", "head.calibrate=false")
     result = train(config.train_job())
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
@@ -94,7 +126,7 @@ def test_checkpoints_hold_only_the_head_and_load_with_weights_only(trained):
 def test_a_run_stopped_mid_epoch_resumes_from_last_ckpt(make_config, train_overrides, tmp_path):
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
     common = [*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
-              "trainer.checkpoint_every_n_steps=1", "head.calibration_prompts=0"]
+              "trainer.checkpoint_every_n_steps=1", "head.calibrate=false"]
     stopped = train(make_config(*common, "trainer.max_steps=3").train_job())  # 4 batches per epoch: stops mid-epoch
     assert stopped.global_step == 3
     last = Path(stopped.checkpoint_dir) / "last.ckpt"
@@ -108,7 +140,7 @@ def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_
     data_dir = tmp_path / "data"
     shutil.copytree(Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data", data_dir)
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
-                         "trainer.feature_cache=true", "trainer.max_epochs=1", "head.calibration_prompts=0")
+                         "trainer.feature_cache=true", "trainer.max_epochs=1", "head.calibrate=false")
     result = train(config.train_job())
     caches = list((data_dir / "feature_cache").glob("*/dev.safetensors"))
     assert len(caches) == 1 and result.dev_metrics["val/binary_kl"] > 0

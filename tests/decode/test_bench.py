@@ -72,7 +72,8 @@ def saved_pair(tmp_path, make_lm) -> list[str]:
     make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "target")
     make_lm(64, seed=32).save_pretrained(tmp_path / "draft")
     torch.manual_seed(0)
-    metadata = {"draft": "draft", "tokenizer_hash": "none", "rule": Speculative(), "sampling": Sampling()}
+    metadata = {"draft": "draft", "tokenizer_hash": "none", "rule": Speculative(), "sampling": Sampling(),
+                "threshold": 0.5}  # the h it records: the benchmarks' default
     save_head(AcceptanceHead(HeadConfig(16, depth=1, timing="post")), tmp_path / "head.safetensors", metadata)
     return ["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
             "--head", str(tmp_path / "head.safetensors"), "--device", "cpu", "--max-new-tokens", "6"]

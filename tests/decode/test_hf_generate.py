@@ -54,6 +54,20 @@ def test_greedy_through_generate_equals_our_decoder_for_one_prompt(wide):
     assert torch.equal(got, wide["target"].generate(WIDE_PROMPT, do_sample=False, max_new_tokens=24, pad_token_id=0))
 
 
+def test_a_head_given_alone_stops_at_the_h_and_k_range_it_records(wide):
+    head = random_head(wide, "post")
+    head.metadata = {"rule": rules.Greedy().spec(), "sampling": Sampling(temperature=0.0).to_dict(), "threshold": 0.66,
+                     "k_min": 1, "k_max": 6}
+
+    def calls(policy: policies.Policy) -> tuple[int, int]:
+        stats = ours(wide, policy).generate(WIDE_PROMPT, max_new_tokens=24).stats
+        return stats.target_calls, stats.draft_calls
+
+    (got,) = door(wide, WIDE_PROMPT, head=head, do_sample=False, max_new_tokens=24, return_dict_in_generate=True).stats
+    assert (got.target_calls, got.draft_calls) == calls(policies.Head(head, threshold=0.66, k_max=6))
+    assert calls(policies.Head(head, threshold=0.66, k_max=6)) != calls(policies.Head(head, threshold=0.05, k_max=20))
+
+
 def test_greedy_through_generate_equals_our_decoder_for_a_padded_batch(wide):
     ids = torch.tensor([[0, 0, 5, 17, 42], [9, 3, 33, 12, 70], [0, 0, 0, 61, 2]])
     mask = (torch.arange(5)[None, :] >= torch.tensor([2, 0, 3])[:, None]).long()
