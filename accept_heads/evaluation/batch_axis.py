@@ -25,7 +25,7 @@ from accept_heads.evaluation.plan import Choice, matching_artifacts
 from accept_heads.evaluation.runs import DecoderRunner, RunSpec
 from accept_heads.evaluation.specs import TargetAloneSpec
 from accept_heads.selection import best_value
-from ahconf.rules import rule_parameter
+from ahconf.rules import rule_value
 from ahconf.schema import EvaluateJob
 from data_gen.seeding import prompt_seed
 from decode.batch_costs import BatchCosts
@@ -63,7 +63,7 @@ def axis_rules(job: EvaluateJob, rules: list[str]) -> list[str]:
 def dev_fixed_runs(job: EvaluateJob, rules: list[str]) -> list[BatchRun]:
     """The fixed-K grid on dev at every batch size (the best K is chosen per ``B``)."""
     e = job.evaluate
-    return [BatchRun(RunSpec(set="dev", rule=rule, policy=FixedSpec(int(k)), rule_param=rule_parameter(rule, job.rules),
+    return [BatchRun(RunSpec(set="dev", rule=rule, policy=FixedSpec(int(k)), rule_param=rule_value(rule, job.rules),
                              chosen_on="grid"), batch)
             for batch in e.batch_sizes for rule in rules for k in e.fixed_k]
 
@@ -86,7 +86,7 @@ def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list
     for batch in job.evaluate.batch_sizes:
         for rule in rules:
             base = RunSpec(set=set_name, rule=rule, policy=TargetAloneSpec(),
-                           rule_param=rule_parameter(rule, job.rules))
+                           rule_param=rule_value(rule, job.rules))
             heads, profiles = matching_artifacts(artifacts, rule, base.rule_param, job.rules)
             k = int(best_k[(rule, batch)])
             specs = [base, replace(base, policy=FixedSpec(k), chosen_on="dev")]

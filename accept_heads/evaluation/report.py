@@ -13,6 +13,7 @@ from rich.table import Table
 
 from accept_heads.evaluation.plan import Choice, recorded_choices
 from accept_heads.evaluation.specs import families, perfect_for
+from decode.rules import RULES
 
 WIDTH = 180
 
@@ -66,7 +67,7 @@ def selection_table(selection: list[Choice]) -> Table:
         if choice.swept == "param":
             value = f"{families()[choice.family].spec.symbol}={choice.value:g}"
         else:
-            value = f"T={choice.value:g} at K={choice.param:g}"
+            value = f"{RULES[choice.rule].swept}={choice.value:g} at K={choice.param:g}"
         out.add_row(rule, choice.family, escape(choice.artifact or "—"), value, choice.chosen_on,
                     _num(choice.dev_throughput))
     return out

@@ -223,8 +223,9 @@ class DecoderRunner:
         """Our decoder for ``spec`` (its policy as :meth:`policy` builds it)."""
         policy = self.policy(spec, batch_costs)
         companion = self.trio.companion if policy.companion is not None else None
-        return SpeculativeDecoder(self.trio.target, self.trio.draft, rule=build_rule(spec.rule, self.rules, parameter=spec.rule_param),
-                                  policy=policy, companion=companion, sampling=self.sampling)
+        rule = build_rule(spec.rule, self.rules, value=spec.rule_param)
+        return SpeculativeDecoder(self.trio.target, self.trio.draft, rule=rule, policy=policy, companion=companion,
+                                  sampling=self.sampling)
 
     @torch.inference_mode()
     def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[GenerationRecord]:
