@@ -38,6 +38,7 @@ from accept_heads.evaluation.costs import (
     paper_model,
 )
 from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
+from accept_heads.evaluation.families import check_grids, family_names
 from accept_heads.evaluation.figures import draw_all
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.plan import (
@@ -57,7 +58,6 @@ from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
 from accept_heads.evaluation.runs import Record, RunSpec, frame
-from accept_heads.evaluation.specs import family_names
 from accept_heads.evaluation.table import (
     add_comparisons,
     add_costs,
@@ -201,6 +201,7 @@ def evaluate(job: EvaluateJob) -> Results:
     if e.threads is not None:
         torch.set_num_threads(e.threads)
     rules = eval_rules(job)
+    check_grids(job)
     notes: dict[str, str] = {}
     executor = Executor.build(job, notes)
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())

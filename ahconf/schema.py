@@ -336,7 +336,7 @@ class EvaluateConfig:
     # head stop thresholds h swept on dev (null = head.thresholds); the goodput head needs none
     thresholds: Optional[List[float]] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
     # dev grid of any tuned policy kind by its name (decode.policy_specs.POLICY_SPECS), over the field above or the
-    # grid its spec declares, e.g. {confidence: [0.2, 0.4]}
+    # grid the evaluation declares for the kind (accept_heads.evaluation.families), e.g. {confidence: [0.2, 0.4]}
     grids: Dict[str, List[float]] = field(default_factory=dict)
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
     # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
@@ -382,7 +382,7 @@ class EvaluateConfig:
         for name in self.levers:
             _choice("evaluate.levers", name, LEVER_NAMES)
         for kind in self.grids:
-            _choice("evaluate.grids", kind, tuple(k for k, spec in POLICY_SPECS.items() if spec.tuned))
+            _choice("evaluate.grids", kind, tuple(POLICY_SPECS))
         for name, grid in self.rule_grids.items():
             _choice("evaluate.rule_grids", name, tuple(rule for rule, cls in RULES.items() if cls.swept))
             for value in grid:

@@ -20,21 +20,21 @@ import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from accept_heads.evaluation.families import families, family_names  # noqa: E402
 from accept_heads.evaluation.plan import recorded_choices  # noqa: E402
 from accept_heads.evaluation.reliability import expected_calibration_error, reliability  # noqa: E402
 from accept_heads.evaluation.results import Results  # noqa: E402
-from accept_heads.evaluation.specs import families, family_names  # noqa: E402
 from decode.rules import from_spec  # noqa: E402
 
-PALETTE = ("teal", "gold", "navy", "crimson", "olive")  # families whose spec declares no colour, in table order
+PALETTE = ("teal", "gold", "navy", "crimson", "olive")  # families that declare no colour, in table order
 
 
 def family_color(family: str) -> str:
-    """A family's colour in every figure: its spec's ``color``, else the next of :data:`PALETTE`."""
+    """A family's colour in every figure: its declared ``color``, else the next of :data:`PALETTE`."""
     registered = families()
-    if family in registered and registered[family].spec.color:
-        return registered[family].spec.color
-    uncoloured = [name for name, f in registered.items() if not f.spec.color]
+    if family in registered and registered[family].color:
+        return registered[family].color
+    uncoloured = [name for name, f in registered.items() if not f.color]
     return PALETTE[uncoloured.index(family) % len(PALETTE)] if family in uncoloured else "grey"
 
 

@@ -3,8 +3,10 @@
 A choice (best fixed K, confidence τ, head threshold h, SE proposal length γ, and, at a rule's chosen K,
 the rule's swept parameter such as the FSD threshold T) is only ever made from dev rows
 (:func:`accept_heads.evaluation.table.select`) and applied here to the other sets. Every other
-point of a swept grid that is decoded on test (``evaluate.sweep_test``; the FSD T grid on test,
-which the quality-vs-T figure needs) is marked ``grid``.
+point of a swept grid that is decoded on test (``evaluate.sweep_test``; a rule's grid on test,
+which the quality-vs-T figure needs) is marked ``grid``. The policy kinds and their grids are the
+registered families' (:mod:`~accept_heads.evaluation.families`), the swept rules the rules that declare one
+(:attr:`decode.rules.Rule.swept`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from accept_heads.evaluation.families import families, family, run_policy
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.runs import RunSpec
 from accept_heads.evaluation.specs import (
@@ -23,12 +26,11 @@ from accept_heads.evaluation.specs import (
     SEAlternateSpec,
     SEPlainSpec,
     SESDSpec,
-    run_policy,
 )
 from ahconf.rules import build_rule, rule_value
 from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
 from decode.metadata import ArtifactMetadata
-from decode.policy_specs import POLICY_SPECS, FixedSpec, HeuristicSpec, PolicySpec, SVSpec
+from decode.policy_specs import FixedSpec, HeuristicSpec
 from decode.rules import RULES
 
 #: HF's default assistant confidence threshold.
@@ -90,34 +92,22 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
     return sorted(f"{name} ({rule})" for name, rule in recorded if rule not in specs)
 
 
-def dev_grid(job: EvaluateJob, kind: type[PolicySpec]) -> list[float]:
-    """A tuned kind's dev grid: ``evaluate.grids.<kind>``, else its ``grid_setting`` (a setting the job resolves
-    across groups, such as :attr:`EvaluateJob.thresholds`, else an ``evaluate`` field), else its spec's grid."""
-    e = job.evaluate
-    if kind.kind in e.grids:
-        return [float(v) for v in e.grids[kind.kind]]
-    if kind.grid_setting is not None:
-        owner = job if hasattr(job, kind.grid_setting) else e
-        return [float(v) for v in getattr(owner, kind.grid_setting)]
-    return list(kind.grid)
-
-
 def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
-    """Every registered policy kind of ``rule`` (:data:`~decode.policy_specs.POLICY_SPECS`, in table order) with its
-    whole dev grid, per matching head or profile where it reads one; the bounds only with ``evaluate.bounds``."""
+    """Every policy family of our decoder for ``rule`` (in table order) with its whole dev grid, per matching head or
+    profile where it reads one; the bounds only with ``evaluate.bounds``."""
     param = rule_value(rule, job.rules)
     base = RunSpec(set=set_name, rule=rule, policy=HeuristicSpec(), rule_param=param)
     heads, profiles = matching_artifacts(artifacts, rule, param, job.rules)
     return [replace(base, policy=spec, chosen_on="grid" if kind.tuned else base.chosen_on)
-            for kind in POLICY_SPECS.values() if job.evaluate.bounds or not kind.bound
-            for spec in kind.candidates(dev_grid(job, kind) if kind.tuned else [], heads, profiles)]
+            for kind in families().values() if kind.runner == "decode" and (job.evaluate.bounds or not kind.bound)
+            for spec in kind.candidates(kind.dev_grid(job) if kind.tuned else [], heads, profiles)]
 
 
 def mark_chosen(specs: Iterable[RunSpec], choices: list[Choice]) -> list[RunSpec]:
     """Label the grid points that the dev selection picked ``chosen_on='dev'``."""
     picked = {(c.rule, c.policy(), c.run_params()[1]) for c in choices}
-    return [replace(s, chosen_on="dev") if s.policy.tuned and (s.rule, s.policy, s.rule_param) in picked else s
-            for s in specs]
+    return [replace(s, chosen_on="dev") if family(s.family).tuned and (s.rule, s.policy, s.rule_param) in picked
+            else s for s in specs]
 
 
 def applied(e: EvaluateConfig, specs: list[RunSpec], choices: list[Choice]) -> list[RunSpec]:
@@ -197,15 +187,19 @@ def hf_specs(e: EvaluateConfig, set_name: str, rules: list[str], choices: list[C
     return specs
 
 
-def sv_at_fixed_k(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str],
-                  choices: list[Choice]) -> list[RunSpec]:
-    """SV drafting the fixed K chosen on dev for its rule, beside SV drafting its profile's ``k_max``: the SV
-    paper's comparison (verify a goodput-optimal prefix of the drafts the fixed-K baseline makes)."""
+def at_fixed_k(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str],
+               choices: list[Choice]) -> list[RunSpec]:
+    """Each family's variants at the fixed K chosen on dev for its rule (:attr:`Family.at_fixed_k`), per matching
+    artifact: SV drafting that K beside SV drafting its profile's ``k_max``, the SV paper's comparison (verify a
+    goodput-optimal prefix of the drafts the fixed-K baseline makes)."""
     specs = []
     for choice in (c for c in choices if c.family == "fixed" and c.swept == "param" and c.rule in rules):
-        _, profiles = matching_artifacts(artifacts, choice.rule, choice.rule_param, job.rules)
-        specs += [RunSpec(set=set_name, rule=choice.rule, policy=SVSpec(name, int(choice.value)),
-                          rule_param=choice.rule_param, chosen_on="dev") for name in profiles]
+        heads, profiles = matching_artifacts(artifacts, choice.rule, choice.rule_param, job.rules)
+        specs += [RunSpec(set=set_name, rule=choice.rule, policy=variant, rule_param=choice.rule_param,
+                          chosen_on="dev")
+                  for kind in families().values() if kind.runner == "decode" and not kind.tuned
+                  for spec in kind.candidates([], heads, profiles)
+                  for variant in kind.at_fixed_k(spec, int(choice.value))]
     return specs
 
 
@@ -215,10 +209,11 @@ def unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
 
 
 def se_sweep(job: EvaluateJob, set_name: str) -> list[RunSpec]:
-    """Speculative Ensemble of draft + target: SD and alternate proposals at each ``evaluate.se_gammas`` γ."""
+    """Speculative Ensemble of draft + target: SD and alternate proposals at each γ of their grid
+    (``evaluate.se_gammas``)."""
     rule_param = rule_value("ensemble", job.rules)
     return [RunSpec(set=set_name, rule="ensemble", policy=spec(int(g)), rule_param=rule_param, chosen_on="grid")
-            for spec in (SESDSpec, SEAlternateSpec) for g in job.evaluate.se_gammas]
+            for spec in (SESDSpec, SEAlternateSpec) for g in family(spec.kind).dev_grid(job)]
 
 
 def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:
@@ -238,7 +233,7 @@ def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet
     for s in (s for s in sets if s.role != "dev"):
         specs += [spec for rule in rules
                   for spec in applied(job.evaluate, sweep(job, artifacts, s.name, rule), choices)]
-        specs += sv_at_fixed_k(job, artifacts, s.name, rules, choices)
+        specs += at_fixed_k(job, artifacts, s.name, rules, choices)
         for rule in swept_rules(rules):
             grid = mark_chosen(rule_sweep(job, s.name, rule, choices), choices)
             specs += grid if s.role == "test" else applied(job.evaluate, grid, choices)

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from accept_heads.evaluation.families import families, family_names, perfect_for
 from accept_heads.evaluation.plan import Choice, rule_k
-from accept_heads.evaluation.specs import families, family_names, perfect_for
 from accept_heads.selection import best_value
 from ahconf.schema import rule_names
 from decode.costs import CostModel, LatencyShape
@@ -119,7 +119,7 @@ def _reference(table: pd.DataFrame, mask: pd.Series, column: str) -> pd.Series:
 def bound_rows(table: pd.DataFrame, bound: str) -> pd.Series:
     """The rows of run family ``bound`` that a comparison uses (a tuned bound at its dev choice)."""
     rows = table["family"] == bound
-    return rows & (table["chosen_on"] == "dev") if families()[bound].spec.tuned else rows
+    return rows & (table["chosen_on"] == "dev") if families()[bound].tuned else rows
 
 
 def _gap_share(value: pd.Series, fixed: pd.Series, bound: pd.Series) -> pd.Series:

@@ -14,13 +14,14 @@ import torch
 from accept_heads.evaluate import cost_tuples, evaluate
 from accept_heads.evaluation.costs import CostFit, configured_model, fit_costs
 from accept_heads.evaluation.executor import Executor, runners
+from accept_heads.evaluation.families import family_names, perfect_for, run_policy
 from accept_heads.evaluation.figures import FIGURES
 from accept_heads.evaluation.inputs import Artifacts
 from accept_heads.evaluation.plan import Choice, edge_note, edge_rules, extended_k
 from accept_heads.evaluation.report import cost_lines
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.runs import RunSpec
-from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec, family_names, perfect_for, run_policy
+from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec
 from accept_heads.evaluation.table import (
     KEYS,
     add_comparisons,

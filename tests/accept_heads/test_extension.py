@@ -1,26 +1,31 @@
 """Extending the project from one file: a new length policy and a new rule, each declared here alone.
 
-The policy (class, spec and dev grid in one declaration) is swept on dev, reported in the table and drawn by
-``accept_heads.evaluate``; the parameterless rule gets its label column from collection and trains a head.
-No other file names either (the registries are :data:`decode.policy_specs.POLICY_SPECS` and
-:data:`decode.rules.RULES`).
+The policy (its class, its spec and the evaluation's traits of it) is swept on dev, reported in the tables, drawn,
+timed by the wall clock and put on the batch axis by ``accept_heads.evaluate``; the parameterless rule gets its
+label column from collection and trains a head. No other file names either (the registries are
+:data:`decode.policy_specs.POLICY_SPECS`, :data:`accept_heads.evaluation.families.FAMILIES` and
+:data:`decode.rules.RULES`); the fixtures register each for one test, as the decorators would where it is defined.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import torch
+from rich.console import Console
 from torch import Tensor
 
 from accept_heads.evaluate import evaluate
+from accept_heads.evaluation.families import FAMILIES, evaluated, family_names
 from accept_heads.evaluation.figures import FIGURES
-from accept_heads.evaluation.specs import family_names
+from accept_heads.evaluation.report import results_table, wallclock_table
 from accept_heads.train import train
+from ahconf.schema import ConfigError
 from data_gen.collect import collect
 from data_gen.shards import load_split
 from decode.policies import Policy
@@ -32,8 +37,6 @@ from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
 
 class Alternating(Policy):
     """Draft ``k`` candidates on odd rounds and one on even rounds."""
-
-    name = "alternating"
 
     def __init__(self, k: int) -> None:
         self.k, self.rounds = k, 0
@@ -51,20 +54,21 @@ class Alternating(Policy):
 @dataclass(frozen=True)
 class AlternatingSpec(CountParameter, PolicySpec):
     kind: ClassVar[str] = "alternating"
-    symbol: ClassVar[str | None] = "K"
-    tuned: ClassVar[bool] = True
-    grid: ClassVar[tuple[float, ...]] = (2.0, 4.0)
-    color: ClassVar[str | None] = "magenta"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Alternating(self.k)
 
 
+#: The evaluation's traits of the kind (``@evaluated(**TRAITS)`` above ``@register_policy``): K chosen on dev over
+#: its own grid, rows batched as alone, timed by the wall clock, drawn in magenta.
+TRAITS: dict[str, Any] = {"symbol": "K", "grid": (2.0, 4.0), "rows_alone": True, "timed": True, "color": "magenta"}
+
+
 class ArgmaxMatch(Rule):
     """A parameterless lossy rule: accept a candidate exactly when it is the verifier's most likely token."""
 
-    name = "argmax-match"
-    lossless = False
+    name: ClassVar[str] = "argmax-match"
+    lossless: ClassVar[bool] = False
 
     def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
         return (v.argmax(-1) == y).float()
@@ -78,9 +82,9 @@ class ArgmaxMatch(Rule):
 
 @pytest.fixture()
 def alternating() -> Iterator[type[PolicySpec]]:
-    register_policy(AlternatingSpec)
+    evaluated(**TRAITS)(register_policy(AlternatingSpec))
     yield AlternatingSpec
-    del POLICY_SPECS[AlternatingSpec.kind]
+    del POLICY_SPECS[AlternatingSpec.kind], FAMILIES[AlternatingSpec.kind]
 
 
 @pytest.fixture()
@@ -90,12 +94,20 @@ def argmax_match() -> Iterator[type[Rule]]:
     del RULES[ArgmaxMatch.name]
 
 
-def test_a_policy_declared_in_one_file_is_swept_tabled_and_drawn(alternating, make_config, micro_trio, micro_root,
-                                                                   tmp_path):
+def rendered(table: Any) -> str:
+    console = Console(file=io.StringIO(), width=400)
+    console.print(table)
+    return console.file.getvalue()
+
+
+def test_a_policy_declared_in_one_file_is_swept_tabled_timed_batched_and_drawn(alternating, make_config, micro_trio,
+                                                                                 micro_root, tmp_path):
     write_artifacts(tmp_path / "heads", micro_trio["draft"])
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
                          f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={tmp_path / 'heads'}",
-                         "evaluate.rules=[speculative]", "evaluate.hf_baselines=false", "evaluate.bounds=false")
+                         "evaluate.rules=[speculative]", "evaluate.hf_baselines=false", "evaluate.bounds=false",
+                         "evaluate.wallclock_sets=[test]", "evaluate.wallclock_threads=1", "evaluate.batch_sizes=[2]",
+                         "evaluate.batch_prompts=2")
     results = evaluate(config.evaluate_job())
     table = results.table
     rows = table[table["family"] == "alternating"]
@@ -105,18 +117,24 @@ def test_a_policy_declared_in_one_file_is_swept_tabled_and_drawn(alternating, ma
     held_out = rows[rows["role"] != "dev"]
     assert len(held_out) and (held_out["chosen_on"] == "dev").all()  # applied on test at its dev choice
     assert (held_out["generated"] > 0).all() and held_out["speedup_fixed_cost"].notna().all()
-    assert any(c["family"] == "alternating" for c in results.metadata["selection"])
+    (choice,) = [c for c in results.metadata["selection"] if c["family"] == "alternating"]
+    label = f"alternating(K={int(choice['value'])})"
+    assert label in rendered(results_table(table, "test", results.metadata["cost_models"]["cost"]))
+    wall = results.wallclock
+    assert list(wall.loc[wall["family"] == "alternating", "policy"]) == [label]  # timed at its dev choice
+    assert label in rendered(wallclock_table(wall, results.metadata["wallclock"]))
+    assert any(p.startswith("alternating(K=") for p in results.batch_axis["policy"])  # on the batch axis
     legends = {text.get_text() for name in ("pareto", "throughput_vs_k") if (figure := FIGURES[name](results))
                for ax in figure.axes if ax.get_legend() for text in ax.get_legend().get_texts()}
     assert "alternating" in legends and any(label.startswith("alternating") for label in legends - {"alternating"})
-    assert "alternating" in family_names(runner="decode", tuned=True)
+    assert "alternating" in family_names(runner="decode", tuned=True, timed=True)
 
 
 def test_without_registering_it_the_policy_is_nowhere(make_config):
     """Negative control: the same config names no such kind, and a grid for an unknown kind is refused."""
     assert "alternating" not in family_names()
-    with pytest.raises(Exception, match="evaluate.grids"):
-        make_config("evaluate.grids={alternating: [2, 4]}")
+    with pytest.raises(ConfigError, match="evaluate.grids='alternating' is not valid"):
+        make_config("+evaluate.grids={alternating: [2.0, 4.0]}")
 
 
 def test_a_parameterless_rule_declared_in_one_file_is_labelled_and_trained(argmax_match, make_config, micro_trio,
@@ -134,5 +152,5 @@ def test_a_parameterless_rule_declared_in_one_file_is_labelled_and_trained(argma
 
 
 def test_without_registering_it_the_rule_is_refused(make_config):
-    with pytest.raises(Exception, match="rules.names"):
+    with pytest.raises(ConfigError, match="rules.names"):
         make_config("rules.names=[speculative,argmax-match]")
