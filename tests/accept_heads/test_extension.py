@@ -1,8 +1,9 @@
-"""Extending the project from one file: a new length policy and a new rule, each declared here alone.
+"""Extending the project from one file: a new length policy and new rules, each declared here alone.
 
 The policy (its class, its spec and the evaluation's traits of it) is swept on dev, reported in the tables, drawn,
-timed by the wall clock and put on the batch axis by ``accept_heads.evaluate``; the parameterless rule gets its
-label column from collection and trains a head. No other file names either (the registries are
+timed by the wall clock and put on the batch axis by ``accept_heads.evaluate``; a parameterless rule gets its label
+column from collection and trains a head; a rule with a parameter does too, with the parameter its config gives
+it, and the evaluation sweeps that parameter on dev. No other file names any of them (the registries are
 :data:`decode.policy_specs.POLICY_SPECS`, :data:`accept_heads.evaluation.families.FAMILIES` and
 :data:`decode.rules.RULES`); the fixtures register each for one test, as the decorators would where it is defined.
 """
@@ -80,6 +81,20 @@ class ArgmaxMatch(Rule):
         return v
 
 
+@dataclass(eq=False, repr=False)
+class Tempered(Rule):
+    """A lossy rule with a parameter: speculative sampling's acceptance ``min(1, p/q)`` raised to ``power``; the
+    evaluation sweeps ``power`` on dev."""
+
+    power: float = 2.0
+    name: ClassVar[str] = "tempered"
+    lossless: ClassVar[bool] = False
+    swept: ClassVar[str | None] = "power"
+
+    def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
+        return super().accept_probs(v, q, y) ** self.power
+
+
 @pytest.fixture()
 def alternating() -> Iterator[type[PolicySpec]]:
     evaluated(**TRAITS)(register_policy(AlternatingSpec))
@@ -92,6 +107,13 @@ def argmax_match() -> Iterator[type[Rule]]:
     register_rule(ArgmaxMatch)
     yield ArgmaxMatch
     del RULES[ArgmaxMatch.name]
+
+
+@pytest.fixture()
+def tempered() -> Iterator[type[Rule]]:
+    register_rule(Tempered)
+    yield Tempered
+    del RULES[Tempered.name]
 
 
 def rendered(table: Any) -> str:
@@ -151,6 +173,45 @@ def test_a_parameterless_rule_declared_in_one_file_is_labelled_and_trained(argma
     assert Path(result.head_path).is_file()
 
 
+def test_a_rule_with_a_parameter_declared_in_one_file_is_labelled_trained_and_swept(tempered, make_config, micro_trio,
+                                                                                      tmp_path):
+    common = [*model_overrides(micro_trio), *DATA_OVERRIDES, f"paths.root={tmp_path}",
+              "rules.names=[speculative,tempered]", "+rules.params.tempered={power: 3.0}"]
+    collect(make_config(*common).collect_job())
+    table = load_split(Path(tmp_path) / "tiny" / "data", "train")
+    labels = torch.tensor([x for row in table["label_tempered"] for x in row])
+    spec_labels = torch.tensor([x for row in table["label_speculative"] for x in row])
+    assert labels.numel() > 0 and not torch.equal(labels, spec_labels)
+    assert torch.allclose(labels, spec_labels**3)  # labelled at the configured power, not the declared default
+
+    with pytest.raises(ConfigError, match=r"head.rule=tempered needs labels .*'power': 2.0"):
+        train(make_config(*[o for o in common if "power" not in o], *TRAIN_OVERRIDES, "head.rule=tempered")
+              .train_job())  # the data holds power 3's labels
+    result = train(make_config(*common, *TRAIN_OVERRIDES, "head.rule=tempered", "head.name=tempered").train_job())
+    assert result.rule == {"name": "tempered", "params": {"power": 3.0}}  # recorded in the head's metadata
+
+    results = evaluate(make_config(*common, *EVAL_OVERRIDES, "evaluate.rules=[tempered]",
+                                   "+evaluate.rule_grids.tempered=[1.0,5.0]", "evaluate.hf_baselines=false",
+                                   "evaluate.bounds=false", "evaluate.figures=false").evaluate_job())
+    rows = results.table[results.table["rule"] == "tempered"]
+    (choice,) = [c for c in results.metadata["selection"] if c["swept"] == "rule_param"]
+    assert choice["rule"] == "tempered" and choice["value"] in (1.0, 3.0, 5.0)  # its power, chosen on dev
+    dev = rows[(rows["role"] == "dev") & (rows["family"] == "fixed") & (rows["param"] == choice["param"])]
+    assert set(dev["rule_param"]) == {1.0, 3.0, 5.0}  # the grid and the configured power, at its chosen K
+    assert {1.0, 5.0} - {choice["value"]} <= set(rows.loc[rows["set"] == "test", "rule_param"])
+    assert "tempered" in set(rows.loc[rows["family"] == "head", "artifact"])  # its head decodes with it
+
+
+def test_a_rule_parameter_is_checked_against_the_rule_at_compose_time(tempered, make_config):
+    assert make_config("+rules.params.tempered={power: 3.0}").rules.params["tempered"] == {"power": 3.0}
+    with pytest.raises(ConfigError, match="rules.params.tempered: rule 'tempered' has no parameter powr"):
+        make_config("+rules.params.tempered={powr: 3.0}")
+    with pytest.raises(ConfigError, match="evaluate.rule_grids='argmax-match' is not valid"):
+        make_config("+evaluate.rule_grids={argmax-match: [1.0]}")  # no parameter to sweep
+
+
 def test_without_registering_it_the_rule_is_refused(make_config):
     with pytest.raises(ConfigError, match="rules.names"):
         make_config("rules.names=[speculative,argmax-match]")
+    with pytest.raises(ConfigError, match="rules.params='tempered' is not valid"):
+        make_config("+rules.params.tempered={power: 3.0}")
