@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml
 # contrastive-ensemble heads are `make more-heads` (after the demo; README "Quick start").
 GREEDY_DATA := sampling=greedy 'paths.data_dir=$${paths.run_dir}/data-greedy'
 TRAIN := $(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true
-CONTRASTIVE := rules.ensemble_kind=contrastive
+CONTRASTIVE := rules.params.ensemble.kind=contrastive
 
 demo: setup
 	$(OFFLINE) $(PY) -m data_gen.zoo

@@ -1,9 +1,9 @@
 """Training data for acceptance heads: collected splits → labelled positions → mixed batches.
 
 **Labels.** The label of response position ``t`` is the training rule's column (``label_<rule>``;
-fuzzy: ``1[div_t < T]`` on the stored divergence column). Greedy labels belong to the candidate
-``argmax q_t`` (column ``draft_argmax``); every other rule's candidate is the sample ``y_t``
-(column ``draft_token``). Labels are the acceptance at the *true* prefix (target tokens).
+fuzzy: ``1[div_t < T]`` on the stored divergence column), read through :meth:`decode.rules.Rule.labels_from`.
+Greedy labels belong to the candidate ``argmax q_t`` (column ``draft_argmax``); every other rule's candidate is
+the sample ``y_t`` (column ``draft_token``). Labels are the acceptance at the *true* prefix (target tokens).
 
 **Companion indicators** (SV profiles, ``pre`` heads with ``head.use_companion``): the training
 rule's own columns ``sv_x_<rule>``, ``sv_y_<rule>`` (:func:`data_gen.labels.companion_columns`),
@@ -63,8 +63,9 @@ def training_rule(head: HeadTrainConfig, rules: RulesConfig) -> rule_defs.Rule:
 
 
 def check_rule_in_manifest(manifest: CollectionManifest, rule: rule_defs.Rule) -> None:
-    """Refuse a rule whose labels the data does not hold (or holds with other parameters)."""
-    if isinstance(rule, rule_defs.Fuzzy):
+    """Refuse a rule whose labels the data does not hold (or holds with other parameters); a rule labelled from
+    other stored columns (:meth:`~decode.rules.Rule.labelled` none: fuzzy) has any parameters."""
+    if not rule.labelled():
         return
     column = rule.label_column
     stored = manifest.rules.get(column)
@@ -72,7 +73,7 @@ def check_rule_in_manifest(manifest: CollectionManifest, rule: rule_defs.Rule) -
         have = ", ".join(f"{c}={s}" for c, s in manifest.rules.items()) or "none"
         raise ConfigError(
             f"head.rule={rule.name} needs labels {rule.spec()} (column {column}) but the data holds: {have}; "
-            "collect with that rule in rules.names (and the same ensemble λ / μ) or pick another head.rule"
+            f"collect with that rule in rules.names (and the same rules.params.{rule.name}) or pick another head.rule"
         )
 
 
@@ -123,9 +124,7 @@ def load_positions(
         raise ConfigError(f"the {split} data at {data_dir} lacks columns {missing}")
     lengths = np.asarray([len(r) for r in dataset["response_ids"]], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    label = _flat(table, column, np.float32)
-    if isinstance(rule, rule_defs.Fuzzy):
-        label = (label < rule.threshold).astype(np.float32)
+    label = rule.labels_from(torch.from_numpy(_flat(table, column, np.float32))).numpy()
     rng = np.random.default_rng([seed, SPLIT_CODES[split]])
     outcome = (rng.random(label.shape[0]) < label).astype(np.float32)
     companion = None

@@ -3,12 +3,13 @@
 Decodes the dev, test and out-of-distribution (``prompts.ood``) prompt sets with ``Fixed(K)``,
 ``Heuristic``, ``Confidence(τ)``, every exported head (under ``paths.head_dir``) over the ``h`` grid,
 the SV profile and the greedy oracle, for each rule of ``evaluate.rules`` (default ``rules.names``),
-plus the FSD threshold sweep, Speculative Ensemble and HF assisted generation. K, τ, SE's γ and
-then (at the fuzzy rule's chosen K) FSD's T are chosen on dev and applied to test / OOD, and each head
-at the ``h`` it records (chosen on the same dev prompts after training; ``evaluate.thresholds``: chosen here). Every run
-is costed with two cost models (:mod:`accept_heads.evaluation.costs`): ``cost.*`` (the paper's pair)
-and ``t_d``, ``t_c``, ``t_t`` fitted on the measured calls with the target's latency shape measured
-at the start. Writes the table, metadata and figures under ``evaluate.out_dir`` (see
+ plus the sweep of each rule's swept parameter (FSD's threshold T), Speculative Ensemble and HF assisted
+generation. K, τ, SE's γ and then (at the rule's chosen K) a rule's swept parameter are chosen on dev and applied
+to test / OOD, and each head at the ``h`` it records (chosen on the same dev prompts after training;
+``evaluate.thresholds``: chosen here). Every run is costed with two cost models
+(:mod:`accept_heads.evaluation.costs`): ``cost.*`` (the paper's pair) and ``t_d``, ``t_c``, ``t_t`` fitted on the
+measured calls with the target's latency shape measured at the start. Writes the table, metadata and figures under
+``evaluate.out_dir`` (see
 :mod:`accept_heads.evaluation.results`).
 """
 
@@ -39,6 +40,7 @@ from accept_heads.evaluation.costs import (
     paper_model,
 )
 from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
+from accept_heads.evaluation.families import check_grids, family_names
 from accept_heads.evaluation.figures import draw_all
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.plan import (
@@ -51,14 +53,14 @@ from accept_heads.evaluation.plan import (
     eval_rules,
     extended_k,
     fixed_specs,
-    fsd_sweep,
+    rule_sweep,
+    swept_rules,
     unmatched,
 )
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
 from accept_heads.evaluation.runs import Record, RunSpec, frame
-from accept_heads.evaluation.specs import family_names
 from accept_heads.evaluation.table import (
     add_comparisons,
     add_costs,
@@ -67,11 +69,12 @@ from accept_heads.evaluation.table import (
     mark_dev_choices,
     recorded_thresholds,
     select,
-    select_threshold,
+    select_rule_param,
     sort_rows,
     verification_units,
 )
 from ahconf.entry import CONF_DIR, run_entry
+from ahconf.rules import build_rule
 from ahconf.schema import ConfigError, CostConfig, EvaluateJob
 from data_gen.models import Trio
 from data_gen.prompts import check_prompt_choices
@@ -172,12 +175,13 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         "command": "accept_heads.evaluate", "exp_name": job.exp_name, "code_version": code_version(),
         "models": trio.description, "device": device, "torch_threads": torch.get_num_threads(),
         "sampling": asdict(job.sampling), "rules": asdict(job.rules), "eval_rules": rules,
+        "rule_specs": {rule: build_rule(rule, job.rules).spec() for rule in rules},
         "seed": job.seed, "seeding": "each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
         "max_new_tokens": job.evaluate.max_new_tokens, "sets": [s.describe() for s in sets],
         "selection_set": "dev", "selection": [asdict(c) for c in choices],
         "selection_criterion": "max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
-                               "FSD T at the fuzzy rule's chosen K; each head's h the one it records, chosen so on "
-                               "the dev prompts after training (unless evaluate.thresholds)",
+                               "a rule's swept parameter (FSD T) at its chosen K; each head's h the one it records, "
+                               "chosen so on the dev prompts after training (unless evaluate.thresholds)",
         "cost": asdict(job.cost), "cost_models": cost_models(paper, fit, latency, job.cost), "cost_fit": fit.to_dict(),
         "cost_fit_tuples": "per run of our decoder, companion runs included, bounds excluded, over its generations "
                            "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
@@ -209,6 +213,7 @@ def evaluate(job: EvaluateJob) -> Results:
     if e.threads is not None:
         torch.set_num_threads(e.threads)
     rules = eval_rules(job)
+    check_grids(job)
     notes: dict[str, str] = {}
     executor = Executor.build(job, notes)
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
@@ -237,9 +242,11 @@ def evaluate(job: EvaluateJob) -> Results:
             choices = dev_choices(job, artifacts, records, paper, notes)
         if note := edge_note(choices, e.fixed_k):
             notes["fixed_k_edge"] = note
-        if "fuzzy" in rules:
-            records += execute(fsd_sweep(job, "dev", choices), pool, "dev FSD sweep")
-            choices += select_threshold(costed(records, paper), "throughput_cost", choices)
+        if swept := swept_rules(rules):
+            records += execute([s for rule in swept for s in rule_sweep(job, "dev", rule, choices)], pool,
+                               f"dev sweep of {', '.join(swept)}'s parameter")
+            costs = costed(records, paper)
+            choices += [c for rule in swept for c in select_rule_param(costs, "throughput_cost", rule, choices)]
         applied = after_selection(job, artifacts, sets, rules, choices)
         records += execute(applied, pool, "test / OOD")
         batch_records = decode_batch_axis(job, artifacts, sets, axis_rules, choices, pool) if axis_rules else []

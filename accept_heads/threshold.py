@@ -22,7 +22,7 @@ from accept_heads.evaluation.inputs import Artifacts, PromptSet, load_split
 from accept_heads.evaluation.runs import DecoderRunner, RunSpec
 from accept_heads.evaluation.table import costed
 from accept_heads.selection import best_value
-from ahconf.rules import rule_parameter
+from ahconf.rules import rule_value
 from ahconf.schema import RulesConfig, TrainJob
 from data_gen.models import load_trio
 from decode.costs import CostModel
@@ -67,7 +67,7 @@ def sweep_thresholds(runner: DecoderRunner, rule: Rule, rules: RulesConfig, dev:
     rows = []
     for threshold in thresholds:
         spec = RunSpec(set=dev.name, rule=rule.name, policy=HeadSpec(NAME, threshold),
-                       rule_param=rule_parameter(rule.name, rules))
+                       rule_param=rule_value(rule.name, rules))
         run = costed(runner.run(spec, dev, with_quality=False), cost).iloc[0]
         throughput = float(run["throughput_cost"])
         rows.append(SweepRow(threshold=threshold, generated=int(run["generated"]), draft_calls=int(run["draft_calls"]),

@@ -13,16 +13,12 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from decode.divergence import DIVERGENCES as DIVERGENCE_FUNCTIONS
-from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT, EnsembleFn
 from decode.policy_specs import POLICY_SPECS
-from decode.rules import RULES
+from decode.rules import RULES, from_spec
 
 ZOO_PREFIX = "zoo:"
 REAL_PREFIX = "real:"  # real:<pair>/<role>, a real pair installed by data_gen.real
 ROLES = ("target", "draft", "companion")
-DIVERGENCES = tuple(DIVERGENCE_FUNCTIONS)
-ENSEMBLE_KINDS = EnsembleFn.KINDS
 TIMINGS = ("post", "pre")
 HEAD_KINDS = ("specdecpp", "sv_profile")
 LOGGERS = ("csv", "wandb", "tensorboard", "none")
@@ -117,24 +113,36 @@ class SamplingConfig:
             raise ConfigError("sampling.top_k must be >= 1")
 
 
+def _rule_check(key: str, name: str, params: Dict[str, Any], value: Optional[float] = None) -> None:
+    """Build rule ``name`` from ``params`` (and primary ``value``) as decode would; its refusal fails ``key``."""
+    try:
+        rule = from_spec(name, **params)
+        if value is not None:
+            rule.with_value(value)
+    except ValueError as error:
+        raise ConfigError(f"{key}: {error}") from None
+
+
+def rule_defaults() -> Dict[str, Dict[str, Any]]:
+    """Each registered rule's declared parameters with their defaults (rules without parameters left out)."""
+    return {name: rule.defaults() for name, rule in RULES.items() if rule.defaults()}
+
+
 @dataclass
 class RulesConfig:
-    """Verification rules to label (collection) and to decode with (evaluation)."""
+    """Verification rules to label (collection) and to decode with (evaluation), and their parameters."""
 
     names: List[str] = field(default_factory=lambda: list(RULES))
-    fuzzy_divergence: str = "js"  # the fuzzy rule's divergence and threshold T (collection, heads, decoding)
-    fuzzy_threshold: float = 0.3
-    ensemble_kind: str = "weighted"  # one of ENSEMBLE_KINDS
-    ensemble_weight: float = DEFAULT_WEIGHT  # λ of r = λ q + (1 - λ) p
-    ensemble_mu: float = DEFAULT_MU  # μ of r = softmax(l_p - μ l_q)
+    # each rule's parameters (collection, heads, decoding), over those its class declares (decode.rules): e.g.
+    # fuzzy: {divergence: js, threshold: T}; ensemble: {kind: weighted | contrastive, weight: λ, mu: μ}
+    params: Dict[str, Dict[str, Any]] = field(default_factory=rule_defaults)
 
     def __post_init__(self) -> None:
         for name in self.names:
             _choice("rules.names", name, rule_names())
-        _choice("rules.fuzzy_divergence", self.fuzzy_divergence, DIVERGENCES)
-        _choice("rules.ensemble_kind", self.ensemble_kind, ENSEMBLE_KINDS)
-        if not 0 <= self.ensemble_weight <= 1:
-            raise ConfigError("rules.ensemble_weight must be in [0, 1]")
+        for name, params in self.params.items():
+            _choice("rules.params", name, rule_names())
+            _rule_check(f"rules.params.{name}", name, params)
 
 
 @dataclass
@@ -328,7 +336,7 @@ class EvaluateConfig:
     # a list: h is chosen here on dev over it instead, for every head and the perfect predictor
     thresholds: Optional[List[float]] = None
     # dev grid of any tuned policy kind by its name (decode.policy_specs.POLICY_SPECS), over the field above or the
-    # grid its spec declares, e.g. {confidence: [0.2, 0.4]}
+    # grid the evaluation declares for the kind (accept_heads.evaluation.families), e.g. {confidence: [0.2, 0.4]}
     grids: Dict[str, List[float]] = field(default_factory=dict)
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
     # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
@@ -337,7 +345,9 @@ class EvaluateConfig:
     # python -m accept_heads.levers: the levers it tries on each head (platt, decode-time, retrained, pre-draft,
     # pre-draft-linear, perfect-pre-draft)
     levers: List[str] = field(default_factory=lambda: list(LEVER_NAMES))
-    fuzzy_thresholds: List[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])  # FSD T sweep (dev; test)
+    # the dev grid of each rule's swept parameter (decode.rules.Rule.swept: fuzzy's T), decoded at the fixed K chosen
+    # on dev for that rule (and on test, for the figures)
+    rule_grids: Dict[str, List[float]] = field(default_factory=lambda: {"fuzzy": [0.05, 0.1, 0.2, 0.3, 0.5]})
     hf_baselines: bool = True  # HF assisted generation: constant K, heuristic, confidence 0.4
     hf_k: Optional[List[int]] = None  # HF constant-K baselines; null = the fixed K chosen on dev (per rule)
     hf_sets: List[str] = field(default_factory=lambda: ["test"])  # test and/or ood
@@ -372,7 +382,11 @@ class EvaluateConfig:
         for name in self.levers:
             _choice("evaluate.levers", name, LEVER_NAMES)
         for kind in self.grids:
-            _choice("evaluate.grids", kind, tuple(k for k, spec in POLICY_SPECS.items() if spec.tuned))
+            _choice("evaluate.grids", kind, tuple(POLICY_SPECS))
+        for name, grid in self.rule_grids.items():
+            _choice("evaluate.rule_grids", name, tuple(rule for rule, cls in RULES.items() if cls.swept))
+            for value in grid:
+                _rule_check(f"evaluate.rule_grids.{name}", name, {}, value)
         if set(self.prompts) != {"dev", "test", "ood"}:
             raise ConfigError(f"evaluate.prompts needs a count for each of dev, test, ood; got {dict(self.prompts)}")
         for key in self.hf_sets:
@@ -392,8 +406,8 @@ class EvaluateConfig:
         if self.thresholds == []:
             raise ConfigError("evaluate.thresholds=[] chooses from nothing: give the h to choose from, or null for "
                               "each head's recorded h")
-        if self.calibration_rows < 0 or any(t < 0 for t in self.fuzzy_thresholds):
-            raise ConfigError("evaluate.calibration_rows and evaluate.fuzzy_thresholds must be >= 0")
+        if self.calibration_rows < 0:
+            raise ConfigError("evaluate.calibration_rows must be >= 0")
         if self.latency_lengths < 1 or self.latency_repeats < 1:
             raise ConfigError("evaluate.latency_lengths and evaluate.latency_repeats must be >= 1")
         if self.threads is not None and self.threads < 1:

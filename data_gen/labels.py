@@ -28,9 +28,9 @@ T = TypeVar("T")
 
 
 def label_rules(config: RulesConfig) -> dict[str, rule_defs.Rule]:
-    """Column name → rule, for every configured rule and each variant it labels (:attr:`Rule.label_kinds`;
+    """Column name → rule, for every configured rule and each variant it labels (:meth:`Rule.labelled`;
     ensembles get one column per kind with the configured λ and μ, fuzzy none)."""
-    rules = [build_rule(name, config, kind=kind) for name in config.names for kind in rule_defs.RULES[name].label_kinds]
+    rules = [rule for name in config.names for rule in build_rule(name, config).labelled()]
     return {rule.label_column: rule for rule in rules}
 
 

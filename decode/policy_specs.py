@@ -2,14 +2,10 @@
 
 A spec is what a plan, a results table or a config names (``FixedSpec(k=4)``, ``HeadSpec("pre", 0.8)``);
 :meth:`PolicySpec.build` makes the :class:`~decode.policies.Policy` from the artifacts and costs it needs
-(:class:`PolicyInputs`). :func:`register_policy` adds a spec class to :data:`POLICY_SPECS` where it is
-defined, in table order, and the evaluation iterates that registry (its sweep, tables and figures list no
-kind by hand). Each class declares which parameter it carries (``symbol``), whether that parameter is
-chosen on dev (``tuned``) over which grid (``grid``, or the config field ``grid_setting``), which
-artifacts it is built per (``reads``), whether its rows decide in a batch exactly as alone
-(``rows_alone``; SV chooses a batch's lengths jointly, the hindsight policies are batch 1 only), whether it
-is an analysis bound (``bound``: the realised oracle and the perfect predictors, which read the target in
-hindsight), the perfect predictor its gain is measured against (``perfect``) and its colour in figures.
+(:class:`PolicyInputs`), and :func:`policy_spec` reads one back from its flat form (one parameter value, one
+artifact name). :func:`register_policy` adds a spec class to :data:`POLICY_SPECS` where it is defined, in
+registration order. Only what serving needs is here: how the evaluation sweeps, tables, times and draws each
+kind is declared in the evaluation (``accept_heads.evaluation.families``; DESIGN §6).
 """
 
 from __future__ import annotations
@@ -17,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeVar
+
+from typing_extensions import Self
 
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
@@ -59,19 +57,14 @@ class PolicyInputs:
 
 @dataclass(frozen=True)
 class NamedSpec:
-    """Anything a run decodes with, by kind and typed parameters: a length policy here, a baseline in the evaluation."""
+    """A spec by kind and typed parameters, with its flat form: the one value it carries and the artifact it reads."""
 
     kind: ClassVar[str]
-    symbol: ClassVar[str | None] = None  # the parameter's symbol in labels (K, τ, h, k, γ)
-    tuned: ClassVar[bool] = False  # the parameter is chosen on dev
-    rows_alone: ClassVar[bool] = False  # in a batch each row decides as it would alone
-    bound: ClassVar[bool] = False  # an analysis bound (hindsight; never a serving policy)
-    color: ClassVar[str | None] = None  # its colour in figures (None: one of a fixed cycle)
-    perfect: ClassVar[str | None] = None  # the perfect predictor with this kind's stop rule (a bound's kind)
+    reads: ClassVar[Literal["head", "profile"] | None] = None  # the kind of artifact it is built per (None: none)
 
     @property
     def value(self) -> float | None:
-        """The parameter a plan sweeps (None: none)."""
+        """The parameter it carries (None: none)."""
         return None
 
     @property
@@ -89,27 +82,11 @@ class NamedSpec:
 class PolicySpec(NamedSpec):
     """A length policy of our decoder by kind and typed parameters (DESIGN §6)."""
 
-    rows_alone: ClassVar[bool] = True
-    grid: ClassVar[tuple[float, ...]] = ()  # a tuned parameter's dev grid (``evaluate.grids.<kind>`` overrides)
-    grid_setting: ClassVar[str | None] = None  # the ``evaluate`` field that holds the grid instead
-    reads: ClassVar[Literal["head", "profile"] | None] = None  # one spec per matching head / profile
-
     def build(self, inputs: PolicyInputs) -> Policy:
         raise NotImplementedError
 
-    def batch_variants(self, k: int) -> list[PolicySpec]:
-        """Further specs the batch axis decodes beside this one, given the fixed K chosen at that batch size."""
-        return []
 
-    @classmethod
-    def candidates(cls, grid: list[float], heads: list[str], profiles: list[str]) -> list[PolicySpec]:
-        """Every spec of this kind a dev sweep decodes: per artifact it reads, per grid value when tuned."""
-        artifacts: list[str | None] = {"head": list(heads), "profile": list(profiles), None: [None]}[cls.reads]
-        values: list[float | None] = list(grid) if cls.tuned else [None]
-        return [cls.of(value, artifact) for artifact in artifacts for value in values]
-
-
-#: Every policy kind and its spec class, in table order (:func:`register_policy` adds to it).
+#: Every policy kind and its spec class, in registration order (:func:`register_policy` adds to it).
 POLICY_SPECS: dict[str, type[PolicySpec]] = {}
 
 Spec = TypeVar("Spec", bound=type[PolicySpec])
@@ -129,7 +106,7 @@ Thresholded = TypeVar("Thresholded", bound="ThresholdParameter")
 
 @dataclass(frozen=True)
 class CountParameter:
-    """A spec whose parameter is a count ``k`` (candidates per round); mixed into policy and baseline specs."""
+    """A mixin of specs whose parameter is a count ``k`` (candidates per round)."""
 
     k: int
 
@@ -138,13 +115,13 @@ class CountParameter:
         return float(self.k)
 
     @classmethod
-    def of(cls: type[Counted], value: float | None, artifact: str | None) -> Counted:
+    def of(cls, value: float | None, artifact: str | None) -> Self:
         return cls(int(value))
 
 
 @dataclass(frozen=True)
 class ThresholdParameter:
-    """A spec whose parameter is a confidence threshold ``tau``; mixed into policy and baseline specs."""
+    """A mixin of specs whose parameter is a confidence threshold ``tau``."""
 
     tau: float
 
@@ -153,7 +130,7 @@ class ThresholdParameter:
         return self.tau
 
     @classmethod
-    def of(cls: type[Thresholded], value: float | None, artifact: str | None) -> Thresholded:
+    def of(cls, value: float | None, artifact: str | None) -> Self:
         return cls(float(value))
 
 
@@ -161,10 +138,6 @@ class ThresholdParameter:
 @dataclass(frozen=True)
 class FixedSpec(CountParameter, PolicySpec):
     kind: ClassVar[str] = "fixed"
-    symbol: ClassVar[str | None] = "K"
-    tuned: ClassVar[bool] = True
-    grid_setting: ClassVar[str | None] = "fixed_k"
-    color: ClassVar[str | None] = "tab:blue"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Fixed(self.k)
@@ -174,7 +147,6 @@ class FixedSpec(CountParameter, PolicySpec):
 @dataclass(frozen=True)
 class HeuristicSpec(PolicySpec):
     kind: ClassVar[str] = "heuristic"
-    color: ClassVar[str | None] = "tab:orange"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Heuristic(k0=min(5, inputs.k_max), k_max=inputs.k_max)
@@ -184,10 +156,6 @@ class HeuristicSpec(PolicySpec):
 @dataclass(frozen=True)
 class ConfidenceSpec(ThresholdParameter, PolicySpec):
     kind: ClassVar[str] = "confidence"
-    symbol: ClassVar[str | None] = "τ"
-    tuned: ClassVar[bool] = True
-    grid_setting: ClassVar[str | None] = "confidence_taus"
-    color: ClassVar[str | None] = "tab:green"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Confidence(self.tau, k_max=inputs.k_max)
@@ -199,12 +167,7 @@ class HeadSpec(PolicySpec):
     head: str
     threshold: float
     kind: ClassVar[str] = "head"
-    symbol: ClassVar[str | None] = "h"
-    tuned: ClassVar[bool] = True
-    grid_setting: ClassVar[str | None] = "thresholds"
     reads: ClassVar[Literal["head", "profile"] | None] = "head"
-    perfect: ClassVar[str | None] = "perfect"
-    color: ClassVar[str | None] = "tab:red"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         head, k_min, k_max = inputs.head(self.head)
@@ -229,8 +192,6 @@ class GoodputHeadSpec(PolicySpec):
     head: str
     kind: ClassVar[str] = "head-goodput"
     reads: ClassVar[Literal["head", "profile"] | None] = "head"
-    perfect: ClassVar[str | None] = "perfect-goodput"
-    color: ClassVar[str | None] = "tab:brown"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         head, k_min, k_max = inputs.head(self.head)
@@ -256,10 +217,7 @@ class SVSpec(PolicySpec):
     profile: str
     k: int | None = None  # candidates drafted per round (None: the profile's k_max)
     kind: ClassVar[str] = "sv"
-    symbol: ClassVar[str | None] = "k"
-    rows_alone: ClassVar[bool] = False
     reads: ClassVar[Literal["head", "profile"] | None] = "profile"
-    color: ClassVar[str | None] = "tab:purple"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         profile = inputs.profiles[self.profile]
@@ -270,10 +228,6 @@ class SVSpec(PolicySpec):
     @property
     def value(self) -> float | None:
         return None if self.k is None else float(self.k)
-
-    def batch_variants(self, k: int) -> list[PolicySpec]:
-        """SV drafting the fixed-K baseline's K at a batch size too, as the SV paper does."""
-        return [SVSpec(self.profile, k)] if self.k is None else []
 
     @property
     def artifact(self) -> str:
@@ -291,13 +245,6 @@ class PerfectHeadSpec(PolicySpec):
 
     threshold: float
     kind: ClassVar[str] = "perfect"
-    symbol: ClassVar[str | None] = "h"
-    tuned: ClassVar[bool] = True
-    rows_alone: ClassVar[bool] = False
-    bound: ClassVar[bool] = True
-    grid_setting: ClassVar[str | None] = "thresholds"
-    perfect: ClassVar[str | None] = "perfect"
-    color: ClassVar[str | None] = "dimgrey"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return PerfectHead(self.threshold, k_max=inputs.k_max)
@@ -317,10 +264,6 @@ class PerfectGoodputSpec(PolicySpec):
     """The goodput stop fed the true acceptance probabilities (a bound)."""
 
     kind: ClassVar[str] = "perfect-goodput"
-    rows_alone: ClassVar[bool] = False
-    bound: ClassVar[bool] = True
-    perfect: ClassVar[str | None] = "perfect-goodput"
-    color: ClassVar[str | None] = "silver"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         if inputs.costs is None:
@@ -334,9 +277,6 @@ class OracleSpec(PolicySpec):
     """The realised oracle: stops before the first rejection its own verification draws decide (a bound)."""
 
     kind: ClassVar[str] = "oracle"
-    rows_alone: ClassVar[bool] = False
-    bound: ClassVar[bool] = True
-    color: ClassVar[str | None] = "black"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Oracle()

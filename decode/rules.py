@@ -10,10 +10,15 @@ defines, vectorised over positions:
 
 Decode-time use goes through :meth:`Rule.propose`, :meth:`Rule.verify` and (ensembles only)
 :meth:`Rule.settle`; data collection uses :meth:`Rule.label`.
+
+A rule's parameters are its dataclass fields with their defaults (:meth:`Rule.defaults`): a parameterised rule is
+one declaration, and configs, collection, training and the evaluation read its parameters from it
+(``from_spec(name, **params)``; DESIGN §1).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
@@ -86,24 +91,60 @@ def register_rule(cls: RuleClass) -> RuleClass:
     return cls
 
 
+@dataclass(eq=False, repr=False)
 class Rule:
-    """Base class: acceptance via ``u < accept_prob`` and sampling of the emitted token."""
+    """Base class: acceptance via ``u < accept_prob`` and sampling of the emitted token.
+
+    A subclass declares its parameters as dataclass fields with defaults (``@dataclass(eq=False, repr=False)``
+    keeps equality, hashing and the repr on :meth:`spec`); :attr:`swept` names the one an evaluation sweeps.
+    """
 
     name: ClassVar[str]
     lossless: ClassVar[bool]
-    #: The variants collection labels, one stored label column each (``None``: the rule as configured; the
-    #: ensemble labels both kinds; none for fuzzy, whose labels are read off the stored divergences).
-    label_kinds: ClassVar[tuple[str | None, ...]] = (None,)
+    #: The parameter that trades output quality for acceptance, swept on dev at the rule's chosen fixed K by the
+    #: evaluation (FSD's threshold T; None: none).
+    swept: ClassVar[str | None] = None
     #: True when a bonus token drawn from ``p`` must later be checked against ``q`` (ensembles).
     tentative_bonus: ClassVar[bool] = False
     #: True when the draft is a member of what is verified against, so no token is drawn where it has not scored:
     #: the token after a fully accepted round is drawn once the draft has (:meth:`complete`; the n-model ensemble).
     member_draft: ClassVar[bool] = False
 
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """The parameters the rule declares, with their defaults (its dataclass fields)."""
+        return {f.name: f.default for f in fields(cls)}
+
+    @property
+    def primary(self) -> str | None:
+        """The parameter that tells this rule's configurations apart in results tables (``rule_param``): the swept
+        one, else None."""
+        return self.swept
+
+    @property
+    def value(self) -> float | None:
+        """The :attr:`primary` parameter's value (None: none)."""
+        return None if self.primary is None else float(getattr(self, self.primary))
+
+    def with_value(self, value: float) -> Rule:
+        """This rule with its :attr:`primary` parameter set to ``value`` (a point of a sweep)."""
+        if self.primary is None:
+            raise ValueError(f"rule {self.name!r} has no parameter to set to {value}")
+        return replace(self, **{self.primary: value})
+
+    def labelled(self) -> tuple[Rule, ...]:
+        """The rules collection stores a label column for, for this one as configured: itself (the ensemble: each
+        kind; none for fuzzy, whose labels are read off the stored divergences, :meth:`labels_from`)."""
+        return (self,)
+
     @property
     def label_column(self) -> str:
         """The dataset column holding this rule's labels (DESIGN §1)."""
         return f"label_{self.name}"
+
+    def labels_from(self, column: Tensor) -> Tensor:
+        """The training labels from the values of :attr:`label_column`: the column itself."""
+        return column
 
     # --- definitions on post-transform probabilities -------------------------------------------
     def transform(self, sampling: Sampling) -> Sampling:
@@ -141,7 +182,7 @@ class Rule:
 
     def params(self) -> dict[str, Any]:
         """Constructor parameters (JSON-ready) — with :attr:`name`, enough to rebuild the rule."""
-        return {}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def spec(self) -> dict[str, Any]:
         """``{"name": ..., "params": {...}}`` as stored in metadata."""
@@ -222,6 +263,7 @@ class Rule:
 
 
 @register_rule
+@dataclass(eq=False, repr=False)
 class Speculative(Rule):
     """Leviathan / Chen speculative sampling: lossless, output ~ ``p``."""
 
@@ -230,6 +272,7 @@ class Speculative(Rule):
 
 
 @register_rule
+@dataclass(eq=False, repr=False)
 class Greedy(Rule):
     """Draft proposes ``argmax q``; accepted iff it equals ``argmax p``; output equals target greedy.
 
@@ -254,32 +297,38 @@ class Greedy(Rule):
 
 
 @register_rule
+@dataclass(eq=False, repr=False)
 class Fuzzy(Rule):
     """FSD: accept while ``Div(p, q) < threshold``; emit a sample of the full ``p`` at rejection."""
 
-    name = "fuzzy"
-    lossless = False
-    label_kinds = ()
+    divergence: str = "js"
+    threshold: float = 0.3
+    name: ClassVar[str] = "fuzzy"
+    lossless: ClassVar[bool] = False
+    swept: ClassVar[str | None] = "threshold"
 
-    def __init__(self, divergence: str = "js", threshold: float = 0.3) -> None:
-        if divergence not in DIVERGENCES:
-            raise ValueError(f"unknown divergence {divergence!r}; valid: {', '.join(DIVERGENCES)}")
-        if threshold < 0:
-            raise ValueError(f"threshold must be >= 0, got {threshold}")
-        self.divergence = divergence
-        self.threshold = float(threshold)
-        self._div = DIVERGENCES[divergence]
+    def __post_init__(self) -> None:
+        if self.divergence not in DIVERGENCES:
+            raise ValueError(f"unknown divergence {self.divergence!r}; valid: {', '.join(DIVERGENCES)}")
+        if self.threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {self.threshold}")
+        self.threshold = float(self.threshold)
 
-    def params(self) -> dict[str, Any]:
-        return {"divergence": self.divergence, "threshold": self.threshold}
+    def labelled(self) -> tuple[Rule, ...]:
+        """None: the labels are read off the stored divergence column (:meth:`labels_from`)."""
+        return ()
 
     @property
     def label_column(self) -> str:
         """The stored divergence column: ``1[Div < T]`` is applied at training time, so any T can be chosen later."""
         return self.divergence
 
+    def labels_from(self, column: Tensor) -> Tensor:
+        """``1[Div < T]`` on the stored divergences."""
+        return (column < self.threshold).float()
+
     def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
-        return (self._div(v, q) < self.threshold).float()
+        return (DIVERGENCES[self.divergence](v, q) < self.threshold).float()
 
     def expected_accept_probs(self, v: Tensor, q: Tensor) -> Tensor:
         """Fuzzy acceptance does not depend on the candidate: ``1[Div(v, q) < threshold]``."""
@@ -290,47 +339,50 @@ class Fuzzy(Rule):
 
 
 @register_rule
+@dataclass(eq=False, repr=False)
 class Ensemble(Rule):
     """Speculative Ensemble: lossless w.r.t. ``r = E(q, p)``.
 
-    ``kind="weighted"``: ``r = λ q + (1−λ) p`` on transformed distributions;
-    ``kind="contrastive"``: ``r = transform(l_p − μ l_q)`` on raw logits. Under a greedy
-    transform ``r`` is the one-hot argmax of the untempered ensemble (never the argmax of one
-    member). ``r`` is :meth:`function`'s :class:`~decode.ensemble_fn.EnsembleFn` over ``[q, p]``,
-    with its defaults ``λ = DEFAULT_WEIGHT``, ``μ = DEFAULT_MU``. The bonus after K accepted
-    candidates is a tentative ``b ~ p`` that the draft checks against ``r`` in its next forward
-    (the alternate proposal of DESIGN §4 with ``γ_p = 1``).
+    ``kind="weighted"``: ``r = λ q + (1−λ) p`` on transformed distributions (``weight`` λ);
+    ``kind="contrastive"``: ``r = transform(l_p − μ l_q)`` on raw logits (``mu`` μ). The other kind's parameter
+    is kept for the label column collection stores of that kind (:meth:`labelled`) and is no part of the rule's
+    :meth:`spec`. Under a greedy transform ``r`` is the one-hot argmax of the untempered ensemble (never the
+    argmax of one member). ``r`` is :meth:`function`'s :class:`~decode.ensemble_fn.EnsembleFn` over ``[q, p]``,
+    with its defaults ``λ = DEFAULT_WEIGHT``, ``μ = DEFAULT_MU``. The bonus after K accepted candidates is a
+    tentative ``b ~ p`` that the draft checks against ``r`` in its next forward (the alternate proposal of
+    DESIGN §4 with ``γ_p = 1``).
     """
 
-    name = "ensemble"
-    lossless = True
-    tentative_bonus = True
-    KINDS = ("weighted", "contrastive")
-    label_kinds = KINDS
+    kind: str = "weighted"
+    weight: float = DEFAULT_WEIGHT
+    mu: float = DEFAULT_MU
+    name: ClassVar[str] = "ensemble"
+    lossless: ClassVar[bool] = True
+    tentative_bonus: ClassVar[bool] = True
+    KINDS: ClassVar[tuple[str, ...]] = ("weighted", "contrastive")
 
-    def __init__(self, kind: str = "weighted", weight: float | None = None, mu: float | None = None) -> None:
-        if kind not in self.KINDS:
-            raise ValueError(f"unknown ensemble kind {kind!r}; valid: {', '.join(self.KINDS)}")
-        if kind == "weighted":
-            if mu is not None:
-                raise ValueError("Ensemble(kind='weighted') takes weight=λ, not mu")
-            weight = DEFAULT_WEIGHT if weight is None else float(weight)
-            if not 0.0 <= weight <= 1.0:
-                raise ValueError(f"ensemble weight λ must be in [0, 1], got {weight}")
-        else:
-            if weight is not None:
-                raise ValueError("Ensemble(kind='contrastive') takes mu=μ, not weight")
-            mu = DEFAULT_MU if mu is None else float(mu)
-        self.kind, self.weight, self.mu = kind, weight, mu
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS:
+            raise ValueError(f"unknown ensemble kind {self.kind!r}; valid: {', '.join(self.KINDS)}")
+        self.weight, self.mu = float(self.weight), float(self.mu)
+        if not 0.0 <= self.weight <= 1.0:
+            raise ValueError(f"ensemble weight λ must be in [0, 1], got {self.weight}")
+
+    @property
+    def primary(self) -> str:
+        """λ (``weight``) for the weighted kind, μ (``mu``) for the contrastive one."""
+        return "weight" if self.kind == "weighted" else "mu"
+
+    def labelled(self) -> tuple[Rule, ...]:
+        """Both kinds, each with its own parameter."""
+        return tuple(replace(self, kind=kind) for kind in self.KINDS)
 
     @property
     def label_column(self) -> str:
         return f"label_ensemble_{self.kind}"
 
     def params(self) -> dict[str, Any]:
-        if self.kind == "weighted":
-            return {"kind": "weighted", "weight": self.weight}
-        return {"kind": "contrastive", "mu": self.mu}
+        return {"kind": self.kind, self.primary: getattr(self, self.primary)}
 
     def function(self) -> EnsembleFn:
         """The two-model ensemble function of this rule for models ``[q, p]`` (proposer ``q`` first)."""
@@ -355,12 +407,15 @@ class Ensemble(Rule):
         return self.function().probs(torch.stack([q_logits.float(), p_logits.float()]), sampling)
 
 
-
-
 def from_spec(name: str, **params: Any) -> Rule:
-    """Build a rule from its :attr:`~Rule.name` and :meth:`~Rule.params` (as stored in metadata)."""
+    """Build a rule from its :attr:`~Rule.name` and any of its parameters (:meth:`~Rule.params`, as stored in
+    metadata; the others keep their defaults)."""
     try:
         cls = RULES[name]
     except KeyError:
         raise ValueError(f"unknown rule {name!r}; valid rules: {', '.join(RULES)}") from None
+    unknown = sorted(set(params) - set(cls.defaults()))
+    if unknown:
+        raise ValueError(f"rule {name!r} has no parameter {', '.join(unknown)}; "
+                         f"its parameters: {', '.join(cls.defaults()) or 'none'}")
     return cls(**params)

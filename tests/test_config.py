@@ -60,7 +60,8 @@ def test_sv_and_ensemble_experiments():
     assert sv.models.companion.id == "Qwen/Qwen2.5-1.5B-Instruct"
     assert sv.cost.t_companion is None  # priced at the call ratio measured on the serving device
     cd = to_config(_compose("+exp=llama8b_cd"))
-    assert cd.rules.ensemble_kind == "contrastive" and cd.rules.ensemble_mu == pytest.approx(0.1)
+    ensemble = cd.rules.params["ensemble"]
+    assert ensemble["kind"] == "contrastive" and ensemble["mu"] == pytest.approx(0.1)
 
 
 def test_default_is_the_embedded_tiny_trio():

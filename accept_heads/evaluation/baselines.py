@@ -140,7 +140,7 @@ class SERunner:
         policy = spec.policy
         mode = policy.mode
         gamma = [policy.gamma, 1] if policy.gamma is not None else None
-        ensemble = build_rule("ensemble", self.rules, parameter=spec.rule_param)
+        ensemble = build_rule("ensemble", self.rules, value=spec.rule_param)
         decoder = decode.EnsembleDecoder([self.trio.draft, self.trio.target], ensemble=ensemble,
                                          proposal_lengths=gamma, mode=mode, sampling=self.sampling)
         records = []

@@ -20,17 +20,18 @@ from typing import Any
 import pandas as pd
 import torch
 
+from accept_heads.evaluation.families import families
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.plan import Choice, matching_artifacts
 from accept_heads.evaluation.runs import DecoderRunner, RunSpec
 from accept_heads.evaluation.specs import TargetAloneSpec
 from accept_heads.selection import best_value
-from ahconf.rules import rule_parameter
+from ahconf.rules import rule_value
 from ahconf.schema import EvaluateJob
 from data_gen.seeding import prompt_seed
 from decode.batch_costs import BatchCosts
 from decode.loops.target_alone import generate_target_alone
-from decode.policy_specs import POLICY_SPECS, FixedSpec
+from decode.policy_specs import FixedSpec
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def axis_rules(job: EvaluateJob, rules: list[str]) -> list[str]:
 def dev_fixed_runs(job: EvaluateJob, rules: list[str]) -> list[BatchRun]:
     """The fixed-K grid on dev at every batch size (the best K is chosen per ``B``)."""
     e = job.evaluate
-    return [BatchRun(RunSpec(set="dev", rule=rule, policy=FixedSpec(int(k)), rule_param=rule_parameter(rule, job.rules),
+    return [BatchRun(RunSpec(set="dev", rule=rule, policy=FixedSpec(int(k)), rule_param=rule_value(rule, job.rules),
                              chosen_on="grid"), batch)
             for batch in e.batch_sizes for rule in rules for k in e.fixed_k]
 
@@ -78,29 +79,29 @@ def best_fixed_k(dev: pd.DataFrame) -> dict[tuple[str, int], float]:
 def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str], choices: list[Choice],
               best_k: dict[tuple[str, int], float]) -> list[BatchRun]:
     """What each batch size decodes on ``set_name``: the target alone, the dev-chosen K at that ``B``, and every other
-    registered serving policy (no bounds) as the main evaluation chose it: a tuned kind at its dev choice, the
-    others per matching head or profile, each with its :meth:`~decode.policy_specs.PolicySpec.batch_variants`
-    (SV drafting the fixed K chosen at this ``B`` too)."""
+    policy family of our decoder (no bounds) as the main evaluation chose it: a tuned kind at its dev choice, the
+    others per matching head or profile, each with its variants at that K
+    (:attr:`~accept_heads.evaluation.families.Family.at_fixed_k`: SV drafting the fixed K chosen at this ``B`` too)."""
     chosen = {(c.rule, c.family, c.artifact): c.value for c in choices if c.swept == "param"}
     runs = []
     for batch in job.evaluate.batch_sizes:
         for rule in rules:
             base = RunSpec(set=set_name, rule=rule, policy=TargetAloneSpec(),
-                           rule_param=rule_parameter(rule, job.rules))
+                           rule_param=rule_value(rule, job.rules))
             heads, profiles = matching_artifacts(artifacts, rule, base.rule_param, job.rules)
             k = int(best_k[(rule, batch)])
             specs = [base, replace(base, policy=FixedSpec(k), chosen_on="dev")]
-            for kind in POLICY_SPECS.values():
-                if kind.bound or kind is FixedSpec:
+            for kind in families().values():
+                if kind.runner != "decode" or kind.bound or kind.spec is FixedSpec:
                     continue
                 if kind.tuned:
-                    names = {"head": heads, "profile": profiles, None: [None]}[kind.reads]
-                    specs += [replace(base, policy=kind.of(chosen[(rule, kind.kind, name)], name), chosen_on="dev")
-                              for name in names if (rule, kind.kind, name) in chosen]
+                    names = {"head": heads, "profile": profiles, None: [None]}[kind.spec.reads]
+                    specs += [replace(base, policy=kind.spec.of(chosen[(rule, kind.name, name)], name),
+                                      chosen_on="dev") for name in names if (rule, kind.name, name) in chosen]
                     continue
                 for spec in kind.candidates([], heads, profiles):
                     specs += [replace(base, policy=spec)]
-                    specs += [replace(base, policy=variant, chosen_on="dev") for variant in spec.batch_variants(k)]
+                    specs += [replace(base, policy=variant, chosen_on="dev") for variant in kind.at_fixed_k(spec, k)]
             runs += [BatchRun(spec, batch) for spec in specs]
     return runs
 

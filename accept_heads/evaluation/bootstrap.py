@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from accept_heads.evaluation.specs import perfect_for
+from accept_heads.evaluation.families import perfect_for
 from accept_heads.evaluation.table import KEYS, bound_rows, verification_units
 from decode.costs import CostModel
 

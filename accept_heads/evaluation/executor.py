@@ -21,9 +21,9 @@ import torch
 
 from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRecord, BatchRun, measure_batches
+from accept_heads.evaluation.families import families
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
 from accept_heads.evaluation.runs import DecoderRunner, GenerationRecord, Record, Runner, RunSpec
-from accept_heads.evaluation.specs import families
 from ahconf.entry import quiet_library_output
 from ahconf.schema import EvaluateConfig, EvaluateJob
 from data_gen.models import Trio, load_trio

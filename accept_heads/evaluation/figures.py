@@ -16,23 +16,25 @@ import matplotlib
 matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from accept_heads.evaluation.families import families, family_names  # noqa: E402
 from accept_heads.evaluation.plan import recorded_choices  # noqa: E402
 from accept_heads.evaluation.reliability import expected_calibration_error, reliability  # noqa: E402
 from accept_heads.evaluation.results import Results  # noqa: E402
-from accept_heads.evaluation.specs import families, family_names  # noqa: E402
+from decode.rules import from_spec  # noqa: E402
 
-PALETTE = ("teal", "gold", "navy", "crimson", "olive")  # families whose spec declares no colour, in table order
+PALETTE = ("teal", "gold", "navy", "crimson", "olive")  # families that declare no colour, in table order
 
 
 def family_color(family: str) -> str:
-    """A family's colour in every figure: its spec's ``color``, else the next of :data:`PALETTE`."""
+    """A family's colour in every figure: its declared ``color``, else the next of :data:`PALETTE`."""
     registered = families()
-    if family in registered and registered[family].spec.color:
-        return registered[family].spec.color
-    uncoloured = [name for name, f in registered.items() if not f.spec.color]
+    if family in registered and registered[family].color:
+        return registered[family].color
+    uncoloured = [name for name, f in registered.items() if not f.color]
     return PALETTE[uncoloured.index(family) % len(PALETTE)] if family in uncoloured else "grey"
 
 
@@ -73,6 +75,13 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.asarray(front, dtype=int)
 
 
+def _configured(rule_params: pd.Series, results: Results, rule: str) -> pd.Series:
+    """The rows at ``rule``'s configured parameters, not at another point of its swept parameter's grid."""
+    spec = results.metadata["rule_specs"][rule]
+    value = from_spec(spec["name"], **spec["params"]).value
+    return rule_params.isna() if value is None else rule_params == value
+
+
 def draw_pareto(results: Results, set_name: str | None = None) -> Figure | None:
     """Verification rate vs discard rate, one panel per rule, one frontier per policy family."""
     set_name = set_name or _sweep_set(results)
@@ -82,8 +91,7 @@ def draw_pareto(results: Results, set_name: str | None = None) -> Figure | None:
     rules = list(dict.fromkeys(table["rule"]))
     figure, axes = _panels(len(rules))
     for ax, rule in zip(axes, rules):
-        rows = table[(table["rule"] == rule) & ~((table["rule"] == "fuzzy") & table["rule_param"].ne(
-            results.metadata["rules"]["fuzzy_threshold"]))]
+        rows = table[(table["rule"] == rule) & _configured(table["rule_param"], results, rule)]
         for (family, artifact), group in rows.groupby(["family", "artifact"], dropna=False, sort=False):
             x, y = group["discard_rate"].to_numpy(float), group["verification_rate"].to_numpy(float)
             color = family_color(family)
@@ -227,7 +235,8 @@ def draw_sv_profile(results: Results) -> Figure | None:
 def draw_fsd(results: Results) -> Figure | None:
     """FSD: divergence threshold T vs mean accepted length and vs agreement with the target's greedy token."""
     table = results.table
-    k = next((c.param for c in recorded_choices(results.metadata) if c.swept == "rule_param"), None)
+    k = next((c.param for c in recorded_choices(results.metadata) if c.swept == "rule_param" and c.rule == "fuzzy"),
+             None)
     fuzzy = table[(table["rule"] == "fuzzy") & (table["role"] != "dev") & (table["family"] == "fixed")
                   & (table["source"] == "decode") & (table["param"] == k)]
     fuzzy = fuzzy[fuzzy["set"] == (fuzzy["set"].iloc[0] if not fuzzy.empty else None)].sort_values("rule_param")
@@ -237,7 +246,7 @@ def draw_fsd(results: Results) -> Figure | None:
     references = table[(table["set"] == set_name) & table["rule"].isin(["speculative", "greedy"])
                        & (table["family"] == "fixed") & (table["chosen_on"] == "dev")]
     figure, (length_ax, quality_ax) = _panels(2)
-    divergence = results.metadata["rules"]["fuzzy_divergence"].upper()
+    divergence = results.metadata["rule_specs"]["fuzzy"]["params"]["divergence"].upper()
     length_ax.plot(fuzzy["rule_param"], fuzzy["mean_accepted_length"], "o-", color="tab:brown",
                    label=f"fuzzy, {fuzzy['policy'].iloc[0]}")
     quality_ax.plot(fuzzy["rule_param"], fuzzy["target_agreement"], "o-", color="tab:brown", label="fuzzy")

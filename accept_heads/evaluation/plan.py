@@ -1,10 +1,12 @@
 """Which runs an evaluation decodes: the dev sweeps (for selection), then test / OOD with the dev choices.
 
-A choice (best fixed K, confidence τ, head threshold h, SE proposal length γ, and, at the fuzzy
-rule's chosen K, the FSD threshold T) is only ever made from dev rows
+A choice (best fixed K, confidence τ, head threshold h, SE proposal length γ, and, at a rule's chosen K,
+the rule's swept parameter such as the FSD threshold T) is only ever made from dev rows
 (:func:`accept_heads.evaluation.table.select`) and applied here to the other sets. Every other
-point of a swept grid that is decoded on test (``evaluate.sweep_test``; the FSD T grid on test,
-which the quality-vs-T figure needs) is marked ``grid``.
+point of a swept grid that is decoded on test (``evaluate.sweep_test``; a rule's grid on test,
+which the quality-vs-T figure needs) is marked ``grid``. The policy kinds and their grids are the
+registered families' (:mod:`~accept_heads.evaluation.families`), the swept rules the rules that declare one
+(:attr:`decode.rules.Rule.swept`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from accept_heads.evaluation.families import families, family, run_policy
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.runs import RunSpec
 from accept_heads.evaluation.specs import (
@@ -23,12 +26,12 @@ from accept_heads.evaluation.specs import (
     SEAlternateSpec,
     SEPlainSpec,
     SESDSpec,
-    run_policy,
 )
-from ahconf.rules import build_rule, rule_parameter
+from ahconf.rules import build_rule, rule_value
 from ahconf.schema import ConfigError, EvaluateConfig, EvaluateJob, RulesConfig
 from decode.metadata import ArtifactMetadata
-from decode.policy_specs import POLICY_SPECS, FixedSpec, HeuristicSpec, PolicySpec, SVSpec
+from decode.policy_specs import FixedSpec, HeuristicSpec
+from decode.rules import RULES
 
 #: HF's default assistant confidence threshold.
 HF_CONFIDENCE = 0.4
@@ -39,7 +42,7 @@ class Choice:
     """A parameter value selected on the dev split.
 
     ``swept="param"``: ``value`` is the policy parameter (K, τ, h, γ) of the runs with this rule,
-    ``rule_param``, family and artifact. ``swept="rule_param"``: ``value`` is the rule parameter (the
+    ``rule_param``, family and artifact. ``swept="rule_param"``: ``value`` is the rule's swept parameter (the
     FSD threshold T) of the runs with this rule, family, artifact and policy parameter ``param``.
     """
 
@@ -75,7 +78,7 @@ def eval_rules(job: EvaluateJob) -> list[str]:
 def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None,
                        rules: RulesConfig) -> tuple[list, list]:
     """Names of the heads and profiles fitted for exactly this rule (and rule parameters)."""
-    spec = build_rule(rule, rules, parameter=param).spec()
+    spec = build_rule(rule, rules, value=param).spec()
     heads = sorted(n for n, h in artifacts.heads.items() if ArtifactMetadata.of(h).rule == spec)
     profiles = sorted(n for n, p in artifacts.profiles.items() if ArtifactMetadata.of(p).rule == spec)
     return heads, profiles
@@ -101,34 +104,22 @@ def check_recorded_thresholds(job: EvaluateJob, artifacts: Artifacts) -> None:
                               "or set evaluate.thresholds to choose h on dev here")
 
 
-def dev_grid(job: EvaluateJob, kind: type[PolicySpec]) -> list[float]:
-    """A tuned kind's dev grid: ``evaluate.grids.<kind>``, else its ``grid_setting`` (a setting the job resolves
-    across groups, such as :attr:`EvaluateJob.thresholds`, else an ``evaluate`` field), else its spec's grid."""
-    e = job.evaluate
-    if kind.kind in e.grids:
-        return [float(v) for v in e.grids[kind.kind]]
-    if kind.grid_setting is not None:
-        owner = job if hasattr(job, kind.grid_setting) else e
-        return [float(v) for v in getattr(owner, kind.grid_setting)]
-    return list(kind.grid)
-
-
 def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
-    """Every registered policy kind of ``rule`` (:data:`~decode.policy_specs.POLICY_SPECS`, in table order) with its
-    whole dev grid, per matching head or profile where it reads one; the bounds only with ``evaluate.bounds``."""
-    param = rule_parameter(rule, job.rules)
+    """Every policy family of our decoder for ``rule`` (in table order) with its whole dev grid, per matching head or
+    profile where it reads one; the bounds only with ``evaluate.bounds``."""
+    param = rule_value(rule, job.rules)
     base = RunSpec(set=set_name, rule=rule, policy=HeuristicSpec(), rule_param=param)
     heads, profiles = matching_artifacts(artifacts, rule, param, job.rules)
     return [replace(base, policy=spec, chosen_on="grid" if kind.tuned else base.chosen_on)
-            for kind in POLICY_SPECS.values() if job.evaluate.bounds or not kind.bound
-            for spec in kind.candidates(dev_grid(job, kind) if kind.tuned else [], heads, profiles)]
+            for kind in families().values() if kind.runner == "decode" and (job.evaluate.bounds or not kind.bound)
+            for spec in kind.candidates(kind.dev_grid(job) if kind.tuned else [], heads, profiles)]
 
 
 def mark_chosen(specs: Iterable[RunSpec], choices: list[Choice]) -> list[RunSpec]:
     """Label the grid points that the dev selection picked ``chosen_on='dev'``."""
     picked = {(c.rule, c.policy(), c.run_params()[1]) for c in choices}
-    return [replace(s, chosen_on="dev") if s.policy.tuned and (s.rule, s.policy, s.rule_param) in picked else s
-            for s in specs]
+    return [replace(s, chosen_on="dev") if family(s.family).tuned and (s.rule, s.policy, s.rule_param) in picked
+            else s for s in specs]
 
 
 def applied(e: EvaluateConfig, specs: list[RunSpec], choices: list[Choice]) -> list[RunSpec]:
@@ -140,10 +131,14 @@ def applied(e: EvaluateConfig, specs: list[RunSpec], choices: list[Choice]) -> l
     return [s for s in specs if s.chosen_on != "grid"]
 
 
-def fsd_k(choices: list[Choice]) -> float | None:
-    """The fixed K chosen on dev for the fuzzy rule (at its configured T); None without fuzzy runs."""
-    return next((c.value for c in choices if c.rule == "fuzzy" and c.family == "fixed" and c.swept == "param"),
-                None)
+def swept_rules(rules: list[str]) -> list[str]:
+    """The rules of ``rules`` with a parameter the evaluation sweeps (:attr:`decode.rules.Rule.swept`: fuzzy's T)."""
+    return [rule for rule in rules if RULES[rule].swept is not None]
+
+
+def rule_k(choices: list[Choice], rule: str) -> float | None:
+    """The fixed K chosen on dev for ``rule`` (at its configured parameters); None without its runs."""
+    return next((c.value for c in choices if c.rule == rule and c.family == "fixed" and c.swept == "param"), None)
 
 
 #: The fixed-K grid grows no further than this.
@@ -171,20 +166,22 @@ def extended_k(grid: list[int]) -> list[int]:
 
 def fixed_specs(rules: RulesConfig, set_name: str, rule: str, ks: list[int]) -> list[RunSpec]:
     """Fixed-K runs of ``rule`` at each K of ``ks`` (grid points)."""
-    return [RunSpec(set=set_name, rule=rule, policy=FixedSpec(int(k)), rule_param=rule_parameter(rule, rules),
+    return [RunSpec(set=set_name, rule=rule, policy=FixedSpec(int(k)), rule_param=rule_value(rule, rules),
                     chosen_on="grid") for k in ks]
 
 
-def fsd_sweep(job: EvaluateJob, set_name: str, choices: list[Choice]) -> list[RunSpec]:
-    """Fuzzy rule at each ``evaluate.fuzzy_thresholds`` T with the fixed K chosen on dev for fuzzy (``grid``).
+def rule_sweep(job: EvaluateJob, set_name: str, rule: str, choices: list[Choice]) -> list[RunSpec]:
+    """``rule`` at each value of its swept parameter in ``evaluate.rule_grids.<rule>`` (FSD's T) with the fixed K
+    chosen on dev for it (``grid``).
 
-    The configured T is left out: the fuzzy rule's own sweep decodes it at that K.
+    The configured value is left out: the rule's own policy sweep decodes it at that K.
     """
-    k = fsd_k(choices)
+    k = rule_k(choices, rule)
     if k is None:
         return []
-    return [RunSpec(set=set_name, rule="fuzzy", policy=FixedSpec(int(k)), rule_param=float(t), chosen_on="grid")
-            for t in job.evaluate.fuzzy_thresholds if t != job.rules.fuzzy_threshold]
+    configured = rule_value(rule, job.rules)
+    return [RunSpec(set=set_name, rule=rule, policy=FixedSpec(int(k)), rule_param=float(t), chosen_on="grid")
+            for t in job.evaluate.rule_grids.get(rule, []) if t != configured]
 
 
 def hf_specs(e: EvaluateConfig, set_name: str, rules: list[str], choices: list[Choice]) -> list[RunSpec]:
@@ -202,15 +199,19 @@ def hf_specs(e: EvaluateConfig, set_name: str, rules: list[str], choices: list[C
     return specs
 
 
-def sv_at_fixed_k(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str],
-                  choices: list[Choice]) -> list[RunSpec]:
-    """SV drafting the fixed K chosen on dev for its rule, beside SV drafting its profile's ``k_max``: the SV
-    paper's comparison (verify a goodput-optimal prefix of the drafts the fixed-K baseline makes)."""
+def at_fixed_k(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str],
+               choices: list[Choice]) -> list[RunSpec]:
+    """Each family's variants at the fixed K chosen on dev for its rule (:attr:`Family.at_fixed_k`), per matching
+    artifact: SV drafting that K beside SV drafting its profile's ``k_max``, the SV paper's comparison (verify a
+    goodput-optimal prefix of the drafts the fixed-K baseline makes)."""
     specs = []
     for choice in (c for c in choices if c.family == "fixed" and c.swept == "param" and c.rule in rules):
-        _, profiles = matching_artifacts(artifacts, choice.rule, choice.rule_param, job.rules)
-        specs += [RunSpec(set=set_name, rule=choice.rule, policy=SVSpec(name, int(choice.value)),
-                          rule_param=choice.rule_param, chosen_on="dev") for name in profiles]
+        heads, profiles = matching_artifacts(artifacts, choice.rule, choice.rule_param, job.rules)
+        specs += [RunSpec(set=set_name, rule=choice.rule, policy=variant, rule_param=choice.rule_param,
+                          chosen_on="dev")
+                  for kind in families().values() if kind.runner == "decode" and not kind.tuned
+                  for spec in kind.candidates([], heads, profiles)
+                  for variant in kind.at_fixed_k(spec, int(choice.value))]
     return specs
 
 
@@ -220,10 +221,11 @@ def unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
 
 
 def se_sweep(job: EvaluateJob, set_name: str) -> list[RunSpec]:
-    """Speculative Ensemble of draft + target: SD and alternate proposals at each ``evaluate.se_gammas`` γ."""
-    rule_param = rule_parameter("ensemble", job.rules)
+    """Speculative Ensemble of draft + target: SD and alternate proposals at each γ of their grid
+    (``evaluate.se_gammas``)."""
+    rule_param = rule_value("ensemble", job.rules)
     return [RunSpec(set=set_name, rule="ensemble", policy=spec(int(g)), rule_param=rule_param, chosen_on="grid")
-            for spec in (SESDSpec, SEAlternateSpec) for g in job.evaluate.se_gammas]
+            for spec in (SESDSpec, SEAlternateSpec) for g in family(spec.kind).dev_grid(job)]
 
 
 def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:
@@ -237,18 +239,19 @@ def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list
 def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
                     choices: list[Choice]) -> list[RunSpec]:
     """Everything decoded once the dev choices are made, on every test / OOD set: the policies (SV also at
-    the dev-chosen fixed K), FSD (its whole T grid on test), SE (with the plain ensemble) and HF runs."""
+    the dev-chosen fixed K), the swept rules (their whole grid on test), SE (with the plain ensemble) and HF
+    runs."""
     specs = []
     for s in (s for s in sets if s.role != "dev"):
         specs += [spec for rule in rules
                   for spec in applied(job.evaluate, sweep(job, artifacts, s.name, rule), choices)]
-        specs += sv_at_fixed_k(job, artifacts, s.name, rules, choices)
-        if "fuzzy" in rules:
-            fsd = mark_chosen(fsd_sweep(job, s.name, choices), choices)
-            specs += fsd if s.role == "test" else applied(job.evaluate, fsd, choices)
+        specs += at_fixed_k(job, artifacts, s.name, rules, choices)
+        for rule in swept_rules(rules):
+            grid = mark_chosen(rule_sweep(job, s.name, rule, choices), choices)
+            specs += grid if s.role == "test" else applied(job.evaluate, grid, choices)
         if "ensemble" in rules:
             specs.append(RunSpec(set=s.name, rule="ensemble", policy=SEPlainSpec(),
-                                 rule_param=rule_parameter("ensemble", job.rules)))
+                                 rule_param=rule_value("ensemble", job.rules)))
             specs += applied(job.evaluate, se_sweep(job, s.name), choices)
     if job.evaluate.hf_baselines:
         specs += [spec for s in sets if s.role in job.evaluate.hf_sets

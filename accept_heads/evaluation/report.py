@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from accept_heads.evaluation.families import families, family
 from accept_heads.evaluation.plan import Choice, recorded_choices
-from accept_heads.evaluation.specs import families, perfect_for
+from decode.rules import RULES
 
 WIDTH = 180
 
@@ -64,9 +65,9 @@ def selection_table(selection: list[Choice]) -> Table:
     for choice in selection:
         rule = choice.rule if choice.rule_param is None else f"{choice.rule} ({choice.rule_param:g})"
         if choice.swept == "param":
-            value = f"{families()[choice.family].spec.symbol}={choice.value:g}"
+            value = f"{family(choice.family).symbol}={choice.value:g}"
         else:
-            value = f"T={choice.value:g} at K={choice.param:g}"
+            value = f"{RULES[choice.rule].swept}={choice.value:g} at K={choice.param:g}"
         out.add_row(rule, choice.family, escape(choice.artifact or "—"), value, choice.chosen_on,
                     _num(choice.dev_throughput))
     return out
@@ -83,9 +84,10 @@ def _cell(row: pd.Series | None, column: str, digits: int, suffix: str, scale: f
 
 
 def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
-    """Per head decoded here, test / OOD set and stop rule (threshold h chosen on dev, goodput): the best fixed K,
-    the head and both bounds (the perfect predictor with the same stop, the realised oracle) as × the best fixed
-    K, and the head's share of the gap from the best fixed K to each bound, with 95 % intervals (DESIGN §5)."""
+    """Per head decoded here, test / OOD set and stop rule (each family with a ``stop``: threshold h chosen on dev,
+    goodput): the best fixed K, the head and both bounds (the perfect predictor with the same stop, the realised
+    oracle) as × the best fixed K, and the head's share of the gap from the best fixed K to each bound, with 95 %
+    intervals (DESIGN §5)."""
     sets = list(dict.fromkeys(table.loc[table["role"] != "dev", "set"]))
     decoded = set(table.loc[table["role"] != "dev", "artifact"].dropna())
     out = Table(title="heads and bounds — × best fixed K at the cost pair, and the share of the gap to each bound "
@@ -102,15 +104,14 @@ def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
             best = (f"K={fixed['param'].iloc[0]:g} {fixed['speedup_target_cost'].iloc[0]:.2f}×" if len(fixed)
                     else "—")
             oracle = _run_row(same, "oracle")
-            for family, stop in (("head", "h (dev)"), ("head-goodput", "goodput")):
-                row = _run_row(same[same["artifact"] == name], family)
+            for kind in (f for f in families().values() if f.stop is not None):
+                row = _run_row(same[same["artifact"] == name], kind.name)
                 if row is None:
                     continue
-                if stop == "h (dev)":
-                    stop = f"h={row['param']:g} (dev)"
+                stop = f"{kind.stop}={row['param']:g} (dev)" if kind.tuned else kind.stop
                 out.add_row(escape(name), escape(rule), "undefined" if auroc is None else _num(auroc, 3), set_name,
                             stop, best, _cell(row, "speedup_fixed_cost", 3, "×"),
-                            _cell(_run_row(same, perfect_for()[family]), "speedup_fixed_cost", 3, "×"),
+                            _cell(_run_row(same, kind.perfect), "speedup_fixed_cost", 3, "×"),
                             _cell(oracle, "speedup_fixed_cost", 3, "×"),
                             _cell(row, "perfect_gap_share_cost", 0, "%", 100),
                             _cell(row, "oracle_gap_share_cost", 0, "%", 100))

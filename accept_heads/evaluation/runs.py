@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
+from accept_heads.evaluation.families import family
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.specs import RunPolicy
 from ahconf.rules import build_rule
@@ -68,7 +69,7 @@ class RunSpec:
         name = self.family + (f"[{self.artifact}]" if self.artifact else "")
         if self.param is None:
             return name
-        symbol = self.policy.symbol
+        symbol = family(self.family).symbol
         value = int(self.param) if symbol in ("K", "γ", "k") else self.param
         return f"{name}({symbol}={value})"
 
@@ -207,7 +208,7 @@ class DecoderRunner:
     k_min: int = 1
     k_max: int = 20
     costs: CostModel | None = None  # the model the goodput head stops by (the evaluation's ``cost`` model)
-    batch_size: int = 1  # prompts per batched generate (kinds whose rows decide as alone: the spec's rows_alone)
+    batch_size: int = 1  # prompts per batched generate (kinds whose rows decide as alone: the family's rows_alone)
     timed_prompts: int = 0  # the first this-many prompts of a batched run decode alone (they time the models)
 
     def policy(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> Policy:
@@ -223,20 +224,21 @@ class DecoderRunner:
         """Our decoder for ``spec`` (its policy as :meth:`policy` builds it)."""
         policy = self.policy(spec, batch_costs)
         companion = self.trio.companion if policy.companion is not None else None
-        return SpeculativeDecoder(self.trio.target, self.trio.draft, rule=build_rule(spec.rule, self.rules, parameter=spec.rule_param),
-                                  policy=policy, companion=companion, sampling=self.sampling)
+        rule = build_rule(spec.rule, self.rules, value=spec.rule_param)
+        return SpeculativeDecoder(self.trio.target, self.trio.draft, rule=rule, policy=policy, companion=companion,
+                                  sampling=self.sampling)
 
     @torch.inference_mode()
     def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[GenerationRecord]:
         """Decode every prompt of the set, seeded per prompt (the same seeds for every policy and batch size).
 
-        Kinds whose rows decide as alone (their spec's ``rows_alone``) decode ``batch_size`` prompts per batched
+        Kinds whose rows decide as alone (their family's ``rows_alone``) decode ``batch_size`` prompts per batched
         generate after the first ``timed_prompts`` (alone); each row decodes as it would alone (same seed, same
         decisions), so only the wall-clock columns depend on the batching.
         """
         decoder = self.decoder(spec)
         items = prompts.prompts
-        alone = len(items) if self.batch_size == 1 or not spec.policy.rows_alone else self.timed_prompts
+        alone = len(items) if self.batch_size == 1 or not family(spec.family).rows_alone else self.timed_prompts
         generations: list[tuple[Generation, torch.Tensor, int]] = []
         for prompt in items[:alone]:
             seed = prompt_seed(self.seed, prompt.prompt_id)

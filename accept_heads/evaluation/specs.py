@@ -3,21 +3,20 @@
 Our decoder's policies are :mod:`decode.policy_specs`; the baselines are here: HF assisted generation
 (constant K, HF's heuristic schedule, a confidence threshold), Speculative Ensemble (the plain
 ensemble, speculative and alternate proposals at a proposal length γ) and, on the batch axis, the
-target alone. :func:`families` lists every kind of the results table, in table order, with the
-runner that decodes it; :func:`run_policy` reads a spec back from a table row's flat form.
+target alone. How the evaluation runs each kind is its family (:mod:`~accept_heads.evaluation.families`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from decode.policy_specs import POLICY_SPECS, CountParameter, NamedSpec, PolicySpec, ThresholdParameter, policy_spec
+from decode.policy_specs import CountParameter, NamedSpec, PolicySpec, ThresholdParameter
 
 
 @dataclass(frozen=True)
 class BaselineSpec(NamedSpec):
-    """A baseline run by kind and typed parameters (the interface of :class:`decode.policy_specs.PolicySpec`)."""
+    """A baseline run by kind and typed parameters (the flat form of :class:`decode.policy_specs.NamedSpec`)."""
 
 
 #: HF's default initial number of assistant tokens (``GenerationConfig.num_assistant_tokens``).
@@ -36,8 +35,6 @@ class HFSpec(BaselineSpec):
 @dataclass(frozen=True)
 class HFConstantSpec(CountParameter, HFSpec):
     kind: ClassVar[str] = "hf-constant"
-    color: ClassVar[str | None] = "tab:cyan"
-    symbol: ClassVar[str | None] = "K"
 
     def assistant_settings(self) -> dict[str, Any]:
         return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": self.k,
@@ -47,7 +44,6 @@ class HFConstantSpec(CountParameter, HFSpec):
 @dataclass(frozen=True)
 class HFHeuristicSpec(HFSpec):
     kind: ClassVar[str] = "hf-heuristic"
-    color: ClassVar[str | None] = "tab:olive"
 
     def assistant_settings(self) -> dict[str, Any]:
         return {"num_assistant_tokens_schedule": "heuristic", "num_assistant_tokens": HF_START_TOKENS,
@@ -57,8 +53,6 @@ class HFHeuristicSpec(HFSpec):
 @dataclass(frozen=True)
 class HFConfidenceSpec(ThresholdParameter, HFSpec):
     kind: ClassVar[str] = "hf-confidence"
-    color: ClassVar[str | None] = "tab:pink"
-    symbol: ClassVar[str | None] = "τ"
 
     def assistant_settings(self) -> dict[str, Any]:
         return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": HF_START_TOKENS,
@@ -88,8 +82,6 @@ class SESDSpec(SESpec):
     proposal: int
     kind: ClassVar[str] = "se-sd"
     mode: ClassVar[str] = "sd"
-    symbol: ClassVar[str | None] = "γ"
-    tuned: ClassVar[bool] = True
 
     @property
     def gamma(self) -> int:
@@ -119,54 +111,3 @@ class TargetAloneSpec(BaselineSpec):
 
 #: What a run decodes with: one of our length policies or a baseline.
 RunPolicy = PolicySpec | BaselineSpec
-
-
-@dataclass(frozen=True)
-class Family:
-    """A kind of run in the results table: its spec class (which declares the kind's name, parameter symbol and
-    properties) and the runner that decodes it."""
-
-    spec: type[PolicySpec] | type[BaselineSpec]
-    runner: Literal["decode", "hf", "se"]
-
-    @property
-    def name(self) -> str:
-        return self.spec.kind
-
-
-#: The baselines' families, in table order, with their runners (our policies' come from the registry).
-BASELINE_FAMILIES = (
-    *(Family(spec, "hf") for spec in (HFConstantSpec, HFHeuristicSpec, HFConfidenceSpec)),
-    *(Family(spec, "se") for spec in (SEPlainSpec, SESDSpec, SEAlternateSpec)),
-)
-
-
-def families() -> dict[str, Family]:
-    """Every run family of the results table, in table order: each registered policy kind
-    (:data:`~decode.policy_specs.POLICY_SPECS`, decoded by our decoder), then the baselines."""
-    return {family.name: family for family in
-            (*(Family(spec, "decode") for spec in POLICY_SPECS.values()), *BASELINE_FAMILIES)}
-
-
-def perfect_for() -> dict[str, str]:
-    """Family → the perfect predictor its gain is measured against: the same stop rule fed the true acceptance
-    probabilities (each spec's ``perfect``)."""
-    return {name: family.spec.perfect for name, family in families().items() if family.spec.perfect}
-
-
-def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None,
-                 bound: bool | None = None) -> list[str]:
-    """The families with these properties, in table order."""
-    return [f.name for f in families().values() if (runner is None or f.runner == runner)
-            and (tuned is None or f.spec.tuned == tuned) and (rows_alone is None or f.spec.rows_alone == rows_alone)
-            and (bound is None or f.spec.bound == bound)]
-
-
-def run_policy(kind: str, value: float | None = None, artifact: str | None = None) -> RunPolicy:
-    """The spec of a run of ``kind`` from its flat form (a results-table row); unknown kinds name the valid ones."""
-    if kind in POLICY_SPECS:
-        return policy_spec(kind, value, artifact)
-    baselines = {f.name: f.spec for f in BASELINE_FAMILIES} | {"target": TargetAloneSpec}
-    if kind not in baselines:
-        raise ValueError(f"unknown run family {kind!r}; valid: {', '.join([*POLICY_SPECS, *baselines])}")
-    return baselines[kind].of(value, artifact)

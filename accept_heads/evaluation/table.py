@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from accept_heads.evaluation.plan import Choice, fsd_k
+from accept_heads.evaluation.families import families, family_names, perfect_for
+from accept_heads.evaluation.plan import Choice, rule_k
 from accept_heads.evaluation.runs import Record, frame
-from accept_heads.evaluation.specs import families, family_names, perfect_for
 from accept_heads.selection import best_value
 from ahconf.schema import rule_names
 from decode.costs import CostModel, LatencyShape
@@ -93,7 +93,7 @@ def select(table: pd.DataFrame, column: str, swept: str = "param") -> list[Choic
     """Best value of ``swept`` by ``column`` per run (the other key columns), from the dev rows only.
 
     ``swept="param"``: K / τ / h / γ per rule, rule parameter, family and artifact.
-    ``swept="rule_param"``: the rule parameter (the FSD threshold T) per rule, family, artifact and
+    ``swept="rule_param"``: the rule's swept parameter (the FSD threshold T) per rule, family, artifact and
     policy parameter (pass the rows of that sweep only). Ties go to the smaller value.
     """
     held = "rule_param" if swept == "param" else "param"
@@ -137,12 +137,12 @@ def recorded_thresholds(table: pd.DataFrame, column: str, choices: list[Choice],
     return out
 
 
-def select_threshold(table: pd.DataFrame, column: str, choices: list[Choice]) -> list[Choice]:
-    """The FSD threshold T chosen on dev by ``column`` among the fuzzy runs at the fuzzy rule's chosen K."""
-    k = fsd_k(choices)
+def select_rule_param(table: pd.DataFrame, column: str, rule: str, choices: list[Choice]) -> list[Choice]:
+    """``rule``'s swept parameter (the FSD threshold T) chosen on dev by ``column`` among its runs at its chosen K."""
+    k = rule_k(choices, rule)
     if k is None:
         return []
-    return select(table[(table["rule"] == "fuzzy") & (table["family"] == "fixed") & (table["param"] == k)], column,
+    return select(table[(table["rule"] == rule) & (table["family"] == "fixed") & (table["param"] == k)], column,
                   swept="rule_param")
 
 
@@ -157,7 +157,7 @@ def _reference(table: pd.DataFrame, mask: pd.Series, column: str) -> pd.Series:
 def bound_rows(table: pd.DataFrame, bound: str) -> pd.Series:
     """The rows of run family ``bound`` that a comparison uses (a tuned bound at its dev choice)."""
     rows = table["family"] == bound
-    return rows & (table["chosen_on"] == "dev") if families()[bound].spec.tuned else rows
+    return rows & (table["chosen_on"] == "dev") if families()[bound].tuned else rows
 
 
 def _gap_share(value: pd.Series, fixed: pd.Series, bound: pd.Series) -> pd.Series:

@@ -25,13 +25,11 @@ from tqdm.auto import tqdm
 from accept_heads.evaluation.baselines import HFRunner
 from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
 from accept_heads.evaluation.executor import Executor
+from accept_heads.evaluation.families import family, family_names
 from accept_heads.evaluation.runs import DecoderRunner, RunSpec, output_sha
-from accept_heads.evaluation.specs import TargetAloneSpec, families
+from accept_heads.evaluation.specs import TargetAloneSpec
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
-
-#: The families the wall clock times, in report order (each at its dev choice; the target alone first).
-TIMED_FAMILIES = ("target", "fixed", "head", "head-goodput", "confidence", "hf-constant", "hf-heuristic")
 
 #: A prompt → its generated tokens (1-D).
 Decode = Callable[[EncodedPrompt], torch.Tensor]
@@ -95,10 +93,12 @@ def take_turns(methods: Sequence[TimedMethod], prompts: Sequence[EncodedPrompt],
 
 def timed_specs(specs: Sequence[RunSpec], set_name: str, rule: str) -> list[RunSpec]:
     """The runs of ``set_name`` × ``rule`` that the wall clock times: the target alone, then every decoded run of a
-    timed family that is not a grid point (tuned ones at their dev choice), in :data:`TIMED_FAMILIES` order."""
-    chosen = [s for s in specs if s.set == set_name and s.rule == rule and s.family in TIMED_FAMILIES
+    timed family (:attr:`~accept_heads.evaluation.families.Family.timed`) that is not a grid point (tuned ones at
+    their dev choice), in table order."""
+    timed = family_names(timed=True)
+    chosen = [s for s in specs if s.set == set_name and s.rule == rule and s.family in timed
               and s.chosen_on != "grid"]
-    chosen.sort(key=lambda s: TIMED_FAMILIES.index(s.family))
+    chosen.sort(key=lambda s: timed.index(s.family))
     return [RunSpec(set=set_name, rule=rule, policy=TargetAloneSpec()), *chosen]
 
 
@@ -109,7 +109,7 @@ def timed_method(spec: RunSpec, decoding: DecoderRunner, hf: HFRunner) -> TimedM
 
     if isinstance(spec.policy, TargetAloneSpec):
         return TimedMethod(spec, lambda prompt: tail(hf.target_alone(spec.rule, prompt), prompt))
-    if families()[spec.family].runner == "hf":
+    if family(spec.family).runner == "hf":
         return TimedMethod(spec, lambda prompt: tail(hf.assisted(spec, prompt), prompt))
     decoder = decoding.decoder(spec)
 

@@ -14,13 +14,14 @@ import torch
 from accept_heads.evaluate import cost_tuples, evaluate
 from accept_heads.evaluation.costs import CostFit, configured_model, fit_costs
 from accept_heads.evaluation.executor import Executor, runners
+from accept_heads.evaluation.families import family_names, perfect_for, run_policy
 from accept_heads.evaluation.figures import FIGURES
 from accept_heads.evaluation.inputs import Artifacts
 from accept_heads.evaluation.plan import Choice, edge_note, edge_rules, extended_k
 from accept_heads.evaluation.report import cost_lines
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.runs import RunSpec
-from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec, family_names, perfect_for, run_policy
+from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec
 from accept_heads.evaluation.table import (
     KEYS,
     add_comparisons,
@@ -45,7 +46,7 @@ EVAL_OVERRIDES = [
     "evaluate.fixed_k=[1,3]",
     "evaluate.confidence_taus=[0.4]",
     "head.thresholds=[0.5,0.9]",  # the heads record h = 0.5 (write_artifacts)
-    "evaluate.fuzzy_thresholds=[0.1,0.6]",
+    "evaluate.rule_grids.fuzzy=[0.1,0.6]",
     "evaluate.calibration_rows=2",
     "evaluate.latency_lengths=5",
     "evaluate.latency_repeats=2",

@@ -1,26 +1,32 @@
-"""Extending the project from one file: a new length policy and a new rule, each declared here alone.
+"""Extending the project from one file: a new length policy and new rules, each declared here alone.
 
-The policy (class, spec and dev grid in one declaration) is swept on dev, reported in the table and drawn by
-``accept_heads.evaluate``; the parameterless rule gets its label column from collection and trains a head.
-No other file names either (the registries are :data:`decode.policy_specs.POLICY_SPECS` and
-:data:`decode.rules.RULES`).
+The policy (its class, its spec and the evaluation's traits of it) is swept on dev, reported in the tables, drawn,
+timed by the wall clock and put on the batch axis by ``accept_heads.evaluate``; a parameterless rule gets its label
+column from collection and trains a head; a rule with a parameter does too, with the parameter its config gives
+it, and the evaluation sweeps that parameter on dev. No other file names any of them (the registries are
+:data:`decode.policy_specs.POLICY_SPECS`, :data:`accept_heads.evaluation.families.FAMILIES` and
+:data:`decode.rules.RULES`); the fixtures register each for one test, as the decorators would where it is defined.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import torch
+from rich.console import Console
 from torch import Tensor
 
 from accept_heads.evaluate import evaluate
+from accept_heads.evaluation.families import FAMILIES, evaluated, family_names
 from accept_heads.evaluation.figures import FIGURES
-from accept_heads.evaluation.specs import family_names
+from accept_heads.evaluation.report import results_table, wallclock_table
 from accept_heads.train import train
+from ahconf.schema import ConfigError
 from data_gen.collect import collect
 from data_gen.shards import load_split
 from decode.policies import Policy
@@ -32,8 +38,6 @@ from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
 
 class Alternating(Policy):
     """Draft ``k`` candidates on odd rounds and one on even rounds."""
-
-    name = "alternating"
 
     def __init__(self, k: int) -> None:
         self.k, self.rounds = k, 0
@@ -51,20 +55,21 @@ class Alternating(Policy):
 @dataclass(frozen=True)
 class AlternatingSpec(CountParameter, PolicySpec):
     kind: ClassVar[str] = "alternating"
-    symbol: ClassVar[str | None] = "K"
-    tuned: ClassVar[bool] = True
-    grid: ClassVar[tuple[float, ...]] = (2.0, 4.0)
-    color: ClassVar[str | None] = "magenta"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return Alternating(self.k)
 
 
+#: The evaluation's traits of the kind (``@evaluated(**TRAITS)`` above ``@register_policy``): K chosen on dev over
+#: its own grid, rows batched as alone, timed by the wall clock, drawn in magenta.
+TRAITS: dict[str, Any] = {"symbol": "K", "grid": (2.0, 4.0), "rows_alone": True, "timed": True, "color": "magenta"}
+
+
 class ArgmaxMatch(Rule):
     """A parameterless lossy rule: accept a candidate exactly when it is the verifier's most likely token."""
 
-    name = "argmax-match"
-    lossless = False
+    name: ClassVar[str] = "argmax-match"
+    lossless: ClassVar[bool] = False
 
     def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
         return (v.argmax(-1) == y).float()
@@ -76,11 +81,25 @@ class ArgmaxMatch(Rule):
         return v
 
 
+@dataclass(eq=False, repr=False)
+class Tempered(Rule):
+    """A lossy rule with a parameter: speculative sampling's acceptance ``min(1, p/q)`` raised to ``power``; the
+    evaluation sweeps ``power`` on dev."""
+
+    power: float = 2.0
+    name: ClassVar[str] = "tempered"
+    lossless: ClassVar[bool] = False
+    swept: ClassVar[str | None] = "power"
+
+    def accept_probs(self, v: Tensor, q: Tensor, y: Tensor) -> Tensor:
+        return super().accept_probs(v, q, y) ** self.power
+
+
 @pytest.fixture()
 def alternating() -> Iterator[type[PolicySpec]]:
-    register_policy(AlternatingSpec)
+    evaluated(**TRAITS)(register_policy(AlternatingSpec))
     yield AlternatingSpec
-    del POLICY_SPECS[AlternatingSpec.kind]
+    del POLICY_SPECS[AlternatingSpec.kind], FAMILIES[AlternatingSpec.kind]
 
 
 @pytest.fixture()
@@ -90,12 +109,27 @@ def argmax_match() -> Iterator[type[Rule]]:
     del RULES[ArgmaxMatch.name]
 
 
-def test_a_policy_declared_in_one_file_is_swept_tabled_and_drawn(alternating, make_config, micro_trio, micro_root,
-                                                                   tmp_path):
+@pytest.fixture()
+def tempered() -> Iterator[type[Rule]]:
+    register_rule(Tempered)
+    yield Tempered
+    del RULES[Tempered.name]
+
+
+def rendered(table: Any) -> str:
+    console = Console(file=io.StringIO(), width=400)
+    console.print(table)
+    return console.file.getvalue()
+
+
+def test_a_policy_declared_in_one_file_is_swept_tabled_timed_batched_and_drawn(alternating, make_config, micro_trio,
+                                                                                 micro_root, tmp_path):
     write_artifacts(tmp_path / "heads", micro_trio["draft"])
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
                          f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={tmp_path / 'heads'}",
-                         "evaluate.rules=[speculative]", "evaluate.hf_baselines=false", "evaluate.bounds=false")
+                         "evaluate.rules=[speculative]", "evaluate.hf_baselines=false", "evaluate.bounds=false",
+                         "evaluate.wallclock_sets=[test]", "evaluate.wallclock_threads=1", "evaluate.batch_sizes=[2]",
+                         "evaluate.batch_prompts=2")
     results = evaluate(config.evaluate_job())
     table = results.table
     rows = table[table["family"] == "alternating"]
@@ -105,18 +139,24 @@ def test_a_policy_declared_in_one_file_is_swept_tabled_and_drawn(alternating, ma
     held_out = rows[rows["role"] != "dev"]
     assert len(held_out) and (held_out["chosen_on"] == "dev").all()  # applied on test at its dev choice
     assert (held_out["generated"] > 0).all() and held_out["speedup_fixed_cost"].notna().all()
-    assert any(c["family"] == "alternating" for c in results.metadata["selection"])
+    (choice,) = [c for c in results.metadata["selection"] if c["family"] == "alternating"]
+    label = f"alternating(K={int(choice['value'])})"
+    assert label in rendered(results_table(table, "test", results.metadata["cost_models"]["cost"]))
+    wall = results.wallclock
+    assert list(wall.loc[wall["family"] == "alternating", "policy"]) == [label]  # timed at its dev choice
+    assert label in rendered(wallclock_table(wall, results.metadata["wallclock"]))
+    assert any(p.startswith("alternating(K=") for p in results.batch_axis["policy"])  # on the batch axis
     legends = {text.get_text() for name in ("pareto", "throughput_vs_k") if (figure := FIGURES[name](results))
                for ax in figure.axes if ax.get_legend() for text in ax.get_legend().get_texts()}
     assert "alternating" in legends and any(label.startswith("alternating") for label in legends - {"alternating"})
-    assert "alternating" in family_names(runner="decode", tuned=True)
+    assert "alternating" in family_names(runner="decode", tuned=True, timed=True)
 
 
 def test_without_registering_it_the_policy_is_nowhere(make_config):
     """Negative control: the same config names no such kind, and a grid for an unknown kind is refused."""
     assert "alternating" not in family_names()
-    with pytest.raises(Exception, match="evaluate.grids"):
-        make_config("evaluate.grids={alternating: [2, 4]}")
+    with pytest.raises(ConfigError, match="evaluate.grids='alternating' is not valid"):
+        make_config("+evaluate.grids={alternating: [2.0, 4.0]}")
 
 
 def test_a_parameterless_rule_declared_in_one_file_is_labelled_and_trained(argmax_match, make_config, micro_trio,
@@ -133,6 +173,45 @@ def test_a_parameterless_rule_declared_in_one_file_is_labelled_and_trained(argma
     assert Path(result.head_path).is_file()
 
 
+def test_a_rule_with_a_parameter_declared_in_one_file_is_labelled_trained_and_swept(tempered, make_config, micro_trio,
+                                                                                      tmp_path):
+    common = [*model_overrides(micro_trio), *DATA_OVERRIDES, f"paths.root={tmp_path}",
+              "rules.names=[speculative,tempered]", "+rules.params.tempered={power: 3.0}"]
+    collect(make_config(*common).collect_job())
+    table = load_split(Path(tmp_path) / "tiny" / "data", "train")
+    labels = torch.tensor([x for row in table["label_tempered"] for x in row])
+    spec_labels = torch.tensor([x for row in table["label_speculative"] for x in row])
+    assert labels.numel() > 0 and not torch.equal(labels, spec_labels)
+    assert torch.allclose(labels, spec_labels**3)  # labelled at the configured power, not the declared default
+
+    with pytest.raises(ConfigError, match=r"head.rule=tempered needs labels .*'power': 2.0"):
+        train(make_config(*[o for o in common if "power" not in o], *TRAIN_OVERRIDES, "head.rule=tempered")
+              .train_job())  # the data holds power 3's labels
+    result = train(make_config(*common, *TRAIN_OVERRIDES, "head.rule=tempered", "head.name=tempered").train_job())
+    assert result.rule == {"name": "tempered", "params": {"power": 3.0}}  # recorded in the head's metadata
+
+    results = evaluate(make_config(*common, *EVAL_OVERRIDES, "evaluate.rules=[tempered]",
+                                   "+evaluate.rule_grids.tempered=[1.0,5.0]", "evaluate.hf_baselines=false",
+                                   "evaluate.bounds=false", "evaluate.figures=false").evaluate_job())
+    rows = results.table[results.table["rule"] == "tempered"]
+    (choice,) = [c for c in results.metadata["selection"] if c["swept"] == "rule_param"]
+    assert choice["rule"] == "tempered" and choice["value"] in (1.0, 3.0, 5.0)  # its power, chosen on dev
+    dev = rows[(rows["role"] == "dev") & (rows["family"] == "fixed") & (rows["param"] == choice["param"])]
+    assert set(dev["rule_param"]) == {1.0, 3.0, 5.0}  # the grid and the configured power, at its chosen K
+    assert {1.0, 5.0} - {choice["value"]} <= set(rows.loc[rows["set"] == "test", "rule_param"])
+    assert "tempered" in set(rows.loc[rows["family"] == "head", "artifact"])  # its head decodes with it
+
+
+def test_a_rule_parameter_is_checked_against_the_rule_at_compose_time(tempered, make_config):
+    assert make_config("+rules.params.tempered={power: 3.0}").rules.params["tempered"] == {"power": 3.0}
+    with pytest.raises(ConfigError, match="rules.params.tempered: rule 'tempered' has no parameter powr"):
+        make_config("+rules.params.tempered={powr: 3.0}")
+    with pytest.raises(ConfigError, match="evaluate.rule_grids='argmax-match' is not valid"):
+        make_config("+evaluate.rule_grids={argmax-match: [1.0]}")  # no parameter to sweep
+
+
 def test_without_registering_it_the_rule_is_refused(make_config):
-    with pytest.raises(Exception, match="rules.names"):
+    with pytest.raises(ConfigError, match="rules.names"):
         make_config("rules.names=[speculative,argmax-match]")
+    with pytest.raises(ConfigError, match="rules.params='tempered' is not valid"):
+        make_config("+rules.params.tempered={power: 3.0}")

@@ -49,8 +49,8 @@ def _overrides(micro_trio: dict[str, Path], root: Path, *extra: str) -> list[str
         "collect.max_new_tokens=12",
         "collect.batch_size=4",
         "collect.shard_size=4",
-        f"rules.ensemble_weight={LAMBDA}",
-        f"rules.ensemble_mu={MU}",
+        f"rules.params.ensemble.weight={LAMBDA}",
+        f"rules.params.ensemble.mu={MU}",
         *extra,
     ]
 

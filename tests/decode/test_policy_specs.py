@@ -42,16 +42,13 @@ def inputs() -> PolicyInputs:
                         costs=CostModel(t_draft=0.2, t_target=1.0, t_companion=0.0), k_max=20)
 
 
-@pytest.mark.parametrize("kind", list(POLICY_SPECS.values()), ids=lambda kind: kind.kind)
-def test_every_registered_kind_declares_what_the_evaluation_iterates(kind):
-    """Whatever registers: a tuned kind has a dev grid, its candidates round-trip through the flat form, a bound
-    is never batched and a perfect predictor named as the bound of a stop rule is itself a registered bound."""
-    assert POLICY_SPECS[kind.kind] is kind
-    assert not kind.tuned or kind.grid or kind.grid_setting
-    candidates = kind.candidates([2.0, 3.0] if kind.tuned else [], ["pre"], ["profile"])
-    assert candidates and all(policy_spec(c.kind, c.value, c.artifact) == c for c in candidates)
-    assert not (kind.bound and kind.rows_alone)
-    assert kind.perfect is None or POLICY_SPECS[kind.perfect].bound
+def test_the_registry_holds_what_serving_needs_and_no_evaluation_trait():
+    """Every spec of ``SPECS`` is of a registered kind, and a spec class declares its kind, its parameters and the
+    artifact it reads only: how the evaluation sweeps, tables and draws a kind is declared there."""
+    assert [POLICY_SPECS[spec.kind] for spec in SPECS] == [type(spec) for spec in SPECS]
+    assert set(POLICY_SPECS) == {spec.kind for spec in SPECS}
+    traits = {"symbol", "tuned", "grid", "grid_setting", "rows_alone", "bound", "perfect", "color"}
+    assert not any(traits & set(dir(kind)) for kind in POLICY_SPECS.values())
 
 
 def test_a_kind_cannot_be_registered_twice_under_one_name():
@@ -86,7 +83,6 @@ def test_each_spec_builds_the_policy_it_names(inputs):
     assert isinstance(perfect, policies.PerfectHead) and (perfect.threshold, perfect.k_max) == (0.7, 20)
     perfect_goodput = built["PerfectGoodputSpec()"]
     assert isinstance(perfect_goodput, policies.PerfectGoodput) and perfect_goodput.stop.costs == inputs.costs
-    assert all(built[repr(s)].needs_hindsight == s.bound for s in SPECS)
 
 
 def test_a_goodput_head_without_costs_and_an_unknown_kind_are_refused(inputs):

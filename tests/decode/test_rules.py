@@ -95,9 +95,9 @@ def test_one_ensemble_definition():
     """rules.Ensemble, EnsembleFn and the training config share μ, λ and the two-model ``r``."""
     from ahconf.schema import RulesConfig  # the training stack takes its defaults from decode
 
-    config = RulesConfig()
-    assert rules.Ensemble("contrastive").mu == EnsembleFn("contrastive").mu == config.ensemble_mu == DEFAULT_MU
-    assert rules.Ensemble("weighted").weight == config.ensemble_weight == DEFAULT_WEIGHT
+    config = RulesConfig().params["ensemble"]
+    assert rules.Ensemble("contrastive").mu == EnsembleFn("contrastive").mu == config["mu"] == DEFAULT_MU
+    assert rules.Ensemble("weighted").weight == config["weight"] == DEFAULT_WEIGHT
     p_logits, q_logits = random_logits(seed=11), random_logits(seed=12)
     pairs = [
         (rules.Ensemble("weighted", weight=0.3), EnsembleFn("weighted", weights=(0.3, 0.7))),

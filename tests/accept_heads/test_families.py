@@ -1,0 +1,84 @@
+"""The evaluation's registry of run families: every policy kind's traits, and what registering one checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+
+from accept_heads.evaluation.families import (
+    FAMILIES,
+    Family,
+    check_grids,
+    evaluated,
+    families,
+    family_names,
+    register_family,
+    run_policy,
+)
+from ahconf.schema import ConfigError
+from decode.policy_specs import POLICY_SPECS, FixedSpec, PolicySpec, register_policy
+from tests.decode.test_policy_specs import SPECS, inputs  # noqa: F401 (a fixture)
+
+
+@pytest.mark.parametrize("name", list(families()), ids=str)
+def test_every_family_declares_what_the_evaluation_iterates(name, make_config):
+    """A tuned family has a dev grid, its candidates read back from their flat form, a bound is never batched and a
+    perfect predictor named as the bound of a stop rule is itself a registered bound."""
+    family = families()[name]
+    grid = family.dev_grid(make_config().evaluate_job())
+    assert bool(grid) == family.tuned
+    if family.runner == "decode":
+        candidates = family.candidates(grid[:2], ["pre"], ["profile"])
+        assert candidates and all(run_policy(c.kind, c.value, c.artifact) == c for c in candidates)
+    assert not (family.bound and family.rows_alone)
+    assert family.perfect is None or families()[family.perfect].bound
+    assert family.stop is None or family.spec.reads == "head"
+
+
+def test_every_policy_kind_of_decode_has_its_traits_and_a_bound_reads_the_target_in_hindsight(inputs):  # noqa: F811
+    assert set(POLICY_SPECS) <= set(FAMILIES)
+    assert {spec.kind for spec in SPECS} == set(POLICY_SPECS)
+    for spec in SPECS:
+        assert spec.build(inputs).needs_hindsight == families()[spec.kind].bound, spec
+
+
+@dataclass(frozen=True)
+class Twice(PolicySpec):
+    kind: ClassVar[str] = "twice"
+
+
+def test_a_family_is_registered_once_and_only_for_a_kind_decode_knows():
+    with pytest.raises(ValueError, match="'twice' is not registered: put @register_policy under @evaluated"):
+        evaluated(symbol="K")(Twice)
+    register_policy(Twice)
+    try:
+        evaluated(color="pink")(Twice)
+        assert families()["twice"].color == "pink" and family_names(runner="decode")[-1] == "twice"
+
+        @dataclass(frozen=True)
+        class Other(PolicySpec):
+            kind: ClassVar[str] = "twice"
+
+        with pytest.raises(ValueError, match="'twice' is already registered by Twice"):
+            register_family(Family(Other, "hf"))
+    finally:
+        del POLICY_SPECS["twice"], FAMILIES["twice"]
+    assert "twice" not in families()
+
+
+def test_a_kind_without_registered_traits_is_evaluated_untuned_and_alone():
+    register_policy(Twice)
+    try:
+        assert not families()["twice"].tuned and not families()["twice"].rows_alone
+    finally:
+        del POLICY_SPECS["twice"]
+
+
+def test_a_grid_for_a_kind_with_nothing_tuned_is_refused(make_config):
+    check_grids(make_config("+evaluate.grids={confidence: [0.2]}").evaluate_job())
+    with pytest.raises(ConfigError, match="evaluate.grids.heuristic: heuristic has no parameter chosen on dev"):
+        check_grids(make_config("+evaluate.grids={heuristic: [1.0]}").evaluate_job())
+    job = make_config("+evaluate.grids={fixed: [2.0, 5.0]}").evaluate_job()
+    assert families()[FixedSpec.kind].dev_grid(job) == [2.0, 5.0]  # the config's grid over the declared one
