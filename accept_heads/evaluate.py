@@ -7,7 +7,7 @@ the SV profile and the greedy oracle, for each rule of ``evaluate.rules`` (defau
 generation. K, τ, SE's γ and then (at the rule's chosen K) a rule's swept parameter are chosen on dev and applied
 to test / OOD, and each head at the ``h`` it records (chosen on the same dev prompts after training;
 ``evaluate.thresholds``: chosen here). Every run is costed with two cost models
-(:mod:`accept_heads.evaluation.costs`): ``cost.*`` (the paper's pair) and ``t_d``, ``t_c``, ``t_t`` fitted on the
+(:mod:`accept_heads.evaluation.cost_models`): ``cost.*`` (the paper's pair) and ``t_d``, ``t_c``, ``t_t`` fitted on the
 measured calls with the target's latency shape measured at the start. Writes the table, metadata and figures under
 ``evaluate.out_dir`` (see
 :mod:`accept_heads.evaluation.results`).
@@ -31,7 +31,7 @@ from accept_heads.evaluation import batch_axis, wallclock
 from accept_heads.evaluation.baselines import describe_hf
 from accept_heads.evaluation.batch_axis import BatchRun
 from accept_heads.evaluation.bootstrap import add_intervals
-from accept_heads.evaluation.costs import (
+from accept_heads.evaluation.cost_models import (
     CostFit,
     Latency,
     companion_price_source,
@@ -74,7 +74,7 @@ from accept_heads.evaluation.table import (
     verification_units,
 )
 from ahconf.entry import CONF_DIR, run_entry
-from ahconf.rules import build_rule
+from ahconf.rule_config import build_rule
 from ahconf.schema import ConfigError, CostConfig, EvaluateJob
 from data_gen.models import Trio
 from data_gen.prompts import check_prompt_choices

@@ -1,7 +1,7 @@
 """Speculative Verification profile (DESIGN §3): binning fit, information gain, latency profile.
 
 * Bins: equal-frequency edges of the companion indicators ``X`` and ``Y`` on the train split —
-  those of the head's rule (columns ``sv_x_<rule>``, ``sv_y_<rule>``; see :mod:`accept_heads.data`).
+  those of the head's rule (columns ``sv_x_<rule>``, ``sv_y_<rule>``; see :mod:`accept_heads.training_data`).
   Repeated quantiles (e.g. the mass of ``Y = 1``) are merged, so a profile can hold fewer bins
   than requested; the point mass then gets a bin of its own.
 * Table: per (X-bin, Y-bin) mean train acceptance under the head's rule, with counts; bins with
@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import Metric
 from transformers import DynamicCache, PreTrainedModel
 
-from accept_heads.data import PositionTable
+from accept_heads.training_data import PositionTable
 from decode.batch_costs import forward_table
 from decode.cache_api import cache_kwargs, drop_last
 from decode.loops.runner import vocab_size

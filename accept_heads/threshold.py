@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-from accept_heads.evaluation.costs import configured_model, one_call_seconds
+from accept_heads.evaluation.cost_models import configured_model, one_call_seconds
 from accept_heads.evaluation.executor import alone_prompts, place
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, load_split
 from accept_heads.evaluation.runs import DecoderRunner, RunSpec
 from accept_heads.evaluation.table import costed
 from accept_heads.selection import best_value
-from ahconf.rules import rule_value
+from ahconf.rule_config import rule_value
 from ahconf.schema import RulesConfig, TrainJob
 from data_gen.models import load_trio
 from decode.costs import CostModel

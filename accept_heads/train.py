@@ -29,13 +29,6 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from accept_heads.data import (
-    AcceptanceDataModule,
-    check_rule_in_manifest,
-    load_positions,
-    loss_everywhere,
-    training_rule,
-)
 from accept_heads.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
 from accept_heads.features import DraftFeatures
 from accept_heads.loggers import make_logger
@@ -51,14 +44,21 @@ from accept_heads.profile_fit import (
     position_loader,
     verification_latency,
 )
-from accept_heads.report import print_head_summary, print_profile_summary
+from accept_heads.summary import print_head_summary, print_profile_summary
 from accept_heads.threshold import choose_threshold
+from accept_heads.training_data import (
+    AcceptanceDataModule,
+    check_rule_in_manifest,
+    load_positions,
+    loss_everywhere,
+    training_rule,
+)
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import ConfigError, HeadTrainConfig, LoggerConfig, ModelSpec, TrainerConfig, TrainJob
 from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.models import resolve_model_id
 from data_gen.prompts import check_prompt_choices
-from decode.artifacts.export import load_head, load_profile, save_head, save_profile
+from decode.artifacts.files import load_head, load_profile, save_head, save_profile
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.head import PRE_FEATURES, AcceptanceHead, HeadConfig
 from decode.rules import Rule

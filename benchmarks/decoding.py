@@ -40,11 +40,11 @@ from ahconf.schema import ModelSpec
 from benchmarks.goodput import GoodputRow, WallClock, run_goodput
 from data_gen.models import resolve_model_id
 from data_gen.zoo.paths import installed_zoo_dir
-from decode.artifacts.export import load_head
+from decode.artifacts.files import load_head
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 from decode.loops.batch_cache import LAYOUTS
 from decode.loops.batched import row_seed
-from decode.loops.decoder import SpeculativeDecoder
+from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
 from decode.policies import Fixed, Head, Policy
 from decode.rules import Rule, Speculative

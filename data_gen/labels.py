@@ -17,7 +17,7 @@ from typing import TypeVar
 import torch
 from torch import Generator, Tensor
 
-from ahconf.rules import build_rule
+from ahconf.rule_config import build_rule
 from ahconf.schema import RulesConfig
 from decode import rules as rule_defs
 from decode.divergence import divergences

@@ -4,14 +4,14 @@ Imports only torch, transformers, safetensors and the standard library.
 """
 
 from decode import policies, rules
-from decode.artifacts.export import load_head, load_profile, save_head, save_profile, write_card
+from decode.artifacts.files import load_head, load_profile, save_head, save_profile, write_card
 from decode.ensemble.decoder import EnsembleDecoder, EnsembleOutput
-from decode.ensemble.stats import EnsembleStats
+from decode.ensemble.ensemble_stats import EnsembleStats
 from decode.ensemble_fn import EnsembleFn
 from decode.head import AcceptanceHead, HeadConfig
 from decode.loops.batched import BatchDecodeOutput, BatchTotals, row_seed
-from decode.loops.decoder import DecodeOutput, SpeculativeDecoder
 from decode.loops.hf_generate import SpeculativeGenerateOutput, generate_from_repo, speculative_generate
+from decode.loops.speculative_decoder import DecodeOutput, SpeculativeDecoder
 from decode.profile import SVProfile
 from decode.sampling import Sampling
 from decode.stats import DecodeStats

@@ -29,7 +29,7 @@ import decode
 from accept_heads.evaluation.inputs import PromptSet
 from accept_heads.evaluation.runs import Generation, GenerationRecord, RunSpec, output_sha
 from accept_heads.evaluation.specs import HF_START_TOKENS
-from ahconf.rules import build_rule
+from ahconf.rule_config import build_rule
 from ahconf.schema import RulesConfig
 from data_gen.encoding import EncodedPrompt
 from data_gen.models import Trio

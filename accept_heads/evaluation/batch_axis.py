@@ -26,7 +26,7 @@ from accept_heads.evaluation.plan import Choice, matching_artifacts
 from accept_heads.evaluation.runs import DecoderRunner, RunSpec
 from accept_heads.evaluation.specs import TargetAloneSpec
 from accept_heads.selection import best_value
-from ahconf.rules import rule_value
+from ahconf.rule_config import rule_value
 from ahconf.schema import EvaluateJob
 from data_gen.seeding import prompt_seed
 from decode.batch_costs import BatchCosts

@@ -27,7 +27,7 @@ from accept_heads.evaluation.specs import (
     SEPlainSpec,
     SESDSpec,
 )
-from ahconf.rules import build_rule, rule_value
+from ahconf.rule_config import build_rule, rule_value
 from ahconf.schema import ConfigError, EvaluateConfig, EvaluateJob, RulesConfig
 from decode.metadata import ArtifactMetadata
 from decode.policy_specs import FixedSpec, HeuristicSpec

@@ -13,8 +13,8 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from accept_heads.data import SequenceDataset, collate_sequences, load_positions, loss_everywhere, mix_batch
 from accept_heads.features import DraftFeatures
+from accept_heads.training_data import SequenceDataset, collate_sequences, load_positions, loss_everywhere, mix_batch
 from data_gen.manifest import read_manifest
 from decode import rules as rule_defs
 from decode.head import AcceptanceHead

@@ -20,7 +20,7 @@ from transformers import PreTrainedModel
 from accept_heads.evaluation.families import family
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.specs import RunPolicy
-from ahconf.rules import build_rule
+from ahconf.rule_config import build_rule
 from ahconf.schema import RulesConfig
 from data_gen.models import Trio
 from data_gen.seeding import prompt_seed

@@ -30,7 +30,7 @@ threshold stop (``h`` chosen on dev for each of them over the ``h`` grid: ``head
 the cost pair, with a 95 % paired-bootstrap interval over the dev prompts. A lever is kept only if the interval's
 lower end is above 1. Writes ``levers.csv`` and ``levers.json`` under ``<evaluate.out_dir>/levers``.
 
-By role: :mod:`~accept_heads.levers.policies` (the length policies a lever feeds),
+By role: :mod:`~accept_heads.levers.lever_policies` (the length policies a lever feeds),
 :mod:`~accept_heads.levers.fitting` (fitting a lever on the visited rounds), :mod:`~accept_heads.levers.driver`
 (trying them on each head) and the CLI (``__main__``).
 """

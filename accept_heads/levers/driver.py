@@ -13,11 +13,11 @@ from rich.table import Table
 from tqdm.auto import tqdm
 
 from accept_heads.evaluation.bootstrap import PromptCosts, generation_seconds, paired_draws, ratio_interval
-from accept_heads.evaluation.costs import configured_model
+from accept_heads.evaluation.cost_models import configured_model
 from accept_heads.evaluation.inputs import PromptSet, discover, load_split
 from accept_heads.evaluation.runs import Generation
 from accept_heads.levers.fitting import fit, retrain
-from accept_heads.levers.policies import (
+from accept_heads.levers.lever_policies import (
     FEATURES,
     FORECASTS,
     LEVERS,

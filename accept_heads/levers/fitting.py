@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import torch
 
-from accept_heads.levers.policies import FEATURES, FORECASTS, LEVERS, Recalibration, VisitedCandidate
+from accept_heads.levers.lever_policies import FEATURES, FORECASTS, LEVERS, Recalibration, VisitedCandidate
 from decode.head import AcceptanceHead
 
 

@@ -9,7 +9,7 @@ from data_gen.corpus import SPLITS
 from data_gen.prompts import builtin
 from data_gen.prompts.carve import Sizes, check_sizes
 from data_gen.prompts.files import ALL, FILE_SUFFIXES, file_prompts, is_file_source
-from data_gen.prompts.hub import HUB_SOURCES, hub_prompts
+from data_gen.prompts.hub_datasets import HUB_SOURCES, hub_prompts
 from data_gen.prompts.templates import TEMPLATES
 from data_gen.prompts.types import Prompt, PromptSourceError
 

@@ -13,10 +13,10 @@ from ahconf.entry import quiet_library_output
 from data_gen.zoo.summary import checks_table
 from decode.artifacts.hub import ModelLoadError
 
+from .pair_store import ENV_VAR, Pair, PairRealismError, ensure_pair, rebuild_pair
 from .pairs import PAIRS
 from .realism import PairRealism
 from .recipe import ROLES
-from .store import ENV_VAR, Pair, PairRealismError, ensure_pair, rebuild_pair
 
 
 def parser() -> argparse.ArgumentParser:

@@ -70,12 +70,12 @@ def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
 
     from data_gen.prompts.shipped import held_out_modules
 
-    from .data import token_stream
+    from .architecture import build_model, fold_temperature, parameter_count
     from .evaluation import EVALUATION_SETS
-    from .models import build_model, fold_temperature, parameter_count
     from .realism import measure_realism
     from .tokenizer import train_tokenizer
     from .training import distil_students, train_target, training_precision
+    from .windows import token_stream
 
     started = time.perf_counter()
     train_modules = [(m.name, m.read()) for m in modules_in("train")[: recipe.train_module_limit]]

@@ -39,9 +39,9 @@ from decode.divergence import tv
 from decode.rules import Speculative, sample, uniform
 from decode.sampling import Sampling
 
-from .data import spaced_windows, token_stream
 from .evaluation import held_out_loss, realism_prompt_sets
 from .recipe import ZooRecipe
+from .windows import spaced_windows, token_stream
 
 # SpecDec++'s measured pair (Llama-2-chat 7B / 70B on 2×A100), DESIGN §5.
 PAPER_COSTS = CostModel(t_draft=0.0236, t_target=0.112, t_companion=0.0)

@@ -42,7 +42,7 @@ class ZooRecipe:
     distil_kl_weight: float = 0.5  # loss = w * KL(target || student) + (1 - w) * CE
     draft_kl_weight: float | None = 0.9  # the draft's own w (None: distil_kl_weight)
     # Folded into the target after distillation (logits / T): like an instruction-tuned target, its
-    # responses are sharper than the text it and the students learned from (data_gen.zoo.models).
+    # responses are sharper than the text it and the students learned from (data_gen.zoo.architecture).
     target_temperature: float = 0.85
     warmup_fraction: float = 0.05
     precision: str = "fp32"  # fp32 | bf16: bf16 autocast of training forwards (weights stay float32); the

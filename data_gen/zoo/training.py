@@ -12,8 +12,8 @@ from transformers import LlamaForCausalLM
 from data_gen.schedule import warmup_cosine
 from decode.artifacts.hub import native_bf16
 
-from .data import random_windows
 from .recipe import ZooRecipe
+from .windows import random_windows
 
 
 def lr_factor(step: int, total: int, warmup_fraction: float) -> float:

@@ -1,6 +1,6 @@
 """Speculative Ensemble decoding (DESIGN §4): n models, alternate proposals, its counters."""
 
 from decode.ensemble.decoder import EnsembleDecoder, EnsembleOutput
-from decode.ensemble.stats import EnsembleStats
+from decode.ensemble.ensemble_stats import EnsembleStats
 
 __all__ = ["EnsembleDecoder", "EnsembleOutput", "EnsembleStats"]

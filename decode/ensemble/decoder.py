@@ -13,7 +13,7 @@ every mode; at temperature 0 it is the argmax of ``r``. Modes (batch size 1):
     the proposer's next call (the one that consumes its last proposal) completes ``r`` there: that token is
     sampled from ``r`` directly (when a ``post`` head stopped drafting after feeding the last proposal, that row
     already exists and costs no call). A length policy (e.g. a :class:`~decode.policies.Head` loaded with
-    :func:`~decode.artifacts.export.load_head`, trained for ``models[0]``) may drive ``γ_1``.
+    :func:`~decode.artifacts.files.load_head`, trained for ``models[0]``) may drive ``γ_1``.
 ``alternate``
     The alternate-proposal framework and its n-model generalisation (SE paper, Alg. 1 and 2).
     Each proposal remembers its proposer ``k``; its proposal distribution is ``k``'s own
@@ -42,12 +42,12 @@ import torch
 from torch import Generator, Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decode.artifacts.export import check_compatibility
+from decode.artifacts.files import check_compatibility
+from decode.ensemble.ensemble_stats import EnsembleStats
 from decode.ensemble.sd_mode import MemberEnsemble, Members
-from decode.ensemble.stats import EnsembleStats
 from decode.ensemble_fn import EnsembleFn
 from decode.loops.emit import Emitter
-from decode.loops.inputs import id_list, token_buffer
+from decode.loops.prompt_input import id_list, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
 from decode.policies import BatchPlan, Fixed, Head, Policy

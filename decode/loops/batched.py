@@ -23,7 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.loops.batch_cache import BatchRunner, Layout
 from decode.loops.emit import Emitter, OnTokens
-from decode.loops.inputs import check_context, prompt_ids
+from decode.loops.prompt_input import check_context, prompt_ids
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.policies import Policy
 from decode.rules import Rule
@@ -93,7 +93,7 @@ def check_supported(policy: Policy) -> None:
 
 
 class Decoder(Protocol):
-    """What the batched loop reads of a :class:`~decode.loops.decoder.SpeculativeDecoder` (which imports this module)."""
+    """What the batched loop reads of a :class:`~decode.loops.speculative_decoder.SpeculativeDecoder` (which imports this module)."""
 
     target: PreTrainedModel
     draft: PreTrainedModel

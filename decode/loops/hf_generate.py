@@ -2,7 +2,7 @@
 
 ``target.generate(**inputs, custom_generate=speculative_generate, draft_model=draft, head=head)``
 lets ``generate`` prepare what it always prepares (generation config, logits processors, stopping
-criteria, padded inputs) and then decodes with :class:`~decode.loops.decoder.SpeculativeDecoder`
+criteria, padded inputs) and then decodes with :class:`~decode.loops.speculative_decoder.SpeculativeDecoder`
 under a rule and a length policy:
 
 - ``do_sample`` / ``temperature`` / ``top_k`` / ``top_p`` become the :class:`~decode.sampling.Sampling`
@@ -42,12 +42,12 @@ from transformers.generation.logits_process import (
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from decode.artifacts.export import load_head, load_profile
+from decode.artifacts.files import load_head, load_profile
 from decode.head import AcceptanceHead
 from decode.loops.batched import BatchDecodeOutput
-from decode.loops.decoder import SpeculativeDecoder
 from decode.loops.emit import OnTokens
-from decode.loops.inputs import id_list
+from decode.loops.prompt_input import id_list
+from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.metadata import ArtifactMetadata
 from decode.policies import Head, Policy
 from decode.policy_specs import PolicyInputs, SVSpec

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from accept_heads.evaluate import cost_tuples, evaluate
-from accept_heads.evaluation.costs import CostFit, configured_model, fit_costs
+from accept_heads.evaluation.cost_models import CostFit, configured_model, fit_costs
 from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.families import family_names, perfect_for, run_policy
 from accept_heads.evaluation.figures import FIGURES

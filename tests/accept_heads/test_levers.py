@@ -13,7 +13,14 @@ import torch
 
 from accept_heads.levers.driver import run_levers
 from accept_heads.levers.fitting import fit, retrain
-from accept_heads.levers.policies import FEATURES, LEVERS, LeverPolicy, PerfectPreDraft, Recalibration, VisitedCandidate
+from accept_heads.levers.lever_policies import (
+    FEATURES,
+    LEVERS,
+    LeverPolicy,
+    PerfectPreDraft,
+    Recalibration,
+    VisitedCandidate,
+)
 from ahconf.schema import LEVER_NAMES
 from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, policies, rules
 from decode.costs import CostModel

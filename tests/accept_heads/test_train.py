@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from accept_heads.data import SequenceDataset, collate_sequences, loss_everywhere, mix_batch
 from accept_heads.evaluate import evaluate
 from accept_heads.profile_fit import equal_frequency_edges
 from accept_heads.threshold import choose_threshold
 from accept_heads.train import load_head_weights, prepare_head_run, train
+from accept_heads.training_data import SequenceDataset, collate_sequences, loss_everywhere, mix_batch
 from data_gen.shards import load_split
 from decode import Sampling, rules
-from decode.artifacts.export import load_head, load_profile
+from decode.artifacts.files import load_head, load_profile
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from accept_heads.data import collate_sequences, load_positions, loss_everywhere, mix_batch, mixing_mask
 from accept_heads.loggers import make_logger
 from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain, prior_shift, weighted_bce
 from accept_heads.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
 from accept_heads.selection import best_value
 from accept_heads.train import head_architecture
+from accept_heads.training_data import collate_sequences, load_positions, loss_everywhere, mix_batch, mixing_mask
 from ahconf.schema import ConfigError, LoggerConfig
 from data_gen.collect import features_for
 from data_gen.schedule import warmup_cosine

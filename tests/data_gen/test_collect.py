@@ -26,7 +26,7 @@ from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.shards import MANIFEST_FILE, CollectionDirError, load_split
 from decode import rules
-from decode.artifacts.export import load_head
+from decode.artifacts.files import load_head
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.divergence import DIVERGENCES, divergences
 from decode.loops.runner import ModelRunner, vocab_size

@@ -159,7 +159,7 @@ def test_the_experiment_renders_prompts_as_the_draft_was_built():
 
 
 def _installed_smollm2():
-    from data_gen.real.store import pair_dir
+    from data_gen.real.pair_store import pair_dir
 
     root = pair_dir(SMOLLM2, None)
     if not (root / RECORD_FILE).is_file():

@@ -29,8 +29,8 @@ from data_gen.zoo import (
     zoo_summary_table,
 )
 from data_gen.zoo.__main__ import main
+from data_gen.zoo.architecture import fold_temperature
 from data_gen.zoo.build import file_hashes
-from data_gen.zoo.models import fold_temperature
 from data_gen.zoo.paths import METADATA_FILE, ZOO_VERSION, default_cache_dir
 from data_gen.zoo.realism import Realism, SetRealism
 

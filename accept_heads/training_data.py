@@ -47,7 +47,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ahconf.rules import build_rule
+from ahconf.rule_config import build_rule
 from ahconf.schema import ConfigError, HeadTrainConfig, RulesConfig
 from data_gen.labels import candidate_column, companion_columns
 from data_gen.manifest import CollectionManifest

@@ -12,12 +12,12 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decode.artifacts.export import check_compatibility
+from decode.artifacts.files import check_compatibility
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.emit import Emitter, OnTokens
-from decode.loops.inputs import id_list, is_batch, token_buffer
+from decode.loops.prompt_input import id_list, is_batch, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
 from decode.policies import SV, BatchPlan, Fixed, Head, Policy
