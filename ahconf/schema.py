@@ -327,7 +327,7 @@ class EvaluateConfig:
 
     out_dir: str = "${paths.run_dir}/eval"
     rules: Optional[List[str]] = None  # rules to decode with; null = rules.names
-    # per set; 80 test prompts x 96 tokens resolve about +-2 % on the tiny trio (the bootstrap intervals say what)
+    # prompts per set; what the default sample resolves: docs/results.md, "Figures that were in code comments"
     prompts: Dict[str, int] = field(default_factory=lambda: {"dev": 40, "test": 80, "ood": 40})
     max_new_tokens: int = 96
     fixed_k: List[int] = field(default_factory=lambda: list(range(1, 11)))
