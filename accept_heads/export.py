@@ -5,7 +5,7 @@ Layout (``<name>`` = ``head.name``, set per job in a multirun; absent otherwise)
     <paths.head_dir>[/<name>]/head.safetensors         the head (decode.load_head validates it)
     <paths.head_dir>[/<name>]/profile.safetensors      an SV profile (decode.load_profile)
     <paths.head_dir>[/<name>]/README.md                the model card of both, from their metadata
-                                                       (decode.artifacts.files.write_card); the folder is a hub repo
+                                                       (decode.artifacts.serialization.write_card); the folder is a hub repo
                                                        as it stands: python -m accept_heads.push_head
     <paths.run_dir>/train/<kind>[/<name>]/checkpoints/ last.ckpt + the best step_XXXXXX.ckpt (head only)
     <paths.run_dir>/train/<kind>[/<name>]/csv/         logs (or tensorboard/, wandb/)

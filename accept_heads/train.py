@@ -44,7 +44,7 @@ from accept_heads.profile_fit import (
     position_loader,
     verification_latency,
 )
-from accept_heads.summary import print_head_summary, print_profile_summary
+from accept_heads.run_summary import print_head_summary, print_profile_summary
 from accept_heads.threshold import choose_threshold
 from accept_heads.training_data import (
     AcceptanceDataModule,
@@ -58,8 +58,8 @@ from ahconf.schema import ConfigError, HeadTrainConfig, LoggerConfig, ModelSpec,
 from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.models import resolve_model_id
 from data_gen.prompts import check_prompt_choices
-from decode.artifacts.files import load_head, load_profile, save_head, save_profile
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, tokenizer_hash
+from decode.artifacts.serialization import load_head, load_profile, save_head, save_profile
 from decode.head import PRE_FEATURES, AcceptanceHead, HeadConfig
 from decode.rules import Rule
 from decode.sampling import Sampling

@@ -40,8 +40,8 @@ from ahconf.schema import ModelSpec
 from benchmarks.goodput import GoodputRow, WallClock, run_goodput
 from data_gen.models import resolve_model_id
 from data_gen.zoo.paths import installed_zoo_dir
-from decode.artifacts.files import load_head
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
+from decode.artifacts.serialization import load_head
 from decode.loops.batch_cache import LAYOUTS
 from decode.loops.batched import row_seed
 from decode.loops.speculative_decoder import SpeculativeDecoder

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from decode.artifacts.files import load_head, load_profile
+from decode.artifacts.serialization import load_head, load_profile
 from decode.batch_costs import BatchCosts, measure_batch_costs
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone

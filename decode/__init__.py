@@ -4,7 +4,7 @@ Imports only torch, transformers, safetensors and the standard library.
 """
 
 from decode import policies, rules
-from decode.artifacts.files import load_head, load_profile, save_head, save_profile, write_card
+from decode.artifacts.serialization import load_head, load_profile, save_head, save_profile, write_card
 from decode.ensemble.decoder import EnsembleDecoder, EnsembleOutput
 from decode.ensemble.ensemble_stats import EnsembleStats
 from decode.ensemble_fn import EnsembleFn

@@ -1,6 +1,6 @@
 """The fields a head or an SV profile's metadata carries that decoding reads, through one typed accessor.
 
-Training writes the metadata (``accept_heads.export``) and :func:`decode.artifacts.files.load_head` /
+Training writes the metadata (``accept_heads.export``) and :func:`decode.artifacts.serialization.load_head` /
 ``load_profile`` attach it to the artifact as ``.metadata``; everything that decodes with an artifact reads it
 through :meth:`ArtifactMetadata.of` instead of looking keys up itself.
 """

@@ -17,8 +17,8 @@ from accept_heads.train import train
 from data_gen.collect import collect
 from data_gen.shards import load_split
 from decode import EnsembleDecoder, EnsembleFn, Sampling, SpeculativeDecoder, policies, rules
-from decode.artifacts.files import load_head
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
+from decode.artifacts.serialization import load_head
 from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, compose_config, model_overrides
 from tests.decode.conftest import micro_lm
 

@@ -197,14 +197,14 @@ SYNTHETIC = {
     "decode/profile.py": "from decode.loops.speculative_decoder import main\n",
     "ahconf/__init__.py": "",
     "ahconf/schema.py": "from decode.rules import x\nfrom typing import TYPE_CHECKING\n"
-                        "if TYPE_CHECKING:\n    from accept_heads.summary import Table\n",
+                        "if TYPE_CHECKING:\n    from accept_heads.run_summary import Table\n",
     "data_gen/__init__.py": "",
     "data_gen/zoo/__init__.py": "from .build import ensure_zoo\n",
     "data_gen/zoo/build.py": "from .. import collect\n",
     "data_gen/collect.py": "from data_gen.manifest import build\n",
     "data_gen/manifest.py": "from . import collect\n",
     "accept_heads/__init__.py": "",
-    "accept_heads/summary.py": "",
+    "accept_heads/run_summary.py": "",
     "accept_heads/train.py": "import data_gen.zoo.build\nfrom ahconf.schema import Config\nimport decode\n",
 }
 
@@ -216,7 +216,7 @@ def test_the_checks_report_upward_imports_a_cycle_and_the_training_stack(tmp_pat
         (tmp_path / name).write_text(text)
     assert contract_violations(tmp_path) == [
         "decode/loops/speculative_decoder.py:2 imports data_gen.zoo (layer 2 > 0)",
-        "ahconf/schema.py:4 imports accept_heads.summary (layer 3 > 1)",
+        "ahconf/schema.py:4 imports accept_heads.run_summary (layer 3 > 1)",
         "decode/profile.py:1 imports decode.loops.speculative_decoder (decode.loops above decode.core)",
         "import cycle: data_gen.collect -> data_gen.manifest -> data_gen.collect",
     ]

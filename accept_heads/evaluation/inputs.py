@@ -17,7 +17,7 @@ from ahconf.schema import ConfigError, EvaluateConfig, PromptsConfig
 from data_gen.encoding import EncodedPrompt, encode_prompts
 from data_gen.models import Trio
 from data_gen.prompts import available_splits, load_prompts, parse_source
-from decode.artifacts.files import load_head, load_profile
+from decode.artifacts.serialization import load_head, load_profile
 from decode.head import AcceptanceHead
 from decode.metadata import ArtifactMetadata
 from decode.profile import SVProfile

@@ -1,6 +1,6 @@
 """The ``README.md`` model card of an export directory, rendered from its artifacts' metadata.
 
-An export directory (heads and SV profiles written by :mod:`decode.artifacts.files`, plus this card) is a valid
+An export directory (heads and SV profiles written by :mod:`decode.artifacts.serialization`, plus this card) is a valid
 Hub model repo: the card has YAML front matter (``library_name``, ``tags``, ``base_model`` when the
 draft is a hub id) and says what each artifact is, the models and data it was made with, its dev
 metrics, its stop rule and how to load it. Everything comes from the metadata; nothing is estimated here.
@@ -47,7 +47,7 @@ def render_card(artifacts: dict[str, dict[str, Any]], repo_id: str | None = None
     title = repo_id or "Acceptance predictors for " + ", ".join(f"`{draft}`" for draft in drafts)
     parts = [_front_matter(docs, drafts), MARKER, "", f"# {title}", ""]
     parts += [
-        "Acceptance predictors for speculative decoding, written by `decode.artifacts.files` (accept-heads). "
+        "Acceptance predictors for speculative decoding, written by `decode.artifacts.serialization` (accept-heads). "
         "Each file is a safetensors file whose header holds the metadata this card was generated from; "
         "`decode.load_head` / `decode.load_profile` check it against the draft, tokenizer, rule and sampling "
         "you decode with.",

@@ -13,7 +13,7 @@ every mode; at temperature 0 it is the argmax of ``r``. Modes (batch size 1):
     the proposer's next call (the one that consumes its last proposal) completes ``r`` there: that token is
     sampled from ``r`` directly (when a ``post`` head stopped drafting after feeding the last proposal, that row
     already exists and costs no call). A length policy (e.g. a :class:`~decode.policies.Head` loaded with
-    :func:`~decode.artifacts.files.load_head`, trained for ``models[0]``) may drive ``γ_1``.
+    :func:`~decode.artifacts.serialization.load_head`, trained for ``models[0]``) may drive ``γ_1``.
 ``alternate``
     The alternate-proposal framework and its n-model generalisation (SE paper, Alg. 1 and 2).
     Each proposal remembers its proposer ``k``; its proposal distribution is ``k``'s own
@@ -42,7 +42,7 @@ import torch
 from torch import Generator, Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decode.artifacts.files import check_compatibility
+from decode.artifacts.serialization import check_compatibility
 from decode.ensemble.ensemble_stats import EnsembleStats
 from decode.ensemble.sd_mode import MemberEnsemble, Members
 from decode.ensemble_fn import EnsembleFn

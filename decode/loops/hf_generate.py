@@ -42,7 +42,7 @@ from transformers.generation.logits_process import (
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from decode.artifacts.files import load_head, load_profile
+from decode.artifacts.serialization import load_head, load_profile
 from decode.head import AcceptanceHead
 from decode.loops.batched import BatchDecodeOutput
 from decode.loops.emit import OnTokens

@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decode.artifacts.files import check_compatibility
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
+from decode.artifacts.serialization import check_compatibility
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.emit import Emitter, OnTokens

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from decode.artifacts.files import load_head
+from decode.artifacts.serialization import load_head
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -19,8 +19,8 @@ from accept_heads.train import load_head_weights, prepare_head_run, train
 from accept_heads.training_data import SequenceDataset, collate_sequences, loss_everywhere, mix_batch
 from data_gen.shards import load_split
 from decode import Sampling, rules
-from decode.artifacts.files import load_head, load_profile
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
+from decode.artifacts.serialization import load_head, load_profile
 
 
 @pytest.fixture(scope="module")

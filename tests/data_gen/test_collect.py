@@ -26,8 +26,8 @@ from data_gen.generation import generate_responses, teacher_forced_logits
 from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.shards import MANIFEST_FILE, CollectionDirError, load_split
 from decode import rules
-from decode.artifacts.files import load_head
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
+from decode.artifacts.serialization import load_head
 from decode.divergence import DIVERGENCES, divergences
 from decode.loops.runner import ModelRunner, vocab_size
 from decode.profile import companion_indicators

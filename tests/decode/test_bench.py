@@ -10,7 +10,7 @@ import torch
 from benchmarks import decoding as bench
 from benchmarks import ensemble as bench_ensemble
 from data_gen.zoo.paths import ENV_VAR, METADATA_FILE
-from decode.artifacts.files import save_head, save_profile
+from decode.artifacts.serialization import save_head, save_profile
 from decode.head import AcceptanceHead, HeadConfig
 from decode.profile import SVProfile
 from decode.rules import Speculative

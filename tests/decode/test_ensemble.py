@@ -16,7 +16,7 @@ from test_exact_distribution import N_SLOW, AcceptAll, empirical, exact_mixture_
 from torch import Tensor
 
 from decode import EnsembleDecoder, EnsembleFn, HeadConfig, Sampling, SpeculativeDecoder, policies, rules
-from decode.artifacts.files import load_head, save_head
+from decode.artifacts.serialization import load_head, save_head
 from decode.ensemble import decoder as ensemble_module
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.loops.runner import ModelRunner
