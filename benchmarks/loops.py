@@ -9,8 +9,8 @@ runner's shared cache); at each larger B, ``generate_batch`` on groups of B prom
 ``decode`` package of that git revision is exported into a temporary directory (its imports renamed) and its
 ``generate`` / ``generate_batch`` run on the same models, prompts and seeds. The methods take turns on every
 prompt (or group) and repeat; the table gives each method's tokens per second and the ratio of its time to the
-reference's per prompt (mean, with a 95 % interval over prompts). The reference is REV's decoder at the same B
-when given, else this tree's ``generate`` at B = 1 and ``generate_batch`` at larger B.
+reference's per prompt (mean, with a 95 % interval over prompts). The reference is REV's ``generate`` at B = 1
+and its ``generate_batch`` at larger B when given, else this tree's.
 """
 
 from __future__ import annotations
@@ -146,9 +146,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 def time_batch(args, batch: int, prompts: list[torch.Tensor], packages, target, draft, device,
                described: str) -> dict[str, float]:
     """Time every method on groups of ``batch`` prompts, taking turns; print the table."""
-    methods = [m for package, label in packages
-               for m in decoder_methods(package, label, target, draft, args.k, args.max_new_tokens, batch)]
-    reference = methods[-1] if args.against else methods[0]
+    per_package = [decoder_methods(package, label, target, draft, args.k, args.max_new_tokens, batch)
+                   for package, label in packages]
+    methods = [m for group in per_package for m in group]
+    reference = per_package[-1][0]  # REV's (else ours) generate at B = 1, generate_batch above
     groups = [prompts[i: i + batch] for i in range(0, len(prompts) - batch + 1, batch)]
     for method in methods:  # warm-up
         method.run(groups[0], 0)
