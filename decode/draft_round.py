@@ -88,7 +88,7 @@ class DraftRound:
 
     def reached(self, n: int) -> bool:
         """Whether the draft has produced ``q`` at the position after the first ``n`` candidates."""
-        return self.i > n or self.next is not None
+        return self.i > n or (self.i == n and self.next is not None)
 
     def tokens(self, n: int | None = None) -> Tensor:
         """The first ``n`` candidates (all by default) ``[n]``."""
