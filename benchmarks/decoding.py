@@ -44,6 +44,7 @@ from decode.artifacts.files import load_head
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 from decode.loops.batch_cache import LAYOUTS
 from decode.loops.batched import row_seed
+from decode.loops.prompt_input import pad_id
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
 from decode.policies import Fixed, Head, Policy
@@ -503,7 +504,7 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
     common = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": budget,
               "eos_token_id": eos}
     if target.generation_config.pad_token_id is None:
-        common["pad_token_id"] = eos if isinstance(eos, int) else 0
+        common["pad_token_id"] = pad_id(None, eos)
     if args.batch_sizes is not None and args.goodput:
         print(f"{described} device={device} max_new_tokens={budget}")
         prompts = batch_prompts(args.target, max(args.batch_sizes), target.config.get_text_config().vocab_size, device)

@@ -1,5 +1,5 @@
 """Turning what a user passes as prompts into token ids: one prompt's ``[1, n]`` ids with clear refusals, a
-left-padded batch, a list of ids (an ``eos_token_id`` setting)."""
+left-padded batch, a list of ids (an ``eos_token_id`` setting) and the pad id that follows from it."""
 
 from __future__ import annotations
 
@@ -78,6 +78,12 @@ def id_list(value: int | Iterable[int] | None) -> list[int]:
     if isinstance(value, int):
         return [value]
     return [int(v) for v in value]
+
+
+def pad_id(pad: int | None, eos: int | Iterable[int] | None) -> int:
+    """The id that fills a batch's finished rows: ``pad``, else the first EOS id (as HF ``generate`` falls back), else
+    0."""
+    return pad if pad is not None else next(iter(id_list(eos)), 0)
 
 
 def left_pad(prompts: Sequence[Sequence[int] | Tensor], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from decode.loops.prompt_input import id_list, left_pad
+from decode.loops.prompt_input import id_list, left_pad, pad_id
 from decode.timing import Stopwatch
 
 
@@ -40,7 +40,7 @@ def generate_target_alone(target: PreTrainedModel, prompts: list[torch.Tensor], 
     with Stopwatch(target.device) as watch:
         # Without EOS ids every row decodes the whole budget: eos_token_id=None overrides the generation config's.
         new = target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, eos_token_id=stops or None,
-                              pad_token_id=stops[0] if stops else 0, **sampling)[:, width:]
+                              pad_token_id=pad_id(None, stops), **sampling)[:, width:]
     stop = torch.isin(new, torch.tensor(stops, dtype=torch.long, device=new.device)).long()
     before = (stop.cumsum(1) - stop) == 0  # a row's tokens up to and including its first EOS
     return TargetAloneBatch(rows=len(prompts), tokens=int(before.sum()), steps=max(new.shape[1] - 1, 0),
