@@ -18,22 +18,18 @@ configured devices and strategy; counts are summed across ranks by torchmetrics.
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import Metric
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from accept_heads.training_data import PositionTable
 from decode.batch_costs import forward_table
-from decode.cache_api import cache_kwargs, drop_last
-from decode.loops.runner import vocab_size
 from decode.profile import SVProfile
+from decode.timing import forward_seconds
 
 
 def equal_frequency_edges(values: np.ndarray, bins: int) -> Tensor:
@@ -108,39 +104,10 @@ def backed_off_table(sums: Tensor, counts: Tensor, min_count: int) -> Tensor:
 
 
 def verification_latency(target: PreTrainedModel, prompt: list[int], k_max: int, repeats: int) -> Tensor:
-    """Median seconds of a target forward over ``L + 1`` tokens on a cached ``prompt``, for ``L = 1..k_max``."""
-    return forward_latency(target, prompt, list(range(2, k_max + 2)), repeats)
-
-
-@torch.inference_mode()
-def forward_latency(target: PreTrainedModel, prompt: list[int], widths: list[int], repeats: int) -> Tensor:
-    """Median seconds of a target forward over each of ``widths`` new tokens on a cached ``prompt``."""
-    device = target.device
-    ids = torch.tensor([prompt], device=device)
-    cache = DynamicCache(config=target.config)
-    cache.activate_past_recording()  # crop below a sliding window (Mistral, Gemma-2/3) needs the dropped states
-    target(input_ids=ids, **cache_kwargs(target, cache), logits_to_keep=1)
-    vocab = vocab_size(target)
-    generator = torch.Generator().manual_seed(0)
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    medians = []
-    for width in widths:
-        times = []
-        for repeat in range(repeats + 1):  # the first run of each width is a warm-up
-            tokens = torch.randint(vocab, (1, width), generator=generator).to(device)
-            sync()
-            start = time.perf_counter()
-            target(input_ids=tokens, **cache_kwargs(target, cache), logits_to_keep=width)
-            sync()
-            if repeat:
-                times.append(time.perf_counter() - start)
-            drop_last(cache, width)
-        medians.append(statistics.median(times))
-    return torch.tensor(medians, dtype=torch.float64)
+    """Median seconds of a target forward over ``L + 1`` tokens on a cached ``prompt``, for ``L = 1..k_max``
+    (:func:`decode.timing.forward_seconds`)."""
+    widths = range(2, k_max + 2)
+    return torch.tensor(forward_seconds(target, torch.tensor([prompt]), widths, repeats), dtype=torch.float64)
 
 
 def device_description(device: torch.device) -> str:

@@ -24,10 +24,10 @@ from ahconf.entry import quiet_library_output
 from ahconf.schema import CollectJob, Config, ModelSpec
 from data_gen.collect import Labeller, batches_of
 from data_gen.encoding import EncodedPrompt, encode_prompts
-from data_gen.generation import left_pad
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import load_prompts
 from data_gen.responses import GivenResponse
+from decode.loops.prompt_input import left_pad, pad_id
 
 PIPELINES = ("target.generate (plain, no labels)", "data_gen.collect (generate + label)",
              "data_gen.collect responses= (label)")
@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 def _plain_generate(trio: Trio, batches: list[list[list[int]]], max_new_tokens: int) -> tuple[int, float]:
     """Response tokens and seconds of plain batched sampling with ``generate`` (left padding, KV cache)."""
     tokenizer = trio.tokenizer
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad = pad_id(tokenizer.pad_token_id, tokenizer.eos_token_id)
     tokens, started = 0, time.perf_counter()
     for prompts in batches:
         ids, mask = left_pad(prompts, pad, trio.target.device)

@@ -37,19 +37,21 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 from accept_heads.evaluation.specs import HFConstantSpec
 from ahconf.entry import quiet_library_output
 from ahconf.schema import ModelSpec
-from benchmarks.goodput import GoodputRow, WallClock, run_goodput
+from benchmarks.goodput import GoodputRow, run_goodput
 from data_gen.models import resolve_model_id
 from data_gen.zoo.paths import installed_zoo_dir
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 from decode.artifacts.serialization import load_head
 from decode.loops.batch_cache import LAYOUTS
 from decode.loops.batched import row_seed
+from decode.loops.prompt_input import pad_id
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
 from decode.policies import Fixed, Head, Policy
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 from decode.stats import CallCounter
+from decode.timing import Stopwatch, synchronize
 
 TEXT_PROMPTS = [
     "def fibonacci(n):\n",
@@ -120,15 +122,14 @@ class PhaseTimer:
     """
 
     def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
+        self.device = device
         self.seconds: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self._undo: list[Callable[[], None]] = []
 
     def now(self) -> float:
         """``perf_counter`` after the device has finished its queued work."""
-        if self.cuda:
-            torch.cuda.synchronize()
+        synchronize(self.device)
         return time.perf_counter()
 
     def _add(self, label: str, seconds: float) -> None:
@@ -220,7 +221,7 @@ def measure(
         for seed, prompt in enumerate(prompts):
             for result, (_, run) in zip(results, methods):
                 calls = counters[0].calls, counters[1].calls
-                with WallClock(prompt.device) as clock:
+                with Stopwatch(prompt.device) as clock:
                     sequences = run(prompt, seed)
                 result.seconds += clock.seconds
                 result.tokens += sequences.shape[1] - prompt.shape[1]
@@ -340,7 +341,7 @@ def measure_batched(
             for name, run in methods:
                 result = BatchResult(name, batch=batch)
                 calls = counters[0].calls, counters[1].calls
-                with WallClock(prompts[0].device) as clock:
+                with Stopwatch(prompts[0].device) as clock:
                     result.tokens = run(prompts[:batch], batch)
                 result.seconds = clock.seconds
                 result.target_calls = counters[0].calls - calls[0]
@@ -503,7 +504,7 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
     common = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "max_new_tokens": budget,
               "eos_token_id": eos}
     if target.generation_config.pad_token_id is None:
-        common["pad_token_id"] = eos if isinstance(eos, int) else 0
+        common["pad_token_id"] = pad_id(None, eos)
     if args.batch_sizes is not None and args.goodput:
         print(f"{described} device={device} max_new_tokens={budget}")
         prompts = batch_prompts(args.target, max(args.batch_sizes), target.config.get_text_config().vocab_size, device)

@@ -14,7 +14,6 @@ seconds per single-token call of model ``i`` in the plain runs, and by wall-cloc
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ahconf.entry import quiet_library_output
-from benchmarks.decoding import make_prompts, zoo_dir_or_exit
+from benchmarks.decoding import PhaseTimer, make_prompts, zoo_dir_or_exit
 from decode.artifacts.hub import load_causal_lm
 from decode.ensemble.decoder import EnsembleDecoder
 from decode.ensemble_fn import DEFAULT_MU, EnsembleFn
@@ -46,29 +45,12 @@ class Row:
     call_seconds: list[float] = field(default_factory=list)
 
 
-class CallTimer:
-    """Counts a model's forward calls and their time with forward pre/post hooks."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.calls, self.seconds, self._start = 0, 0.0, 0.0
-        self._handles = [model.register_forward_pre_hook(self._pre), model.register_forward_hook(self._post)]
-
-    def _pre(self, *args: object) -> None:
-        self._start = time.perf_counter()
-
-    def _post(self, *args: object) -> None:
-        self.calls += 1
-        self.seconds += time.perf_counter() - self._start
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-
-
 def run(decoder: EnsembleDecoder, row: Row, prompts: list[torch.Tensor], budget: int) -> Row:
     """Decode every prompt (after one warm-up) and accumulate the row."""
     decoder.generate(prompts[0], max_new_tokens=min(budget, 4), seed=0)
-    timers = [CallTimer(model) for model in decoder.models]
+    timer = PhaseTimer(decoder.device)
+    for index, model in enumerate(decoder.models):
+        timer.module(f"model {index}", model)
     try:
         for seed, prompt in enumerate(prompts):
             out = decoder.generate(prompt, max_new_tokens=budget, seed=seed)
@@ -78,10 +60,9 @@ def run(decoder: EnsembleDecoder, row: Row, prompts: list[torch.Tensor], budget:
             row.accepted += s.accepted
             row.verified += s.accepted + s.rejected
     finally:
-        for timer in timers:
-            timer.remove()
-    row.calls = [timer.calls for timer in timers]
-    row.call_seconds = [timer.seconds for timer in timers]
+        timer.close()
+    row.calls = [timer.calls.get(f"model {index}", 0) for index in range(len(decoder.models))]
+    row.call_seconds = [timer.seconds[f"model {index}"] for index in range(len(decoder.models))]
     return row
 
 

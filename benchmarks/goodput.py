@@ -15,7 +15,6 @@ measured: HF ``generate`` on the same batches). The table of measured costs is p
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +28,7 @@ from decode.metadata import ArtifactMetadata
 from decode.policies import SV, Fixed, GoodputHead, Head, Policy
 from decode.rules import Speculative
 from decode.sampling import Sampling
+from decode.timing import Stopwatch
 
 
 @dataclass
@@ -55,31 +55,11 @@ class GoodputRow:
 TARGET_ALONE = "target alone (HF generate)"
 
 
-class WallClock:
-    """Seconds of a block, the device synchronised at both ends."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device, self.seconds = device, 0.0
-
-    def __enter__(self) -> WallClock:
-        self._sync()
-        self._start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._sync()
-        self.seconds = time.perf_counter() - self._start
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-
 def decode_rows(decoder: SpeculativeDecoder, prompts: list[torch.Tensor], batch: int, budget: int, costs: BatchCosts,
                 name: str) -> GoodputRow:
     """Decode all ``prompts`` in batches of ``batch`` with ``decoder``, price their forwards and time them."""
     tokens, seconds = 0, 0.0
-    with WallClock(prompts[0].device) as clock:
+    with Stopwatch(prompts[0].device) as clock:
         for start in range(0, len(prompts), batch):
             totals = decoder.generate(prompts[start : start + batch], max_new_tokens=budget, seed=start).totals
             tokens += totals.tokens
@@ -92,7 +72,7 @@ def target_rows(target: PreTrainedModel, prompts: list[torch.Tensor], batch: int
     """The target alone on the same batches (HF ``generate``), timed; modelled at one token per row per forward
     (the prompt's forward left out, as for the decoders)."""
     tokens, seconds = 0, 0.0
-    with WallClock(prompts[0].device) as clock:
+    with Stopwatch(prompts[0].device) as clock:
         for start in range(0, len(prompts), batch):
             run = generate_target_alone(target, prompts[start : start + batch], budget, eos, seed=start)
             tokens += run.tokens

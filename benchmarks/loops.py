@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from io import BytesIO
@@ -35,6 +34,7 @@ import torch
 
 from ahconf.entry import quiet_library_output
 from benchmarks.decoding import RANDOM_PAIRS, batch_prompts, load_pair
+from decode.timing import Stopwatch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,13 +105,9 @@ def decoder_methods(package: ModuleType, label: str, target, draft, k: int, budg
 
 def timed(run: Callable[[], int], device: torch.device) -> tuple[float, int]:
     """Seconds and generated tokens of one call."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    tokens = run()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, tokens
+    with Stopwatch(device) as watch:
+        tokens = run()
+    return watch.seconds, tokens
 
 
 def mean_interval(values: list[float]) -> tuple[float, float, float]:

@@ -38,6 +38,7 @@ from data_gen.prompts import check_prompt_choices
 from data_gen.responses import GivenResponse, ResponsesSource
 from data_gen.seeding import prompt_seed
 from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
+from decode.loops.prompt_input import pad_id
 from decode.loops.runner import context_length as models_context
 from decode.sampling import Sampling
 
@@ -94,8 +95,7 @@ class Labeller:
 
     @property
     def pad_id(self) -> int:
-        tokenizer = self.trio.tokenizer
-        return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        return pad_id(self.trio.tokenizer.pad_token_id, self.trio.tokenizer.eos_token_id)
 
     def generators(self, prompt_ids: list[str], stream: str = "") -> list[torch.Generator]:
         """One generator per prompt, on the device where the draws are made (decode.rules.sample)."""

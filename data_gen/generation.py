@@ -23,6 +23,7 @@ from torch import Generator, Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from decode.cache_api import cache_kwargs
+from decode.loops.prompt_input import left_pad
 from decode.sampling import Sampling
 
 
@@ -46,17 +47,6 @@ class Batch:
 
     def response_ids(self, row: int) -> Tensor:
         return self.input_ids[row, self.prompt_width : self.prompt_width + self.response_lengths[row]]
-
-
-def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Left-padded ids and attention mask ``[B, max_len]`` for prompts of different lengths."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt) :] = 1
-    return ids.to(device), mask.to(device)
 
 
 def _positions(mask: Tensor) -> Tensor:

@@ -1,6 +1,6 @@
-"""Installing a directory of models atomically: a lock next to it, a staging directory renamed into place.
+"""Installing a directory atomically: a lock next to it, a staging directory renamed into place.
 
-What the zoo (:mod:`data_gen.zoo.store`) and the real pairs (:mod:`data_gen.real.pair_store`) share. A
+How the zoo and the real pairs install (:mod:`data_gen.model_store`) and the shipped prompts are written. A
 finished staging directory replaces the old one in two renames, so a killed install leaves either the
 old directory or the new one, never half of one; the lock serialises installers, and a process that
 waits for it says so, and for whom.

@@ -11,16 +11,15 @@ stop each row by the batch's marginal cost, and its :meth:`BatchCosts.verify_tim
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
-from decode.cache_api import cache_kwargs, drop_last
 from decode.costs import CostModel, LatencyShape
+from decode.timing import forward_seconds, random_ids
 
 
 @dataclass(frozen=True)
@@ -137,41 +136,6 @@ def _extend(x: float, grid: Sequence[float], values: Sequence[float]) -> float:
     return float(values[-1] + slope * (x - grid[-1]))
 
 
-def _seconds(run: Callable[[], None], repeats: int, device: torch.device) -> float:
-    """Least wall seconds of ``run()`` over ``repeats`` calls after one warm-up (other load only adds time)."""
-    times = []
-    for attempt in range(repeats + 1):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if attempt:
-            times.append(time.perf_counter() - start)
-    return min(times)
-
-
-@torch.inference_mode()
-def forward_seconds(model: PreTrainedModel, batch: int, tokens: int, context: int, repeats: int = 3,
-                    seed: int = 0) -> float:
-    """Least seconds of a forward feeding ``tokens`` tokens to each of ``batch`` rows after a ``context``-token
-    cached prefix (random token ids; the cache is cut back to the prefix after every timed call)."""
-    device = model.device
-    vocab = model.config.get_text_config().vocab_size
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (batch, context + tokens), generator=generator).to(device)
-    cache = DynamicCache(config=model.config)
-    model(input_ids=ids[:, :context], **cache_kwargs(model, cache))
-    step = ids[:, context:]
-
-    def run() -> None:
-        model(input_ids=step, **cache_kwargs(model, cache))
-        drop_last(cache, tokens)  # what this call appended
-
-    return _seconds(run, repeats, device)
-
-
 def measure_batch_costs(target: PreTrainedModel, draft: PreTrainedModel, batches: Sequence[int] = (1, 2, 4, 8, 16, 32),
                         max_length: int = 8, context: int = 64, repeats: int = 5,
                         companion: PreTrainedModel | None = None) -> BatchCosts:
@@ -191,9 +155,11 @@ def measure_batch_costs(target: PreTrainedModel, draft: PreTrainedModel, batches
 
 def forward_table(model: PreTrainedModel, batches: Sequence[int], max_length: int, context: int = 64,
                   repeats: int = 5) -> tuple[tuple[float, ...], ...]:
-    """Least seconds of a forward of ``b`` rows × ``l`` tokens each for every ``b`` of ``batches`` (increasing) and
+    """Median seconds (:func:`decode.timing.forward_seconds`) of a forward of ``b`` rows × ``l`` tokens each after a
+    ``context``-token cached prefix of random ids, for every ``b`` of ``batches`` (increasing) and
     ``l = 1..max_length``, made non-decreasing in both (running maximum)."""
-    times = np.array([[forward_seconds(model, b, length, context, repeats) for length in range(1, max_length + 1)]
-                      for b in batches])
+    generator = torch.Generator().manual_seed(0)
+    times = np.array([forward_seconds(model, random_ids(model, (b, context), generator), range(1, max_length + 1),
+                                      repeats) for b in batches])
     times = np.maximum.accumulate(np.maximum.accumulate(times, axis=1), axis=0)
     return tuple(tuple(row) for row in times.tolist())

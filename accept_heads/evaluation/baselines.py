@@ -34,6 +34,7 @@ from ahconf.schema import RulesConfig
 from data_gen.encoding import EncodedPrompt
 from data_gen.models import Trio
 from data_gen.seeding import prompt_seed
+from decode.loops.prompt_input import pad_id
 from decode.sampling import Sampling
 from decode.stats import CallCounter
 
@@ -87,10 +88,9 @@ class HFRunner:
         """``[1, n]`` prompt and generated tokens of the target's own ``generate`` on one prompt (greedy for the
         greedy rule, else the run's sampling), seeded as every run of the prompt."""
         target = self.trio.target
-        eos = target.generation_config.eos_token_id
-        pad = target.generation_config.pad_token_id
+        config = target.generation_config
         kwargs = {**sampling_kwargs(rule, self.sampling), "max_new_tokens": self.max_new_tokens,
-                  "pad_token_id": pad if pad is not None else (eos if isinstance(eos, int) else 0)}
+                  "pad_token_id": pad_id(config.pad_token_id, config.eos_token_id)}
         ids = torch.tensor([prompt.token_ids], device=target.device)
         torch.manual_seed(prompt_seed(self.seed, prompt.prompt_id))
         return target.generate(ids, attention_mask=torch.ones_like(ids), **assistant, **kwargs)

@@ -19,12 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from transformers import PreTrainedModel
 
-from accept_heads.profile_fit import device_description, forward_latency, verification_latency
+from accept_heads.profile_fit import device_description, verification_latency
 from ahconf.schema import CostConfig
 from data_gen.models import Trio
 from decode.costs import CostModel, LatencyShape
+from decode.timing import forward_seconds
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ def one_call_seconds(model: PreTrainedModel, prompt: list[int], repeats: int) ->
 def measure_latency(trio: Trio, prompt: list[int], lengths: int, repeats: int) -> Latency:
     """Target verification latency for ``L = 1..lengths`` and one draft / companion call on ``prompt``."""
     target = verification_latency(trio.target, prompt, lengths, repeats).tolist()
-    alone = float(forward_latency(trio.target, prompt, [1], repeats)[0])
+    alone = forward_seconds(trio.target, torch.tensor([prompt]), [1], repeats)[0]
     companion = one_call_seconds(trio.companion, prompt, repeats) if trio.companion is not None else None
     return Latency(target, alone, one_call_seconds(trio.draft, prompt, repeats), companion,
                    device_description(trio.target.device), len(prompt), repeats)

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -30,6 +31,7 @@ from accept_heads.evaluation.runs import DecoderRunner, RunSpec, output_sha
 from accept_heads.evaluation.specs import TargetAloneSpec
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
+from decode.timing import synchronize
 
 #: A prompt → its generated tokens (1-D).
 Decode = Callable[[EncodedPrompt], torch.Tensor]
@@ -123,7 +125,7 @@ def timed_method(spec: RunSpec, decoding: DecoderRunner, hf: HFRunner) -> TimedM
 
 def device_sync(device: str) -> Callable[[], None]:
     """What waits for the device's queued work before a clock is read."""
-    return torch.cuda.synchronize if device == "cuda" else no_sync
+    return partial(synchronize, torch.device(device))
 
 
 def _prompt_rates(frame: pd.DataFrame, prompt_ids: tuple[str, ...]) -> PromptCosts:

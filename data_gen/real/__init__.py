@@ -8,9 +8,11 @@ installed models as ``real:<pair>/<role>`` (e.g. ``real:smollm2/draft``). ``docs
 SmolLM2 pair was built and how realistic it is.
 """
 
+from data_gen.model_store import ROLES
+
 from .pair_store import Pair, PairError, PairRealismError, ensure_pair, rebuild_pair
 from .pairs import PAIRS, SMOLLM2, PairSpec, pair_spec
-from .recipe import ROLES, PairRecipe, StudentShape
+from .recipe import PairRecipe, StudentShape
 
 __all__ = [
     "PAIRS",

@@ -10,13 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ahconf.entry import quiet_library_output
+from data_gen.model_store import ROLES
 from data_gen.zoo.summary import checks_table
 from decode.artifacts.hub import ModelLoadError
 
 from .pair_store import ENV_VAR, Pair, PairRealismError, ensure_pair, rebuild_pair
 from .pairs import PAIRS
 from .realism import PairRealism
-from .recipe import ROLES
 
 
 def parser() -> argparse.ArgumentParser:

@@ -21,10 +21,10 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 from data_gen.encoding import encode_prompts
 from data_gen.generation import generate_responses
 from data_gen.memory import release_freed_memory
+from data_gen.model_store import STUDENT_ROLES, file_hashes
 from data_gen.prompts import load_prompts
 from data_gen.seeding import prompt_seed
-from data_gen.zoo.build import file_hashes, machine_class
-from decode.artifacts.gguf import file_sha256
+from data_gen.zoo.build import machine_class
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, native_bf16, resolve_dtype
 from decode.sampling import Sampling
 
@@ -32,7 +32,7 @@ from .assemble import assemble, trained_tensors
 from .distill import distil, teacher_pass
 from .pairs import PairSpec
 from .realism import measure_realism
-from .recipe import STUDENT_ROLES, PairRecipe
+from .recipe import PairRecipe
 
 SHIPPED_DTYPE = torch.bfloat16  # trained tensors ship in bf16: half the bytes in the repository
 
@@ -142,9 +142,3 @@ def _models(target: LlamaForCausalLM, models: dict[str, Any], shapes: dict[str, 
                       "params": sum(p.numel() for p in models[role].parameters()),
                       "final_train_loss": train_loss[role]}
     return info
-
-
-def model_file_hashes(root: Path) -> dict[str, str]:
-    """sha256 of every role's ``model.safetensors`` under an installed pair's ``root``."""
-    return {f"{role}/model.safetensors": file_sha256(root / role / "model.safetensors")
-            for role in ("target", *STUDENT_ROLES)}

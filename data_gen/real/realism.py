@@ -17,19 +17,18 @@ covers (off it the reduced-vocabulary draft has probability zero).
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_gen.generation import Batch, teacher_forced_logits
 from data_gen.zoo.realism import RealismCheck, acceptance, auroc, greedy_oracle_gain, sample_responses, sampled_outcomes
-from decode.cache_api import cache_kwargs, drop_last
+from decode.timing import CachedForward, medians_taking_turns
 
 CHUNK = 16  # prompts per generation / scoring batch: bounds the [B, T, V] logits held at once
 
@@ -183,23 +182,15 @@ def _add_losses(losses: dict[str, list[Tensor]], batch: Batch, log_probs: dict[s
 def forward_costs(models: dict[str, PreTrainedModel], context: list[int], repeats: int) -> dict[str, float]:
     """Each model's median one-token forward at batch 1 on a cached ``context``, as a share of the target's.
 
-    The models take turns within every round, so drift on a shared machine hits all of them alike.
+    The models take turns within every round (:func:`decode.timing.medians_taking_turns`), so drift on a shared
+    machine hits all of them alike.
     """
-    caches = {}
-    for role, model in models.items():
-        caches[role] = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([context], device=model.device), **cache_kwargs(model, caches[role]),
-              logits_to_keep=1)
-    times: dict[str, list[float]] = {role: [] for role in models}
+    ids = torch.tensor([context])
+    forwards = {role: CachedForward(model, ids) for role, model in models.items()}
     token = torch.tensor([[context[-1]]])
-    for _ in range(repeats):
-        for role, model in models.items():
-            started = time.perf_counter()
-            model(input_ids=token.to(model.device), **cache_kwargs(model, caches[role]), logits_to_keep=1)
-            times[role].append(time.perf_counter() - started)
-            drop_last(caches[role], 1)
-    target = statistics.median(times["target"])
-    return {role: statistics.median(values) / target for role, values in times.items() if role != "target"}
+    runs = {role: partial(forward, token.to(models[role].device)) for role, forward in forwards.items()}
+    times = medians_taking_turns(runs, repeats, models["target"].device)
+    return {role: seconds / times["target"] for role, seconds in times.items() if role != "target"}
 
 
 def measure_realism(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokenizerBase,

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-ROLES: tuple[str, ...] = ("target", "draft", "companion")
-STUDENT_ROLES: tuple[str, ...] = ("draft", "companion")
+from data_gen.model_store import STUDENT_ROLES
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ the trio's models and realism figures. Where the zoo lives (``$ACCEPT_HEADS_ZOO_
 version) is :mod:`data_gen.zoo.paths`.
 """
 
-from .recipe import ROLES, ModelShape, ZooRecipe
+from data_gen.model_store import ROLES
+
+from .recipe import ModelShape, ZooRecipe
 from .store import SHIPPED_DIR, Zoo, ZooError, ZooRealismError, ensure_zoo, rebuild_zoo
 from .summary import realism_table, zoo_summary_table
 

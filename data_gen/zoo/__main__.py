@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             zoo = ensure_zoo(args.cache_dir, reinstall=args.reinstall)
     except ZooRealismError as miss:
-        console.print(realism_table(Realism.from_dict(miss.metadata["realism"]), _shipped_realism()))
-        print(f"warning: {miss} [{describe_origin(miss.metadata)}]", file=sys.stderr)
+        console.print(realism_table(Realism.from_dict(miss.record["realism"]), _shipped_realism()))
+        print(f"warning: {miss} [{describe_origin(miss.record)}]", file=sys.stderr)
         return 1
     except ZooError as error:
         print(f"error: {error}", file=sys.stderr)

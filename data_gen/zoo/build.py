@@ -8,7 +8,6 @@ thread count, training precision and library versions give the same bytes. Only
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import sys
@@ -19,20 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from data_gen.corpus import corpus_hash, modules_in
+from data_gen.model_store import ROLES, STUDENT_ROLES, file_hashes
 from data_gen.zoo.paths import METADATA_FILE, ZOO_VERSION
 
-from .recipe import ROLES, STUDENT_ROLES, ZooRecipe
+from .recipe import ZooRecipe
 
 ZOO_NAME = "tiny-code"
-
-
-def file_hashes(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` but ``zoo.json``, by relative POSIX path."""
-    return {
-        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(root.rglob("*"))
-        if path.is_file() and path.name != METADATA_FILE
-    }
 
 
 def machine_class() -> dict[str, Any]:
@@ -139,6 +130,6 @@ def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
         },
         "realism": realism.to_dict(),
         "build_seconds": time.perf_counter() - started,
-        "files": file_hashes(staging),
+        "files": file_hashes(staging, skip=METADATA_FILE),
     }
     return metadata

@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from data_gen.model_store import cache_dir
 
 ZOO_VERSION = "v5"  # bump whenever the shipped trio (data_gen/zoo/tiny-code) or its recipe changes
 ENV_VAR = "ACCEPT_HEADS_ZOO_DIR"
@@ -18,10 +19,7 @@ INSTALL_COMMAND = "python -m data_gen.zoo"
 
 def default_cache_dir() -> Path:
     """``$ACCEPT_HEADS_ZOO_DIR`` if set, else ``~/.cache/accept-heads/zoo/<ZOO_VERSION>``."""
-    override = os.environ.get(ENV_VAR)
-    if override:
-        return Path(override).expanduser()
-    return Path.home() / ".cache" / "accept-heads" / "zoo" / ZOO_VERSION
+    return cache_dir(ENV_VAR, "zoo", ZOO_VERSION)
 
 
 def is_built(root: Path) -> bool:

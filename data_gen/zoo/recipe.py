@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-ROLES: tuple[str, ...] = ("target", "draft", "companion")
-STUDENT_ROLES: tuple[str, ...] = ("draft", "companion")
+from data_gen.model_store import ROLES
+
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 
 

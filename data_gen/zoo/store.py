@@ -8,26 +8,24 @@ bytes on every machine — and checks every file against its recorded sha256 whe
 only when it meets every realism target, or when asked to.
 
 Writes are atomic (a finished staging directory is renamed into place) and serialised by a file
-lock next to the cache; a process that waits for the lock says so, and for whom.
+lock next to the cache; a process that waits for the lock says so, and for whom. The steps are the real
+pairs' too (:mod:`data_gen.model_store`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_gen.install import directory_lock, replace_dir, staging_dir, write_json
-from data_gen.zoo.paths import INSTALL_COMMAND, METADATA_FILE, ZOO_VERSION, default_cache_dir, is_built
+from data_gen.model_store import InstalledModels, ModelStore, RealismMiss, read_record
+from data_gen.zoo.paths import ENV_VAR, INSTALL_COMMAND, METADATA_FILE, ZOO_VERSION, default_cache_dir
 from decode.artifacts.hub import ModelLoadError
 
-from .build import build_into, file_hashes
+from .build import build_into
 from .realism import Realism
-from .recipe import ROLES, ZooRecipe
+from .recipe import ZooRecipe
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "tiny-code"
 
@@ -36,43 +34,31 @@ class ZooError(ModelLoadError):
     """A zoo directory cannot be used as it is; the message names the problem and the fix."""
 
 
-class ZooRealismError(ZooError):
-    """A rebuild misses a realism target; nothing was installed. ``metadata`` describes the rebuild."""
+class ZooRealismError(ZooError, RealismMiss):
+    """A rebuild misses a realism target; nothing was installed. ``record`` describes the rebuild."""
 
-    def __init__(self, message: str, metadata: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.metadata = metadata
+
+STORE = ModelStore(name="zoo", models="trio", record_file=METADATA_FILE, env_var=ENV_VAR, error=ZooError,
+                   realism_error=ZooRealismError)
 
 
 @dataclass
-class Zoo:
-    """A zoo on disk: one ``from_pretrained`` directory per role plus ``zoo.json``.
+class Zoo(InstalledModels):
+    """A zoo on disk: one ``from_pretrained`` directory per role plus ``zoo.json`` (its ``record``).
 
     ``action`` says what this call did: ``verified`` (already installed), ``installed`` (the shipped
     trio copied in) or ``rebuilt``.
     """
 
-    root: Path
-    metadata: dict[str, Any] = field(repr=False)
-    action: str
-    seconds: float
-
-    def path(self, role: str) -> Path:
-        """Directory of ``role`` (target, draft or companion), loadable with ``from_pretrained``."""
-        if role not in ROLES:
-            raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
-        return self.root / role
-
     @property
     def realism(self) -> Realism:
         """The realism figures recorded when this trio was built."""
-        return Realism.from_dict(self.metadata["realism"])
+        return Realism.from_dict(self.record["realism"])
 
 
 def shipped_metadata() -> dict[str, Any] | None:
     """``zoo.json`` of the shipped trio (None only before a maintainer first ships one)."""
-    path = SHIPPED_DIR / METADATA_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_record(SHIPPED_DIR / METADATA_FILE)
 
 
 def ensure_zoo(cache_dir: str | Path | None = None, *, reinstall: bool = False) -> Zoo:
@@ -83,22 +69,15 @@ def ensure_zoo(cache_dir: str | Path | None = None, *, reinstall: bool = False) 
     :class:`ZooError` (one line: the problem and the command that fixes it) when the directory holds
     another zoo version or a file that does not match its recorded sha256.
     """
-    started = time.perf_counter()
-    root = _root(cache_dir)
-    if not reinstall and is_built(root):
-        return Zoo(root, verify(root), "verified", time.perf_counter() - started)
-    _writable_parent(root)
-    with directory_lock(root, "installing the shipped tiny-code trio"):
-        if not reinstall and is_built(root):
-            return Zoo(root, verify(root), "verified", time.perf_counter() - started)
+
+    def install(staging: Path) -> None:
         if shipped_metadata() is None:
             raise ZooError(f"this installation of accept-heads has no shipped trio in {SHIPPED_DIR}; "
                            "reinstall the package (pip install -e .)")
-        with staging_dir(root) as staging:
-            shutil.copytree(SHIPPED_DIR, staging, dirs_exist_ok=True)
-            metadata = verify(staging, shown_as=root)
-            replace_dir(staging, root)
-    return Zoo(root, metadata, "installed", time.perf_counter() - started)
+        shutil.copytree(SHIPPED_DIR, staging, dirs_exist_ok=True)
+
+    return STORE.ensure(_root(cache_dir), "installing the shipped tiny-code trio", reinstall=reinstall, verify=verify,
+                        install=install, make=Zoo)
 
 
 def rebuild_zoo(cache_dir: str | Path | None = None, recipe: ZooRecipe | None = None, *,
@@ -109,66 +88,34 @@ def rebuild_zoo(cache_dir: str | Path | None = None, recipe: ZooRecipe | None = 
     as it was, unless ``require_realism`` is off (``--force``; the tests' reduced recipes). ``ship``
     records it as the shipped reference build (maintainers write it into :data:`SHIPPED_DIR`).
     """
-    started = time.perf_counter()
-    root = _root(cache_dir)
-    recipe = recipe or ZooRecipe()
-    _writable_parent(root)
-    with directory_lock(root, "rebuilding the tiny-code trio"):
-        with staging_dir(root) as staging:
-            metadata = build_into(staging, recipe)
-            if ship:
-                metadata["origin"] = "shipped"
-            else:
-                shipped = shipped_metadata()
-                metadata["matches_shipped"] = shipped is not None and metadata["files"] == shipped["files"]
-            failures = Realism.from_dict(metadata["realism"]).failures()
-            if failures and require_realism:
-                raise ZooRealismError(
-                    f"the rebuilt trio misses {len(failures)} realism target(s) ({'; '.join(failures)}); "
-                    f"kept {root} as it was (pass --force to install the rebuild anyway)", metadata)
-            write_json(staging / METADATA_FILE, metadata)
-            replace_dir(staging, root)
-    return Zoo(root, metadata, "rebuilt", time.perf_counter() - started)
+
+    def build(staging: Path) -> tuple[dict[str, Any], list[str]]:
+        record = build_into(staging, recipe or ZooRecipe())
+        if ship:
+            record["origin"] = "shipped"
+        else:
+            shipped = shipped_metadata()
+            record["matches_shipped"] = shipped is not None and record["files"] == shipped["files"]
+        return record, Realism.from_dict(record["realism"]).failures()
+
+    return STORE.rebuild(_root(cache_dir), "rebuilding the tiny-code trio", build, require_realism=require_realism,
+                         make=Zoo)
 
 
 def verify(root: Path, shown_as: Path | None = None) -> dict[str, Any]:
     """``zoo.json`` of the zoo in ``root`` after checking its version and every file's sha256."""
     shown = shown_as or root
-    fix = _fix_command(shown)
-    try:
-        metadata = json.loads((root / METADATA_FILE).read_text())
-        recorded = metadata["files"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ZooError(f"{shown / METADATA_FILE} is unreadable or incomplete ({type(error).__name__}); "
-                       f"restore the shipped trio with `{fix}`") from None
-    if metadata.get("zoo_version") != ZOO_VERSION:
-        raise ZooError(f"the zoo in {shown} is version {metadata.get('zoo_version')!r}, this code uses "
-                       f"{ZOO_VERSION!r}; replace it with the shipped trio: `{fix}`")
-    if metadata.get("origin") == "shipped" and metadata != shipped_metadata():
-        raise ZooError(f"{shown / METADATA_FILE} differs from the shipped trio's record; restore it with `{fix}`")
-    actual = file_hashes(root)
-    for name, digest in recorded.items():
-        if name not in actual:
-            raise ZooError(f"zoo file {shown / name} is missing; restore the shipped trio with `{fix}`")
-        if actual[name] != digest:
-            raise ZooError(f"zoo file {shown / name} does not match its recorded sha256 (corrupt or modified); "
-                           f"restore the shipped trio with `{fix}`")
-    return metadata
+    fix = f"restore the shipped trio with `{_fix_command(shown)}`"
+    record = STORE.read(root, shown, fix)
+    if record.get("zoo_version") != ZOO_VERSION:
+        raise ZooError(f"the zoo in {shown} is version {record.get('zoo_version')!r}, this code uses "
+                       f"{ZOO_VERSION!r}; replace it with the shipped trio: `{_fix_command(shown)}`")
+    STORE.check_files(root, record, shipped_metadata(), shown, fix)
+    return record
 
 
 def _root(cache_dir: str | Path | None) -> Path:
     return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-
-
-def _writable_parent(root: Path) -> None:
-    """Create ``root``'s parent; :class:`ZooError` when it cannot hold the zoo."""
-    try:
-        root.parent.mkdir(parents=True, exist_ok=True)
-        if not os.access(root.parent, os.W_OK):
-            raise PermissionError(13, "Permission denied")
-    except OSError as error:
-        raise ZooError(f"cannot write the zoo next to {root} ({error.strerror}); choose a writable directory with "
-                       f"--cache-dir or ACCEPT_HEADS_ZOO_DIR") from None
 
 
 def _fix_command(root: Path) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from data_gen.model_store import ROLES
+
 from .realism import Realism, RealismCheck, RealismTargets
-from .recipe import ROLES
 from .store import Zoo
 
 _ACTIONS = {"verified": "verified", "installed": "installed from the package", "rebuilt": "rebuilt"}
@@ -25,7 +26,7 @@ def describe_origin(metadata: dict) -> str:
 
 def zoo_summary_table(zoo: Zoo) -> Table:
     """Per model: layers, hidden size, params, steps, held-out loss and acceptance vs the target."""
-    meta = zoo.metadata
+    meta = zoo.record
     table = Table(
         title=f"{meta['name']} zoo {meta['zoo_version']} at {zoo.root}",
         caption=f"{_ACTIONS[zoo.action]} in {zoo.seconds:.2f} s: {describe_origin(meta)}; held-out loss in "

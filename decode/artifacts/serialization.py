@@ -130,11 +130,20 @@ def check_compatibility(
     doc: dict[str, Any],
     source: str,
     *,
+    draft: PreTrainedModel | None = None,
     tokenizer: PreTrainedTokenizerBase | None = None,
     sampling: Sampling | None = None,
     rule: Rule | None = None,
 ) -> None:
-    """Raise on a rule or tokenizer mismatch with an artifact's metadata; warn on a sampling mismatch."""
+    """Raise on a draft (hidden size), rule or tokenizer mismatch with an artifact's metadata; warn on a sampling
+    mismatch. The one check of every door: :func:`load_head`, :func:`load_profile` and the decoders."""
+    if draft is not None and "hidden_size" in doc:
+        hidden = draft.config.get_text_config(decoder=True).hidden_size
+        if doc["hidden_size"] != hidden:
+            raise ValueError(
+                f"{source} expects draft hidden size {doc['hidden_size']} (draft {doc.get('draft')!r}) but the "
+                f"given draft has {hidden}; use it with the draft it was trained on"
+            )
     if rule is not None and doc.get("rule") != rule.spec():
         raise ValueError(
             f"{source} was trained for rule {doc.get('rule')} but the decoder uses {rule.spec()}; "
@@ -196,14 +205,7 @@ def load_head(
     file, path = _locate(source, "head", filename, revision)
     tensors, doc = _read(file, "head")
     config = HeadConfig.from_dict(doc["head_config"])
-    if draft is not None:
-        draft_hidden = draft.config.get_text_config(decoder=True).hidden_size
-        if draft_hidden != config.hidden_size:
-            raise ValueError(
-                f"head {path} expects draft hidden size {config.hidden_size} (draft {doc.get('draft')!r}) but the "
-                f"given draft has {draft_hidden}; load the head with the draft it was trained on"
-            )
-    check_compatibility(doc, f"head {path}", tokenizer=tokenizer, sampling=sampling, rule=rule)
+    check_compatibility(doc, f"head {path}", draft=draft, tokenizer=tokenizer, sampling=sampling, rule=rule)
     head = AcceptanceHead(config)
     try:
         head.load_state_dict(tensors)

@@ -135,10 +135,7 @@ class EnsembleDecoder:
                     f"the policy's head was trained with rule {doc.get('rule')}; {self.ensemble!r} over "
                     f"{len(self.models)} models has no two-model rule equivalent, so its labels do not apply"
                 )
-            check_compatibility(doc, "the policy's head", sampling=self.sampling, rule=rule)
-            hidden = self.models[0].config.get_text_config(decoder=True).hidden_size
-            if doc.get("hidden_size", hidden) != hidden:
-                raise ValueError(f"the policy's head expects hidden size {doc['hidden_size']}; the proposer has {hidden}")
+            check_compatibility(doc, "the policy's head", draft=self.models[0], sampling=self.sampling, rule=rule)
         policy.to(self.device)
         return policy
 

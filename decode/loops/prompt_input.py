@@ -1,4 +1,5 @@
-"""Turning what a user passes as a prompt into ``[1, n]`` token ids, with clear refusals."""
+"""Turning what a user passes as prompts into token ids: one prompt's ``[1, n]`` ids with clear refusals, a
+left-padded batch, a list of ids (an ``eos_token_id`` setting) and the pad id that follows from it."""
 
 from __future__ import annotations
 
@@ -77,3 +78,20 @@ def id_list(value: int | Iterable[int] | None) -> list[int]:
     if isinstance(value, int):
         return [value]
     return [int(v) for v in value]
+
+
+def pad_id(pad: int | None, eos: int | Iterable[int] | None) -> int:
+    """The id that fills a batch's finished rows: ``pad``, else the first EOS id (as HF ``generate`` falls back), else
+    0."""
+    return pad if pad is not None else next(iter(id_list(eos)), 0)
+
+
+def left_pad(prompts: Sequence[Sequence[int] | Tensor], pad_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Left-padded ids and attention mask ``[B, longest]`` of prompts of different lengths (1-D ids each)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.as_tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
+    return ids.to(device), mask.to(device)

@@ -81,13 +81,8 @@ class SpeculativeDecoder:
     def _check_artifacts(self) -> None:
         """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
         if isinstance(self.policy, Head) and self.policy.head is not None and self.policy.head.metadata:
-            doc = self.policy.head.metadata
-            check_compatibility(doc, "the policy's head", sampling=self.sampling, rule=self.rule)
-            hidden = self.draft.config.get_text_config(decoder=True).hidden_size
-            if doc.get("hidden_size", hidden) != hidden:
-                raise ValueError(
-                    f"the policy's head expects draft hidden size {doc['hidden_size']} but the draft has {hidden}"
-                )
+            check_compatibility(self.policy.head.metadata, "the policy's head", draft=self.draft,
+                                sampling=self.sampling, rule=self.rule)
         if isinstance(self.policy, SV) and self.policy.profile.metadata:
             check_compatibility(self.policy.profile.metadata, "the SV profile", sampling=self.sampling, rule=self.rule)
 

@@ -8,11 +8,13 @@ the batch paid and :attr:`TargetAloneBatch.tokens` what it produced.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
+
+from decode.loops.prompt_input import id_list, left_pad, pad_id
+from decode.timing import Stopwatch
 
 
 @dataclass(frozen=True)
@@ -25,36 +27,21 @@ class TargetAloneBatch:
     wall_time_s: float
 
 
-def eos_ids(eos: int | list[int] | None) -> list[int]:
-    """The EOS token ids as a list (none: an empty list)."""
-    return [eos] if isinstance(eos, int) else list(eos or [])
-
-
 @torch.inference_mode()
 def generate_target_alone(target: PreTrainedModel, prompts: list[torch.Tensor], max_new_tokens: int,
                           eos: int | list[int] | None, do_sample: bool = True, seed: int = 0) -> TargetAloneBatch:
     """Decode the 1-D ``prompts`` together with ``target.generate`` (temperature 1 sampling or greedy);
     ``eos`` None: every row decodes ``max_new_tokens``."""
-    device = target.device
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long, device=device)
-    mask = torch.zeros_like(ids)
-    for i, prompt in enumerate(prompts):
-        ids[i, width - len(prompt) :] = prompt.to(device)
-        mask[i, width - len(prompt) :] = 1
-    stops = eos_ids(eos)
+    ids, mask = left_pad(prompts, 0, target.device)
+    width = ids.shape[1]
+    stops = id_list(eos)
     sampling = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0} if do_sample else {"do_sample": False}
     torch.manual_seed(seed)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    # Without EOS ids every row decodes the whole budget: eos_token_id=None overrides the generation config's.
-    new = target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, eos_token_id=stops or None,
-                          pad_token_id=stops[0] if stops else 0, **sampling)[:, width:]
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - start
+    with Stopwatch(target.device) as watch:
+        # Without EOS ids every row decodes the whole budget: eos_token_id=None overrides the generation config's.
+        new = target.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, eos_token_id=stops or None,
+                              pad_token_id=pad_id(None, stops), **sampling)[:, width:]
     stop = torch.isin(new, torch.tensor(stops, dtype=torch.long, device=new.device)).long()
     before = (stop.cumsum(1) - stop) == 0  # a row's tokens up to and including its first EOS
     return TargetAloneBatch(rows=len(prompts), tokens=int(before.sum()), steps=max(new.shape[1] - 1, 0),
-                            wall_time_s=seconds)
+                            wall_time_s=watch.seconds)

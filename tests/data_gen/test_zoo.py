@@ -15,6 +15,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import data_gen.zoo.store as store
 from data_gen.corpus import corpus_hash, modules_in, split_of
+from data_gen.install import directory_lock
+from data_gen.model_store import file_hashes
 from data_gen.prompts.shipped import held_out_modules
 from data_gen.zoo import (
     ROLES,
@@ -30,7 +32,6 @@ from data_gen.zoo import (
 )
 from data_gen.zoo.__main__ import main
 from data_gen.zoo.architecture import fold_temperature
-from data_gen.zoo.build import file_hashes
 from data_gen.zoo.paths import METADATA_FILE, ZOO_VERSION, default_cache_dir
 from data_gen.zoo.realism import Realism, SetRealism
 
@@ -77,14 +78,14 @@ def test_ensure_zoo_installs_the_shipped_bytes_without_training(tmp_path: Path, 
     assert {f"{role}/model.safetensors" for role in ROLES} <= set(recorded)
     for name, digest in recorded.items():
         assert _sha256(zoo.root / name) == digest, name
-    assert zoo.metadata["origin"] == "shipped" and zoo.metadata["zoo_version"] == ZOO_VERSION
+    assert zoo.record["origin"] == "shipped" and zoo.record["zoo_version"] == ZOO_VERSION
     again = ensure_zoo(tmp_path / "empty")
-    assert again.action == "verified" and again.metadata == zoo.metadata
+    assert again.action == "verified" and again.record == zoo.record
     assert "verified" in zoo_summary_table(again).caption and "shipped reference build" in zoo_summary_table(again).caption
 
 
 def test_the_shipped_record_lists_every_shipped_file_with_its_sha256() -> None:
-    assert file_hashes(SHIPPED_DIR) == _recorded_files()
+    assert file_hashes(SHIPPED_DIR, skip=METADATA_FILE) == _recorded_files()
     meta = json.loads((SHIPPED_DIR / METADATA_FILE).read_text())
     assert meta["recipe"] == ZooRecipe().to_dict()  # the default recipe is the shipped trio's
     assert meta["precision"] == "fp32"
@@ -155,7 +156,7 @@ def test_a_process_that_waits_for_the_lock_says_for_whom(tmp_path: Path, capsys:
     holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with store.directory_lock(root, "rebuilding the tiny-code trio"):
+        with directory_lock(root, "rebuilding the tiny-code trio"):
             holding.set()
             release.wait(timeout=30)
 
@@ -230,10 +231,10 @@ def test_rebuilt_models_and_tokenizer_load_with_auto_classes(tiny_zoo: Zoo) -> N
 
 
 def test_rebuild_metadata_records_models_realism_and_file_hashes(tiny_zoo: Zoo) -> None:
-    meta = tiny_zoo.metadata
+    meta = tiny_zoo.record
     assert meta["recipe"] == TINY.to_dict() and ZooRecipe.from_dict(meta["recipe"]) == TINY
     assert meta["origin"] == "rebuild" and meta["matches_shipped"] is False
-    assert meta["files"] == file_hashes(tiny_zoo.root)
+    assert meta["files"] == file_hashes(tiny_zoo.root, skip=METADATA_FILE)
     assert [meta["models"][r]["steps"] for r in ROLES] == [4, 3, 4]
     for role in ("draft", "companion"):
         assert 0.0 <= meta["models"][role]["acceptance_vs_target"] <= 1.0
@@ -246,7 +247,7 @@ def test_rebuild_metadata_records_models_realism_and_file_hashes(tiny_zoo: Zoo) 
 
 
 def test_training_modules_are_train_split_only(tiny_zoo: Zoo) -> None:
-    corpus = tiny_zoo.metadata["corpus"]
+    corpus = tiny_zoo.record["corpus"]
     names = corpus["train_modules"]
     assert len(names) == corpus["train_module_count"] == TINY.train_module_limit
     assert all(split_of(name) == "train" for name in names)
@@ -259,7 +260,7 @@ def test_training_modules_are_train_split_only(tiny_zoo: Zoo) -> None:
 def test_rebuild_into_empty_dir_is_byte_identical(tiny_zoo: Zoo, tmp_path: Path) -> None:
     other = rebuild_zoo(tmp_path / "tiny", TINY, require_realism=False)
     assert _role_files(other) == _role_files(tiny_zoo)
-    assert other.metadata["files"] == tiny_zoo.metadata["files"]
+    assert other.record["files"] == tiny_zoo.record["files"]
 
 
 def test_interrupted_rebuild_leaves_the_directory_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -273,7 +274,7 @@ def test_interrupted_rebuild_leaves_the_directory_as_it_was(tmp_path: Path, monk
     monkeypatch.setattr(training, "distil_students", crash)
     with pytest.raises(RuntimeError, match="injected failure"):
         rebuild_zoo(root, TINY, require_realism=False)
-    assert ensure_zoo(root).metadata["origin"] == "shipped"
+    assert ensure_zoo(root).record["origin"] == "shipped"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".zoo.lock", "zoo"]  # staging directory removed
 
 
@@ -304,16 +305,16 @@ def test_a_rebuild_that_misses_a_target_warns_in_one_line_and_keeps_the_shipped_
     expected = (f"the rebuilt trio misses 1 realism target(s) (loss_gap = 0.169, target >= 0.2); kept {root} as it "
                 "was (pass --force to install the rebuild anyway)")
     assert str(miss.value) == expected
-    assert ensure_zoo(root).metadata["origin"] == "shipped"
+    assert ensure_zoo(root).record["origin"] == "shipped"
     capsys.readouterr()
     assert main(["--rebuild", "--cache-dir", str(root)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"warning: {expected} [a rebuild (trained in fp32 on a AVX2 CPU path")
     assert err[0].endswith("differs from the shipped trio]")
-    assert ensure_zoo(root).metadata["origin"] == "shipped"
+    assert ensure_zoo(root).record["origin"] == "shipped"
     assert main(["--rebuild", "--force", "--cache-dir", str(root)]) == 0
     forced = ensure_zoo(root)
-    assert forced.metadata["origin"] == "rebuild" and (forced.root / "draft" / "model.safetensors").read_bytes() == b"draft"
+    assert forced.record["origin"] == "rebuild" and (forced.root / "draft" / "model.safetensors").read_bytes() == b"draft"
 
 
 # --- the shipped trio's realism, measured again (the default test run) ----------------------------------
@@ -360,9 +361,9 @@ def test_a_rebuild_on_the_reference_machine_class_is_byte_identical(tmp_path: Pa
     if machine_class() != shipped["machine"]:
         pytest.skip(f"not the reference machine class {shipped['machine']} (here: {machine_class()})")
     zoo = rebuild_zoo(tmp_path / "zoo")
-    assert zoo.metadata["matches_shipped"] is True
-    assert zoo.metadata["files"] == shipped["files"]
-    assert zoo.metadata["realism"] == shipped["realism"]
+    assert zoo.record["matches_shipped"] is True
+    assert zoo.record["files"] == shipped["files"]
+    assert zoo.record["realism"] == shipped["realism"]
 
 
 # --- recipe helpers ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from safetensors.torch import save_file
 
 from decode import (
     AcceptanceHead,
+    EnsembleDecoder,
     HeadConfig,
     Sampling,
     SpeculativeDecoder,
@@ -96,6 +97,25 @@ def test_head_mismatches(tmp_path, wide, make_tokenizer):
     with pytest.raises(ValueError, match="rule"):
         SpeculativeDecoder(wide["target"], wide["draft"], rule=rules.Speculative(),
                            policy=policies.Head(load_head(path), threshold=0.5))
+
+
+def test_every_door_checks_a_head_against_the_draft_it_reads(tmp_path, wide, make_tokenizer):
+    path = tmp_path / "head.safetensors"
+    save_head(AcceptanceHead(HeadConfig(hidden_size=16)), path, metadata(make_tokenizer(96)))  # the draft's 16
+    policy = policies.Head(load_head(path), threshold=0.5)
+    SpeculativeDecoder(wide["target"], wide["draft"], rule=rules.Speculative(), policy=policy)
+    refused = r"expects draft hidden size 16 \(draft 'micro-draft'\) but the given draft has 32"
+    with pytest.raises(ValueError, match=refused):
+        load_head(path, draft=wide["target"])
+    with pytest.raises(ValueError, match=refused):
+        SpeculativeDecoder(wide["draft"], wide["target"], rule=rules.Speculative(), policy=policy)
+    ensemble = tmp_path / "ensemble.safetensors"
+    save_head(AcceptanceHead(HeadConfig(hidden_size=16)), ensemble,
+              metadata(make_tokenizer(96), rule=rules.Ensemble("weighted", weight=0.5)))
+    sd = policies.Head(load_head(ensemble), threshold=0.5)
+    EnsembleDecoder([wide["draft"], wide["target"]], mode="sd", policy=sd)  # the proposer is the draft
+    with pytest.raises(ValueError, match=refused):
+        EnsembleDecoder([wide["target"], wide["draft"]], mode="sd", policy=sd)
 
 
 def test_missing_and_corrupt_files(tmp_path):
