@@ -230,7 +230,7 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
     common = common_metadata(job, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
     path = artifact_dir(job.paths, job.head) / "head.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_head(head.cpu(), path, head_metadata(common, job, dev_metrics, calibration))
+    save_head(head.cpu(), path, head_metadata(common, job, head.config, dev_metrics, calibration))
     load_head(path, draft=draft, tokenizer=run.tokenizer, sampling=ctx.sampling, rule=ctx.rule)
     result = HeadOutcome(
         name=job.head.name or job.exp_name, head_path=str(path), checkpoint_dir=str(checkpoint_dir),
@@ -275,15 +275,15 @@ def fit_profile(job: TrainJob) -> ProfileOutcome | None:
     common = common_metadata(job, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
     path = artifact_dir(job.paths, job.head) / "profile.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_profile(profile, path, profile_metadata(common, job.head, information, latency_device))
+    save_profile(profile, path, profile_metadata(common, job.head, profile.bins, information, latency_device))
     load_profile(path, sampling=ctx.sampling, rule=ctx.rule)
     result = ProfileOutcome(
         name=job.head.name or job.exp_name, profile_path=str(path),
-        bins=(profile.x_edges.numel() - 1, profile.y_edges.numel() - 1),
+        bins=profile.bins,
         requested_bins=(head.x_bins, head.y_bins),
         backed_off_bins=int((profile.counts < head.min_bin_count).sum()),
         information=information, latency=profile.latency.tolist(), latency_device=latency_device,
-        batch_latency={"batch_sizes": batched[0], "table": batched[1].tolist()} if batched else None,
+        batch_sizes=batched[0] if batched else None, batch_latency=batched[1].tolist() if batched else None,
     )
     print_profile_summary(result)
     return result

@@ -80,15 +80,14 @@ class SpeculativeDecoder:
 
     def _check_artifacts(self) -> None:
         """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
-        if isinstance(self.policy, Head) and self.policy.head is not None and self.policy.head.metadata:
-            doc = self.policy.head.metadata
-            check_compatibility(doc, "the policy's head", sampling=self.sampling, rule=self.rule)
+        if isinstance(self.policy, Head) and self.policy.head is not None and self.policy.head.metadata is not None:
+            recorded = self.policy.head.metadata
+            check_compatibility(recorded, "the policy's head", sampling=self.sampling, rule=self.rule)
             hidden = self.draft.config.get_text_config(decoder=True).hidden_size
-            if doc.get("hidden_size", hidden) != hidden:
-                raise ValueError(
-                    f"the policy's head expects draft hidden size {doc['hidden_size']} but the draft has {hidden}"
-                )
-        if isinstance(self.policy, SV) and self.policy.profile.metadata:
+            if recorded.head_config.hidden_size != hidden:
+                raise ValueError(f"the policy's head expects draft hidden size {recorded.head_config.hidden_size} "
+                                 f"but the draft has {hidden}")
+        if isinstance(self.policy, SV) and self.policy.profile.metadata is not None:
             check_compatibility(self.policy.profile.metadata, "the SV profile", sampling=self.sampling, rule=self.rule)
 
     @classmethod
