@@ -14,7 +14,14 @@ from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain,
 from accept_heads.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
 from accept_heads.selection import best_value
 from accept_heads.train import head_architecture
-from accept_heads.training_data import collate_sequences, load_positions, loss_everywhere, mix_batch, mixing_mask
+from accept_heads.training_data import (
+    SequenceItem,
+    collate_sequences,
+    load_positions,
+    loss_everywhere,
+    mix_batch,
+    mixing_mask,
+)
 from ahconf.schema import ConfigError, LoggerConfig
 from data_gen.collect import features_for
 from data_gen.schedule import warmup_cosine
@@ -97,9 +104,9 @@ def test_token_mixing_is_seeded_and_keeps_about_r_target_tokens():
 
 def test_mix_batch_puts_candidates_exactly_at_loss_positions():
     items = [
-        {"row": row, "prompt": np.array([1, 2, 3][: row + 1]), "response": np.arange(100, 100 + n),
-         "candidate": np.arange(200, 200 + n), "label": np.full(n, 0.5, dtype=np.float32),
-         "outcome": np.ones(n, dtype=np.float32), "companion": None}
+        SequenceItem(row=row, prompt=np.array([1, 2, 3][: row + 1]), response=np.arange(100, 100 + n),
+                 candidate=np.arange(200, 200 + n), label=np.full(n, 0.5, dtype=np.float32),
+                 outcome=np.ones(n, dtype=np.float32), companion=None)
         for row, n in ((0, 50), (1, 30))
     ]
     batch = mix_batch(collate_sequences(items), r=0.3, seed=0, split="dev", epoch=0)
