@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+
+from decode.json_types import JSONDict
 
 ROLES: tuple[str, ...] = ("target", "draft", "companion")
 STUDENT_ROLES: tuple[str, ...] = ("draft", "companion")
@@ -86,12 +87,12 @@ class ZooRecipe:
         self.shape(role)  # validates the name
         return self.distil_kl_weight
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """JSON-ready form, stored in ``zoo.json``."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ZooRecipe:
+    def from_dict(cls, data: JSONDict) -> ZooRecipe:
         """Inverse of :meth:`to_dict`."""
         fields = dict(data)
         for role in ROLES:
