@@ -49,11 +49,12 @@ def common_metadata(
     job: TrainJob, manifest: CollectionManifest, manifest_sha256: str, rule: Rule, sampling: Sampling
 ) -> ArtifactMetadata:
     """What heads and profiles share: models, tokenizer, rule, sampling, training data."""
+    draft, target, companion = (manifest.model(role) for role in ("draft", "target", "companion"))
     return ArtifactMetadata(
-        draft=manifest.model("draft").get("id", job.models.draft.id),
-        draft_revision=manifest.model("draft").get("revision"),
-        companion=manifest.model("companion").get("id"),
-        target=manifest.model("target").get("id"),
+        draft=job.models.draft.id if draft is None else draft.id,
+        draft_revision=None if draft is None else draft.revision,
+        companion=None if companion is None else companion.id,
+        target=None if target is None else target.id,
         tokenizer_hash=manifest.tokenizer_hash,
         rule=rule.spec(),
         sampling=sampling,

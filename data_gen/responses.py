@@ -92,7 +92,8 @@ def read_meta(path: str | Path) -> ResponsesMeta:
     if is_collection(path):
         manifest, _ = read_manifest(path)
         target = manifest.model("target")
-        return ResponsesMeta(model=target.get("id", ""), revision=target.get("revision"), sampling=manifest.sampling,
+        model, revision = ("", None) if target is None else (target.id, target.revision)
+        return ResponsesMeta(model=model, revision=revision, sampling=manifest.sampling,
                              max_tokens=manifest.max_new_tokens, seed=manifest.seed, engine="data_gen.collect",
                              tokenizer_hash=manifest.tokenizer_hash)
     sidecar = meta_path(path)

@@ -32,7 +32,7 @@ def head_predictions(head: AcceptanceHead, draft: PreTrainedModel, data_dir: str
     table = load_positions(data_dir, "dev", rule, seed=seed, with_companion=head.config.companion_features)
     dataset = SequenceDataset(table)
     manifest, _ = read_manifest(data_dir)
-    encoder = DraftFeatures(draft, head.config, rule.transform(sampling), manifest.models["vocab_size"])
+    encoder = DraftFeatures(draft, head.config, rule.transform(sampling), manifest.vocab_size)
     preds, labels = [], []
     for start in range(0, min(rows, len(dataset)), BATCH):
         items = [dataset[i] for i in range(start, min(start + BATCH, rows, len(dataset)))]
