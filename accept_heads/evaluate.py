@@ -82,7 +82,6 @@ from decode.artifacts.version import code_version
 from decode.batch_costs import measure_batch_costs
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
-from decode.metadata import ArtifactMetadata
 
 
 def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,
@@ -99,8 +98,8 @@ def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: 
 
 def head_data_dir(head: AcceptanceHead, default: str) -> str:
     """The collected data a head was trained on (its dev split feeds its reliability diagram), else ``default``."""
-    recorded = head.metadata.get("training_data", {}).get("data_dir")
-    return recorded if recorded and Path(recorded).is_dir() else default
+    data = head.metadata.training_data
+    return data.data_dir if data is not None and Path(data.data_dir).is_dir() else default
 
 
 def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes: dict[str, str]) -> pd.DataFrame:
@@ -126,7 +125,7 @@ def dev_choices(job: EvaluateJob, artifacts: Artifacts, records: list[Record], p
     choices = select(table, "throughput_cost")
     if job.evaluate.thresholds is not None:
         return choices
-    recorded = {name: ArtifactMetadata.of(head).threshold for name, head in artifacts.heads.items()}
+    recorded = {name: head.metadata.threshold for name, head in artifacts.heads.items()}
     return recorded_thresholds(table, "throughput_cost", choices, recorded, notes)
 
 

@@ -15,12 +15,20 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from accept_heads.metrics import prior_shift
 from accept_heads.threshold import Calibration
 from ahconf.schema import HeadTrainConfig, PathsConfig, TrainJob
 from data_gen.manifest import CollectionManifest
+from decode.head import HeadConfig
+from decode.metadata import (
+    ArtifactMetadata,
+    HeadMetadata,
+    InformationGain,
+    ProfileMetadata,
+    ThresholdSweep,
+    TrainingData,
+)
 from decode.rules import Rule
 from decode.sampling import Sampling
 
@@ -39,62 +47,64 @@ def work_dir(paths: PathsConfig, head: HeadTrainConfig) -> Path:
 
 def common_metadata(
     job: TrainJob, manifest: CollectionManifest, manifest_sha256: str, rule: Rule, sampling: Sampling
-) -> dict[str, Any]:
-    """Keys shared by heads and profiles: models, tokenizer, rule, sampling, training data."""
-    return {
-        "draft": manifest.model("draft").get("id", job.models.draft.id),
-        "draft_revision": manifest.model("draft").get("revision"),
-        "companion": manifest.model("companion").get("id"),
-        "target": manifest.model("target").get("id"),
-        "tokenizer_hash": manifest.tokenizer_hash,
-        "rule": rule.spec(),
-        "sampling": sampling.to_dict(),
-        "training_data": {
-            "manifest_sha256": manifest_sha256,
-            "data_dir": str(Path(job.paths.data_dir).resolve()),  # absolute: evaluate may run from elsewhere
-            "exp_name": manifest.exp_name,
-            "positions": manifest.positions(),
-        },
-        "seed": job.seed,
-    }
+) -> ArtifactMetadata:
+    """What heads and profiles share: models, tokenizer, rule, sampling, training data."""
+    draft, target, companion = (manifest.model(role) for role in ("draft", "target", "companion"))
+    return ArtifactMetadata(
+        draft=job.models.draft.id if draft is None else draft.id,
+        draft_revision=None if draft is None else draft.revision,
+        companion=None if companion is None else companion.id,
+        target=None if target is None else target.id,
+        tokenizer_hash=manifest.tokenizer_hash,
+        rule=rule.spec(),
+        sampling=sampling,
+        training_data=TrainingData(
+            manifest_sha256=manifest_sha256,
+            data_dir=str(Path(job.paths.data_dir).resolve()),  # absolute: evaluate may run from elsewhere
+            exp_name=manifest.exp_name,
+            positions=manifest.positions(),
+        ),
+        seed=job.seed,
+    )
 
 
 def head_metadata(
-    common: dict[str, Any],
+    common: ArtifactMetadata,
     job: TrainJob,
-    dev_metrics: dict[str, float],
+    config: HeadConfig,
+    dev_metrics: dict[str, float | None],
     calibration: Calibration | None,
-) -> dict[str, Any]:
+) -> HeadMetadata:
     """Everything ``decode.load_head`` validates plus the training recipe, dev metrics and the ``h`` chosen on dev
     (None: not chosen, ``head.calibrate=false``) with its sweep."""
-    return {
-        **common,
-        "train_config": {"head": asdict(job.head), "loss": asdict(job.loss), "optim": asdict(job.optim)},
-        "probability": f"acceptance: the weighted loss's prior shift log(w_rej / w_acc) = "
-                       f"{prior_shift(job.loss.w_acc, job.loss.w_rej):.4f} is folded into the output bias",
-        "dev_metrics": dev_metrics,
-        "threshold": None if calibration is None else calibration.threshold,
-        "k_min": job.head.k_min,
-        "k_max": job.head.k_max,
-        "calibration": None if calibration is None else {
-            "cost": asdict(job.cost), "table": [row.to_dict() for row in calibration.rows],
-            "prompts": calibration.prompts["count"], "max_new_tokens": calibration.max_new_tokens,
-            "prompt_set": calibration.prompts,
-        },
-    }
+    return HeadMetadata.extending(
+        common,
+        head_config=config,
+        train_config={"head": asdict(job.head), "loss": asdict(job.loss), "optim": asdict(job.optim)},
+        probability=f"acceptance: the weighted loss's prior shift log(w_rej / w_acc) = "
+                    f"{prior_shift(job.loss.w_acc, job.loss.w_rej):.4f} is folded into the output bias",
+        dev_metrics=dev_metrics,
+        threshold=None if calibration is None else calibration.threshold,
+        k_min=job.head.k_min,
+        k_max=job.head.k_max,
+        calibration=None if calibration is None else ThresholdSweep(
+            cost=asdict(job.cost), table=tuple(calibration.rows), prompts=calibration.prompts["count"],
+            max_new_tokens=calibration.max_new_tokens, prompt_set=calibration.prompts,
+        ),
+    )
 
 
-def profile_metadata(
-    common: dict[str, Any], head: HeadTrainConfig, information: dict[str, Any], latency_device: str
-) -> dict[str, Any]:
-    """Profile keys: requested bins, back-off rule, dev information gain, where latency was measured."""
-    return {
-        **common,
-        "requested_bins": [head.x_bins, head.y_bins],
-        "min_bin_count": head.min_bin_count,
-        "a_bins": head.a_bins,
-        "information": information,
-        "latency_device": latency_device,
-        "k_max": head.k_max,
-        "latency_batches": list(head.latency_batches),
-    }
+def profile_metadata(common: ArtifactMetadata, head: HeadTrainConfig, bins: tuple[int, int],
+                     information: dict[str, InformationGain], latency_device: str) -> ProfileMetadata:
+    """Profile fields: its bins and the requested ones, back-off rule, information gain, where latency was measured."""
+    return ProfileMetadata.extending(
+        common,
+        bins=bins,
+        requested_bins=(head.x_bins, head.y_bins),
+        min_bin_count=head.min_bin_count,
+        a_bins=head.a_bins,
+        information=information,
+        latency_device=latency_device,
+        k_max=head.k_max,
+        latency_batches=tuple(head.latency_batches),
+    )

@@ -27,6 +27,8 @@ from torch.nn.functional import logsigmoid
 from torchmetrics import MeanMetric, Metric, SumMetric
 from torchmetrics.classification import BinaryAUROC
 
+from decode.metadata import InformationGain
+
 
 def weighted_bce(logits: Tensor, labels: Tensor, w_acc: float, w_rej: float) -> Tensor:
     """Weighted binary cross-entropy with soft labels (DESIGN §2), numerically stable in logits."""
@@ -174,7 +176,7 @@ def null_gain(joint: Tensor, shuffles: int = NULL_SHUFFLES, seed: int = 0) -> fl
     return sum(gains) / len(gains)
 
 
-def information_gain(joint: Tensor) -> dict[str, float]:
+def information_gain(joint: Tensor) -> InformationGain:
     """``H(A)``, ``H(A | X, Y)`` (bits) and the gain ``I(A; X, Y)`` from a count table ``[..., A-bins]``.
 
     All leading dimensions together form the conditioning variable (e.g. ``[x-bin, y-bin]``). The
@@ -186,5 +188,5 @@ def information_gain(joint: Tensor) -> dict[str, float]:
     """
     h_a, plug_in = plug_in_gain(joint)
     gain = plug_in - null_gain(joint)
-    return {"h_a": h_a, "h_a_given_xy": h_a - gain, "gain": gain, "gain_fraction": gain / h_a if h_a > 0 else 0.0,
-            "gain_plugin": plug_in}
+    return InformationGain(h_a=h_a, h_a_given_xy=h_a - gain, gain=gain, gain_fraction=gain / h_a if h_a > 0 else 0.0,
+                           gain_plugin=plug_in)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from accept_heads.threshold import Calibration
+from decode.metadata import InformationGain
+from decode.rules import RuleSpec
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class HeadOutcome:
     checkpoint_dir: str
     timing: str
     depth: int
-    rule: dict[str, Any]
+    rule: RuleSpec
     dev_metrics: dict[str, float | None]
     calibration: Calibration | None
     global_step: int
@@ -32,10 +33,7 @@ class HeadOutcome:
 class ProfileOutcome:
     """An exported SV profile: its bins, information gain per split and latency tables (DESIGN §3).
 
-    ``information``: split → ``h_a``, ``h_a_given_xy``, ``gain``, ``gain_fraction`` (shuffle-corrected) and
-    ``gain_plugin`` (:func:`accept_heads.metrics.information_gain`); ``latency``:
-    seconds per verification of ``L = 1..`` candidates; ``batch_latency``: ``batch_sizes`` and their
-    ``table`` rows, or None.
+    ``information``: split → its gain (:func:`accept_heads.metrics.information_gain`).
     """
 
     name: str
@@ -43,7 +41,8 @@ class ProfileOutcome:
     bins: tuple[int, int]
     requested_bins: tuple[int, int]
     backed_off_bins: int
-    information: dict[str, dict[str, float]]
-    latency: list[float]
+    information: dict[str, InformationGain]
+    latency: list[float]  # [L]: seconds per verification of L = 1.. candidates
     latency_device: str
-    batch_latency: dict[str, Any] | None
+    batch_sizes: list[int] | None  # [B] batch sizes of the batch latency table (None: not measured)
+    batch_latency: list[list[float]] | None  # [B][L]: seconds per forward of B rows × L tokens

@@ -49,8 +49,8 @@ def served_artifact(directory: Path) -> tuple[str, str]:
     """The kind and file name that ``custom_generate`` decodes with: the head (``head.safetensors`` first), else
     the SV profile."""
     found = artifact_files(directory)
-    ranked = sorted(found, key=lambda name: (found[name]["kind"] != "head", name != "head.safetensors", name))
-    return found[ranked[0]]["kind"], ranked[0]
+    ranked = sorted(found, key=lambda name: (found[name].kind != "head", name != "head.safetensors", name))
+    return found[ranked[0]].kind, ranked[0]
 
 
 def copy_to_folder(directory: Path, destination: Path, sent: list[str]) -> None:

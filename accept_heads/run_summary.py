@@ -65,13 +65,12 @@ def print_profile_summary(result: ProfileOutcome) -> None:
     table.add_row("bins (X × Y)", f"{result.bins[0]} × {result.bins[1]} "
                   f"(requested {result.requested_bins[0]} × {result.requested_bins[1]})")
     table.add_row("backed-off bins", str(result.backed_off_bins))
-    table.add_row("dev H(A)", f"{info['h_a']:.4f} bits")
-    table.add_row("dev H(A | X, Y)", f"{info['h_a_given_xy']:.4f} bits")
-    table.add_row("dev information gain", f"{info['gain']:.4f} bits ({100 * info['gain_fraction']:.1f}% of H(A); "
-                  f"shuffle-corrected, plug-in {info['gain_plugin']:.4f})")
+    table.add_row("dev H(A)", f"{info.h_a:.4f} bits")
+    table.add_row("dev H(A | X, Y)", f"{info.h_a_given_xy:.4f} bits")
+    table.add_row("dev information gain", f"{info.gain:.4f} bits ({100 * info.gain_fraction:.1f}% of H(A); "
+                  f"shuffle-corrected, plug-in {info.gain_plugin:.4f})")
     latency = ", ".join(f"{1000 * t:.2f}" for t in result.latency)
     table.add_row("latency L=1.. (ms)", f"{latency} on {result.latency_device}")
-    batched = result.batch_latency
-    for size, row in zip(batched["batch_sizes"], batched["table"]) if batched else ():
+    for size, row in zip(result.batch_sizes or (), result.batch_latency or ()):
         table.add_row(f"B={size}: 1..{len(row)} tokens/row (ms)", ", ".join(f"{1000 * t:.2f}" for t in row))
     Console().print(table)

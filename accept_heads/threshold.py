@@ -11,8 +11,7 @@ evaluation's dev rows of the head are these runs again.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
@@ -27,6 +26,8 @@ from ahconf.schema import RulesConfig, TrainJob
 from data_gen.models import load_trio
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
+from decode.json_types import JSONDict
+from decode.metadata import SweepRow
 from decode.policy_specs import HeadSpec
 from decode.rules import Rule
 from decode.sampling import Sampling
@@ -36,28 +37,12 @@ NAME = "head"
 
 
 @dataclass(frozen=True)
-class SweepRow:
-    """Totals of one threshold over the dev prompts."""
-
-    threshold: float
-    generated: int
-    draft_calls: int
-    target_calls: int
-    discarded: int
-    modelled_time: float
-    throughput: float  # generated / modelled_time (tokens per modelled second)
-
-    def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class Calibration:
     """The choice of ``h``: one row per threshold of the grid, the chosen one, and the dev prompts decoded."""
 
     rows: list[SweepRow]
     threshold: float
-    prompts: dict[str, Any]  # PromptSet.describe(): source, split, count and prompt ids
+    prompts: JSONDict  # PromptSet.describe(): source, split, count and prompt ids
     max_new_tokens: int
 
 

@@ -84,10 +84,11 @@ def data_context(job: TrainJob) -> DataContext:
             f"the data at {job.paths.data_dir} was collected under sampling {sampling.to_dict()} but the config "
             f"says {asdict(job.sampling)}; a head is only valid for the transform of its labels"
         )
-    stored_draft = manifest.model("draft")
-    if (stored_draft.get("id"), stored_draft.get("revision")) != (job.models.draft.id, job.models.draft.revision):
+    stored = manifest.model("draft")
+    stored_draft = (None, None) if stored is None else (stored.id, stored.revision)
+    if stored_draft != (job.models.draft.id, job.models.draft.revision):
         raise ConfigError(
-            f"the data at {job.paths.data_dir} was collected with draft {stored_draft.get('id')!r} "
+            f"the data at {job.paths.data_dir} was collected with draft {stored_draft[0]!r} "
             f"but models.draft.id={job.models.draft.id!r}; train with the draft that made the data"
         )
     rule = training_rule(job.head, job.rules)
@@ -186,14 +187,14 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
     arch = head_architecture(job.head, draft.config.get_text_config(decoder=True).hidden_size)
     head = AcceptanceHead(arch)
     feature_sampling = ctx.rule.transform(ctx.sampling)
-    encoder = DraftFeatures(draft, arch, feature_sampling, ctx.manifest.models["vocab_size"])
+    encoder = DraftFeatures(draft, arch, feature_sampling, ctx.manifest.vocab_size)
     cache = None
     if job.trainer.feature_cache:
         cache = {"draft": job.models.draft.id, "revision": job.models.draft.revision,
                  "dtype": draft_dtype(job.trainer), "arch": {**arch.to_dict(), "depth": None},
                  "feature_sampling": feature_sampling.to_dict(), "candidate_rule": ctx.rule.name,
                  "mixing_r": job.head.mixing_r, "loss_everywhere": loss_everywhere(arch.timing),
-                 "seed": job.seed, "data": ctx.manifest_sha256, "vocab": ctx.manifest.models["vocab_size"]}
+                 "seed": job.seed, "data": ctx.manifest_sha256, "vocab": ctx.manifest.vocab_size}
     datamodule = AcceptanceDataModule(
         job.paths.data_dir, ctx.rule, job.head, seed=job.seed, batch_size=job.optim.batch_size,
         num_workers=job.trainer.num_workers, cache_description=cache, encoder=encoder,
@@ -230,7 +231,7 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
     common = common_metadata(job, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
     path = artifact_dir(job.paths, job.head) / "head.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_head(head.cpu(), path, head_metadata(common, job, dev_metrics, calibration))
+    save_head(head.cpu(), path, head_metadata(common, job, head.config, dev_metrics, calibration))
     load_head(path, draft=draft, tokenizer=run.tokenizer, sampling=ctx.sampling, rule=ctx.rule)
     result = HeadOutcome(
         name=job.head.name or job.exp_name, head_path=str(path), checkpoint_dir=str(checkpoint_dir),
@@ -244,7 +245,7 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
 def fit_profile(job: TrainJob) -> ProfileOutcome | None:
     """Fit, measure and export an SV profile; returns paths, bins and information gain (rank 0)."""
     ctx = data_context(job)
-    if job.models.companion is None or not ctx.manifest.model("companion"):
+    if job.models.companion is None or ctx.manifest.model("companion") is None:
         raise ConfigError("head=sv_profile needs data collected with a companion model (models.companion)")
     head = job.head
     tables = {s: load_positions(job.paths.data_dir, s, ctx.rule, seed=job.seed, with_companion=True)
@@ -275,15 +276,15 @@ def fit_profile(job: TrainJob) -> ProfileOutcome | None:
     common = common_metadata(job, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
     path = artifact_dir(job.paths, job.head) / "profile.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_profile(profile, path, profile_metadata(common, job.head, information, latency_device))
+    save_profile(profile, path, profile_metadata(common, job.head, profile.bins, information, latency_device))
     load_profile(path, sampling=ctx.sampling, rule=ctx.rule)
     result = ProfileOutcome(
         name=job.head.name or job.exp_name, profile_path=str(path),
-        bins=(profile.x_edges.numel() - 1, profile.y_edges.numel() - 1),
+        bins=profile.bins,
         requested_bins=(head.x_bins, head.y_bins),
         backed_off_bins=int((profile.counts < head.min_bin_count).sum()),
         information=information, latency=profile.latency.tolist(), latency_device=latency_device,
-        batch_latency={"batch_sizes": batched[0], "table": batched[1].tolist()} if batched else None,
+        batch_sizes=batched[0] if batched else None, batch_latency=batched[1].tolist() if batched else None,
     )
     print_profile_summary(result)
     return result

@@ -53,6 +53,7 @@ from data_gen.labels import candidate_column, companion_columns
 from data_gen.manifest import CollectionManifest
 from data_gen.shards import load_split, write_json_atomic
 from decode import rules as rule_defs
+from decode.json_types import JSONDict
 
 SPLIT_CODES = {"train": 0, "dev": 1, "test": 2}
 
@@ -151,6 +152,19 @@ def mixing_mask(length: int, r: float, seed: int, split: str, epoch: int, row: i
     return np.random.default_rng([seed, SPLIT_CODES[split], epoch, row]).random(length) >= r
 
 
+@dataclass(frozen=True)
+class SequenceItem:
+    """One row of a :class:`PositionTable`, unmixed: its prompt and, per response position ``[N]``, the rest."""
+
+    row: int  # the row's index in its split (seeds its mixing)
+    prompt: np.ndarray  # [P] prompt token ids
+    response: np.ndarray  # [N] target tokens x_t
+    candidate: np.ndarray  # [N] the rule's draft candidate y_t
+    label: np.ndarray  # [N] acceptance target a_t
+    outcome: np.ndarray  # [N] sampled 0/1 outcome
+    companion: np.ndarray | None  # [N, 2] the rule's SV indicators (X_t, Y_t), None: not read
+
+
 class SequenceDataset(Dataset):
     """Rows of a :class:`PositionTable` as unmixed sequences (mixing happens per batch)."""
 
@@ -160,22 +174,16 @@ class SequenceDataset(Dataset):
     def __len__(self) -> int:
         return len(self.table)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
+    def __getitem__(self, index: int) -> SequenceItem:
         t, span = self.table, self.table.row(index)
-        return {
-            "row": index,
-            "prompt": t.prompts[index],
-            "response": t.response[span],
-            "candidate": t.candidate[span],
-            "label": t.label[span],
-            "outcome": t.outcome[span],
-            "companion": None if t.companion is None else t.companion[span],
-        }
+        return SequenceItem(row=index, prompt=t.prompts[index], response=t.response[span], candidate=t.candidate[span],
+                        label=t.label[span], outcome=t.outcome[span],
+                        companion=None if t.companion is None else t.companion[span])
 
 
-def collate_sequences(items: list[dict[str, Any]]) -> dict[str, Tensor]:
+def collate_sequences(items: list[SequenceItem]) -> dict[str, Tensor]:
     """Right-pad ``[prompt, response]`` rows; per-token tensors are aligned with ``input_ids``."""
-    width = max(len(i["prompt"]) + len(i["response"]) for i in items)
+    width = max(len(i.prompt) + len(i.response) for i in items)
     batch = len(items)
     input_ids = torch.zeros(batch, width, dtype=torch.long)
     attention_mask = torch.zeros(batch, width, dtype=torch.long)
@@ -185,18 +193,18 @@ def collate_sequences(items: list[dict[str, Any]]) -> dict[str, Tensor]:
     outcome = torch.zeros(batch, width)
     companion = torch.zeros(batch, width, 2)
     for b, item in enumerate(items):
-        p, n = len(item["prompt"]), len(item["response"])
-        input_ids[b, :p] = torch.from_numpy(item["prompt"])
-        input_ids[b, p : p + n] = torch.from_numpy(item["response"])
+        p, n = len(item.prompt), len(item.response)
+        input_ids[b, :p] = torch.from_numpy(item.prompt)
+        input_ids[b, p : p + n] = torch.from_numpy(item.response)
         attention_mask[b, : p + n] = 1
         is_response[b, p : p + n] = True
-        candidate[b, p : p + n] = torch.from_numpy(item["candidate"])
-        label[b, p : p + n] = torch.from_numpy(item["label"])
-        outcome[b, p : p + n] = torch.from_numpy(item["outcome"])
-        if item["companion"] is not None:
-            companion[b, p : p + n] = torch.from_numpy(item["companion"])
+        candidate[b, p : p + n] = torch.from_numpy(item.candidate)
+        label[b, p : p + n] = torch.from_numpy(item.label)
+        outcome[b, p : p + n] = torch.from_numpy(item.outcome)
+        if item.companion is not None:
+            companion[b, p : p + n] = torch.from_numpy(item.companion)
     return {
-        "row": torch.tensor([i["row"] for i in items], dtype=torch.long),
+        "row": torch.tensor([i.row for i in items], dtype=torch.long),
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "is_response": is_response,
@@ -257,7 +265,7 @@ def collate_cached(items: list[dict[str, Tensor]]) -> dict[str, Tensor]:
     return {key: torch.cat([i[key] for i in items]) for key in items[0]}
 
 
-def cache_key(description: dict[str, Any]) -> str:
+def cache_key(description: JSONDict) -> str:
     """Directory name of a feature cache: a hash of everything its tensors depend on."""
     return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -278,7 +286,7 @@ class AcceptanceDataModule(L.LightningDataModule):
         seed: int,
         batch_size: int,
         num_workers: int = 0,
-        cache_description: dict[str, Any] | None = None,
+        cache_description: JSONDict | None = None,
         encoder: Any = None,
     ) -> None:
         super().__init__()

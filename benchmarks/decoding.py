@@ -513,8 +513,7 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
         print(f"{described} device={device} K={args.k}")
         return run_batched(args, target, draft, eos, device)
     prompts = make_prompts(args.target, args.prompts, target.config.get_text_config().vocab_size, device)
-    for key, value in HFConstantSpec(args.k).assistant_settings().items():  # the evaluation's constant-K baseline
-        setattr(draft.generation_config, key, value)
+    HFConstantSpec(args.k).schedule().apply(draft.generation_config)  # the evaluation's constant-K baseline
     rule = Speculative()
     decoder = SpeculativeDecoder(target, draft, rule=rule, policy=Fixed(args.k), sampling=Sampling(), eos_token_id=eos)
 

@@ -24,7 +24,6 @@ from decode.artifacts.serialization import load_head, load_profile
 from decode.batch_costs import BatchCosts, measure_batch_costs
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
-from decode.metadata import ArtifactMetadata
 from decode.policies import SV, Fixed, GoodputHead, Head, Policy
 from decode.rules import Speculative
 from decode.sampling import Sampling
@@ -95,7 +94,7 @@ def run_goodput(args: argparse.Namespace, target: PreTrainedModel, draft: PreTra
     profile = load_profile(args.profile, sampling=Sampling(), rule=Speculative()) if args.profile else None
     if profile is not None and companion is None:
         raise ValueError("--profile needs the companion model the profile was fitted with (--companion)")
-    sv_k = ArtifactMetadata.of(profile).k_range(1, profile.latency.numel())[1] if profile is not None else 0
+    sv_k = profile.metadata.k_range(1, profile.latency.numel())[1] if profile is not None else 0
     costs = measure_batch_costs(target, draft, batches=sizes, max_length=max([*args.k_grid, sv_k]) + 1,
                                 companion=companion if profile is not None else None)
     print_costs(costs)

@@ -38,6 +38,7 @@ from data_gen.prompts import check_prompt_choices
 from data_gen.responses import GivenResponse, ResponsesSource
 from data_gen.seeding import prompt_seed
 from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
+from decode.json_types import JSONDict
 from decode.loops.prompt_input import pad_id
 from decode.loops.runner import context_length as models_context
 from decode.sampling import Sampling
@@ -60,7 +61,7 @@ def features_for(column_names: list[str]) -> datasets.Features:
     return datasets.Features(spec)
 
 
-def fingerprint(job: CollectJob, trio_description: dict[str, Any], source: ResponsesSource | None) -> dict[str, Any]:
+def fingerprint(job: CollectJob, trio_description: JSONDict, source: ResponsesSource | None) -> JSONDict:
     """Everything that changes the collected data; a directory never mixes two fingerprints.
 
     ``manifest_version`` stands for the column schema: shards of an older schema are never resumed.
@@ -264,7 +265,7 @@ def context_length(trio: Trio) -> int:
     return models_context([m for m in (trio.target, trio.draft, trio.companion) if m is not None]) or 10**9
 
 
-def collect(job: CollectJob) -> dict[str, Any]:
+def collect(job: CollectJob) -> CollectionManifest | None:
     """Run the collection described by ``job``; returns the manifest (None on ranks other than 0)."""
     world = init_world()
     started = time.perf_counter()

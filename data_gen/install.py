@@ -18,10 +18,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
+
+from decode.json_types import JSONDict
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: JSONDict) -> None:
     """``data`` as indented JSON."""
     path.write_text(json.dumps(data, indent=2) + "\n")
 

@@ -8,7 +8,7 @@ import platform
 import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
@@ -18,6 +18,8 @@ from ahconf.schema import CollectJob, ConfigError, RulesConfig, SamplingConfig
 from data_gen.labels import candidate_column, companion_columns, indicator_rules, label_rules
 from data_gen.shards import MANIFEST_FILE, complete_shards, load_split
 from decode.artifacts.version import code_version
+from decode.json_types import JSONDict
+from decode.rules import RuleSpec
 from decode.sampling import Sampling
 
 if TYPE_CHECKING:
@@ -33,6 +35,14 @@ AGREEMENT_FLOOR = 0.99
 
 
 @dataclass(frozen=True)
+class ModelEntry:
+    """One model of the collection as ``models`` records it (what code reads of it)."""
+
+    id: str  # as configured: a hub id, a path, ``zoo:<role>`` or ``real:<pair>/<role>``
+    revision: str | None
+
+
+@dataclass(frozen=True)
 class CollectionManifest:
     """``manifest.json`` of a collected dataset: built by :func:`build_manifest`, read by :func:`read_manifest`.
 
@@ -44,27 +54,27 @@ class CollectionManifest:
 
     manifest_version: int
     exp_name: str
-    models: dict[str, Any]
+    models: JSONDict
     tokenizer_hash: str
-    sampling: dict[str, Any]
-    rules: dict[str, dict[str, Any]]
+    sampling: JSONDict
+    rules: dict[str, RuleSpec]
     fuzzy: str
-    companion_indicators: dict[str, dict[str, Any]]
-    prompts: dict[str, Any]
+    companion_indicators: dict[str, JSONDict]
+    prompts: JSONDict
     max_new_tokens: int
     seed: int
     code_version: str
     python: str
     world_size: int
     wall_seconds: float
-    splits: dict[str, dict[str, Any]]
-    responses: dict[str, Any] | None
+    splits: dict[str, JSONDict]
+    responses: JSONDict | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, doc: dict[str, Any], source: str = "the manifest") -> CollectionManifest:
+    def from_dict(cls, doc: JSONDict, source: str = "the manifest") -> CollectionManifest:
         """The record of a parsed ``manifest.json``; one that lacks a field is refused, naming it."""
         missing = [f.name for f in fields(cls) if f.name not in doc]
         if missing:
@@ -72,10 +82,17 @@ class CollectionManifest:
                              f"collect the data again with this version (manifest_version {MANIFEST_VERSION})")
         return cls(**{f.name: doc[f.name] for f in fields(cls)})
 
-    def model(self, role: str) -> dict[str, Any]:
-        """The description of the ``role`` model (``{}`` when the data was collected without one)."""
+    def model(self, role: str) -> ModelEntry | None:
+        """The ``role`` model (None when the data was collected without one)."""
         description = self.models.get(role)
-        return description if isinstance(description, dict) else {}
+        if not isinstance(description, dict):
+            return None
+        return ModelEntry(id=description["id"], revision=description.get("revision"))
+
+    @property
+    def vocab_size(self) -> int:
+        """The vocabulary the trio's logits were sliced to."""
+        return self.models["vocab_size"]
 
     def positions(self) -> dict[str, int]:
         """Labelled positions per split."""
@@ -112,7 +129,7 @@ def _mean(table, column: str) -> float | None:
     return float(values.mean()) if values.size else None
 
 
-def sampling_check(table, greedy: bool) -> dict[str, Any]:
+def sampling_check(table, greedy: bool) -> JSONDict:
     """Are the responses samples of the run's transform? A test from the target's own distributions.
 
     Sampled transform: if each token ``x_t`` is drawn from the target's transformed ``p_t``, the
@@ -137,7 +154,7 @@ def sampling_check(table, greedy: bool) -> dict[str, Any]:
             "z": z, "outside_support": outside, "passed": abs(z) <= Z_LIMIT and outside == 0}
 
 
-def companion_schema(sampling_config: SamplingConfig, rules: RulesConfig) -> dict[str, dict[str, Any]]:
+def companion_schema(sampling_config: SamplingConfig, rules: RulesConfig) -> dict[str, JSONDict]:
     """Per configured rule: its indicator columns, the transform and the candidate column they use.
 
     What :func:`decode.profile.companion_indicators` is called with at decode time, recorded so
@@ -152,7 +169,7 @@ def companion_schema(sampling_config: SamplingConfig, rules: RulesConfig) -> dic
 
 
 def split_stats(root: Path, split: str, label_columns: list[str], indicator_columns: dict[str, dict[str, str]],
-                greedy: bool) -> dict[str, Any]:
+                greedy: bool) -> JSONDict:
     """Counts, means and the :func:`sampling_check` recomputed from the complete shards of ``split``.
 
     ``indicator_columns``: rule name → its companion columns (empty without a companion). A split
@@ -179,7 +196,7 @@ def split_stats(root: Path, split: str, label_columns: list[str], indicator_colu
 
 def build_manifest(
     job: CollectJob, trio: Trio, root: Path, progress: dict[str, SplitProgress], seconds: float, world_size: int,
-    responses: dict[str, Any] | None = None,
+    responses: JSONDict | None = None,
 ) -> CollectionManifest:
     """Everything needed to know what the dataset is and to regenerate it (``responses``: the record of the given
     responses' source, :meth:`data_gen.responses.ResponsesSource.record`; None when generated in the job)."""
@@ -258,7 +275,7 @@ def print_summary(manifest: CollectionManifest) -> None:
                   file=sys.stderr)
 
 
-def _check_cell(check: dict[str, Any] | None) -> str:
+def _check_cell(check: JSONDict | None) -> str:
     if check is None:
         return "—"
     if "argmax_agreement" in check:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ahconf.schema import REAL_PREFIX, ZOO_PREFIX, ModelsConfig, ModelSpec
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, tokenizer_hash
+from decode.json_types import JSONDict
 from decode.loops.runner import vocab_size
 
 
@@ -22,7 +22,7 @@ class Trio:
     draft: PreTrainedModel
     companion: PreTrainedModel | None
     tokenizer: PreTrainedTokenizerBase
-    description: dict[str, Any]
+    description: JSONDict
 
     @property
     def vocab(self) -> int:

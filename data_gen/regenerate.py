@@ -24,7 +24,6 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import hydra
 from omegaconf import DictConfig
@@ -42,6 +41,7 @@ from data_gen.responses import ResponsesMeta, ResponsesWriter, meta_path, read_m
 from data_gen.seeding import prompt_seed
 from data_gen.serving import TEXT_ENGINES, Completion, Server, ServerError, check_engine, completion_body, one_line
 from decode.artifacts.hub import ModelLoadError, load_tokenizer, tokenizer_hash
+from decode.json_types import JSONDict
 from decode.sampling import Sampling
 
 PROBE_SEEDS = 4  # the sampling probe asks one prompt under this many seeds ...
@@ -106,7 +106,7 @@ class ResponseRow:
         return cls(request.split, request.prompt.prompt_id, request.text, request.prompt.token_ids, completion.text,
                    completion.token_ids, completion.finish_reason, completion.prompt_tokens)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
@@ -202,7 +202,7 @@ def connected(job: RegenerateJob, served: str, target: str) -> Iterator[list[Ser
             server.close()
 
 
-def _body(job: RegenerateJob, served: str, request: Request, max_tokens: int, seed: int) -> dict[str, Any]:
+def _body(job: RegenerateJob, served: str, request: Request, max_tokens: int, seed: int) -> JSONDict:
     prompt = request.text if request.text is not None else request.prompt.token_ids
     return completion_body(job.regenerate.engine, served, prompt, job.sampling, max_tokens, seed)
 

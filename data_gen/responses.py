@@ -27,7 +27,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -37,6 +36,7 @@ from data_gen.prompts.carve import carve, content_key
 from data_gen.prompts.files import read_table
 from data_gen.prompts.types import Prompt
 from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
+from decode.json_types import JSON, JSONDict
 
 RESPONSES_FORMAT = 1
 META_SUFFIX = ".meta.json"
@@ -53,7 +53,7 @@ class ResponsesMeta:
     """
 
     model: str
-    sampling: dict[str, Any]
+    sampling: JSONDict
     max_tokens: int
     complete: bool = True
     revision: str | None = None
@@ -64,10 +64,10 @@ class ResponsesMeta:
     tokenizer_hash: str | None = None
     format: int = RESPONSES_FORMAT
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return asdict(self)
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> JSONDict:
         """What decides the responses (a resumed regeneration must match it): not progress, nor which servers."""
         return {k: v for k, v in self.to_dict().items() if k not in ("complete", "servers", "served_model")}
 
@@ -92,7 +92,8 @@ def read_meta(path: str | Path) -> ResponsesMeta:
     if is_collection(path):
         manifest, _ = read_manifest(path)
         target = manifest.model("target")
-        return ResponsesMeta(model=target.get("id", ""), revision=target.get("revision"), sampling=manifest.sampling,
+        model, revision = ("", None) if target is None else (target.id, target.revision)
+        return ResponsesMeta(model=model, revision=revision, sampling=manifest.sampling,
                              max_tokens=manifest.max_new_tokens, seed=manifest.seed, engine="data_gen.collect",
                              tokenizer_hash=manifest.tokenizer_hash)
     sidecar = meta_path(path)
@@ -149,7 +150,7 @@ def file_digest(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
+def read_rows(path: str | Path) -> list[JSONDict]:
     """The rows of a JSONL file, a Parquet file, a ``save_to_disk`` dataset directory or a collection."""
     path = Path(path)
     if not path.exists():
@@ -169,7 +170,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return read_table(path, "responses").to_list()  # .json, .parquet (any other suffix: one line naming them)
 
 
-def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
+def _jsonl_rows(path: Path) -> Iterator[JSONDict]:
     with path.open() as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -184,7 +185,7 @@ def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
             yield row
 
 
-def _field(row: dict[str, Any], names: tuple[str, str], where: str) -> tuple[str, Any]:
+def _field(row: JSONDict, names: tuple[str, str], where: str) -> tuple[str, JSON]:
     for name in names:
         if row.get(name) is not None:
             return name, row[name]
@@ -201,7 +202,7 @@ class Tokenized:
 
 
 def given_responses(
-    rows: list[dict[str, Any]],
+    rows: list[JSONDict],
     split: str,
     tokenizer: PreTrainedTokenizerBase,
     *,
@@ -267,12 +268,12 @@ def given_responses(
     return Tokenized(kept, skipped, notes)
 
 
-def _prompt_key(row: dict[str, Any]) -> str:
+def _prompt_key(row: JSONDict) -> str:
     prompt = row.get("prompt") if row.get("prompt") is not None else row.get("prompt_ids")
     return prompt if isinstance(prompt, str) else json.dumps([int(t) for t in prompt or []])
 
 
-def _finished(row: dict[str, Any], where: str) -> bool:
+def _finished(row: JSONDict, where: str) -> bool:
     if row.get("finished") is not None:
         return bool(row["finished"])
     reason = row.get("finish_reason")
@@ -295,7 +296,7 @@ class ResponsesSource:
 
     path: Path
     meta: ResponsesMeta
-    rows: list[dict[str, Any]]
+    rows: list[JSONDict]
     digest: str
     notes: dict[str, dict[str, int]] = field(default_factory=dict)  # split → :attr:`Tokenized.notes`
 
@@ -311,11 +312,11 @@ class ResponsesSource:
             raise ConfigError(f"responses {path} hold no rows")
         return cls(Path(path).resolve(), meta, rows, file_digest(path))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JSONDict:
         """What identifies the source (the collection's fingerprint and manifest record it)."""
         return {"path": str(self.path), "sha256": self.digest, "meta": self.meta.settings()}
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JSONDict:
         """What the manifest records: :meth:`describe` and, per split, what the tokenization noticed."""
         return {**self.describe(), "notes": self.notes}
 
@@ -358,7 +359,7 @@ class ResponsesWriter:
     def done(self) -> set[tuple[str, str]]:
         return set(self._done)
 
-    def write(self, row: dict[str, Any]) -> None:
+    def write(self, row: JSONDict) -> None:
         key = (row["split"], row["prompt_id"])
         if key in self._done:
             return

@@ -24,11 +24,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
 from ahconf.schema import ConfigError, SamplingConfig
+from decode.json_types import JSON, JSONDict
 
 BACKOFF_S = 1.0  # first retry after this long, doubling up to BACKOFF_MAX_S
 BACKOFF_MAX_S = 30.0
@@ -65,28 +65,28 @@ def check_engine(engine: str, sampling: SamplingConfig) -> None:
                           "sampling.top_k=null")
 
 
-def _vllm_fields(sampling: SamplingConfig, max_tokens: int) -> dict[str, Any]:
+def _vllm_fields(sampling: SamplingConfig, max_tokens: int) -> JSONDict:
     return {"temperature": sampling.temperature, "top_p": sampling.top_p or 1.0, "top_k": sampling.top_k or -1,
             "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
             "return_token_ids": True}
 
 
-def _tgi_fields(sampling: SamplingConfig, max_tokens: int) -> dict[str, Any]:
-    fields: dict[str, Any] = {"temperature": sampling.temperature, "repetition_penalty": 1.0}
+def _tgi_fields(sampling: SamplingConfig, max_tokens: int) -> JSONDict:
+    fields: JSONDict = {"temperature": sampling.temperature, "repetition_penalty": 1.0}
     if sampling.top_p is not None and sampling.top_p < 1:
         fields["top_p"] = sampling.top_p
     return fields
 
 
-def _transformers_fields(sampling: SamplingConfig, max_tokens: int) -> dict[str, Any]:
-    config: dict[str, Any] = {"do_sample": False, "max_new_tokens": max_tokens, "repetition_penalty": 1.0}
+def _transformers_fields(sampling: SamplingConfig, max_tokens: int) -> JSONDict:
+    config: JSONDict = {"do_sample": False, "max_new_tokens": max_tokens, "repetition_penalty": 1.0}
     if sampling.temperature > 0:
         config |= {"do_sample": True, "temperature": sampling.temperature, "top_k": sampling.top_k or 0,
                    "top_p": sampling.top_p or 1.0}
     return {"generation_config": json.dumps(config)}
 
 
-ENGINE_FIELDS: dict[str, Callable[[SamplingConfig, int], dict[str, Any]]] = {
+ENGINE_FIELDS: dict[str, Callable[[SamplingConfig, int], JSONDict]] = {
     "vllm": _vllm_fields,
     "sglang": _vllm_fields,
     "tgi": _tgi_fields,
@@ -95,7 +95,7 @@ ENGINE_FIELDS: dict[str, Callable[[SamplingConfig, int], dict[str, Any]]] = {
 
 
 def completion_body(engine: str, model: str, prompt: list[int] | str, sampling: SamplingConfig, max_tokens: int,
-                    seed: int) -> dict[str, Any]:
+                    seed: int) -> JSONDict:
     """The ``/v1/completions`` request that samples one response of ``prompt`` under ``sampling``."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "seed": seed}
     return body | ENGINE_FIELDS[engine](sampling, max_tokens)
@@ -107,11 +107,11 @@ def one_line(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _optional_int(value: Any) -> int | None:
+def _optional_int(value: JSON) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def parse_completion(doc: Any, max_tokens: int, where: str) -> Completion:
+def parse_completion(doc: JSON, max_tokens: int, where: str) -> Completion:
     """Validate a reply: one choice with text, a finish reason of stop / length, and a response not cut short."""
     choices = doc.get("choices") if isinstance(doc, dict) else None
     choice = choices[0] if isinstance(choices, list) and choices else None
@@ -157,7 +157,7 @@ class Server:
     def _hint(self) -> str:
         return START_HINTS[self.engine].format(model=self.model)
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None, where: str) -> Any:
+    def _request(self, method: str, path: str, body: JSONDict | None, where: str) -> JSON:
         """The reply's JSON; transport errors, 429 and 5xx are retried with exponential backoff."""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -204,7 +204,7 @@ class Server:
                               f"there (`{self._hint()}`) or set regenerate.served_model to the name it serves "
                               "the target under")
 
-    def complete(self, body: dict[str, Any], where: str) -> Completion:
+    def complete(self, body: JSONDict, where: str) -> Completion:
         """``POST /v1/completions`` with ``body``; the validated reply."""
         where = f"{where} on {self.url}"
         return parse_completion(self._request("POST", "/v1/completions", body, where), body["max_tokens"], where)

@@ -19,6 +19,8 @@ from typing import Any
 
 import datasets
 
+from decode.json_types import JSONDict
+
 FINGERPRINT_FILE = "collect_config.json"
 MANIFEST_FILE = "manifest.json"
 _SHARD_PREFIX = "shard_"
@@ -28,7 +30,7 @@ class CollectionDirError(ValueError):
     """The output directory belongs to another run configuration."""
 
 
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+def write_json_atomic(path: Path, payload: JSONDict) -> None:
     """Write JSON to a temp file beside ``path`` and rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -38,7 +40,7 @@ def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def claim_directory(root: Path, fingerprint: dict[str, Any], *, overwrite: bool) -> None:
+def claim_directory(root: Path, fingerprint: JSONDict, *, overwrite: bool) -> None:
     """Make ``root`` the home of a run with ``fingerprint``; refuse a directory of another run."""
     marker = root / FINGERPRINT_FILE
     if marker.exists():

@@ -12,6 +12,7 @@ from decode.head import AcceptanceHead, HeadConfig
 from decode.loops.batched import BatchDecodeOutput, BatchTotals, row_seed
 from decode.loops.hf_generate import SpeculativeGenerateOutput, generate_from_repo, speculative_generate
 from decode.loops.speculative_decoder import DecodeOutput, SpeculativeDecoder
+from decode.metadata import HeadMetadata, ProfileMetadata
 from decode.profile import SVProfile
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
@@ -27,6 +28,8 @@ __all__ = [
     "EnsembleOutput",
     "EnsembleStats",
     "HeadConfig",
+    "HeadMetadata",
+    "ProfileMetadata",
     "SVProfile",
     "Sampling",
     "SpeculativeDecoder",

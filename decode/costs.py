@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from decode.json_types import JSONDict
 
 
 class CallCounts(Protocol):
@@ -96,7 +98,7 @@ class CostModel:
                              "lengths: a latency shape needs the length of every round")
         return float(self.times(stats.draft_calls, stats.companion_calls, units))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """JSON-ready fields (results metadata)."""
         return {"t_draft": self.t_draft, "t_target": self.t_target, "t_companion": self.t_companion,
                 "t_target_alone": self.target_alone, "latency_shape": list(self.latency.values)}

@@ -20,7 +20,7 @@ from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.draft_round import Decision, DraftRound
 from decode.head import AcceptanceHead, head_features
-from decode.metadata import ArtifactMetadata
+from decode.metadata import recorded_k_range
 from decode.profile import BatchLatency, SVProfile, companion_indicators, joint_goodput_lengths
 from decode.rules import Rule
 from decode.stop_rules import Goodput, StopRule, Threshold, batch_drafting_pays, batch_opening_pays
@@ -333,13 +333,13 @@ class Head(StopPolicy):
 
     def __init__(self, head: AcceptanceHead, threshold: float | None = None, k_min: int | None = None,
                  k_max: int | None = None) -> None:
-        recorded = ArtifactMetadata.of(head)
+        recorded = head.metadata
         if threshold is None:
-            if recorded.threshold is None:
+            if recorded is None or recorded.threshold is None:
                 raise ValueError("this head records no stop threshold h (trained with head.calibrate=false): pass "
                                  "Head(head, threshold=h)")
             threshold = recorded.threshold
-        low, high = recorded.k_range(1, 20)
+        low, high = recorded_k_range(recorded, 1, 20)
         super().__init__(HeadEstimate(head), Threshold(threshold, low if k_min is None else k_min,
                                                        high if k_max is None else k_max))
 

@@ -19,7 +19,7 @@ from typing_extensions import Self
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
-from decode.metadata import ArtifactMetadata
+from decode.metadata import recorded_k_range
 from decode.policies import (
     SV,
     Confidence,
@@ -52,7 +52,7 @@ class PolicyInputs:
     def head(self, name: str) -> tuple[AcceptanceHead, int, int]:
         """Head ``name`` with its calibrated ``k_min`` and ``k_max``."""
         head = self.heads[name]
-        return (head, *ArtifactMetadata.of(head).k_range(self.k_min, self.k_max))
+        return (head, *recorded_k_range(head.metadata, self.k_min, self.k_max))
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ class SVSpec(PolicySpec):
 
     def build(self, inputs: PolicyInputs) -> Policy:
         profile = inputs.profiles[self.profile]
-        k = self.k if self.k is not None else ArtifactMetadata.of(profile).k_range(1, profile.latency.numel())[1]
+        k = self.k if self.k is not None else recorded_k_range(profile.metadata, 1, profile.latency.numel())[1]
         batch = inputs.batch_costs
         return SV(profile, k=int(k), batch_latency=batch.verify_time if batch is not None else None)
 

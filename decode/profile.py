@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from decode.batch_costs import table_time
+from decode.metadata import ProfileMetadata
 from decode.sampling import Sampling
 
 
@@ -149,10 +149,10 @@ class SVProfile:
     latency: Tensor
     batch_sizes: Tensor | None = None
     batch_latency_table: Tensor | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: ProfileMetadata | None = None  # what its file records (None: made in memory)
 
     def __post_init__(self) -> None:
-        nx, ny = self.x_edges.numel() - 1, self.y_edges.numel() - 1
+        nx, ny = self.bins
         if nx < 1 or ny < 1 or tuple(self.table.shape) != (nx, ny) or tuple(self.counts.shape) != (nx, ny):
             raise ValueError(
                 f"profile shapes disagree: x_edges {tuple(self.x_edges.shape)}, y_edges {tuple(self.y_edges.shape)}, "
@@ -210,6 +210,11 @@ class SVProfile:
                               total + batch)
         table = self.latency.double().tolist()
         return table[min(max(math.ceil(total / batch), 1), len(table)) - 1]
+
+    @property
+    def bins(self) -> tuple[int, int]:
+        """(X bins, Y bins) of the table."""
+        return self.x_edges.numel() - 1, self.y_edges.numel() - 1
 
     def tensors(self) -> dict[str, Tensor]:
         """The tensors stored in a profile file."""

@@ -19,13 +19,14 @@ one declaration, and configs, collection, training and the evaluation read its p
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypedDict, TypeVar
 
 import torch
 from torch import Generator, Tensor
 
 from decode.divergence import DIVERGENCES, tv
 from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT, EnsembleFn
+from decode.json_types import JSON
 from decode.sampling import Sampling
 
 
@@ -83,6 +84,13 @@ RULES: dict[str, type[Rule]] = {}
 RuleClass = TypeVar("RuleClass", bound="type[Rule]")
 
 
+class RuleSpec(TypedDict):
+    """A rule as metadata, results and configs store it: its :attr:`Rule.name` and :meth:`Rule.params`."""
+
+    name: str
+    params: dict[str, JSON]
+
+
 def register_rule(cls: RuleClass) -> RuleClass:
     """Class decorator: add a rule class to :data:`RULES` under its ``name``."""
     if cls.name in RULES and RULES[cls.name] is not cls:
@@ -111,7 +119,7 @@ class Rule:
     member_draft: ClassVar[bool] = False
 
     @classmethod
-    def defaults(cls) -> dict[str, Any]:
+    def defaults(cls) -> dict[str, JSON]:
         """The parameters the rule declares, with their defaults (its dataclass fields)."""
         return {f.name: f.default for f in fields(cls)}
 
@@ -180,11 +188,11 @@ class Rule:
         sampling = self.transform(sampling or Sampling())
         return self.expected_accept_probs(self.verifier_probs(p_logits, q_logits, sampling), sampling.probs(q_logits))
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, JSON]:
         """Constructor parameters (JSON-ready) — with :attr:`name`, enough to rebuild the rule."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> RuleSpec:
         """``{"name": ..., "params": {...}}`` as stored in metadata."""
         return {"name": self.name, "params": self.params()}
 
@@ -381,7 +389,7 @@ class Ensemble(Rule):
     def label_column(self) -> str:
         return f"label_ensemble_{self.kind}"
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, JSON]:
         return {"kind": self.kind, self.primary: getattr(self, self.primary)}
 
     def function(self) -> EnsembleFn:

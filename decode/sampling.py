@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
+
+from decode.json_types import JSONDict
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,12 @@ class Sampling:
             return logits.float().softmax(-1)
         return self.probs(logits)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """JSON-ready description, stored in dataset and artifact metadata."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Sampling:
+    def from_dict(cls, data: JSONDict) -> Sampling:
         """Inverse of :meth:`to_dict`."""
         return cls(**data)
 

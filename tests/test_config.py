@@ -18,6 +18,8 @@ from accept_heads.evaluation.plan import sweep
 from ahconf.entry import CONF_DIR, to_config
 from ahconf.schema import Config, ConfigError
 from decode import AcceptanceHead, HeadConfig, rules
+from decode.metadata import HeadMetadata
+from decode.sampling import Sampling
 
 EXPERIMENTS = sorted(p.stem for p in (Path(CONF_DIR) / "exp").glob("*.yaml"))
 
@@ -78,7 +80,8 @@ def test_an_experiments_thresholds_are_what_the_evaluation_sweeps_unless_overrid
     """``head.thresholds`` is the one ``h`` grid: training chooses from it and the evaluation decodes the heads and the
     perfect predictor at it on dev; ``evaluate.thresholds`` overrides it for the evaluation alone."""
     head = AcceptanceHead(HeadConfig(hidden_size=8))
-    head.metadata = {"rule": rules.Speculative().spec(), "threshold": grid[0]}
+    head.metadata = HeadMetadata(draft="draft", tokenizer_hash="x", rule=rules.Speculative().spec(),
+                                 sampling=Sampling(), head_config=head.config, threshold=grid[0])
 
     def swept(*overrides: str) -> dict[str, list[float]]:
         job = to_config(_compose(f"+exp={exp}", "dry_run=true", *overrides)).evaluate_job()

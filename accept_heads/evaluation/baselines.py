@@ -76,8 +76,7 @@ class HFRunner:
         draft = self.trio.draft
         saved = draft.generation_config
         draft.generation_config = copy.deepcopy(saved)
-        for key, value in spec.policy.assistant_settings().items():
-            setattr(draft.generation_config, key, value)
+        spec.policy.schedule().apply(draft.generation_config)
         try:
             return self.target_alone(spec.rule, prompt, assistant_model=draft)
         finally:

@@ -19,7 +19,8 @@ from data_gen.models import Trio
 from data_gen.prompts import available_splits, load_prompts, parse_source
 from decode.artifacts.serialization import load_head, load_profile
 from decode.head import AcceptanceHead
-from decode.metadata import ArtifactMetadata
+from decode.json_types import JSONDict
+from decode.metadata import as_json
 from decode.profile import SVProfile
 from decode.sampling import Sampling
 
@@ -43,7 +44,7 @@ class PromptSet:
         """The set's columns in a results row."""
         return {"role": self.role, "split": self.split}
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> JSONDict:
         """Metadata: where the prompts come from and which ones were used."""
         return {
             "name": self.name, "role": self.role, "source": self.source, "style": self.style, "split": self.split,
@@ -131,12 +132,13 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling,
             notes[f"head[{name}]"] = f"head[{name}] reads companion features but no companion is configured; skipped"
             continue
         artifacts.heads[name] = head.to(trio.draft.device)
-        meta = head.metadata
+        recorded = head.metadata
         described["heads"][name] = {
-            "path": str(path), "timing": head.config.timing, "depth": head.config.depth, "rule": meta["rule"],
-            "companion_features": head.config.companion_features, "calibrated_threshold": meta.get("threshold"),
-            "dev_metrics": meta.get("dev_metrics", {}), "k_min": meta.get("k_min"), "k_max": meta.get("k_max"),
-            "sampling": meta["sampling"], "training_data": meta.get("training_data"), "code_version": meta.get("code_version"),
+            "path": str(path), "timing": head.config.timing, "depth": head.config.depth, "rule": recorded.rule,
+            "companion_features": head.config.companion_features, "calibrated_threshold": recorded.threshold,
+            "dev_metrics": recorded.dev_metrics, "k_min": recorded.k_min, "k_max": recorded.k_max,
+            "sampling": as_json(recorded.sampling), "training_data": as_json(recorded.training_data),
+            "code_version": recorded.code_version,
         }
     for path in sorted(root.rglob("profile.safetensors")):
         try:
@@ -149,8 +151,8 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling,
             continue
         artifacts.profiles[name] = profile
         described["profiles"][name] = {
-            "path": str(path), "rule": ArtifactMetadata.of(profile).rule, "k_max": ArtifactMetadata.of(profile).k_max,
-            "information": profile.metadata.get("information", {}), "latency_device": profile.metadata.get("latency_device"),
+            "path": str(path), "rule": profile.metadata.rule, "k_max": profile.metadata.k_max,
+            "information": as_json(profile.metadata.information), "latency_device": profile.metadata.latency_device,
             **{key: tensor.tolist() for key, tensor in profile.tensors().items()},
         }
     return artifacts, described

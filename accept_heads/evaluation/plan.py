@@ -29,7 +29,6 @@ from accept_heads.evaluation.specs import (
 )
 from ahconf.rule_config import build_rule, rule_value
 from ahconf.schema import ConfigError, EvaluateConfig, EvaluateJob, RulesConfig
-from decode.metadata import ArtifactMetadata
 from decode.policy_specs import FixedSpec, HeuristicSpec
 from decode.rules import RULES
 
@@ -79,8 +78,8 @@ def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None,
                        rules: RulesConfig) -> tuple[list, list]:
     """Names of the heads and profiles fitted for exactly this rule (and rule parameters)."""
     spec = build_rule(rule, rules, value=param).spec()
-    heads = sorted(n for n, h in artifacts.heads.items() if ArtifactMetadata.of(h).rule == spec)
-    profiles = sorted(n for n, p in artifacts.profiles.items() if ArtifactMetadata.of(p).rule == spec)
+    heads = sorted(n for n, h in artifacts.heads.items() if h.metadata.rule == spec)
+    profiles = sorted(n for n, p in artifacts.profiles.items() if p.metadata.rule == spec)
     return heads, profiles
 
 
@@ -88,7 +87,7 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
     """Heads and profiles fitted for a rule (or rule parameters) that none of ``rules`` decodes with."""
     specs = [build_rule(rule, rules_config).spec() for rule in rules]
     items = [*artifacts.heads.items(), *artifacts.profiles.items()]
-    recorded = [(name, ArtifactMetadata.of(a).rule) for name, a in items]
+    recorded = [(name, a.metadata.rule) for name, a in items]
     return sorted(f"{name} ({rule})" for name, rule in recorded if rule not in specs)
 
 
@@ -98,7 +97,7 @@ def check_recorded_thresholds(job: EvaluateJob, artifacts: Artifacts) -> None:
     if job.evaluate.thresholds is not None:
         return
     for name, head in artifacts.heads.items():
-        h = ArtifactMetadata.of(head).threshold
+        h = head.metadata.threshold
         if h is not None and h not in job.thresholds:
             raise ConfigError(f"head[{name}] records h = {h:g}, which head.thresholds {job.thresholds} lacks: add it, "
                               "or set evaluate.thresholds to choose h on dev here")

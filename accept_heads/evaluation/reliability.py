@@ -16,9 +16,7 @@ from transformers import PreTrainedModel
 from accept_heads.features import DraftFeatures
 from accept_heads.training_data import SequenceDataset, collate_sequences, load_positions, loss_everywhere, mix_batch
 from data_gen.manifest import read_manifest
-from decode import rules as rule_defs
 from decode.head import AcceptanceHead
-from decode.sampling import Sampling
 
 BATCH = 8
 
@@ -27,15 +25,14 @@ BATCH = 8
 def head_predictions(head: AcceptanceHead, draft: PreTrainedModel, data_dir: str, rows: int,
                      default_r: float, default_seed: int) -> pd.DataFrame:
     """``pred`` (σ of the head) and ``label`` (the rule's acceptance) at the loss positions of ``rows`` dev rows."""
-    meta = head.metadata
-    rule = rule_defs.from_spec(meta["rule"]["name"], **meta["rule"]["params"])
-    sampling = Sampling.from_dict(meta["sampling"])
-    r = meta.get("train_config", {}).get("head", {}).get("mixing_r", default_r)
-    seed = meta.get("seed", default_seed)
+    recorded = head.metadata
+    rule, sampling = recorded.build_rule(), recorded.sampling
+    r = default_r if recorded.mixing_r is None else recorded.mixing_r
+    seed = default_seed if recorded.seed is None else recorded.seed
     table = load_positions(data_dir, "dev", rule, seed=seed, with_companion=head.config.companion_features)
     dataset = SequenceDataset(table)
     manifest, _ = read_manifest(data_dir)
-    encoder = DraftFeatures(draft, head.config, rule.transform(sampling), manifest.models["vocab_size"])
+    encoder = DraftFeatures(draft, head.config, rule.transform(sampling), manifest.vocab_size)
     preds, labels = [], []
     for start in range(0, min(rows, len(dataset)), BATCH):
         items = [dataset[i] for i in range(start, min(start + BATCH, rows, len(dataset)))]

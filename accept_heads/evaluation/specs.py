@@ -9,7 +9,9 @@ target alone. How the evaluation runs each kind is its family (:mod:`~accept_hea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, Literal
+
+from transformers import GenerationConfig
 
 from decode.policy_specs import CountParameter, NamedSpec, PolicySpec, ThresholdParameter
 
@@ -24,11 +26,26 @@ HF_START_TOKENS = 20
 
 
 @dataclass(frozen=True)
+class AssistantSchedule:
+    """How HF assisted generation sizes its drafts: the draft's ``generation_config`` settings of one schedule."""
+
+    schedule: Literal["constant", "heuristic"]  # num_assistant_tokens_schedule
+    tokens: int  # num_assistant_tokens: drafted per round (the heuristic's start)
+    confidence_threshold: float = 0.0  # assistant_confidence_threshold: stop drafting below it (0: never)
+
+    def apply(self, config: GenerationConfig) -> None:
+        """Set the schedule on a draft's generation config."""
+        config.num_assistant_tokens_schedule = self.schedule
+        config.num_assistant_tokens = self.tokens
+        config.assistant_confidence_threshold = self.confidence_threshold
+
+
+@dataclass(frozen=True)
 class HFSpec(BaselineSpec):
     """HF assisted generation (``target.generate(assistant_model=draft)``) with one of its schedules."""
 
-    def assistant_settings(self) -> dict[str, Any]:
-        """The draft's ``generation_config`` settings of this schedule."""
+    def schedule(self) -> AssistantSchedule:
+        """The draft's schedule of this baseline."""
         raise NotImplementedError
 
 
@@ -36,27 +53,24 @@ class HFSpec(BaselineSpec):
 class HFConstantSpec(CountParameter, HFSpec):
     kind: ClassVar[str] = "hf-constant"
 
-    def assistant_settings(self) -> dict[str, Any]:
-        return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": self.k,
-                "assistant_confidence_threshold": 0.0}
+    def schedule(self) -> AssistantSchedule:
+        return AssistantSchedule("constant", self.k)
 
 
 @dataclass(frozen=True)
 class HFHeuristicSpec(HFSpec):
     kind: ClassVar[str] = "hf-heuristic"
 
-    def assistant_settings(self) -> dict[str, Any]:
-        return {"num_assistant_tokens_schedule": "heuristic", "num_assistant_tokens": HF_START_TOKENS,
-                "assistant_confidence_threshold": 0.0}
+    def schedule(self) -> AssistantSchedule:
+        return AssistantSchedule("heuristic", HF_START_TOKENS)
 
 
 @dataclass(frozen=True)
 class HFConfidenceSpec(ThresholdParameter, HFSpec):
     kind: ClassVar[str] = "hf-confidence"
 
-    def assistant_settings(self) -> dict[str, Any]:
-        return {"num_assistant_tokens_schedule": "constant", "num_assistant_tokens": HF_START_TOKENS,
-                "assistant_confidence_threshold": self.tau}
+    def schedule(self) -> AssistantSchedule:
+        return AssistantSchedule("constant", HF_START_TOKENS, self.tau)
 
 
 @dataclass(frozen=True)

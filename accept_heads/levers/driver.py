@@ -35,7 +35,6 @@ from decode import SpeculativeDecoder
 from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
-from decode.metadata import ArtifactMetadata
 from decode.policies import Policy
 from decode.sampling import Sampling
 from decode.stop_rules import Goodput, StopRule, Threshold
@@ -69,7 +68,7 @@ class LeverBench:
 
     def policy(self, head: AcceptanceHead, stop: str, threshold: float, recalibration: Recalibration | None,
                log: list | None = None, forecaster: Forecaster | None = None, perfect: bool = False) -> Policy:
-        k_min, k_max = ArtifactMetadata.of(head).k_range(self.job.head.k_min, self.job.head.k_max)
+        k_min, k_max = head.metadata.k_range(self.job.head.k_min, self.job.head.k_max)
         rule: StopRule = (Goodput(self.cost, k_min, k_max, companion=bool(head.config.companion_features))
                           if stop == "goodput" else Threshold(threshold, k_min, k_max))
         if perfect:
@@ -78,7 +77,7 @@ class LeverBench:
 
     def decode(self, head: AcceptanceHead, policy: Policy, prompts: PromptSet) -> PromptCosts:
         """Every prompt of ``prompts`` with ``policy`` (per-prompt seeds as the evaluation's): modelled seconds."""
-        decoder = SpeculativeDecoder(self.trio.target, self.trio.draft, rule=ArtifactMetadata.of(head).build_rule(),
+        decoder = SpeculativeDecoder(self.trio.target, self.trio.draft, rule=head.metadata.build_rule(),
                                      policy=policy, companion=self.trio.companion if policy.companion else None,
                                      sampling=self.sampling)
         generations = []
@@ -124,7 +123,7 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     with tqdm(total=len(heads) * (1 + len(tried)), desc="levers", unit="variant", dynamic_ncols=True) as bar:
         for name, head in heads.items():
             log: list = []
-            recorded = ArtifactMetadata.of(head).threshold
+            recorded = head.metadata.threshold
             lab.decode(head, lab.policy(head, "threshold", 0.5 if recorded is None else recorded, None, log), train)
             linear = {lever: fit(lever, log) for lever in LEVERS if lever in tried}
             fits[name] = {"rounds_candidates": len(log),

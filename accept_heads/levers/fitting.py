@@ -74,5 +74,5 @@ def retrain(head: AcceptanceHead, log: list[VisitedCandidate], seed: int, epochs
         if held_loss < best:
             best, state = held_loss, copy.deepcopy(model.state_dict())
     model.load_state_dict(state)
-    model.metadata = dict(head.metadata)
+    model.metadata = head.metadata
     return model.eval(), {"held_out_bce_before": before, "held_out_bce_after": best, "held_out": len(held)}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +27,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_gen.generation import Batch, teacher_forced_logits
 from data_gen.zoo.realism import RealismCheck, acceptance, auroc, greedy_oracle_gain, sample_responses, sampled_outcomes
+from decode.json_types import JSONDict
 from decode.timing import CachedForward, medians_taking_turns
 
 CHUNK = 16  # prompts per generation / scoring batch: bounds the [B, T, V] logits held at once
@@ -95,12 +95,12 @@ class PairRealism:
         """One line per figure outside its target."""
         return [f"{c.name} = {c.value}, target {c.target}" for c in self.checks(targets) if not c.ok]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """JSON-ready form, stored in ``pair.json``."""
         return {**asdict(self), "sets": [asdict(s) for s in self.sets]}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PairRealism:
+    def from_dict(cls, data: JSONDict) -> PairRealism:
         """Inverse of :meth:`to_dict`."""
         return cls(**{**data, "sets": tuple(SetFigures(**s) for s in data["sets"])})
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from data_gen.model_store import STUDENT_ROLES
+from decode.json_types import JSONDict
 
 
 @dataclass(frozen=True)
@@ -68,13 +68,13 @@ class PairRecipe:
         return getattr(self, role)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PairRecipe:
+    def from_dict(cls, data: JSONDict) -> PairRecipe:
         """Inverse of :meth:`to_dict`."""
         students = {role: StudentShape(**{**data[role], "init_from": tuple(data[role]["init_from"])})
                     for role in STUDENT_ROLES}
         return cls(**{**data, **students})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """JSON-ready form."""
         data = asdict(self)
         for role in STUDENT_ROLES:

@@ -22,7 +22,6 @@ the companion between them.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,6 +35,7 @@ from data_gen.prompts.shipped import held_out_modules
 from data_gen.seeding import prompt_seed
 from decode.costs import CostModel
 from decode.divergence import tv
+from decode.json_types import JSONDict
 from decode.rules import Speculative, sample, uniform
 from decode.sampling import Sampling
 
@@ -137,12 +137,12 @@ class Realism:
         """One line per figure outside its target or undefined (empty when the trio is realistic)."""
         return [f"{c.name} = {c.value}, target {c.target}" for c in self.checks(targets) if not c.ok]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """JSON-ready form, stored in ``zoo.json``."""
         return {"sets": [asdict(s) for s in self.sets], "held_out_loss": dict(self.held_out_loss)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Realism:
+    def from_dict(cls, data: JSONDict) -> Realism:
         """Inverse of :meth:`to_dict`."""
         return cls(tuple(SetRealism(**s) for s in data["sets"]), dict(data["held_out_loss"]))
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from data_gen.model_store import ROLES
+from decode.json_types import JSONDict
 
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 
@@ -86,12 +86,12 @@ class ZooRecipe:
         self.shape(role)  # validates the name
         return self.distil_kl_weight
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """JSON-ready form, stored in ``zoo.json``."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ZooRecipe:
+    def from_dict(cls, data: JSONDict) -> ZooRecipe:
         """Inverse of :meth:`to_dict`."""
         fields = dict(data)
         for role in ROLES:

@@ -14,27 +14,25 @@ import json
 import os
 import uuid
 import warnings
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from decode import rules
 from decode.artifacts.hub import hub_file, is_hub_id, tokenizer_hash
 from decode.artifacts.model_card import CARD_FILE, DEFAULT_FILES, is_generated, render_card
 from decode.artifacts.version import code_version
-from decode.head import AcceptanceHead, HeadConfig
+from decode.head import AcceptanceHead
+from decode.metadata import ArtifactMetadata, HeadMetadata, ProfileMetadata, from_json
 from decode.profile import SVProfile
 from decode.rules import Rule
 from decode.sampling import Sampling
 
 METADATA_KEY = "accept_heads"
-FORMAT_VERSION = 1
-#: Keys the caller must supply when saving: they describe how the training labels were made.
-REQUIRED_KEYS = ("draft", "tokenizer_hash", "rule", "sampling")
 
 
 def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -47,17 +45,16 @@ def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def artifact_files(directory: str | Path) -> dict[str, dict[str, Any]]:
+def artifact_files(directory: str | Path) -> dict[str, HeadMetadata | ProfileMetadata]:
     """The heads and SV profiles directly in ``directory`` (``*.safetensors`` written here): file name → metadata."""
     found = {}
     for path in sorted(Path(directory).glob("*.safetensors")):
         try:
             with safe_open(str(path), framework="pt") as handle:
                 doc = json.loads((handle.metadata() or {}).get(METADATA_KEY, "null"))
+            found[path.name] = from_json(doc)
         except (SafetensorError, OSError, ValueError):
             continue
-        if isinstance(doc, dict) and doc.get("kind") in DEFAULT_FILES:
-            found[path.name] = doc
     return found
 
 
@@ -91,19 +88,13 @@ def _locate(source: str | Path, kind: str, filename: str | None, revision: str |
     return path, str(path)
 
 
-def _header(kind: str, metadata: dict[str, Any], extra: dict[str, Any]) -> dict[str, str]:
-    missing = [key for key in REQUIRED_KEYS if key not in metadata]
-    if missing:
-        raise ValueError(f"{kind} metadata lacks {missing}; required keys: {', '.join(REQUIRED_KEYS)}")
-    doc = {**metadata, **extra, "kind": kind, "format_version": FORMAT_VERSION, "code_version": code_version()}
-    if isinstance(doc["rule"], Rule):
-        doc["rule"] = doc["rule"].spec()
-    if isinstance(doc["sampling"], Sampling):
-        doc["sampling"] = doc["sampling"].to_dict()
-    return {METADATA_KEY: json.dumps(doc, sort_keys=True)}
+def _header(metadata: ArtifactMetadata) -> dict[str, str]:
+    """The safetensors header: the record's document, stamped with the code writing it."""
+    stamped = replace(metadata, code_version=code_version())
+    return {METADATA_KEY: json.dumps(stamped.to_json(), sort_keys=True)}
 
 
-def _read(path: str | Path, kind: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _read(path: str | Path, kind: str) -> tuple[dict[str, torch.Tensor], HeadMetadata | ProfileMetadata]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{kind} file not found: {path}")
@@ -119,15 +110,14 @@ def _read(path: str | Path, kind: str) -> tuple[dict[str, torch.Tensor], dict[st
         doc = json.loads(header[METADATA_KEY])
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: corrupt '{METADATA_KEY}' metadata ({error})") from error
-    if doc.get("kind") != kind:
-        raise ValueError(f"{path} holds a {doc.get('kind')!r} artifact, expected {kind!r}")
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: format version {doc.get('format_version')} unsupported (this code reads {FORMAT_VERSION})")
-    return tensors, doc
+    try:
+        return tensors, from_json(doc, kind)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from error
 
 
 def check_compatibility(
-    doc: dict[str, Any],
+    metadata: ArtifactMetadata,
     source: str,
     *,
     draft: PreTrainedModel | None = None,
@@ -137,51 +127,52 @@ def check_compatibility(
 ) -> None:
     """Raise on a draft (hidden size), rule or tokenizer mismatch with an artifact's metadata; warn on a sampling
     mismatch. The one check of every door: :func:`load_head`, :func:`load_profile` and the decoders."""
-    if draft is not None and "hidden_size" in doc:
+    if draft is not None and isinstance(metadata, HeadMetadata):
         hidden = draft.config.get_text_config(decoder=True).hidden_size
-        if doc["hidden_size"] != hidden:
+        if metadata.head_config.hidden_size != hidden:
             raise ValueError(
-                f"{source} expects draft hidden size {doc['hidden_size']} (draft {doc.get('draft')!r}) but the "
-                f"given draft has {hidden}; use it with the draft it was trained on"
+                f"{source} expects draft hidden size {metadata.head_config.hidden_size} (draft {metadata.draft!r}) "
+                f"but the given draft has {hidden}; use it with the draft it was trained on"
             )
-    if rule is not None and doc.get("rule") != rule.spec():
+    if rule is not None and metadata.rule != rule.spec():
         raise ValueError(
-            f"{source} was trained for rule {doc.get('rule')} but the decoder uses {rule.spec()}; "
-            f"decode with rules.from_spec(**{doc.get('rule')}) or train on data labelled with {rule.spec()}"
+            f"{source} was trained for rule {metadata.rule} but the decoder uses {rule.spec()}; "
+            f"decode with rules.from_spec(**{metadata.rule}) or train on data labelled with {rule.spec()}"
         )
-    if tokenizer is not None and doc.get("tokenizer_hash") != tokenizer_hash(tokenizer):
+    if tokenizer is not None and metadata.tokenizer_hash != tokenizer_hash(tokenizer):
         raise ValueError(
-            f"{source} was made with tokenizer hash {doc.get('tokenizer_hash')} but the given tokenizer hashes to "
-            f"{tokenizer_hash(tokenizer)}; use the tokenizer of draft {doc.get('draft')!r}"
+            f"{source} was made with tokenizer hash {metadata.tokenizer_hash} but the given tokenizer hashes to "
+            f"{tokenizer_hash(tokenizer)}; use the tokenizer of draft {metadata.draft!r}"
         )
     if sampling is None:
         return
-    decoding = decoding_transform(doc, sampling, rule)
-    if doc.get("sampling") != decoding.to_dict():
+    decoding = decoding_transform(metadata, sampling, rule)
+    if metadata.sampling != decoding:
         warnings.warn(
-            f"{source} was fitted on data sampled under {doc.get('sampling')} but decoding generates under "
+            f"{source} was fitted on data sampled under {metadata.sampling.to_dict()} but decoding generates under "
             f"{decoding.to_dict()}; its acceptance estimates may be off",
             stacklevel=3,
         )
 
 
-def decoding_transform(doc: dict[str, Any], sampling: Sampling, rule: Rule | None) -> Sampling:
+def decoding_transform(metadata: ArtifactMetadata, sampling: Sampling, rule: Rule | None) -> Sampling:
     """The transform text is generated under when decoding with ``sampling`` and the artifact's rule
     (the greedy rule always generates greedily, whatever ``sampling`` says)."""
-    if rule is None and isinstance(doc.get("rule"), dict):
+    if rule is None:
         try:
-            rule = rules.from_spec(doc["rule"]["name"], **doc["rule"].get("params", {}))
+            rule = metadata.build_rule()
         except (KeyError, TypeError, ValueError):
             return sampling
-    return rule.transform(sampling) if rule is not None else sampling
+    return rule.transform(sampling)
 
 
-def save_head(head: AcceptanceHead, path: str | Path, metadata: dict[str, Any]) -> None:
-    """Write a head's weights and metadata (must include :data:`REQUIRED_KEYS`) to ``path``, atomically,
-    and refresh the directory's model card (:func:`write_card`)."""
-    extra = {"head_config": head.config.to_dict(), "hidden_size": head.config.hidden_size}
+def save_head(head: AcceptanceHead, path: str | Path, metadata: HeadMetadata) -> None:
+    """Write a head's weights and metadata (describing this head's config) to ``path``, atomically, and refresh
+    the directory's model card (:func:`write_card`)."""
+    if metadata.head_config != head.config:
+        raise ValueError(f"the metadata describes a head {metadata.head_config}, not this head's {head.config}")
     tensors = {name: t.detach().cpu().contiguous() for name, t in head.state_dict().items()}
-    header = _header("head", metadata, extra)
+    header = _header(metadata)
     _write_atomic(Path(path), lambda tmp: save_file(tensors, str(tmp), metadata=header))
     write_card(Path(path).parent)
 
@@ -203,24 +194,25 @@ def load_head(
     id raises :class:`decode.artifacts.hub.ModelLoadError`. The metadata is available as ``head.metadata``.
     """
     file, path = _locate(source, "head", filename, revision)
-    tensors, doc = _read(file, "head")
-    config = HeadConfig.from_dict(doc["head_config"])
-    check_compatibility(doc, f"head {path}", draft=draft, tokenizer=tokenizer, sampling=sampling, rule=rule)
+    tensors, metadata = _read(file, "head")
+    config = metadata.head_config
+    check_compatibility(metadata, f"head {path}", draft=draft, tokenizer=tokenizer, sampling=sampling, rule=rule)
     head = AcceptanceHead(config)
     try:
         head.load_state_dict(tensors)
     except RuntimeError as error:
         raise ValueError(f"head {path}: weights do not match its config {config} ({error})") from error
-    head.metadata = doc
+    head.metadata = metadata
     return head.eval()
 
 
-def save_profile(profile: SVProfile, path: str | Path, metadata: dict[str, Any]) -> None:
-    """Write an SV profile's tables and metadata (must include :data:`REQUIRED_KEYS`) to ``path``, atomically,
-    and refresh the directory's model card (:func:`write_card`)."""
-    extra = {"bins": [profile.x_edges.numel() - 1, profile.y_edges.numel() - 1]}
+def save_profile(profile: SVProfile, path: str | Path, metadata: ProfileMetadata) -> None:
+    """Write an SV profile's tables and metadata (describing this profile's bins) to ``path``, atomically, and
+    refresh the directory's model card (:func:`write_card`)."""
+    if metadata.bins != profile.bins:
+        raise ValueError(f"the metadata describes a profile of {metadata.bins} bins, not this one's {profile.bins}")
     tensors = {name: t.detach().cpu().contiguous() for name, t in profile.tensors().items()}
-    header = _header("sv_profile", metadata, extra)
+    header = _header(metadata)
     _write_atomic(Path(path), lambda tmp: save_file(tensors, str(tmp), metadata=header))
     write_card(Path(path).parent)
 
@@ -237,9 +229,9 @@ def load_profile(
     """Load a profile saved by :func:`save_profile` from a file, directory or hub id, validated like
     :func:`load_head` (``filename`` defaults to ``profile.safetensors``)."""
     file, path = _locate(source, "sv_profile", filename, revision)
-    tensors, doc = _read(file, "sv_profile")
-    check_compatibility(doc, f"profile {path}", tokenizer=tokenizer, sampling=sampling, rule=rule)
+    tensors, metadata = _read(file, "sv_profile")
+    check_compatibility(metadata, f"profile {path}", tokenizer=tokenizer, sampling=sampling, rule=rule)
     try:
-        return SVProfile(**tensors, metadata=doc)
+        return SVProfile(**tensors, metadata=metadata)
     except TypeError as error:
         raise ValueError(f"profile {path}: unexpected tensors {sorted(tensors)} ({error})") from error

@@ -127,15 +127,15 @@ class EnsembleDecoder:
             raise TypeError(f"policy must be a decode.policies.Policy, got {type(policy).__name__}")
         if policy.companion is not None or policy.needs_hindsight:
             raise ValueError(f"policy {policy!r} needs a companion or hindsight: not supported by EnsembleDecoder")
-        if isinstance(policy, Head) and policy.head.metadata:
-            doc = policy.head.metadata
+        if isinstance(policy, Head) and policy.head.metadata is not None:
+            recorded = policy.head.metadata
             rule = Ensemble.from_function(self.ensemble, len(self.models))
             if rule is None:
                 raise ValueError(
-                    f"the policy's head was trained with rule {doc.get('rule')}; {self.ensemble!r} over "
+                    f"the policy's head was trained with rule {recorded.rule}; {self.ensemble!r} over "
                     f"{len(self.models)} models has no two-model rule equivalent, so its labels do not apply"
                 )
-            check_compatibility(doc, "the policy's head", draft=self.models[0], sampling=self.sampling, rule=rule)
+            check_compatibility(recorded, "the policy's head", draft=self.models[0], sampling=self.sampling, rule=rule)
         policy.to(self.device)
         return policy
 

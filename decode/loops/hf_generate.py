@@ -48,7 +48,6 @@ from decode.loops.batched import BatchDecodeOutput
 from decode.loops.emit import OnTokens
 from decode.loops.prompt_input import id_list
 from decode.loops.speculative_decoder import SpeculativeDecoder
-from decode.metadata import ArtifactMetadata
 from decode.policies import Head, Policy
 from decode.policy_specs import PolicyInputs, SVSpec
 from decode.profile import SVProfile
@@ -98,9 +97,8 @@ def _rule(rule: Rule | None, head: AcceptanceHead | None, profile: SVProfile | N
     if rule is not None:
         return rule
     artifact = head if head is not None else profile
-    recorded = ArtifactMetadata.of(artifact).build_rule() if artifact is not None else None
-    if recorded is not None:
-        return recorded
+    if artifact is not None and artifact.metadata is not None:
+        return artifact.metadata.build_rule()
     return Greedy() if sampling.greedy else Speculative()
 
 

@@ -80,10 +80,10 @@ class SpeculativeDecoder:
 
     def _check_artifacts(self) -> None:
         """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
-        if isinstance(self.policy, Head) and self.policy.head is not None and self.policy.head.metadata:
+        if isinstance(self.policy, Head) and self.policy.head is not None and self.policy.head.metadata is not None:
             check_compatibility(self.policy.head.metadata, "the policy's head", draft=self.draft,
                                 sampling=self.sampling, rule=self.rule)
-        if isinstance(self.policy, SV) and self.policy.profile.metadata:
+        if isinstance(self.policy, SV) and self.policy.profile.metadata is not None:
             check_compatibility(self.policy.profile.metadata, "the SV profile", sampling=self.sampling, rule=self.rule)
 
     @classmethod

@@ -25,7 +25,7 @@ def test_ddp_on_two_cpu_processes(train_overrides, tmp_path, repo_root):
           "trainer.accelerator=cpu", "trainer.devices=2", "trainer.fast_dev_run=true", "trainer.num_workers=0",
           "evaluate.prompts={dev: 1, test: 1, ood: 1}", "evaluate.max_new_tokens=4"], repo_root)
     head = load_head(tmp_path / "tiny" / "heads" / "head.safetensors")
-    assert head.metadata["dev_metrics"]["val/binary_kl"] > 0
+    assert head.metadata.dev_metrics["val/binary_kl"] > 0
 
 
 def test_multirun_sweep_exports_one_head_per_job(train_overrides, tmp_path, repo_root):
@@ -37,7 +37,7 @@ def test_multirun_sweep_exports_one_head_per_job(train_overrides, tmp_path, repo
     settings = set()
     for path in exports:
         head = load_head(path)
-        config = head.metadata["train_config"]
+        config = head.metadata.train_config
         assert head.config.depth == config["head"]["depth"] and config["head"]["name"] == path.parent.name
         settings.add((config["head"]["depth"], config["loss"]["w_rej"]))
     assert settings == {(1, 1.0), (1, 6.0), (2, 1.0), (2, 6.0)}

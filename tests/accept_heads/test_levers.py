@@ -25,6 +25,7 @@ from ahconf.schema import LEVER_NAMES
 from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, policies, rules
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES
+from decode.metadata import HeadMetadata
 from decode.policies import Head
 from decode.stop_rules import Goodput, Threshold
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
@@ -75,7 +76,8 @@ def test_decode_time_features_are_found_when_they_matter_and_not_in_noise():
 
 def test_retraining_on_visited_candidates_learns_what_they_show_and_keeps_the_head_otherwise():
     head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1, timing="post"))
-    head.metadata = {"rule": "speculative"}
+    head.metadata = HeadMetadata(draft="draft", tokenizer_hash="x", rule=rules.Speculative().spec(),
+                                 sampling=Sampling(), head_config=head.config)
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(2000, 8, generator=generator)
     direction = torch.randn(8, generator=generator)

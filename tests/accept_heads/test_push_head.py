@@ -13,10 +13,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from accept_heads.export import common_metadata, head_metadata
 from accept_heads.push_head import main
-from accept_heads.threshold import Calibration, SweepRow
+from accept_heads.threshold import Calibration
 from data_gen.manifest import MANIFEST_VERSION, CollectionManifest
 from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, load_head, policies, rules, save_head
 from decode.artifacts.model_card import MARKER
+from decode.metadata import SweepRow
 
 SENT = ["README.md", "custom_generate/generate.py", "custom_generate/requirements.txt", "head.safetensors"]
 
@@ -50,10 +51,11 @@ def export_dir(tmp_path, make_config) -> Path:
     common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
     rows = [SweepRow(0.2, 64, 40, 30, 6, 2.13, 30.0), SweepRow(0.4, 64, 48, 26, 10, 1.91, 33.5)]
     calibration = Calibration(rows, 0.4, {"count": 2, "prompt_ids": ["a", "b"]}, 8)
-    meta = head_metadata(common, config.train_job(), {"val/binary_kl": 0.25, "val/auroc": 0.8}, calibration)
+    head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1))
+    meta = head_metadata(common, config.train_job(), head.config, {"val/binary_kl": 0.25, "val/auroc": 0.8}, calibration)
     directory = tmp_path / "export"
     directory.mkdir()
-    save_head(AcceptanceHead(HeadConfig(hidden_size=8, depth=1)), directory / "head.safetensors", meta)
+    save_head(head, directory / "head.safetensors", meta)
     (directory / "notes.txt").write_text("local only\n")
     return directory
 
@@ -151,8 +153,9 @@ def test_an_undefined_dev_auroc_reads_undefined_in_the_card(tmp_path, make_confi
     config = make_config()
     manifest = micro_manifest(splits={})
     common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
-    meta = head_metadata(common, config.train_job(), {"val/binary_kl": 0.0, "val/auroc": None}, None)
-    save_head(AcceptanceHead(HeadConfig(hidden_size=8, depth=1)), tmp_path / "head.safetensors", meta)
+    head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1))
+    meta = head_metadata(common, config.train_job(), head.config, {"val/binary_kl": 0.0, "val/auroc": None}, None)
+    save_head(head, tmp_path / "head.safetensors", meta)
     card = (tmp_path / "README.md").read_text()
     assert "| `val/auroc` | undefined (one class) |" in card and "| `val/auroc` | 0" not in card
 
@@ -185,10 +188,10 @@ def test_a_head_pushed_to_a_folder_decodes_through_generate(export_dir, tmp_path
                           custom_generate=str(folder), trust_remote_code=True, streamer=Recorder(), do_sample=False,
                           max_new_tokens=12, pad_token_id=0)
     head = load_head(folder)
-    doc = head.metadata
-    assert doc["threshold"] == 0.4
+    recorded = head.metadata
+    assert recorded.threshold == 0.4
     policy = policies.Head(head)  # at the h and K range it records, as the generate door decodes it
-    assert (policy.threshold, policy.k_min, policy.k_max) == (0.4, doc["k_min"], doc["k_max"])
+    assert (policy.threshold, policy.k_min, policy.k_max) == (0.4, recorded.k_min, recorded.k_max)
     expected = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policy, sampling=Sampling(temperature=0.0),
                                   eos_token_id=None).generate(ids, max_new_tokens=12).sequences
     assert torch.equal(got, expected)

@@ -39,9 +39,10 @@ def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micr
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
     meta = head.metadata
-    assert meta["threshold"] == result.calibration.threshold and meta["rule"] == {"name": "speculative", "params": {}}
-    assert meta["hidden_size"] == 32 and len(meta["training_data"]["manifest_sha256"]) == 64
-    assert meta["dev_metrics"]["val/auroc"] == pytest.approx(result.dev_metrics["val/auroc"])
+    assert meta.threshold == result.calibration.threshold and meta.rule == {"name": "speculative", "params": {}}
+    assert meta.head_config.hidden_size == 32 and len(meta.training_data.manifest_sha256) == 64
+    assert meta.dev_metrics["val/auroc"] == pytest.approx(result.dev_metrics["val/auroc"])
+    assert meta.calibration.table == tuple(result.calibration.rows) and meta.calibration.prompt_set["count"] > 0
 
     run = prepare_head_run(config.train_job())  # a fresh module, weights from the best checkpoint
     load_head_weights(run.head, result.best_checkpoint)
@@ -54,7 +55,7 @@ def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micr
         exported = head(hidden, features)
     assert logits.numel() > 0
     # trained with w_rej = 3: the export adds the prior shift log 3, so it predicts acceptance probabilities
-    assert "log(w_rej / w_acc) = 1.0986" in meta["probability"]
+    assert "log(w_rej / w_acc) = 1.0986" in meta.probability
     torch.testing.assert_close(torch.sigmoid(exported), torch.sigmoid(logits + math.log(3)), atol=1e-6, rtol=0)
 
 
@@ -92,7 +93,7 @@ def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config
     result = train(config.train_job())
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
-    assert head.config.timing == "post" and head.metadata["train_config"]["head"]["mixing_r"] == 0.5
+    assert head.config.timing == "post" and head.metadata.mixing_r == 0.5
     run = prepare_head_run(config.train_job())
     load_head_weights(run.head, result.best_checkpoint)
     batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
@@ -167,12 +168,12 @@ def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, t
     # t_t(B, T) measured with it: B = 1, 2 rows x 1..k_max + 1 tokens, non-decreasing in both
     assert profile.batch_sizes.tolist() == [1, 2] and tuple(profile.batch_latency_table.shape) == (2, 4)
     assert (profile.batch_latency_table.diff(dim=1) >= 0).all() and (profile.batch_latency_table.diff(dim=0) >= 0).all()
-    assert profile.metadata["latency_batches"] == [2, 1]
-    assert profile.metadata["training_data"]["data_dir"] == str(data_dir.resolve())
-    assert profile.counts.sum() == profile.metadata["training_data"]["positions"]["train"]
+    assert profile.metadata.latency_batches == (2, 1) and profile.metadata.bins == result.bins
+    assert profile.metadata.training_data.data_dir == str(data_dir.resolve())
+    assert profile.counts.sum() == profile.metadata.training_data.positions["train"]
     dev = result.information["dev"]
-    assert dev["h_a"] > 0 and 0 <= dev["h_a_given_xy"] <= dev["h_a"] + 1e-9
-    assert profile.metadata["information"]["dev"]["gain"] == pytest.approx(dev["gain"])
+    assert dev.h_a > 0 and 0 <= dev.h_a_given_xy <= dev.h_a + 1e-9
+    assert profile.metadata.information["dev"] == dev
     assert 1 <= profile.verification_length(torch.tensor([0.9, 0.9, 0.1]), torch.tensor([1.0, 1.0, 0.1])) <= 3
 
 
@@ -182,7 +183,7 @@ def test_sv_profile_for_the_greedy_rule_bins_the_greedy_indicators(make_config, 
                          "head.rule=greedy", "head.x_bins=4", "head.y_bins=3", "head.min_bin_count=4", "head.k_max=2",
                          "head.latency_repeats=1")
     profile = load_profile(train(config.train_job()).profile_path)
-    assert profile.metadata["rule"] == {"name": "greedy", "params": {}}
+    assert profile.metadata.rule == {"name": "greedy", "params": {}}
     table = load_split(data_dir, "train")
 
     def edges(column: str, bins: int) -> torch.Tensor:

@@ -14,7 +14,14 @@ from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain,
 from accept_heads.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
 from accept_heads.selection import best_value
 from accept_heads.train import head_architecture
-from accept_heads.training_data import collate_sequences, load_positions, loss_everywhere, mix_batch, mixing_mask
+from accept_heads.training_data import (
+    SequenceItem,
+    collate_sequences,
+    load_positions,
+    loss_everywhere,
+    mix_batch,
+    mixing_mask,
+)
 from ahconf.schema import ConfigError, LoggerConfig
 from data_gen.collect import features_for
 from data_gen.schedule import warmup_cosine
@@ -97,9 +104,9 @@ def test_token_mixing_is_seeded_and_keeps_about_r_target_tokens():
 
 def test_mix_batch_puts_candidates_exactly_at_loss_positions():
     items = [
-        {"row": row, "prompt": np.array([1, 2, 3][: row + 1]), "response": np.arange(100, 100 + n),
-         "candidate": np.arange(200, 200 + n), "label": np.full(n, 0.5, dtype=np.float32),
-         "outcome": np.ones(n, dtype=np.float32), "companion": None}
+        SequenceItem(row=row, prompt=np.array([1, 2, 3][: row + 1]), response=np.arange(100, 100 + n),
+                 candidate=np.arange(200, 200 + n), label=np.full(n, 0.5, dtype=np.float32),
+                 outcome=np.ones(n, dtype=np.float32), companion=None)
         for row, n in ((0, 50), (1, 30))
     ]
     batch = mix_batch(collate_sequences(items), r=0.3, seed=0, split="dev", epoch=0)
@@ -152,12 +159,12 @@ def test_information_gain_is_h_a_when_x_determines_a_and_zero_when_independent()
     generator = torch.Generator().manual_seed(0)
     centres = (torch.randint(0, 10, (50000,), generator=generator).double() + 0.5) / 10
     determined = information_gain(_joint(centres, centres))
-    assert determined["h_a"] == pytest.approx(math.log2(10), abs=0.01)
-    assert determined["gain_plugin"] == pytest.approx(determined["h_a"], abs=1e-9)
-    assert determined["gain"] == pytest.approx(determined["h_a"], abs=0.005)  # less the null's ~0.001 bits
-    assert determined["gain_fraction"] == pytest.approx(1.0, abs=0.002)
+    assert determined.h_a == pytest.approx(math.log2(10), abs=0.01)
+    assert determined.gain_plugin == pytest.approx(determined.h_a, abs=1e-9)
+    assert determined.gain == pytest.approx(determined.h_a, abs=0.005)  # less the null's ~0.001 bits
+    assert determined.gain_fraction == pytest.approx(1.0, abs=0.002)
     independent = information_gain(_joint(centres, torch.rand(50000, generator=generator, dtype=torch.float64)))
-    assert independent["gain"] == pytest.approx(0.0, abs=0.01)
+    assert independent.gain == pytest.approx(0.0, abs=0.01)
 
 
 def test_equal_frequency_edges_merge_point_masses():
@@ -242,11 +249,11 @@ def test_information_gain_is_corrected_for_the_plug_in_bias():
     shuffle-corrected gain is within 3 sd of its null spread (~0.65 % of H(A)) of zero. With dependence it keeps
     most of the true gain (19.6 % of H(A), from 200,000 positions) at the demo's dev size."""
     independent = information_gain(_profile_joint(2000, 0.0, seed=1))
-    assert independent["gain_plugin"] / independent["h_a"] > 0.15  # the bias being corrected
-    assert abs(independent["gain_fraction"]) < 0.02
-    assert independent["h_a_given_xy"] == pytest.approx(independent["h_a"] - independent["gain"])
+    assert independent.gain_plugin / independent.h_a > 0.15  # the bias being corrected
+    assert abs(independent.gain_fraction) < 0.02
+    assert independent.h_a_given_xy == pytest.approx(independent.h_a - independent.gain)
     large = information_gain(_profile_joint(200_000, 0.5, seed=2))
-    truth = large["gain_plugin"] / large["h_a"]
+    truth = large.gain_plugin / large.h_a
     dependent = information_gain(_profile_joint(10_600, 0.5, seed=3))
     assert truth == pytest.approx(0.196, abs=0.01)
-    assert 0.8 * truth < dependent["gain_fraction"] < dependent["gain_plugin"] / dependent["h_a"]
+    assert 0.8 * truth < dependent.gain_fraction < dependent.gain_plugin / dependent.h_a

@@ -405,4 +405,4 @@ def test_a_qwen2_trio_collects_and_trains_a_head(micro_trio, tmp_path):
     draft = load_causal_lm(str(paths["draft"]), dtype="float32")
     assert isinstance(draft, Qwen2ForCausalLM)
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(paths["draft"])))
-    assert head.metadata["hidden_size"] == 32
+    assert head.metadata.head_config.hidden_size == 32

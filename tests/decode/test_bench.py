@@ -12,6 +12,7 @@ from benchmarks import ensemble as bench_ensemble
 from data_gen.zoo.paths import ENV_VAR, METADATA_FILE
 from decode.artifacts.serialization import save_head, save_profile
 from decode.head import AcceptanceHead, HeadConfig
+from decode.metadata import HeadMetadata, ProfileMetadata
 from decode.profile import SVProfile
 from decode.rules import Speculative
 from decode.sampling import Sampling
@@ -72,9 +73,10 @@ def saved_pair(tmp_path, make_lm) -> list[str]:
     make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "target")
     make_lm(64, seed=32).save_pretrained(tmp_path / "draft")
     torch.manual_seed(0)
-    metadata = {"draft": "draft", "tokenizer_hash": "none", "rule": Speculative(), "sampling": Sampling(),
-                "threshold": 0.5}  # the h it records: the benchmarks' default
-    save_head(AcceptanceHead(HeadConfig(16, depth=1, timing="post")), tmp_path / "head.safetensors", metadata)
+    head = AcceptanceHead(HeadConfig(16, depth=1, timing="post"))
+    metadata = HeadMetadata(draft="draft", tokenizer_hash="none", rule=Speculative().spec(), sampling=Sampling(),
+                            head_config=head.config, threshold=0.5)  # the h it records: the benchmarks' default
+    save_head(head, tmp_path / "head.safetensors", metadata)
     return ["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
             "--head", str(tmp_path / "head.safetensors"), "--device", "cpu", "--max-new-tokens", "6"]
 
@@ -115,7 +117,8 @@ def test_bench_goodput_prices_sv_with_the_companions_measured_costs(saved_pair, 
     profile = SVProfile(x_edges=torch.tensor([0.0, 0.5, 1.0]), y_edges=torch.tensor([0.0, 0.5, 1.0]),
                         table=torch.tensor([[0.2, 0.6], [0.5, 0.9]]), counts=torch.ones(2, 2),
                         latency=torch.tensor([1.0, 1.1, 1.2, 1.3]))
-    metadata = {"draft": "draft", "tokenizer_hash": "none", "rule": Speculative(), "sampling": Sampling(), "k_max": 4}
+    metadata = ProfileMetadata(draft="draft", tokenizer_hash="none", rule=Speculative().spec(), sampling=Sampling(),
+                               bins=profile.bins, k_max=4)
     save_profile(profile, tmp_path / "profile.safetensors", metadata)
     rows = bench.main([*saved_pair, "--batch-sizes", "1", "3", "--goodput", "--k-grid", "2",
                        "--profile", str(tmp_path / "profile.safetensors"), "--companion", str(tmp_path / "companion")])

@@ -20,6 +20,7 @@ from decode.artifacts.serialization import load_head, save_head
 from decode.ensemble import decoder as ensemble_module
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.loops.runner import ModelRunner
+from decode.metadata import HeadMetadata
 
 N_ENSEMBLE = 500
 WIDE_PROMPT = torch.tensor([[3, 17, 42]])
@@ -245,8 +246,9 @@ def test_seeded_determinism(wide):
 def test_head_metadata_is_checked(wide, tmp_path):
     path = tmp_path / "head.safetensors"
     rule = rules.Ensemble("weighted", weight=0.3)
-    metadata = {"draft": "micro", "tokenizer_hash": "x", "rule": rule, "sampling": Sampling()}
-    save_head(random_head(wide, "post"), path, metadata)
+    head = random_head(wide, "post")
+    save_head(head, path, HeadMetadata(draft="micro", tokenizer_hash="x", rule=rule.spec(), sampling=Sampling(),
+                                       head_config=head.config))
     head = policies.Head(load_head(path, rule=rule), threshold=0.5)
     decoder = EnsembleDecoder(members(wide, 2), rule, mode="sd", policy=head, eos_token_id=None)
     assert decoder.generate(WIDE_PROMPT, 12).stats.generated == 12

@@ -11,6 +11,7 @@ from transformers.generation.stopping_criteria import StoppingCriteria, Stopping
 from transformers.generation.streamers import BaseStreamer
 
 from decode import Sampling, SpeculativeDecoder, SpeculativeGenerateOutput, policies, rules, speculative_generate
+from decode.metadata import HeadMetadata
 
 WIDE_PROMPT = torch.tensor([[5, 17, 42, 8, 77]])
 
@@ -56,8 +57,9 @@ def test_greedy_through_generate_equals_our_decoder_for_one_prompt(wide):
 
 def test_a_head_given_alone_stops_at_the_h_and_k_range_it_records(wide):
     head = random_head(wide, "post")
-    head.metadata = {"rule": rules.Greedy().spec(), "sampling": Sampling(temperature=0.0).to_dict(), "threshold": 0.66,
-                     "k_min": 1, "k_max": 6}
+    head.metadata = HeadMetadata(draft="draft", tokenizer_hash="x", rule=rules.Greedy().spec(),
+                                 sampling=Sampling(temperature=0.0), head_config=head.config, threshold=0.66, k_min=1,
+                                 k_max=6)
 
     def calls(policy: policies.Policy) -> tuple[int, int]:
         stats = ours(wide, policy).generate(WIDE_PROMPT, max_new_tokens=24).stats

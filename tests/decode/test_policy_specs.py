@@ -11,6 +11,7 @@ import torch
 from decode import AcceptanceHead, HeadConfig, SVProfile, policies
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES
+from decode.metadata import HeadMetadata
 from decode.policy_specs import (
     POLICY_SPECS,
     ConfidenceSpec,
@@ -27,6 +28,8 @@ from decode.policy_specs import (
     policy_spec,
     register_policy,
 )
+from decode.rules import Speculative
+from decode.sampling import Sampling
 
 SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
          SVSpec("profile"), SVSpec("profile", k=3), PerfectHeadSpec(0.7), PerfectGoodputSpec(), OracleSpec()]
@@ -35,7 +38,8 @@ SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), HeadSpec("pre", 0.8
 @pytest.fixture()
 def inputs() -> PolicyInputs:
     head = AcceptanceHead(HeadConfig(8, depth=1, timing="pre", features=PRE_FEATURES))
-    head.metadata = {"k_min": 2, "k_max": 12}
+    head.metadata = HeadMetadata(draft="draft", tokenizer_hash="x", rule=Speculative().spec(), sampling=Sampling(),
+                                 head_config=head.config, k_min=2, k_max=12)
     profile = SVProfile(x_edges=torch.tensor([0.0, 1.0]), y_edges=torch.tensor([0.0, 1.0]), table=torch.ones(1, 1),
                         counts=torch.ones(1, 1), latency=torch.ones(6))
     return PolicyInputs(heads={"pre": head}, profiles={"profile": profile},

@@ -1,0 +1,65 @@
+"""The shape and input contract of a SpecDec++ acceptance head (DESIGN §2), and the features it may read."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from decode.json_types import JSONDict
+
+Timing = Literal["post", "pre"]
+
+#: Scalar features of the sampled candidate, available to a ``pre`` head without a draft call.
+PRE_FEATURES: tuple[str, ...] = ("log_q", "entropy", "top_prob")
+#: Companion SV indicators (DESIGN §3), optional extra features of a ``pre`` head.
+COMPANION_FEATURES: tuple[str, ...] = ("companion_x", "companion_y")
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Shape and input contract of an :class:`AcceptanceHead`.
+
+    ``timing="post"``: input is the draft's final hidden state of the forward that consumed
+    ``y_i``. ``timing="pre"``: input is the hidden state that produced ``q_i`` concatenated with
+    ``features`` of the sampled ``y_i`` (plus the companion's ``X_i, Y_i`` when
+    ``companion_features``).
+    """
+
+    hidden_size: int
+    depth: int = 3
+    timing: Timing = "post"
+    features: tuple[str, ...] = field(default=())
+    companion_features: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timing not in ("post", "pre"):
+            raise ValueError(f"timing must be 'post' or 'pre', got {self.timing!r}")
+        if self.depth < 0 or self.hidden_size < 1:
+            raise ValueError(f"need depth >= 0 and hidden_size >= 1, got {self.depth}, {self.hidden_size}")
+        object.__setattr__(self, "features", tuple(self.features))
+        if self.timing == "post" and (self.features or self.companion_features):
+            raise ValueError("a 'post' head takes only the hidden state: no features, no companion features")
+        unknown = set(self.features) - set(PRE_FEATURES)
+        if unknown:
+            raise ValueError(f"unknown head features {sorted(unknown)}; valid: {', '.join(PRE_FEATURES)}")
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """All scalar features in input order."""
+        return self.features + (COMPANION_FEATURES if self.companion_features else ())
+
+    @property
+    def input_size(self) -> int:
+        """Width of the blocks: hidden size plus the number of scalar features."""
+        return self.hidden_size + len(self.feature_names)
+
+    def to_dict(self) -> JSONDict:
+        """JSON-ready form (tuples become lists)."""
+        data = asdict(self)
+        data["features"] = list(self.features)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: JSONDict) -> HeadConfig:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{**data, "features": tuple(data.get("features", ()))})
