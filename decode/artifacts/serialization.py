@@ -166,15 +166,20 @@ def decoding_transform(metadata: ArtifactMetadata, sampling: Sampling, rule: Rul
     return rule.transform(sampling)
 
 
+def _save(tensors: dict[str, torch.Tensor], path: str | Path, metadata: ArtifactMetadata) -> None:
+    """Write ``tensors`` with ``metadata`` in the header to ``path`` atomically; refresh the model card."""
+    cpu = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
+    header = _header(metadata)
+    _write_atomic(Path(path), lambda tmp: save_file(cpu, str(tmp), metadata=header))
+    write_card(Path(path).parent)
+
+
 def save_head(head: AcceptanceHead, path: str | Path, metadata: HeadMetadata) -> None:
     """Write a head's weights and metadata (describing this head's config) to ``path``, atomically, and refresh
     the directory's model card (:func:`write_card`)."""
     if metadata.head_config != head.config:
         raise ValueError(f"the metadata describes a head {metadata.head_config}, not this head's {head.config}")
-    tensors = {name: t.detach().cpu().contiguous() for name, t in head.state_dict().items()}
-    header = _header(metadata)
-    _write_atomic(Path(path), lambda tmp: save_file(tensors, str(tmp), metadata=header))
-    write_card(Path(path).parent)
+    _save(head.state_dict(), path, metadata)
 
 
 def load_head(
@@ -211,10 +216,7 @@ def save_profile(profile: SVProfile, path: str | Path, metadata: ProfileMetadata
     refresh the directory's model card (:func:`write_card`)."""
     if metadata.bins != profile.bins:
         raise ValueError(f"the metadata describes a profile of {metadata.bins} bins, not this one's {profile.bins}")
-    tensors = {name: t.detach().cpu().contiguous() for name, t in profile.tensors().items()}
-    header = _header(metadata)
-    _write_atomic(Path(path), lambda tmp: save_file(tensors, str(tmp), metadata=header))
-    write_card(Path(path).parent)
+    _save(profile.tensors(), path, metadata)
 
 
 def load_profile(
