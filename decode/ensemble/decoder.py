@@ -149,7 +149,7 @@ class EnsembleDecoder:
         start = time.perf_counter()
         generator = torch.Generator(device=self.device).manual_seed(seed)
         if self.mode == "sd":
-            stats, length = self._rounds(tokens, n, max_new_tokens, generator)
+            stats, length = self._decode_sd(tokens, n, max_new_tokens, generator)
         else:
             runners = [ModelRunner(m, self.vocab) for m in self.models]
             engine = _Alternation(self, tokens, n, n + max_new_tokens, generator, runners)
@@ -161,7 +161,7 @@ class EnsembleDecoder:
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return EnsembleOutput(sequences=sequences, stats=stats, text=text)
 
-    def _rounds(self, tokens: Tensor, n: int, max_new_tokens: int, generator: Generator) -> tuple[EnsembleStats, int]:
+    def _decode_sd(self, tokens: Tensor, n: int, max_new_tokens: int, generator: Generator) -> tuple[EnsembleStats, int]:
         """The ``sd`` mode: the round loop with ``models[0]`` as the draft and the other members as the target."""
         policy = self.policy
         policy.reset()
