@@ -161,11 +161,11 @@ class EnsembleDecoder:
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return EnsembleOutput(sequences=sequences, stats=stats, text=text)
 
-    def _decode_sd(self, tokens: Tensor, n: int, max_new_tokens: int, generator: Generator) -> tuple[EnsembleStats, int]:
+    def _decode_sd(self, tokens: Tensor, n: int, budget: int, generator: Generator) -> tuple[EnsembleStats, int]:
         """The ``sd`` mode: the round loop with ``models[0]`` as the draft and the other members as the target."""
         policy = self.policy
         policy.reset()
-        row = Row(0, policy, generator, max_new_tokens, n)
+        row = Row(0, policy, generator, budget, n)
         draft = OneRow(ModelRunner(self.models[0], self.vocab, capture_hidden=policy.needs_hidden))
         members = Members([ModelRunner(m, self.vocab) for m in self.models[1:]])
         try:

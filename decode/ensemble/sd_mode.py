@@ -21,7 +21,7 @@ from decode.sampling import Sampling
 
 
 class MemberEnsemble(Rule):
-    """Verification against ``r = fn(q, p_2, …, p_n)``; ``p_logits`` hold the other members' logits ``[..., n − 1, V]``.
+    """Verification against ``r = fn(q, p_2, …, p_n)``; ``p_logits``: the other members' logits ``[..., n − 1, V]``.
 
     Not a registered rule: collection labels the two-model :class:`~decode.rules.Ensemble`, which this equals for
     two members up to when the bonus is drawn (there a tentative ``b ~ p``, here ``r`` once the proposer has scored).
