@@ -17,16 +17,17 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from data_gen.install import directory_lock, replace_dir, staging_dir, write_json
 from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import ModelLoadError
+from decode.json_types import JSONDict
 
 ROLES: tuple[str, ...] = ("target", "draft", "companion")
 STUDENT_ROLES: tuple[str, ...] = ("draft", "companion")  # the models a project builds on its target
 
-Record = dict[str, Any]
+Record = JSONDict  # a JSON document read from or written to disk
 Installed = TypeVar("Installed", bound="InstalledModels")
 
 

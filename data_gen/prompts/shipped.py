@@ -14,10 +14,10 @@ import json
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from data_gen.install import replace_dir, staging_dir, write_json
 from data_gen.prompts.types import PromptSourceError
+from decode.json_types import JSONDict
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 MANIFEST = "manifest.json"
@@ -25,7 +25,7 @@ HELD_OUT_FILE = "held-out-dev.jsonl.gz"  # the dev split's modules: the zoo's he
 REBUILD_COMMAND = "python -m data_gen.prompts --rebuild"
 _RESTORE = "restore it from the repository (git checkout -- data_gen/prompts/data) or reinstall accept-heads"
 
-Record = dict[str, Any]
+Record = JSONDict  # a JSON document read from or written to disk
 
 
 def prompt_set_file(split: str, style: str) -> str:

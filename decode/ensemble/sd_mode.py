@@ -29,7 +29,6 @@ class MemberEnsemble(Rule):
 
     name: ClassVar[str] = "member-ensemble"
     lossless = True
-    label_kinds = ()
     member_draft = True
 
     def __init__(self, fn: EnsembleFn) -> None:
