@@ -144,7 +144,6 @@ class RoundLoop:
         self.tokens, self.rows, self.runners, self.emit = tokens, rows, runners, emit
         policy = rows[0].policy
         self.companion_use, self.capture = policy.companion, policy.needs_hidden
-        self.draft_eos = rule.member_draft  # stop drafting at an EOS candidate under any policy
         for row in rows:
             row.done = row.budget <= 0
             row.valid = row.cur - 1
@@ -233,7 +232,7 @@ class RoundLoop:
                                           rule.expected_accept(p, q, self.sampling)]).tolist()
             hindsight = Hindsight(accept, expected, uniform((), row.generator, target))
         state.draw(y, companion, hindsight)
-        if not policy.dynamic and not self.draft_eos:
+        if not policy.dynamic and not rule.member_draft:  # a member draft stops at an EOS candidate under any policy
             return Decision.CONTINUE
         decision = policy.after_propose(state) if policy.dynamic else Decision.CONTINUE
         if decision is Decision.CONTINUE and self.eos and int(y) in self.eos:  # no host sync without EOS ids
@@ -341,6 +340,7 @@ class RoundLoop:
             q = q if q is not None else p.new_empty((0, p.shape[-1]))
             results.append(self.rule.verify(p, q, tokens[row.index, row.cur: row.cur + verify], self.sampling,
                                             row.generator, row.state.draws(verify)))
+        # two values per row, n_acc and the token; a member draft's token not drawn yet: a stand-in, never read
         heads = [t.view(1) if t is not None else n_acc.view(1) for n_acc, token in results for t in (n_acc, token)]
         values = torch.cat(heads + [tokens[row.index, row.cur: row.cur + v] for row, v in zip(rows, lengths)]).tolist()
         offset, accepted = 2 * len(rows), []
