@@ -19,9 +19,21 @@ from torch import nn
 
 @cache
 def cache_keyword(model_class: type[nn.Module]) -> str:
-    """``cache`` if ``model_class.forward`` takes it, else ``past_key_values``."""
-    parameters = inspect.signature(model_class.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
+    """``cache`` if ``model_class.forward`` takes it, else ``past_key_values``.
+
+    A forward that passes its keyword arguments on (``**kwargs``, e.g. :class:`decode.feature_draft`'s) names
+    neither: the first class up the MRO whose forward names one decides.
+    """
+    for cls in model_class.__mro__:
+        forward = cls.__dict__.get("forward")
+        if forward is None:
+            continue
+        parameters = inspect.signature(forward).parameters
+        if "cache" in parameters:
+            return "cache"
+        if "past_key_values" in parameters:
+            return "past_key_values"
+    return "past_key_values"
 
 
 def cache_kwargs(model: nn.Module, kv_cache: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from decode.cache_api import cache_kwargs, drop_last
+from decode.loops.feature_feed import FeatureTape
 from decode.loops.runner import RunnerBase
 
 Layout = Literal["holes", "compact"]
@@ -43,15 +44,17 @@ class BatchRunner(RunnerBase):
     ``row_calls[r]`` the forwards that fed buffer row ``r`` at least one token (what a batch-1
     decode of that row would have made). With ``capture_hidden``
     the final hidden states of the kept positions (the LM head's input) are recorded in
-    :attr:`hidden` ``[rows, keep, H]``.
+    :attr:`hidden` ``[rows, keep, H]``. With a ``tape`` (the target of a feature draft) every forward writes the
+    features of the positions it read, and a rollback trims it (:mod:`decode.loops.feature_feed`).
     """
 
     def __init__(
-        self, model: PreTrainedModel, vocab: int, rows: int, layout: Layout = "holes", capture_hidden: bool = False
+        self, model: PreTrainedModel, vocab: int, rows: int, layout: Layout = "holes", capture_hidden: bool = False,
+        tape: FeatureTape | None = None,
     ) -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"unknown cache layout {layout!r}; valid: {', '.join(LAYOUTS)}")
-        self.model, self.vocab, self.layout = model, vocab, layout
+        self.model, self.vocab, self.layout, self.tape = model, vocab, layout, tape
         self.cache = DynamicCache(config=model.config)
         if any(type(layer) is not DynamicLayer for layer in self.cache.layers):
             layers = sorted({type(layer).__name__ for layer in self.cache.layers})
@@ -88,12 +91,18 @@ class BatchRunner(RunnerBase):
         """Number of cache columns."""
         return self.mask.shape[1]
 
-    def feed(self, tokens: Tensor, ends: dict[int, int], keep: int) -> dict[int, Tensor]:
+    def consumed_of(self, row: int) -> int:
+        """Tokens of buffer row ``row`` in the cache."""
+        return self.consumed[self.rows.index(row)]
+
+    def feed(self, tokens: Tensor, ends: dict[int, int], keep: int, inputs: Tensor | None = None
+             ) -> dict[int, Tensor]:
         """Run ``tokens[r, consumed_r : ends[r]]`` for the rows in ``ends`` (others get masked columns only).
 
         Returns, per fed row, float logits ``[keep, vocab]`` of its last ``keep`` tokens (a row fed
         fewer than ``keep`` tokens gets padding columns' logits first: callers keep ``keep`` within
-        what every fed row was fed, or read only its last ones).
+        what every fed row was fed, or read only its last ones). ``inputs [rows, length, H]``: the feature
+        each buffer position reads, for a feature draft.
         """
         index = {row: b for b, row in enumerate(self.rows)}
         counts = [0] * len(self.rows)
@@ -108,6 +117,9 @@ class BatchRunner(RunnerBase):
         new_mask = j[None, :] >= pad[:, None]
         row_ids = torch.tensor(self.rows, device=tokens.device)
         input_ids = tokens[row_ids[:, None], positions.to(tokens.device)].to(device)
+        extra = {} if inputs is None else {"features": inputs[row_ids[:, None].to(inputs.device), positions]}
+        if self.tape is not None:
+            extra["output_hidden_states"] = True
         self.mask = torch.cat([self.mask, new_mask], dim=1)
         out = self.model(
             input_ids=input_ids,
@@ -115,13 +127,17 @@ class BatchRunner(RunnerBase):
             position_ids=positions,
             **cache_kwargs(self.model, self.cache),
             logits_to_keep=keep,
+            **extra,
         )
+        features = self.tape.fused(out.hidden_states) if self.tape is not None else None
         self.calls += 1
         self.shapes.append((len(self.rows), w))
         logits = out.logits[..., : self.vocab].float()
         result: dict[int, Tensor] = {}
         for row in ends:
             b = index[row]
+            if features is not None and counts[b]:
+                self.tape.write(row, self.consumed[b], features[b, w - counts[b]:])
             self.consumed[b] += counts[b]
             if counts[b]:
                 self.row_calls[row] += 1
@@ -138,6 +154,8 @@ class BatchRunner(RunnerBase):
         for b, row in enumerate(self.rows):
             if row in lengths:
                 keep[b] = min(keep[b], lengths[row])
+                if self.tape is not None:
+                    self.tape.truncate(row, keep[b])
         if keep != self.consumed:
             limit = torch.tensor(keep, device=self.device)[:, None]
             self.mask &= self.mask.cumsum(1) <= limit

@@ -23,6 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.loops.batch_cache import BatchRunner, Layout
 from decode.loops.emit import Emitter, OnTokens
+from decode.loops.feature_feed import draft_runner, feature_tape
 from decode.loops.prompt_input import check_context, prompt_ids
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.policies import Policy
@@ -165,14 +166,16 @@ def generate_batch(
         for i, (n, budget, generator_seed) in enumerate(zip(lengths, budgets, seeds))
     ]
     batch = len(rows)
-    target = BatchRunner(decoder.target, decoder.vocab, batch, layout)
-    draft = BatchRunner(decoder.draft, decoder.vocab, batch, layout, capture_hidden=policy.needs_hidden)
+    tape = feature_tape(decoder.draft, batch, tokens.shape[1])
+    target = BatchRunner(decoder.target, decoder.vocab, batch, layout, tape=tape)
+    draft = BatchRunner(decoder.draft, decoder.vocab, batch, layout,
+                        capture_hidden=policy.needs_hidden or tape is not None)
     companion = (
         BatchRunner(decoder.companion, decoder.vocab, batch, layout) if policy.companion is not None else None
     )
     try:
         RoundLoop(decoder.rule, decoder.sampling, decoder.eos, policy.batch_plan(), tokens, rows,
-                  Runners(target, draft, companion), Emitter(on_tokens, lengths)).run()
+                  Runners(target, draft_runner(draft, tape), companion, tape=tape), Emitter(on_tokens, lengths)).run()
     finally:
         draft.close()
     wall = time.perf_counter() - start

@@ -9,6 +9,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from decode.cache_api import cache_kwargs, drop_last
+from decode.loops.feature_feed import FeatureTape
 
 
 def vocab_size(model: PreTrainedModel) -> int:
@@ -75,12 +76,17 @@ class ModelRunner(RunnerBase):
     ``activate_past_recording``): sliding-window layers keep the states that leave their window
     until the next :meth:`rollback`, which crops them and trims them back to the window. A rollback
     therefore cannot go below what the previous one left cached on such layers (:attr:`floor`).
+
+    With a ``tape`` (the target of a feature draft) every forward also writes the target's features of the
+    positions it read into the tape, and a rollback trims it (:mod:`decode.loops.feature_feed`).
     """
 
-    def __init__(self, model: PreTrainedModel, vocab: int, capture_hidden: bool = False) -> None:
+    def __init__(self, model: PreTrainedModel, vocab: int, capture_hidden: bool = False,
+                 tape: FeatureTape | None = None) -> None:
         super().__init__(model, capture_hidden)
         self.model = model
         self.vocab = vocab
+        self.tape = tape
         self.cache = DynamicCache(config=model.config)
         self.cache.activate_past_recording()
         self._sliding = any(self.cache.is_sliding)
@@ -96,13 +102,22 @@ class ModelRunner(RunnerBase):
         states = self._captured()
         return None if states is None else states[0]
 
-    def feed(self, tokens: Tensor, end: int, keep: int) -> Tensor:
-        """Run ``tokens[:, consumed:end]``; return float logits ``[keep, vocab]`` of the last positions."""
+    def feed(self, tokens: Tensor, end: int, keep: int, inputs: Tensor | None = None) -> Tensor:
+        """Run ``tokens[:, consumed:end]``; return float logits ``[keep, vocab]`` of the last positions.
+
+        ``inputs [1, length, H]``: the feature each buffer position reads, for a feature draft.
+        """
+        extra = {} if inputs is None else {"features": inputs[:, self.consumed:end]}
+        if self.tape is not None:
+            extra["output_hidden_states"] = True
         out = self.model(
             input_ids=tokens[:, self.consumed : end],
             **cache_kwargs(self.model, self.cache),
             logits_to_keep=keep,
+            **extra,
         )
+        if self.tape is not None:
+            self.tape.write(0, self.consumed, self.tape.fused(out.hidden_states)[0])
         self.consumed = end
         self.calls += 1
         self._last_charged = True
@@ -124,6 +139,8 @@ class ModelRunner(RunnerBase):
         recurrent linear-attention states).
         """
         name = type(self.model).__name__
+        if self.tape is not None:
+            self.tape.truncate(0, length)
         if length < self.floor:
             raise RuntimeError(
                 f"{name}: cannot roll back to {length} tokens: its sliding-window cache layers dropped the states "
@@ -162,8 +179,12 @@ class OneRow:
     def row_calls(self) -> list[int]:
         return [self.runner.calls]
 
-    def feed(self, tokens: Tensor, ends: dict[int, int], keep: int) -> dict[int, Tensor]:
-        return {0: self.runner.feed(tokens, ends[0], keep)}
+    def feed(self, tokens: Tensor, ends: dict[int, int], keep: int, inputs: Tensor | None = None) -> dict[int, Tensor]:
+        return {0: self.runner.feed(tokens, ends[0], keep, inputs)}
+
+    def consumed_of(self, row: int) -> int:
+        """Tokens of ``row`` in the cache."""
+        return self.runner.consumed
 
     def hidden_of(self, row: int) -> Tensor | None:
         return self.runner.hidden

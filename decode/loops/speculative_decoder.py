@@ -17,6 +17,7 @@ from decode.artifacts.serialization import check_compatibility
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.emit import Emitter, OnTokens
+from decode.loops.feature_feed import draft_runner, feature_tape
 from decode.loops.prompt_input import id_list, is_batch, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
@@ -145,11 +146,14 @@ class SpeculativeDecoder:
         policy = self.policy
         policy.reset()
         row = Row(0, policy, generator, max_new_tokens, n)
+        tape = feature_tape(self.draft, 1, tokens.shape[1])
         runners = Runners(
-            target=OneRow(ModelRunner(self.target, self.vocab)),
-            draft=OneRow(ModelRunner(self.draft, self.vocab, capture_hidden=policy.needs_hidden)),
+            target=OneRow(ModelRunner(self.target, self.vocab, tape=tape)),
+            draft=draft_runner(OneRow(ModelRunner(self.draft, self.vocab,
+                                                  capture_hidden=policy.needs_hidden or tape is not None)), tape),
             companion=OneRow(ModelRunner(self.companion, self.vocab)) if policy.companion is not None else None,
             hindsight=OneRow(ModelRunner(self.target, self.vocab)) if policy.needs_hindsight else None,  # uncounted
+            tape=tape,
         )
         try:
             # one prompt decides as alone: the policy's own verification length, no batch plan

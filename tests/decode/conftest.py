@@ -70,3 +70,29 @@ def make_tokenizer():
 def make_lm():
     """Factory fixture: ``make_lm(vocab, seed, ...)`` builds a :func:`micro_lm`."""
     return micro_lm
+
+
+def micro_feature_draft(target: PreTrainedModel, seed: int, hidden: int = 16, feature_layers: tuple[int, ...] | None = None,
+                        subset: list[int] | None = None, init: float = 0.5) -> PreTrainedModel:
+    """A random float32 feature draft reading ``target``'s hidden states (its final ones by default)."""
+    from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM
+
+    torch.manual_seed(seed)
+    layers = feature_layers if feature_layers is not None else (target.config.num_hidden_layers,)
+    config = FeatureDraftConfig(
+        vocab_size=target.config.vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, initializer_range=init,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None, feature_layers=list(layers),
+        target_hidden_size=target.config.hidden_size, draft_vocab_size=len(subset) if subset is not None else None,
+        tie_word_embeddings=subset is None,
+    )
+    model = FeatureDraftForCausalLM(config)
+    if subset is not None:
+        model.lm_head.token_ids.copy_(torch.tensor(subset))
+    return model.eval()
+
+
+@pytest.fixture
+def make_feature_draft():
+    """Factory fixture: ``make_feature_draft(target, seed, ...)`` builds a :func:`micro_feature_draft`."""
+    return micro_feature_draft

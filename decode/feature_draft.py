@@ -1,0 +1,103 @@
+"""A feature-conditioned draft (EAGLE-style): it reads the target's hidden states as well as the tokens.
+
+At position ``t`` its input is the embedding of token ``t`` and a feature of position ``t − 1``: the target's
+(``feature_layers`` of the target's ``hidden_states``, concatenated, then fused to one hidden width) where the
+target has read that position, else the draft's own output there. A projection ``fc`` maps the pair to one
+hidden state, then Llama decoder layers, the final norm and an output layer (the target's tied embeddings, or a
+:class:`decode.subset_vocab.SubsetVocabHead`: ``q = 0`` off the subset, lossless). Its own output at ``t`` (the
+output layer's input) is trained to be the target's feature at ``t`` (``docs/design.md`` §9), so it feeds the
+next drafting step. It keeps its own KV cache like any causal LM; :mod:`decode.loops.feature_feed` feeds it.
+
+``AutoModelForCausalLM`` loads it once this module is imported (:mod:`decode.artifacts.hub` does): its config's
+``model_type`` is ``llama_feature_draft``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from huggingface_hub.dataclasses import strict
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from decode.subset_vocab import SubsetVocabHead
+
+MODEL_TYPE = "llama_feature_draft"
+
+
+@strict
+class FeatureDraftConfig(LlamaConfig):
+    """A :class:`LlamaConfig` for the draft's own layers, plus what it reads of the target.
+
+    ``feature_layers``: indices into the target's ``hidden_states`` (HF's convention: ``n`` is the output of
+    the first ``n`` layers, the last index the final norm's output); ``target_hidden_size``: their width;
+    ``draft_vocab_size``: how many tokens the output layer scores (None: all, through the tied embeddings).
+    """
+
+    model_type = MODEL_TYPE
+
+    feature_layers: list[int] | None = None
+    target_hidden_size: int | None = None
+    draft_vocab_size: int | None = None
+
+
+class FeatureDraftForCausalLM(LlamaForCausalLM):
+    """The feature draft: ``fc(embed(token_t) ⊕ feature_{t−1})`` → Llama layers → norm → output layer.
+
+    ``forward`` takes every :class:`LlamaForCausalLM` argument plus ``features [B, L, H]``: the feature each
+    input position reads (of the position before it; already fused, :meth:`fuse_features`).
+    """
+
+    config_class = FeatureDraftConfig
+    _tied_weights_keys: dict[str, str] = {}
+
+    def __init__(self, config: FeatureDraftConfig) -> None:
+        super().__init__(config)
+        if not config.feature_layers or config.target_hidden_size is None:
+            raise ValueError("a feature draft's config names feature_layers and target_hidden_size")
+        width, hidden = len(config.feature_layers) * config.target_hidden_size, config.hidden_size
+        #: Several target layers (EAGLE-3) or another width → one hidden state; None when they already are one.
+        self.fuse = nn.Linear(width, hidden, bias=False) if width != hidden else None
+        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        if config.draft_vocab_size is not None:
+            self.lm_head = SubsetVocabHead(hidden, config.vocab_size, config.draft_vocab_size)
+        self.post_init()
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The target's ``hidden_states`` it reads."""
+        return tuple(self.config.feature_layers)
+
+    def fuse_features(self, features: Tensor) -> Tensor:
+        """The target's concatenated features ``[..., len(feature_layers) · H_target]`` → the draft's ``[..., H]``."""
+        features = features.to(self.fc.weight.dtype)
+        return self.fuse(features) if self.fuse is not None else features
+
+    def forward(self, input_ids: Tensor | None = None, features: Tensor | None = None, **kwargs: object
+                ) -> CausalLMOutputWithPast:
+        """Logits of the tokens ``input_ids [B, L]`` each read with ``features [B, L, H]`` (fused)."""
+        if input_ids is None or features is None:
+            raise ValueError("a feature draft reads tokens and the target's features: pass input_ids and features "
+                             "(decode.SpeculativeDecoder feeds them)")
+        return super().forward(inputs_embeds=self.inputs(input_ids, features), **kwargs)
+
+    def inputs(self, input_ids: Tensor, features: Tensor) -> Tensor:
+        """What the first layer reads ``[B, L, H]``: ``fc(embed(input_ids) ⊕ features)``."""
+        embeds = self.model.embed_tokens(input_ids)
+        return self.fc(torch.cat([embeds, features.to(embeds.dtype)], dim=-1))
+
+
+def is_feature_draft(model: PreTrainedModel | None) -> bool:
+    """Whether ``model`` is a feature draft (it needs the target's features to draft)."""
+    return isinstance(model, FeatureDraftForCausalLM)
+
+
+def target_features(hidden_states: Sequence[Tensor], layers: Sequence[int]) -> Tensor:
+    """The target's features ``[B, L, len(layers) · H]``: its ``hidden_states`` at ``layers``, concatenated."""
+    return torch.cat([hidden_states[n] for n in layers], dim=-1)
+
+
+AutoConfig.register(MODEL_TYPE, FeatureDraftConfig, exist_ok=True)
+AutoModelForCausalLM.register(FeatureDraftConfig, FeatureDraftForCausalLM, exist_ok=True)

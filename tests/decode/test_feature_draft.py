@@ -1,0 +1,214 @@
+"""A feature draft (EAGLE-style, :mod:`decode.feature_draft`) decodes losslessly under every rule and policy.
+
+Exactness is checked as in ``test_exact_distribution`` (the empirical distribution of 3-token continuations
+against the enumerated one, TV bound from honest samples of the same size, negative controls), for one prompt
+and in a batch; greedy decoding gives the target's greedy output; the draft reads the target's features from the
+verifying forwards themselves (no extra target forward) and, past them, its own output.
+
+The ensemble rules' ``r`` mixes ``p`` with the draft's ``q`` as drafted: a feature draft's ``q`` at a candidate
+depends on its depth in the round (its own features past the first), so ``r`` is the enumerated mixture with the
+target-fed ``q`` exactly where every candidate is a round's first (``Fixed(1)``; ``docs/design.md`` §9).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from decode import Sampling, SpeculativeDecoder, policies, rules
+from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, target_features
+from decode.loops.feature_feed import FeatureFed
+from tests.decode.conftest import micro_feature_draft, micro_lm
+from tests.decode.test_batched import BATCH_BUDGETS, BATCH_PROMPTS, SAMPLE_ROWS, target_greedy, wide_prompts
+from tests.decode.test_exact_distribution import (
+    LENGTH,
+    N_DEFAULT,
+    N_SLOW,
+    POLICIES,
+    PROMPT,
+    RULES,
+    AcceptAll,
+    _reference_warp,
+    report,
+    target_only,
+    tv_bound,
+)
+
+
+@pytest.fixture(scope="module")
+def featured(tiny) -> dict:
+    """The vocabulary-4 target and companion with a feature draft reading the target's last hidden states."""
+    return {**tiny, "draft": micro_feature_draft(tiny["target"], seed=14, init=0.3)}
+
+
+@pytest.fixture(scope="module")
+def featured_wide(wide) -> dict:
+    """The vocabulary-96 target with a feature draft that fuses two of its layers (EAGLE-3's fusion)."""
+    return {**wide, "draft": micro_feature_draft(wide["target"], seed=24, hidden=16, feature_layers=(1, 2), init=0.3)}
+
+
+def exact_distribution(models: dict, mix, sampling: Sampling) -> torch.Tensor:
+    """Probability of each continuation of PROMPT, the draft reading the target's features at every position."""
+    target, draft = models["target"], models["draft"]
+    vocab = target.config.vocab_size
+    conts = torch.tensor(list(itertools.product(range(vocab), repeat=LENGTH)))
+    ids = torch.cat([PROMPT.expand(len(conts), -1), conts], dim=1)
+    start, warp = PROMPT.shape[1] - 1, _reference_warp(sampling)
+    with torch.no_grad():
+        out = target(ids, output_hidden_states=True)
+        features = draft.fuse_features(target_features(out.hidden_states, draft.feature_layers))
+        features = torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)  # each reads the one before
+        q = draft(input_ids=ids, features=features).logits
+        p, q = (warp(x[:, start:start + LENGTH].double()) for x in (out.logits, q))
+    return mix(p, q).gather(-1, conts.unsqueeze(-1)).squeeze(-1).prod(-1)
+
+
+def decoder_for(models: dict, rule: rules.Rule, policy: policies.Policy, **kwargs) -> SpeculativeDecoder:
+    companion = models["companion"] if policy.companion is not None else None
+    kwargs.setdefault("eos_token_id", None)
+    return SpeculativeDecoder(models["target"], models["draft"], rule=rule, policy=policy, companion=companion, **kwargs)
+
+
+def one_prompt_tv(models: dict, rule: rules.Rule, mix, policy: policies.Policy, n: int) -> tuple[float, float]:
+    decoder = decoder_for(models, rule, policy)
+    counts = torch.zeros(decoder.vocab ** LENGTH, dtype=torch.float64)
+    weights = torch.tensor([decoder.vocab ** (LENGTH - 1 - j) for j in range(LENGTH)])
+    for seed in range(n):
+        out = decoder.generate(PROMPT, max_new_tokens=LENGTH, seed=seed)
+        counts[int((out.sequences[0, PROMPT.shape[1]:] * weights).sum())] += 1
+    exact = exact_distribution(models, mix, Sampling())
+    return float(0.5 * (counts / n - exact).abs().sum()), tv_bound(exact, n)
+
+
+def batched_tv(models: dict, rule: rules.Rule, mix, policy: policies.Policy, n: int) -> tuple[float, float]:
+    decoder = decoder_for(models, rule, policy)
+    counts = torch.zeros(decoder.vocab ** LENGTH, dtype=torch.float64)
+    weights = torch.tensor([decoder.vocab ** (LENGTH - 1 - j) for j in range(LENGTH)])
+    for seed in range(n // len(SAMPLE_ROWS)):
+        out = decoder.generate(BATCH_PROMPTS, max_new_tokens=BATCH_BUDGETS, seed=seed)
+        for i in SAMPLE_ROWS:
+            counts[int((out.sequences[i][PROMPT.shape[1]:] * weights).sum())] += 1
+    exact = exact_distribution(models, mix, Sampling())
+    return float(0.5 * (counts / counts.sum() - exact).abs().sum()), tv_bound(exact, n)
+
+
+LOSSLESS = ("speculative",)  # to p under every policy; the ensembles' r as enumerated at Fixed(1) (docstring)
+ALL_CASES = [f"{r}-{p}" for r, p in itertools.product(LOSSLESS, POLICIES)] + ["weighted-fixed1", "contrastive-fixed1"]
+DEFAULT_CASES = [f"speculative-{p}" for p in ("fixed4", "confidence", "head_pre", "head_post", "sv", "perfect")] + [
+    "weighted-fixed1", "contrastive-fixed1"]
+BATCHED_CASES = ["speculative-fixed4", "speculative-head_post", "weighted-fixed1"]
+
+
+def case_parts(models: dict, case: str) -> tuple[rules.Rule, object, policies.Policy]:
+    rule_name, policy_name = case.split("-")
+    make_rule, mix = RULES[rule_name]
+    return make_rule(), mix, POLICIES[policy_name](models)
+
+
+@pytest.mark.parametrize("n", [N_DEFAULT, pytest.param(N_SLOW, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("case", DEFAULT_CASES)
+def test_one_prompt_is_lossless(featured, case, n):
+    tv, bound = one_prompt_tv(featured, *case_parts(featured, case), n)
+    report(f"feature draft {case} n={n}", tv, bound)
+    assert tv <= bound, f"{case}: TV {tv:.4f} exceeds {bound:.4f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(set(ALL_CASES) - set(DEFAULT_CASES)))
+def test_every_rule_and_policy_is_lossless(featured, case):
+    tv, bound = one_prompt_tv(featured, *case_parts(featured, case), N_DEFAULT)
+    report(f"feature draft {case} n={N_DEFAULT}", tv, bound)
+    assert tv <= bound, f"{case}: TV {tv:.4f} exceeds {bound:.4f}"
+
+
+@pytest.mark.parametrize("case", BATCHED_CASES)
+def test_a_batch_is_lossless(featured, case):
+    rule, mix, policy = case_parts(featured, case)
+    if policy.needs_hindsight:
+        pytest.skip("hindsight bounds decode one prompt at a time")
+    tv, bound = batched_tv(featured, rule, mix, policy, N_DEFAULT)
+    report(f"feature draft batched {case} n={N_DEFAULT}", tv, bound)
+    assert tv <= bound, f"{case}: TV {tv:.4f} exceeds {bound:.4f}"
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one prompt", "batch"])
+def test_negative_control_exceeds_the_bound(featured, batched):
+    measure = batched_tv if batched else one_prompt_tv
+    tv, bound = measure(featured, AcceptAll(), target_only, policies.Fixed(4), N_DEFAULT)
+    report(f"NEGATIVE feature draft accept_all batched={batched} n={N_DEFAULT}", tv, bound)
+    assert tv > bound
+
+
+@pytest.mark.parametrize("policy", ["fixed4", "confidence", "head_post", "sv"])
+def test_greedy_is_the_target_greedy_output(featured_wide, policy):
+    prompts = wide_prompts(96)
+    budgets = [20, 6, 20, 0, 13, 20, 9]
+    decoder = decoder_for(featured_wide, rules.Greedy(), POLICIES[policy](featured_wide))
+    references = [target_greedy(featured_wide, p, b, None) for p, b in zip(prompts, budgets)]
+    batch = decoder.generate(prompts, max_new_tokens=budgets, seed=1)
+    for i, (prompt, budget, reference) in enumerate(zip(prompts, budgets, references)):
+        assert torch.equal(batch.sequences[i], reference), f"row {i} diverged from the target's greedy output"
+        alone = decoder.generate(prompt[None], max_new_tokens=budget, seed=1)
+        assert torch.equal(alone.sequences[0], reference)
+    assert sum(s.accepted for s in batch.stats) > 0  # the draft's candidates were used
+
+
+class Recorder:
+    """Counts the target's forwards and records every feature the draft reads, by position."""
+
+    def __init__(self, models: dict) -> None:
+        self.target_forwards = 0
+        self.reads: list[tuple[int, int, torch.Tensor]] = []  # (position, tape end, feature)
+        models["target"].register_forward_pre_hook(self._count)
+        self._feed = FeatureFed._prepare
+
+    def _count(self, module, args) -> None:
+        self.target_forwards += 1
+
+    def prepare(self, fed: FeatureFed, row: int, start: int, end: int) -> None:
+        self._feed(fed, row, start, end)
+        tape_end = min(end, fed.tape.known[row] + 1)
+        for position in range(start, end):
+            self.reads.append((position, tape_end, fed.inputs[row, position].clone()))
+
+
+def test_the_draft_reads_the_verifying_forwards_features(wide, monkeypatch):
+    models = {**wide, "target": micro_lm(96, seed=21, hidden=32, layers=2, init=0.3),
+              "draft": micro_feature_draft(wide["target"], seed=25, hidden=32, init=0.3)}
+    recorder = Recorder(models)
+    monkeypatch.setattr(FeatureFed, "_prepare", lambda fed, row, start, end: recorder.prepare(fed, row, start, end))
+    out = decoder_for(models, rules.Speculative(), policies.Fixed(3)).generate([5, 9, 2, 7], max_new_tokens=40, seed=3)
+    stats = out.stats
+    assert recorder.target_forwards == stats.target_calls == stats.rounds  # one target forward per round, no more
+    with torch.no_grad():
+        hidden = models["target"](out.sequences, output_hidden_states=True).hidden_states[-1][0]
+    from_target = [(t, f) for t, end, f in recorder.reads if 0 < t < end]
+    own = [(t, f) for t, end, f in recorder.reads if t >= end]
+    again = {t for t, _ in own} & {t for t, _ in from_target}
+    assert stats.accepted > 0 and len(again) > 0  # accepted candidates are fed again with the target's features
+    for position, feature in from_target:
+        torch.testing.assert_close(feature, hidden[position - 1], atol=1e-4, rtol=1e-4)
+    distance = torch.stack([(f - hidden[t - 1]).norm() for t, f in own if t - 1 < len(hidden)])
+    assert distance.min() > 1e-3  # negative control: past the target's features the draft reads its own
+
+
+def test_a_feature_draft_saves_and_loads_with_the_auto_classes(featured_wide, tmp_path):
+    draft = featured_wide["draft"]
+    draft.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert is_feature_draft(loaded) and isinstance(loaded, FeatureDraftForCausalLM)
+    assert loaded.feature_layers == (1, 2) and loaded.fuse is not None
+    ids, features = torch.tensor([[1, 2, 3]]), torch.randn(1, 3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids, features=features).logits,
+                                   draft(input_ids=ids, features=features).logits)
+    assert set(load_file(tmp_path / "model.safetensors")) >= {"fc.weight", "fuse.weight"}
+
+
+def test_a_feature_draft_refuses_a_forward_without_features(featured_wide):
+    with pytest.raises(ValueError, match="features"):
+        featured_wide["draft"](input_ids=torch.tensor([[1, 2]]))
