@@ -1,0 +1,151 @@
+"""One feature-draft build on a target: prompts → teacher shards → training → a ``from_pretrained`` directory.
+
+Every stage resumes: finished shards are kept (:mod:`.shards`), training continues from its ``last.ckpt``
+(:mod:`.training`), and the draft directory is written whole and renamed into place, with a record
+(``feature_draft.json``: the recipe, the data, the held-out losses per depth, every file's sha256).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from data_gen.encoding import encode_prompts
+from data_gen.install import write_json
+from data_gen.model_store import file_hashes
+from data_gen.prompts import load_prompts
+from data_gen.zoo.build import machine_class
+from decode.artifacts.hub import native_bf16
+from decode.feature_draft import FeatureDraftForCausalLM
+
+from .model import FeatureDraftShape, initial_draft, trained_tensors
+from .shards import ShardPlan, build_shards
+from .training import FeatureTraining, TeacherData, TrainingResult, train_feature_draft
+
+RECORD_FILE = "feature_draft.json"
+SHIPPED_DTYPE = torch.bfloat16
+
+
+@dataclass(frozen=True)
+class PromptSource:
+    """Which prompts the target answers, rendered as the experiment renders them."""
+
+    source: str = "builtin"
+    split: str = "train"
+    style: str | None = "function"
+    template: str = "chat"
+    instruction: str = "Complete the following Python function.\n\n```python\n{message}```"
+    max_prompt_tokens: int = 384
+
+
+@dataclass(frozen=True)
+class FeatureRecipe:
+    """Everything a build depends on."""
+
+    shape: FeatureDraftShape = field(default_factory=FeatureDraftShape)
+    training: FeatureTraining = field(default_factory=FeatureTraining)
+    prompts: PromptSource = field(default_factory=PromptSource)
+    shards: int = 22
+    prompts_per_shard: int = 256
+    response_tokens: int = 128
+    top_k: int = 32
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(asdict(self)))
+
+
+def encoded(tokenizer: PreTrainedTokenizerBase, prompts: PromptSource, seed: int) -> list[list[int]]:
+    """The prompts' token ids, those over the budget skipped."""
+    texts = load_prompts(prompts.source, prompts.split, style=prompts.style, seed=seed)
+    encoded_prompts, _ = encode_prompts(texts, tokenizer, prompts.template, prompts.max_prompt_tokens, "skip",
+                                        prompts.instruction)
+    return [p.token_ids for p in encoded_prompts]
+
+
+def frequent_tokens(data: TeacherData, vocab: int, count: int) -> torch.Tensor:
+    """The ``count`` most frequent tokens of the sequences (ties to the lower id), sorted by id."""
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for shard in data.shards:
+        counts.index_add_(0, shard["tokens"].long(), torch.ones(len(shard["tokens"]), dtype=torch.long))
+    order = sorted(range(vocab), key=lambda token: (-int(counts[token]), token))
+    return torch.tensor(sorted(order[:count]), dtype=torch.long)
+
+
+def shard_plan(recipe: FeatureRecipe, target: PreTrainedModel, target_sha256: str) -> ShardPlan:
+    """The shards' plan for this recipe and target."""
+    return ShardPlan(prompts_per_shard=recipe.prompts_per_shard, response_tokens=recipe.response_tokens,
+                     top_k=recipe.top_k, seed=recipe.seed, target_sha256=target_sha256,
+                     feature_layers=recipe.shape.reads(target))
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A finished build."""
+
+    draft: FeatureDraftForCausalLM
+    record: dict
+    directory: Path
+
+
+def build_feature_draft(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target_sha256: str,
+                        recipe: FeatureRecipe, out: Path, data_dir: Path, work_dir: Path) -> BuildResult:
+    """Make the shards, train, and write the draft to ``out`` (see the module docstring)."""
+    started = time.perf_counter()
+    prompts = encoded(tokenizer, recipe.prompts, recipe.seed)
+    plan = shard_plan(recipe, target, target_sha256)
+    paths = build_shards(target, prompts, data_dir, plan, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                         len(tokenizer), recipe.shards)
+    data = TeacherData(paths, recipe.training.max_length)
+    subset = (frequent_tokens(data, target.config.vocab_size, recipe.shape.vocab_subset)
+              if recipe.shape.vocab_subset is not None else None)
+    responses = sum(int((s["lengths"] - s["prompt_lengths"]).sum()) for s in data.shards)
+    del data
+    draft = initial_draft(target, recipe.shape, subset)
+    bf16 = native_bf16("cuda" if torch.cuda.is_available() else "cpu")
+    result = train_feature_draft(draft, paths, recipe.training, work_dir, precision="bf16-mixed" if bf16 else "32-true")
+    record = {
+        "recipe": recipe.to_dict(),
+        "target_sha256": target_sha256,
+        "machine": machine_class(),
+        "training_precision": "bf16" if bf16 else "fp32",
+        "data": {"shards": recipe.shards, "sequences": min(len(prompts), recipe.shards * recipe.prompts_per_shard),
+                 "response_tokens": responses, "positions": result.trained_positions + result.held_out_positions},
+        "training": _training(result),
+        "params": sum(t.numel() for t in trained_tensors(draft, torch.float32).values()),
+        "build_seconds": round(time.perf_counter() - started, 1),
+    }
+    save_draft(draft.eval(), tokenizer, out, record)
+    return BuildResult(draft, record, out)
+
+
+def _training(result: TrainingResult) -> dict:
+    return {"steps": result.steps, "trained_positions": result.trained_positions,
+            "held_out_positions": result.held_out_positions, "held_out": result.held_out}
+
+
+def save_draft(draft: FeatureDraftForCausalLM, tokenizer: PreTrainedTokenizerBase, out: Path, record: dict) -> None:
+    """``out`` as a ``from_pretrained`` directory plus its record, written beside and renamed into place."""
+    staging = out.with_name(f".{out.name}.partial")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    draft.config.save_pretrained(staging)
+    draft.generation_config.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    state = {k: v.contiguous() for k, v in draft.state_dict().items()
+             if not (draft.config.tie_word_embeddings and k == "lm_head.weight")}
+    save_file(state, staging / "model.safetensors", metadata={"format": "pt"})
+    save_file(trained_tensors(draft, SHIPPED_DTYPE), staging / "trained.safetensors",
+              metadata={"format": "pt", "config": draft.config.to_json_string()})
+    write_json(staging / RECORD_FILE, {**record, "files": file_hashes(staging)})
+    if out.exists():
+        shutil.rmtree(out)
+    staging.rename(out)

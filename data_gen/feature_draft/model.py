@@ -1,0 +1,100 @@
+"""A feature draft's starting point on a target: its shape, and its first weights taken from the target.
+
+The draft's layers start as copies of the target's last layers (they map a hidden state to what the output
+layer reads), its output layer as the target's embeddings of the subset (the target's most frequent response
+tokens), its embeddings are the target's (frozen), and ``fc`` starts by passing the feature through (the token's
+embedding enters with weight zero): at step 0 the draft is the target's last layers applied to its feature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel
+
+from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM
+
+#: The draft's own tensors (the rest, its embeddings, are the target's and are never trained or shipped).
+TRAINED_PREFIXES = ("fc.", "fuse.", "model.layers.", "model.norm.", "lm_head.")
+
+
+@dataclass(frozen=True)
+class FeatureDraftShape:
+    """How a feature draft is built on a target.
+
+    ``feature_layers``: the target's ``hidden_states`` it reads (None: the last one, the output layer's input;
+    EAGLE-3 reads a low, a middle and a high layer); ``vocab_subset``: tokens its output layer scores (None:
+    all, through the target's tied embeddings).
+    """
+
+    layers: int = 1
+    feature_layers: tuple[int, ...] | None = None
+    vocab_subset: int | None = 8192
+
+    def reads(self, target: PreTrainedModel) -> tuple[int, ...]:
+        """The target's ``hidden_states`` indices it reads."""
+        return self.feature_layers if self.feature_layers is not None else (target.config.num_hidden_layers,)
+
+
+def draft_config(target: PreTrainedModel, shape: FeatureDraftShape) -> FeatureDraftConfig:
+    """The target's config at the draft's depth, with what it reads of the target."""
+    dropped = ("architectures", "model_type", "transformers_version", "num_hidden_layers", "tie_word_embeddings",
+               "layer_types")
+    fields = {k: v for k, v in target.config.to_dict().items() if k not in dropped}
+    return FeatureDraftConfig(**fields, num_hidden_layers=shape.layers, feature_layers=list(shape.reads(target)),
+                              target_hidden_size=target.config.hidden_size, draft_vocab_size=shape.vocab_subset,
+                              tie_word_embeddings=shape.vocab_subset is None)
+
+
+def initial_draft(target: PreTrainedModel, shape: FeatureDraftShape, subset: Tensor | None) -> FeatureDraftForCausalLM:
+    """A float32 feature draft starting from the target (see the module docstring); ``subset``: the scored ids."""
+    config = draft_config(target, shape)
+    with torch.random.fork_rng(devices=[]):  # random initialisation of fuse (if any) only
+        torch.manual_seed(0)
+        draft = FeatureDraftForCausalLM(config).float()
+    source = {k: v.detach().float() for k, v in target.state_dict().items()}
+    hidden, count = target.config.hidden_size, target.config.num_hidden_layers
+    state = draft.state_dict()
+    state["model.embed_tokens.weight"] = source["model.embed_tokens.weight"]
+    for index in range(shape.layers):
+        origin = f"model.layers.{count - shape.layers + index}."
+        for name in [n for n in state if n.startswith(f"model.layers.{index}.")]:
+            state[name] = source[origin + name.removeprefix(f"model.layers.{index}.")]
+    state["model.norm.weight"] = source["model.norm.weight"]
+    state["fc.weight"] = torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)
+    state["fc.bias"] = torch.zeros(hidden)
+    if shape.vocab_subset is not None:
+        if subset is None or len(subset) != shape.vocab_subset:
+            raise ValueError(f"a {shape.vocab_subset}-token output layer needs that many subset ids")
+        state["lm_head.weight"] = source["model.embed_tokens.weight"][subset]
+        state["lm_head.token_ids"] = subset.clone()
+    draft.load_state_dict(state, strict=True)
+    draft.model.embed_tokens.weight.requires_grad_(False)
+    draft.generation_config = target.generation_config
+    return draft
+
+
+def trained_tensors(draft: FeatureDraftForCausalLM, dtype: torch.dtype) -> dict[str, Tensor]:
+    """What ships of a feature draft: its own tensors in ``dtype`` (the subset's ids as they are)."""
+    return {name: (t if t.dtype == torch.long else t.to(dtype)).detach().contiguous()
+            for name, t in draft.state_dict().items() if name.startswith(TRAINED_PREFIXES)}
+
+
+def assemble_draft(target: PreTrainedModel, config: FeatureDraftConfig, shipped: dict[str, Tensor],
+                   dtype: torch.dtype = torch.float32) -> FeatureDraftForCausalLM:
+    """The feature draft: the target's embeddings, ``shipped`` tensors elsewhere, all in ``dtype``."""
+    with torch.random.fork_rng(devices=[]):
+        draft = FeatureDraftForCausalLM(config)
+    state = {name: shipped[name] for name in draft.state_dict() if name in shipped}
+    state["model.embed_tokens.weight"] = target.get_input_embeddings().weight.detach()
+    tied = {"lm_head.weight"} if config.draft_vocab_size is None else set()
+    missing = set(draft.state_dict()) - set(state) - tied
+    if missing:
+        raise ValueError(f"the shipped tensors lack {sorted(missing)}")
+    state = {k: v.clone() if v.dtype == torch.long else v.to(dtype).clone() for k, v in state.items()}
+    draft.load_state_dict(state, strict=False, assign=True)
+    draft.tie_weights()
+    draft.generation_config = target.generation_config
+    return draft.to(dtype).eval()

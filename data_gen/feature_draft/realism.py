@@ -1,0 +1,234 @@
+"""How good a feature draft is, by depth in the round, along the target's own responses (``docs/real.md``).
+
+Per prompt set, along T = 1 responses: ``1 − TV(p, q)`` at depth ``d`` is measured as decoding sees it: the
+draft reads the target's features up to the round's start, then its own outputs for ``d − 1`` steps (one
+single-token forward per step on its cache, rolled back after each round start). Greedy agreement at depth 1
+is on the target's greedy responses. The old draft's acceptance on the same positions stands beside it. Its
+cost is one single-token forward at batch 1 on a cached context, as a share of the target's, the models taking
+turns. The modelled speed-up of a fixed K multiplies the depth acceptances along the path (an approximation:
+labelled so in every table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import partial
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from data_gen.zoo.realism import RealismCheck, sample_responses
+from decode.cache_api import cache_kwargs, drop_last
+from decode.feature_draft import FeatureDraftForCausalLM, target_features
+from decode.json_types import JSONDict
+from decode.timing import CachedForward, medians_taking_turns
+
+CHUNK = 16  # prompts per generation batch
+
+
+@dataclass(frozen=True)
+class FeatureTargets:
+    """The issue's goals for a feature draft (held out)."""
+
+    depth1: float = 0.58
+    mean_depths: float = 0.45  # averaged over depths 1..4
+    cost: float = 0.08
+
+
+@dataclass(frozen=True)
+class DepthFigures:
+    """One prompt set's figures."""
+
+    name: str
+    role: str  # dev | ood
+    prompts: int
+    positions: int  # T = 1 response positions scored at depth 1
+    acceptance: tuple[float, ...]  # 1 − TV at depth 1, 2, ...
+    greedy_agreement: float  # depth 1, on greedy responses
+    old_acceptance: float | None  # the other draft on the same positions
+
+    @property
+    def mean_acceptance(self) -> float:
+        return sum(self.acceptance) / len(self.acceptance)
+
+
+@dataclass(frozen=True)
+class FeatureRealism:
+    """Every figure of a feature draft on its target."""
+
+    sets: tuple[DepthFigures, ...]
+    cost: float  # feature-draft step / target step, batch 1
+    old_cost: float | None
+    dtype: str
+
+    def modelled_speedup(self, figures: DepthFigures, k: int, cost: float | None = None) -> float:
+        """Tokens per unit time of a fixed ``k`` over the target alone: ``(1 + Σ_j Π_{i≤j} α_i) / (1 + k c)``,
+        with the depth acceptances ``α`` as independent (an approximation)."""
+        expected, chain = 1.0, 1.0
+        for alpha in figures.acceptance[:k]:
+            chain *= alpha
+            expected += chain
+        return expected / (1 + k * (self.cost if cost is None else cost))
+
+    def best_fixed_k(self, figures: DepthFigures) -> tuple[int, float]:
+        """The fixed K (within the measured depths) with the highest modelled speed-up, and that speed-up."""
+        return max(((k, self.modelled_speedup(figures, k)) for k in range(1, len(figures.acceptance) + 1)),
+                   key=lambda pair: pair[1])
+
+    def checks(self, targets: FeatureTargets = FeatureTargets()) -> list[RealismCheck]:
+        """Depth-1 and mean acceptance per set, and the cost, against the goals."""
+        checks = []
+        for one in self.sets:
+            checks += [
+                RealismCheck(f"{one.name}/depth1", "1 - TV at depth 1, T = 1", f"{one.acceptance[0]:.3f}",
+                             f">= {targets.depth1}", one.acceptance[0] - targets.depth1),
+                RealismCheck(f"{one.name}/mean", f"1 - TV averaged over depths 1-{len(one.acceptance)}",
+                             f"{one.mean_acceptance:.3f}", f">= {targets.mean_depths}",
+                             one.mean_acceptance - targets.mean_depths),
+            ]
+        return checks + [RealismCheck("cost", f"draft step / target step, batch 1, {self.dtype}", f"{self.cost:.3f}",
+                                      f"<= {targets.cost}", targets.cost - self.cost)]
+
+    def to_dict(self) -> JSONDict:
+        return {**asdict(self), "sets": [asdict(s) for s in self.sets]}
+
+    @classmethod
+    def from_dict(cls, data: JSONDict) -> FeatureRealism:
+        sets = tuple(DepthFigures(**{**s, "acceptance": tuple(s["acceptance"])}) for s in data["sets"])
+        return cls(**{**data, "sets": sets})
+
+
+def overlap(log_p: Tensor, log_q: Tensor) -> Tensor:
+    """``Σ min(p, q)`` over the last dimension (1 − TV)."""
+    return torch.minimum(log_p.exp(), log_q.exp()).sum(-1)
+
+
+def _fed(draft: FeatureDraftForCausalLM, ids: Tensor, features: Tensor, cache: DynamicCache) -> tuple[Tensor, Tensor]:
+    """Feed ``ids [1, n]`` reading ``features [1, n, H]``: log q ``[n, V]`` and the draft's outputs ``[n, H]``."""
+    out = draft(input_ids=ids, features=features, **cache_kwargs(draft, cache), output_hidden_states=True)
+    return out.logits[0].float().log_softmax(-1), out.hidden_states[-1][0]
+
+
+@dataclass
+class _Sums:
+    overlap: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+    def add(self, depth: int, value: float) -> None:
+        while len(self.overlap) < depth:
+            self.overlap.append(0.0)
+            self.counts.append(0)
+        self.overlap[depth - 1] += value
+        self.counts[depth - 1] += 1
+
+    def means(self) -> tuple[float, ...]:
+        return tuple(o / max(c, 1) for o, c in zip(self.overlap, self.counts))
+
+
+@torch.inference_mode()
+def depth_overlaps(target: PreTrainedModel, draft: FeatureDraftForCausalLM, sequence: list[int], prompt: int,
+                   depths: int, old: PreTrainedModel | None = None) -> tuple[list[list[float]], list[float]]:
+    """Per depth, ``Σ min(p, q)`` at every response token reached at that depth; and the old draft's at depth 1."""
+    device = target.device
+    ids = torch.tensor([sequence], device=device)
+    out = target(ids, output_hidden_states=True)
+    log_p = out.logits[0].float().log_softmax(-1)  # [L, V]: row u − 1 predicts token u
+    features = draft.fuse_features(target_features(out.hidden_states, draft.feature_layers))[0]  # [L, H]
+    reads = torch.cat([torch.zeros_like(features[:1]), features[:-1]])  # position t reads f_{t−1}
+    cache = DynamicCache(config=draft.config)
+    if prompt > 1:
+        _fed(draft, ids[:, :prompt - 1], reads[None, :prompt - 1], cache)
+    length = len(sequence)
+    overlaps: list[list[float]] = [[] for _ in range(depths)]
+    for start in range(prompt - 1, length - 1):  # the round starts by feeding position `start`
+        log_q, hidden = _fed(draft, ids[:, start:start + 1], reads[None, start:start + 1], cache)
+        position = start
+        for depth in range(1, depths + 1):
+            token = position + 1
+            overlaps[depth - 1].append(float(overlap(log_p[position], log_q[-1])))
+            if depth == depths or token >= length - 1:
+                break
+            log_q, hidden = _fed(draft, ids[:, token:token + 1], hidden[None, -1:], cache)
+            position = token
+        drop_last(cache, cache.get_seq_length() - (start + 1))
+    old_overlaps: list[float] = []
+    if old is not None:
+        log_o = old(ids).logits[0].float().log_softmax(-1)
+        span = slice(prompt - 1, length - 1)
+        old_overlaps = overlap(log_p[span], log_o[span]).tolist()
+    return overlaps, old_overlaps
+
+
+@torch.inference_mode()
+def greedy_agreement(target: PreTrainedModel, draft: FeatureDraftForCausalLM, sequence: list[int],
+                     prompt: int) -> tuple[int, int]:
+    """(depth-1 agreements, positions) of the draft's argmax with ``sequence``'s response tokens."""
+    ids = torch.tensor([sequence], device=target.device)
+    out = target(ids, output_hidden_states=True)
+    features = draft.fuse_features(target_features(out.hidden_states, draft.feature_layers))
+    reads = torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)
+    guess = draft(input_ids=ids, features=reads).logits[0, prompt - 1:-1].argmax(-1)
+    return int((guess == ids[0, prompt:]).sum()), len(sequence) - prompt
+
+
+def measure_set(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokenizerBase, name: str, role: str,
+                prompts: list[list[int]], *, tokens: int, seed: int, depths: int) -> DepthFigures:
+    """The figures of one prompt set."""
+    target, draft, old = models["target"], models["feature_draft"], models.get("draft")
+    vocab = len(tokenizer)
+    sums, old_sum, old_count, agree, greedy_positions = _Sums(), 0.0, 0, 0, 0
+    for start in range(0, len(prompts), CHUNK):
+        chunk = prompts[start:start + CHUNK]
+        for greedy in (False, True):
+            batch = sample_responses(target, chunk, greedy, tokens, seed + start, tokenizer, vocab)
+            for row, prompt in enumerate(chunk):
+                sequence = prompt + batch.response_ids(row).tolist()
+                if len(sequence) <= len(prompt):
+                    continue
+                if greedy:
+                    hits, count = greedy_agreement(target, draft, sequence, len(prompt))
+                    agree, greedy_positions = agree + hits, greedy_positions + count
+                    continue
+                overlaps, old_overlaps = depth_overlaps(target, draft, sequence, len(prompt), depths, old)
+                for depth, values in enumerate(overlaps, 1):
+                    for value in values:
+                        sums.add(depth, value)
+                old_sum, old_count = old_sum + sum(old_overlaps), old_count + len(old_overlaps)
+    return DepthFigures(name=name, role=role, prompts=len(prompts), positions=sums.counts[0],
+                        acceptance=sums.means(), greedy_agreement=agree / max(greedy_positions, 1),
+                        old_acceptance=old_sum / old_count if old_count else None)
+
+
+@torch.inference_mode()
+def step_costs(models: dict[str, PreTrainedModel], context: list[int], repeats: int) -> dict[str, float]:
+    """Each draft's median single-token forward on a cached ``context``, as a share of the target's (turns taken)."""
+    ids = torch.tensor([context])
+    draft: FeatureDraftForCausalLM = models["feature_draft"]
+    width = draft.config.hidden_size
+    cache = DynamicCache(config=draft.config)
+    draft(input_ids=ids, features=torch.zeros(1, ids.shape[1], width, dtype=draft.dtype),
+          **cache_kwargs(draft, cache), logits_to_keep=1)
+    token, feature = ids[:, -1:], torch.zeros(1, 1, width, dtype=draft.dtype)
+
+    def feature_step() -> None:
+        draft(input_ids=token, features=feature, **cache_kwargs(draft, cache))
+        drop_last(cache, 1)
+
+    runs = {"feature_draft": feature_step}
+    for role in ("target", "draft"):
+        if role in models:
+            runs[role] = partial(CachedForward(models[role], ids), token)
+    times = medians_taking_turns(runs, repeats, ids.device)
+    return {role: seconds / times["target"] for role, seconds in times.items() if role != "target"}
+
+
+def measure_feature_realism(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokenizerBase,
+                            sets: dict[str, tuple[str, list[list[int]]]], *, tokens: int, seed: int, repeats: int,
+                            depths: int, dtype: str) -> FeatureRealism:
+    """Every figure (``sets``: name → (role, prompt ids)); the costs on the first dev prompt."""
+    figures = tuple(measure_set(models, tokenizer, name, role, prompts, tokens=tokens, seed=seed, depths=depths)
+                    for name, (role, prompts) in sets.items())
+    first_dev = next(prompts for role, prompts in sets.values() if role == "dev")[0]
+    costs = step_costs(models, first_dev, repeats)
+    return FeatureRealism(figures, costs["feature_draft"], costs.get("draft"), dtype)
