@@ -44,10 +44,15 @@ class InstalledModels:
     action: str
     seconds: float
 
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles installed: :data:`ROLES`."""
+        return ROLES
+
     def path(self, role: str) -> Path:
-        """Directory of ``role`` (target, draft or companion), loadable with ``from_pretrained``."""
-        if role not in ROLES:
-            raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+        """Directory of ``role`` (target, draft, companion, ...: :attr:`roles`), loadable with ``from_pretrained``."""
+        if role not in self.roles:
+            raise ValueError(f"unknown role {role!r}; choose one of {', '.join(self.roles)}")
         return self.root / role
 
 

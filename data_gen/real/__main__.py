@@ -10,11 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ahconf.entry import quiet_library_output
+from data_gen.feature_draft.realism import FeatureRealism
 from data_gen.model_store import ROLES
 from data_gen.zoo.summary import checks_table
 from decode.artifacts.hub import ModelLoadError
 
-from .pair_store import ENV_VAR, Pair, PairRealismError, ensure_pair, rebuild_pair
+from .feature import ROLE
+from .pair_store import ENV_VAR, Pair, PairRealismError, ensure_pair, rebuild_pair, ship_feature_draft
 from .pairs import PAIRS
 from .realism import PairRealism
 
@@ -41,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="with --rebuild: install it even if it misses a target")
     parser.add_argument("--ship", action="store_true",
                         help="maintainers, with --rebuild: write the trained tensors and record into the package")
+    parser.add_argument("--ship-feature-draft", type=Path, default=None, metavar="DIR",
+                        help="maintainers: measure the feature draft trained in DIR (python -m data_gen.feature_draft) "
+                        "and ship it with the pair")
     return parser
 
 
@@ -53,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --force and --ship go with --rebuild", file=sys.stderr)
         return 2
     try:
-        if args.rebuild:
+        if args.ship_feature_draft is not None:
+            pair = ship_feature_draft(args.pair, args.ship_feature_draft, args.cache_dir)
+        elif args.rebuild:
             pair = rebuild_pair(args.pair, args.cache_dir, from_wheel=args.from_wheel, require_realism=not args.force,
                                 ship=args.ship)
         else:
@@ -67,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     console.print(summary_table(pair))
     console.print(realism_table(PairRealism.from_dict(pair.record["realism"]), "the " + pair.record["origin"]))
+    if ROLE in pair.record:
+        realism = FeatureRealism.from_dict(pair.record[ROLE]["realism"])
+        console.print(feature_table(realism))
+        console.print(checks_table("the feature draft against the goals (data_gen.feature_draft.realism)",
+                                   realism.checks()))
     return 0
 
 
@@ -85,6 +97,26 @@ def summary_table(pair: Pair) -> Table:
         vocab = "all" if info.get("vocab_subset") is None else f"{info['vocab_subset']:,}"
         cost = "1" if role == "target" else f"{realism['cost'][role]:.3f}"
         table.add_row(role, str(info["layers"]), trained, vocab, f"{info['params'] / 1e6:.1f}M", cost)
+    return table
+
+
+def feature_table(realism: FeatureRealism) -> Table:
+    """The feature draft by depth beside the pair's draft, on each prompt set."""
+    depths = len(realism.sets[0].acceptance)
+    old_cost = f"{realism.old_cost:.3f}" if realism.old_cost is not None else "-"
+    table = Table(title="feature draft (EAGLE-style) by depth in the round, beside the draft",
+                  caption=f"1 - TV(p, q) at T = 1 along the target's responses; greedy agreement at depth 1; cost: one "
+                  f"draft step / one target step, batch 1, {realism.dtype} (the draft: {old_cost}); modelled: "
+                  "(1 + Σ_j Π_i≤j α_i) / (1 + K c), depth acceptances taken as independent (an approximation)")
+    columns = ["prompt set", "positions", *(f"depth {d}" for d in range(1, depths + 1)), "greedy agree",
+               "draft (old)", "cost", "best K (modelled)"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "prompt set" else "right")
+    for one in realism.sets:
+        best_k, speedup = realism.best_fixed_k(one)
+        old = f"{one.old_acceptance:.3f}" if one.old_acceptance is not None else "-"
+        table.add_row(one.name, f"{one.positions:,}", *(f"{a:.3f}" for a in one.acceptance),
+                      f"{one.greedy_agreement:.3f}", old, f"{realism.cost:.3f}", f"K={best_k}: {speedup:.2f}x")
     return table
 
 

