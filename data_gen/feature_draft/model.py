@@ -1,9 +1,10 @@
 """A feature draft's starting point on a target: its shape, and its first weights taken from the target.
 
-The draft's layers start as copies of the target's last layers (they map a hidden state to what the output
-layer reads), its output layer as the target's embeddings of the subset (the target's most frequent response
+The draft's layers start as copies of the target's last layers with their residual branches' output projections
+at zero, its output layer as the target's embeddings of the subset (the target's most frequent response
 tokens), its embeddings are the target's (frozen), and ``fc`` starts by passing the feature through (the token's
-embedding enters with weight zero): at step 0 the draft is the target's last layers applied to its feature.
+embedding enters with weight zero): at step 0 the draft returns the feature it reads, so it starts out predicting
+with the target's distribution of one position earlier, and training moves it one position on.
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ def initial_draft(target: PreTrainedModel, shape: FeatureDraftShape, subset: Ten
         origin = f"model.layers.{count - shape.layers + index}."
         for name in [n for n in state if n.startswith(f"model.layers.{index}.")]:
             state[name] = source[origin + name.removeprefix(f"model.layers.{index}.")]
-    state["model.norm.weight"] = source["model.norm.weight"]
+        for branch in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):  # the layer starts as the identity
+            state[f"model.layers.{index}.{branch}"] = torch.zeros_like(state[f"model.layers.{index}.{branch}"])
+    # the features already passed the target's final norm: the draft's keeps their scale
+    state["model.norm.weight"] = torch.full((hidden,), float(source["model.norm.weight"].pow(2).mean().sqrt()))
     state["fc.weight"] = torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)
     state["fc.bias"] = torch.zeros(hidden)
     if shape.vocab_subset is not None:
