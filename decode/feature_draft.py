@@ -5,7 +5,7 @@ At position ``t`` its input is the embedding of token ``t`` and a feature of pos
 target has read that position, else the draft's own output there. A projection ``fc`` maps the pair to one
 hidden state, then Llama decoder layers, the final norm and an output layer (the target's tied embeddings, or a
 :class:`decode.subset_vocab.SubsetVocabHead`: ``q = 0`` off the subset, lossless). Its own output at ``t`` (the
-output layer's input) is trained to be the target's feature at ``t`` (``docs/design.md`` §9), so it feeds the
+output layer's input) is trained to be the target's feature at ``t`` (``docs/design.md`` §8), so it feeds the
 next drafting step. It keeps its own KV cache like any causal LM; :mod:`decode.loops.feature_feed` feeds it.
 
 ``AutoModelForCausalLM`` loads it once this module is imported (:mod:`decode.artifacts.hub` does): its config's

@@ -8,7 +8,7 @@ interrupted run keeps every finished shard and redoes only the one it was writin
 * ``teacher-NNNNN.safetensors``: for the same sequences, the target's feature at every position (the hidden
   states a feature draft reads, :attr:`decode.feature_draft.FeatureDraftConfig.feature_layers`) and its top-k
   next-token probabilities there. Prompt positions count as well as response ones: the target's distribution is
-  the label, not the next token (``docs/design.md`` §9).
+  the label, not the next token (``docs/design.md`` §8).
 
 Every shard's metadata names what made it (the prompt slice, the seed, the target's weights' sha256); a shard
 made by another run configuration is refused, never mixed in.

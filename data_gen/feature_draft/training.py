@@ -1,5 +1,5 @@
 """Train a feature draft on the teacher shards with Lightning: soft cross-entropy to the target plus EAGLE's
-feature regression, at every depth of an unrolled round (``docs/design.md`` §9).
+feature regression, at every depth of an unrolled round (``docs/design.md`` §8).
 
 Depth 1 reads the target's features (shifted one position); depth ``d > 1`` reads the draft's own outputs of
 depth ``d − 1`` (EAGLE-3's training-time test), so a candidate far into a round is trained as it is drafted.

@@ -6,7 +6,7 @@ forward) and trims it when the target rolls back, so it only ever holds features
 
 :class:`FeatureFed` wraps the draft's runner. Position ``t`` reads the tape's feature of ``t − 1`` where the
 target has read ``t − 1``, else the draft's own output there (the latest drafting step's; ``docs/design.md``
-§9). A rollback keeps only the cache positions that read the target's features, so a round's accepted
+§8). A rollback keeps only the cache positions that read the target's features, so a round's accepted
 candidates are fed again with the target's features in the next round's first draft forward (as EAGLE does),
 one forward as before. A row's first step is the target's alone (:meth:`FeatureTape.ready`): the draft has no
 feature of the prompt before the target has read it.

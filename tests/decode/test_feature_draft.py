@@ -7,7 +7,7 @@ verifying forwards themselves (no extra target forward) and, past them, its own 
 
 The ensemble rules' ``r`` mixes ``p`` with the draft's ``q`` as drafted: a feature draft's ``q`` at a candidate
 depends on its depth in the round (its own features past the first), so ``r`` is the enumerated mixture with the
-target-fed ``q`` exactly where every candidate is a round's first (``Fixed(1)``; ``docs/design.md`` §9).
+target-fed ``q`` exactly where every candidate is a round's first (``Fixed(1)``; ``docs/design.md`` §8).
 """
 
 from __future__ import annotations
