@@ -212,3 +212,14 @@ def test_a_feature_draft_saves_and_loads_with_the_auto_classes(featured_wide, tm
 def test_a_feature_draft_refuses_a_forward_without_features(featured_wide):
     with pytest.raises(ValueError, match="features"):
         featured_wide["draft"](input_ids=torch.tensor([[1, 2]]))
+
+
+def test_transformers_generate_drives_a_feature_draft(featured_wide):
+    from decode.loops.hf_generate import speculative_generate
+
+    target, prompt = featured_wide["target"], torch.tensor([[3, 1, 4, 1, 5]])
+    out = target.generate(prompt, custom_generate=speculative_generate, draft_model=featured_wide["draft"],
+                          do_sample=False, max_new_tokens=16, min_new_tokens=16, eos_token_id=None, pad_token_id=0)
+    reference = target.generate(prompt, do_sample=False, max_new_tokens=16, min_new_tokens=16, eos_token_id=None,
+                                pad_token_id=0)
+    assert torch.equal(out, reference)

@@ -1,0 +1,159 @@
+"""Wall clock at batch 1 of a real pair's feature draft against its draft and the target alone.
+
+    python -m benchmarks.feature_draft [--pair smollm2] [--prompts 16] [--max-new-tokens 96]
+                                      [--ks 1 2 3 4] [--taus 0.3 0.5 0.7] [--threads N]
+
+Every method decodes the same chat-rendered prompts (T = 1, the pair's precision) with the same per-prompt
+seeds, the methods taking turns on each prompt. The draft's and the feature draft's fixed K and the feature
+draft's confidence threshold ``τ`` (an adaptive policy: stop after a candidate whose top probability is below
+``τ``) are chosen on the dev prompts; the chosen ones are reported on the test prompts and on HumanEval, each
+with a 95 % paired-bootstrap interval over prompts of its speed-up over the target alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel
+
+from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
+from ahconf.entry import quiet_library_output
+from data_gen.real import ensure_pair, pair_spec
+from data_gen.real.build import encoded_prompts
+from data_gen.real.feature import ROLE
+from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
+from decode.loops.speculative_decoder import SpeculativeDecoder
+from decode.policies import Confidence, Fixed, Policy
+from decode.sampling import Sampling
+from decode.timing import Stopwatch
+
+Decode = Callable[[list[int], int], int]  # (prompt ids, seed) → tokens generated
+
+
+@dataclass
+class Timed:
+    """One method's per-prompt tokens and seconds."""
+
+    name: str
+    tokens: list[float]
+    seconds: list[float]
+
+    @property
+    def rate(self) -> float:
+        return sum(self.tokens) / sum(self.seconds)
+
+    def costs(self) -> PromptCosts:
+        return PromptCosts(tuple(str(i) for i in range(len(self.tokens))), np.array(self.tokens),
+                           np.array(self.seconds))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.feature_draft", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", default="smollm2", help="the real pair (default smollm2)")
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per set (default 16)")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3, 4], help="fixed K chosen from on dev")
+    parser.add_argument("--taus", type=float, nargs="+", default=[0.3, 0.5, 0.7], help="τ chosen from on dev")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def decoder_run(target: PreTrainedModel, draft: PreTrainedModel | None, policy: Policy | None, budget: int) -> Decode:
+    """Decode with ``draft`` under ``policy``; without a draft, the target alone (its own ``generate``)."""
+    if draft is None:
+        def alone(prompt: list[int], seed: int) -> int:
+            torch.manual_seed(seed)
+            ids = torch.tensor([prompt], device=target.device)
+            with torch.inference_mode():
+                out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                                      top_k=0, top_p=1.0, max_new_tokens=budget, eos_token_id=None,
+                                      pad_token_id=target.generation_config.pad_token_id or 0)
+            return out.shape[1] - len(prompt)
+        return alone
+    decoder = SpeculativeDecoder(target, draft, policy=policy, sampling=Sampling(), eos_token_id=None)
+    return lambda prompt, seed: decoder.generate(prompt, max_new_tokens=budget, seed=seed).stats.generated
+
+
+def time_methods(methods: dict[str, Decode], prompts: list[list[int]], label: str) -> list[Timed]:
+    """Each method on every prompt, taking turns (after one untimed warm-up each)."""
+    for run in methods.values():
+        run(prompts[0][:32], 0)
+    timed = [Timed(name, [], []) for name in methods]
+    for seed, prompt in enumerate(tqdm(prompts, desc=label, unit="prompt")):
+        for result, run in zip(timed, methods.values()):
+            with Stopwatch(torch.device("cpu")) as watch:
+                tokens = run(prompt, seed)
+            result.tokens.append(tokens)
+            result.seconds.append(watch.seconds)
+    return timed
+
+
+def table(title: str, timed: list[Timed], seed: int) -> Table:
+    """tokens/s and the speed-up over the target alone (first method) with its paired interval."""
+    out = Table(title=title, caption="interval: 95 % paired bootstrap over prompts; methods took turns per prompt")
+    for column in ("method", "tokens/s", "vs target alone", "95 % interval"):
+        out.add_column(column, justify="left" if column == "method" else "right")
+    base = timed[0]
+    draws = paired_draws(len(base.tokens), seed)
+    for one in timed:
+        low, high = ratio_interval(one.costs(), base.costs(), draws)
+        out.add_row(one.name, f"{one.rate:.1f}", f"{one.rate / base.rate:.3f}", f"[{low:.3f}, {high:.3f}]")
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
+    args = parse_args(argv)
+    quiet_library_output()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        spec = pair_spec(args.pair)
+        pair = ensure_pair(args.pair)
+        if ROLE not in pair.roles:
+            raise ModelLoadError(f"the {args.pair} pair ships no feature draft; train and ship one first "
+                                 "(python -m data_gen.feature_draft, then python -m data_gen.real --ship-feature-draft)")
+        dtype = resolve_dtype(spec.dtype)
+        models = {role: load_causal_lm(str(pair.path(role)), dtype=dtype) for role in ("target", "draft", ROLE)}
+    except (KeyError, ModelLoadError) as error:
+        print(f"error: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
+        sys.exit(2)
+    tokenizer = load_tokenizer(str(pair.path("target")))
+    sets = {name: encoded_prompts(spec, tokenizer, source, split, args.prompts, args.seed, style=style)
+            for name, (source, split, style) in {"dev": ("builtin", "dev", "function"),
+                                                 "test": ("builtin", "test", "function"),
+                                                 "HumanEval": ("humaneval", "test", None)}.items()}
+    target, budget = models["target"], args.max_new_tokens
+    console = Console(width=120)
+    dev_methods = {"target alone": decoder_run(target, None, None, budget)}
+    for k in args.ks:
+        dev_methods[f"draft Fixed({k})"] = decoder_run(target, models["draft"], Fixed(k), budget)
+        dev_methods[f"feature draft Fixed({k})"] = decoder_run(target, models[ROLE], Fixed(k), budget)
+    for tau in args.taus:
+        dev_methods[f"feature draft Confidence({tau})"] = decoder_run(target, models[ROLE], Confidence(tau, 8),
+                                                                      budget)
+    results = {"dev": time_methods(dev_methods, sets["dev"], "dev (selection)")}
+    console.print(table(f"dev: {len(sets['dev'])} prompts x {budget} tokens, {dtype}", results["dev"], args.seed))
+    by_name = {one.name: one for one in results["dev"]}
+
+    def best(prefix: str) -> str:
+        return max((name for name in by_name if name.startswith(prefix)), key=lambda name: by_name[name].rate)
+
+    chosen = ["target alone", best("draft Fixed"), best("feature draft Fixed"), best("feature draft Confidence")]
+    for name in ("test", "HumanEval"):
+        results[name] = time_methods({method: dev_methods[method] for method in chosen}, sets[name], name)
+        console.print(table(f"{name}: {len(sets[name])} prompts x {budget} tokens, {dtype}; K and τ chosen on dev",
+                            results[name], args.seed))
+    return results
+
+
+if __name__ == "__main__":
+    main()
