@@ -129,8 +129,8 @@ def test_kv_cache_matches_from_scratch_forward(wide, monkeypatch):
     feed = ModelRunner.feed
     checked = []
 
-    def checked_feed(self, tokens, end, keep):
-        logits = feed(self, tokens, end, keep)
+    def checked_feed(self, tokens, end, keep, inputs=None):
+        logits = feed(self, tokens, end, keep, inputs)
         with torch.no_grad():
             full = self.model(tokens[:, :end]).logits[0, -keep:, : self.vocab].float()
         torch.testing.assert_close(logits, full, atol=1e-5, rtol=1e-5)

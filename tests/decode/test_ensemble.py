@@ -197,12 +197,12 @@ def test_stats_caches_and_single_scoring(wide, monkeypatch, config):
     feed = ModelRunner.feed
     seen: set[tuple[int, tuple[int, ...]]] = set()
 
-    def checked_feed(self, tokens, end, keep):
+    def checked_feed(self, tokens, end, keep, inputs=None):
         for position in range(self.consumed, end):
             key = (id(self.model), tuple(tokens[0, : position + 1].tolist()))
             assert key not in seen, f"position {position} of the same prefix fed twice to one model"
             seen.add(key)
-        logits = feed(self, tokens, end, keep)
+        logits = feed(self, tokens, end, keep, inputs)
         with torch.no_grad():
             full = self.model(tokens[:, :end]).logits[0, -keep:, : self.vocab].float()
         torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
