@@ -7,13 +7,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import torch
 from rich.console import Console
 from rich.table import Table
 
 from ahconf.entry import quiet_library_output
 from data_gen.model_store import file_hashes
-from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer
+from decode.artifacts.hub import NATIVE_BF16, ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 
 from .build import FeatureRecipe, PromptSource, build_feature_draft
 from .model import FeatureDraftShape
@@ -49,6 +48,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--vocab-subset", type=int, default=shape.vocab_subset,
                         help="tokens its output layer scores (0: the whole vocabulary)")
     parser.add_argument("--prompt-source", default=PromptSource().source, help="prompt source (data_gen.prompts)")
+    parser.add_argument("--dtype", default=NATIVE_BF16,
+                        help=f"the target's precision for generation and the teacher pass (default {NATIVE_BF16}: "
+                        "bfloat16 where the machine computes it natively, else float32)")
     parser.add_argument("--seed", type=int, default=default.seed)
     return parser
 
@@ -70,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.expanduser()
     try:
         print(f"loading the target {args.target} ...", file=sys.stderr, flush=True)
-        dtype = torch.bfloat16 if torch.cuda.is_available() else "auto"
-        target = load_causal_lm(args.target, dtype=dtype)
+        target = load_causal_lm(args.target, dtype=resolve_dtype(args.dtype))
         tokenizer = load_tokenizer(args.target)
         weights = file_hashes(Path(args.target), ["model.safetensors"]) if Path(args.target).is_dir() else {}
         result = build_feature_draft(target, tokenizer, weights.get("model.safetensors", args.target), recipe, out,

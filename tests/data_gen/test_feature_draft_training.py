@@ -128,3 +128,11 @@ def test_training_lowers_the_held_out_loss_and_the_draft_decodes(target, shards,
     out = decoder.generate([5, 7, 11], max_new_tokens=16)
     reference = target.generate(torch.tensor([[5, 7, 11]]), max_new_tokens=16, do_sample=False, min_new_tokens=16)
     assert torch.equal(out.sequences, reference)
+
+
+def test_the_command_names_an_unusable_target_in_one_line(tmp_path, capsys):
+    from data_gen.feature_draft.__main__ import main
+
+    assert main(["--target", str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 2 and error[-1].startswith("error: cannot load model") and not (tmp_path / "out").exists()
