@@ -9,6 +9,8 @@ resumed from its ``last.ckpt`` takes the very steps an uninterrupted one would (
 
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -202,6 +204,25 @@ def depth_losses(draft: FeatureDraftForCausalLM, batch: dict[str, Tensor], unrol
     return results
 
 
+class StepReport(L.Callback):
+    """A line every ``every`` steps on stderr (the progress bar draws nothing where stderr is not a terminal)."""
+
+    def __init__(self, every: int) -> None:
+        self.every, self.started, self.first = every, 0.0, 0
+
+    def on_train_start(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        self.started, self.first = time.perf_counter(), trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, module: L.LightningModule, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if step % self.every == 0 and not sys.stderr.isatty():
+            rate = (time.perf_counter() - self.started) / max(step - self.first, 1)
+            metrics = trainer.callback_metrics
+            figures = " ".join(f"{name.removeprefix('train/')} {float(value):.3f}" for name, value in metrics.items()
+                               if name.startswith("train/ce") or name == "train/loss")
+            print(f"step {step}/{trainer.max_steps}: {figures} ({rate:.2f} s/step)", file=sys.stderr, flush=True)
+
+
 class FeatureDraftModule(L.LightningModule):
     """Trains a feature draft's own tensors (its embeddings are the target's, frozen)."""
 
@@ -284,7 +305,8 @@ def train_feature_draft(draft: FeatureDraftForCausalLM, paths: list[Path], train
     trainer = L.Trainer(
         max_steps=training.steps, max_epochs=-1, precision=precision, logger=False, enable_model_summary=False,
         callbacks=[ModelCheckpoint(dirpath=checkpoints, save_top_k=0, save_last=True,
-                                   every_n_train_steps=training.checkpoint_every), *(callbacks or [])],
+                                   every_n_train_steps=training.checkpoint_every),
+                   StepReport(max(1, min(25, training.checkpoint_every))), *(callbacks or [])],
         gradient_clip_val=1.0, num_sanity_val_steps=0, deterministic=False,
     )
     trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if resume and last.is_file() else None)
