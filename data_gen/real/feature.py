@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 
 from data_gen.feature_draft.model import assemble_draft
 from data_gen.feature_draft.realism import FeatureRealism, measure_feature_realism
-from decode.artifacts.hub import load_causal_lm, load_tokenizer
+from decode.artifacts.hub import load_causal_lm, load_tokenizer, resolve_dtype
 from decode.feature_draft import FeatureDraftConfig
 
 from .pairs import RECORD_FILE, PairSpec
@@ -44,10 +44,10 @@ def realism_of(spec: PairSpec, pair_root: Path, draft_dir: Path) -> FeatureReali
     record = json.loads((pair_root / RECORD_FILE).read_text())
     recipe = PairRecipe.from_dict(record["recipe"])
     tokenizer = load_tokenizer(str(pair_root / "target"))
-    dtype = load_causal_lm(str(pair_root / "target"), dtype=spec.dtype).dtype
+    dtype = resolve_dtype(spec.dtype)
     models = {"target": load_causal_lm(str(pair_root / "target"), dtype=dtype),
               "draft": load_causal_lm(str(pair_root / "draft"), dtype=dtype),
               ROLE: load_causal_lm(str(draft_dir), dtype=dtype)}
     return measure_feature_realism(models, tokenizer, realism_sets(spec, tokenizer, recipe),
                                    tokens=recipe.realism_tokens, seed=recipe.seed, repeats=recipe.latency_repeats,
-                                   depths=4, dtype=str(dtype).split(".")[-1])
+                                   depths=4, dtype=str(models["target"].dtype).split(".")[-1])

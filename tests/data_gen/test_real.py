@@ -43,10 +43,13 @@ def test_the_shipped_smollm2_files_match_their_recorded_sha256():
     record = SMOLLM2.shipped_record()
     assert record is not None and record["origin"] == "shipped"
     files = sorted(p.name for p in SMOLLM2.shipped_dir.iterdir() if p.name != RECORD_FILE)
-    assert files == sorted(record["shipped_files"]) == ["companion.safetensors", "draft.safetensors"]
+    assert files == sorted(record["shipped_files"]) == ["companion.safetensors", "draft.safetensors",
+                                                        "feature_draft.safetensors"]
     for name, digest in record["shipped_files"].items():
         assert file_sha256(SMOLLM2.shipped_dir / name) == digest, name
-    assert sum((SMOLLM2.shipped_dir / name).stat().st_size for name in files) <= 25 * 2**20
+    size = {name: (SMOLLM2.shipped_dir / name).stat().st_size for name in files}
+    assert size["draft.safetensors"] + size["companion.safetensors"] <= 25 * 2**20
+    assert size["feature_draft.safetensors"] <= 25 * 2**20
 
 
 def test_the_shipped_record_names_the_wheel_and_a_draft_within_the_recipe():
@@ -57,6 +60,9 @@ def test_the_shipped_record_names_the_wheel_and_a_draft_within_the_recipe():
     assert draft["lm_head.token_ids"].shape == (recipe.draft.vocab_subset,)
     first_trained = f"model.layers.{recipe.draft.target_layers}.self_attn.q_proj.weight"
     assert first_trained in draft and "model.embed_tokens.weight" not in draft  # the target's tensors never ship
+    feature = load_file(SMOLLM2.shipped_dir / "feature_draft.safetensors")
+    assert "fc.weight" in feature and "model.embed_tokens.weight" not in feature
+    assert len(record["feature_draft"]["realism"]["sets"]) == 2
 
 
 @pytest.fixture(scope="module")
