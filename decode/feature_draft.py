@@ -90,8 +90,9 @@ class FeatureDraftForCausalLM(LlamaForCausalLM):
 
 
 def is_feature_draft(model: PreTrainedModel | None) -> bool:
-    """Whether ``model`` is a feature draft (it needs the target's features to draft)."""
-    return isinstance(model, FeatureDraftForCausalLM)
+    """Whether ``model`` is a feature draft (it needs the target's features to draft): by its config's model type,
+    so a copy of this class registered by another import of the package counts too."""
+    return getattr(getattr(model, "config", None), "model_type", None) == MODEL_TYPE
 
 
 def target_features(hidden_states: Sequence[Tensor], layers: Sequence[int]) -> Tensor:

@@ -200,7 +200,8 @@ def test_a_feature_draft_saves_and_loads_with_the_auto_classes(featured_wide, tm
     draft = featured_wide["draft"]
     draft.save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
-    assert is_feature_draft(loaded) and isinstance(loaded, FeatureDraftForCausalLM)
+    assert is_feature_draft(loaded) and type(loaded).__name__ == FeatureDraftForCausalLM.__name__
+    assert not is_feature_draft(featured_wide["target"])
     assert loaded.feature_layers == (1, 2) and loaded.fuse is not None
     ids, features = torch.tensor([[1, 2, 3]]), torch.randn(1, 3, 16)
     with torch.no_grad():
