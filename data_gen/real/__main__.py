@@ -97,6 +97,12 @@ def summary_table(pair: Pair) -> Table:
         vocab = "all" if info.get("vocab_subset") is None else f"{info['vocab_subset']:,}"
         cost = "1" if role == "target" else f"{realism['cost'][role]:.3f}"
         table.add_row(role, str(info["layers"]), trained, vocab, f"{info['params'] / 1e6:.1f}M", cost)
+    if ROLE in record:  # its layers read the target's features; its params are the trained ones (embeddings shared)
+        built = record[ROLE]
+        subset = built["recipe"]["shape"]["vocab_subset"]
+        table.add_row(ROLE, str(built["recipe"]["shape"]["layers"]), f"features / {built['recipe']['shape']['layers']}",
+                      "all" if subset is None else f"{subset:,}", f"{built['params'] / 1e6:.1f}M",
+                      f"{built['realism']['cost']:.3f}")
     return table
 
 
