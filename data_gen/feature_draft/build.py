@@ -25,7 +25,7 @@ from data_gen.zoo.build import machine_class
 from decode.artifacts.hub import native_bf16
 from decode.feature_draft import FeatureDraftForCausalLM
 
-from .model import FeatureDraftShape, initial_draft, trained_tensors
+from .model import FeatureDraftShape, frequent_tokens, initial_draft, trained_tensors
 from .shards import ShardPlan, build_shards
 from .training import FeatureTraining, TeacherData, TrainingResult, train_feature_draft
 
@@ -70,15 +70,6 @@ def encoded(tokenizer: PreTrainedTokenizerBase, prompts: PromptSource, seed: int
     return [p.token_ids for p in encoded_prompts]
 
 
-def frequent_tokens(data: TeacherData, vocab: int, count: int) -> torch.Tensor:
-    """The ``count`` most frequent tokens of the sequences (ties to the lower id), sorted by id."""
-    counts = torch.zeros(vocab, dtype=torch.long)
-    for shard in data.shards:
-        counts.index_add_(0, shard["tokens"].long(), torch.ones(len(shard["tokens"]), dtype=torch.long))
-    order = sorted(range(vocab), key=lambda token: (-int(counts[token]), token))
-    return torch.tensor(sorted(order[:count]), dtype=torch.long)
-
-
 def shard_plan(recipe: FeatureRecipe, target: PreTrainedModel, target_sha256: str) -> ShardPlan:
     """The shards' plan for this recipe and target."""
     return ShardPlan(prompts_per_shard=recipe.prompts_per_shard, response_tokens=recipe.response_tokens,
@@ -104,7 +95,8 @@ def build_feature_draft(target: PreTrainedModel, tokenizer: PreTrainedTokenizerB
     paths = build_shards(target, prompts, data_dir, plan, tokenizer.eos_token_id, tokenizer.pad_token_id,
                          len(tokenizer), recipe.shards)
     data = TeacherData(paths, recipe.training.max_length)
-    subset = (frequent_tokens(data, target.config.vocab_size, recipe.shape.vocab_subset)
+    subset = (frequent_tokens((shard["tokens"] for shard in data.shards), target.config.vocab_size,
+                               recipe.shape.vocab_subset)
               if recipe.shape.vocab_subset is not None else None)
     responses = sum(int((s["lengths"] - s["prompt_lengths"]).sum()) for s in data.shards)
     del data

@@ -9,6 +9,7 @@ with the target's distribution of one position earlier, and training moves it on
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +38,15 @@ class FeatureDraftShape:
     def reads(self, target: PreTrainedModel) -> tuple[int, ...]:
         """The target's ``hidden_states`` indices it reads."""
         return self.feature_layers if self.feature_layers is not None else (target.config.num_hidden_layers,)
+
+
+def frequent_tokens(sequences: Iterable[Tensor], vocab: int, count: int) -> Tensor:
+    """The ``count`` most frequent ids of ``sequences`` (ties to the lower id), sorted by id: a subset head's tokens."""
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for ids in sequences:
+        counts.index_add_(0, ids.long(), torch.ones(len(ids), dtype=torch.long))
+    order = sorted(range(vocab), key=lambda token: (-int(counts[token]), token))
+    return torch.tensor(sorted(order[:count]), dtype=torch.long)
 
 
 def draft_config(target: PreTrainedModel, shape: FeatureDraftShape) -> FeatureDraftConfig:

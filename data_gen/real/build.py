@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
 from data_gen.encoding import encode_prompts
+from data_gen.feature_draft.model import frequent_tokens
 from data_gen.generation import generate_responses
 from data_gen.memory import release_freed_memory
 from data_gen.model_store import STUDENT_ROLES, file_hashes
@@ -64,15 +65,6 @@ def target_responses(target: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBas
     return [(p, r) for p, r in pairs if len(r) > 1]
 
 
-def frequent_tokens(responses: list[tuple[list[int], list[int]]], vocab: int, count: int) -> torch.Tensor:
-    """The ``count`` most frequent response tokens (ties to the lower id), sorted by id."""
-    counts = torch.zeros(vocab, dtype=torch.long)
-    for _, response in responses:
-        counts.index_add_(0, torch.tensor(response), torch.ones(len(response), dtype=torch.long))
-    order = sorted(range(vocab), key=lambda token: (-int(counts[token]), token))
-    return torch.tensor(sorted(order[:count]), dtype=torch.long)
-
-
 def realism_sets(spec: PairSpec, tokenizer: PreTrainedTokenizerBase, recipe: PairRecipe
                  ) -> dict[str, tuple[str, list[list[int]]]]:
     """The prompt sets the realism figures are measured on: the experiment's dev prompts and HumanEval."""
@@ -97,7 +89,8 @@ def build_into(spec: PairSpec, target_dir: Path, staging: Path, recipe: PairReci
     shapes = {role: recipe.shape(role) for role in STUDENT_ROLES}
     rows = teacher_pass(runner, responses, {s.target_layers for s in shapes.values()}, recipe.top_k)
     release_freed_memory()
-    subset = frequent_tokens(responses, len(tokenizer), shapes["draft"].vocab_subset or len(tokenizer))
+    subset = frequent_tokens((torch.tensor(r) for _, r in responses), len(tokenizer),
+                             shapes["draft"].vocab_subset or len(tokenizer))
     target = load_causal_lm(str(target_dir), dtype=torch.float32)
     shipped, train_loss = {}, {}
     for role, shape in shapes.items():
