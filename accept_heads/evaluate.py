@@ -81,6 +81,7 @@ from data_gen.prompts import check_prompt_choices
 from decode.artifacts.version import code_version
 from decode.batch_costs import measure_batch_costs
 from decode.costs import CostModel
+from decode.feature_draft import is_feature_draft
 from decode.head import AcceptanceHead
 
 
@@ -108,7 +109,7 @@ def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes:
     rows = job.evaluate.calibration_rows
     for name, head in artifacts.heads.items() if rows else ():
         try:
-            frame = head_predictions(head, trio.draft, head_data_dir(head, job.paths.data_dir), rows,
+            frame = head_predictions(head, trio, head_data_dir(head, job.paths.data_dir), rows,
                                      job.head.mixing_r, job.seed)
         except (FileNotFoundError, ConfigError) as error:
             notes[f"calibration[{name}]"] = f"no reliability diagram for head[{name}]: {error}"
@@ -218,6 +219,10 @@ def evaluate(job: EvaluateJob) -> Results:
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
     workers = e.workers if e.workers is not None else default_workers(device)
     check_recorded_thresholds(job, artifacts)
+    if e.hf_baselines and is_feature_draft(trio.draft):
+        e.hf_baselines = False
+        notes["hf_baselines"] = ("no HF assisted-generation baseline: transformers' assistant loop cannot feed a "
+                                 "feature draft the target's features")
     unused = unmatched(job.rules, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"

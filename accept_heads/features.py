@@ -13,6 +13,11 @@ only computed where a ``pre`` head needs ``q_t``.
   ``sv_y_<rule>``: :func:`decode.profile.companion_indicators` under the same transform, of the
   same candidate). Those were computed at the *unmixed* (true) prefix during collection: an
   approximation on top of token mixing.
+
+A feature draft (:class:`RoundFeatures`) is read at every depth of a round along the target's own prefix: the
+target's features from one forward, then :func:`decode.feature_draft.depth_hidden`; a ``pre`` head's input at
+depth ``d`` is the draft's output that produced ``q_t`` at that depth, plus the candidate's features there and its
+``depth`` (``docs/design.md`` §8).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, teacher_forced_rounds
 from decode.head import HeadConfig as ArchConfig
 from decode.head import head_features
 from decode.sampling import Sampling
@@ -75,3 +81,45 @@ class DraftFeatures:
             stored = batch["companion"].to(device)[rows, positions]
             companion = (stored[:, 0], stored[:, 1])
         return hidden.float(), head_features(q, candidates, self.arch.features, companion)
+
+
+class RoundFeatures(DraftFeatures):
+    """Frozen target + feature draft → ``(hidden [M, D, H], features [M, D, F])`` at the ``loss_mask`` positions, one
+    per depth ``1 .. D = arch.depths`` of a round (``pre`` heads only; candidates ``[B, W, D]`` in the batch)."""
+
+    def __init__(self, target: PreTrainedModel, draft: FeatureDraftForCausalLM, arch: ArchConfig,
+                 feature_sampling: Sampling, vocab: int) -> None:
+        if arch.timing != "pre":
+            raise ValueError("a feature draft's head reads the state that produced q at each depth: timing='pre'")
+        super().__init__(draft, arch, feature_sampling, vocab)
+        self.target = target.eval().requires_grad_(False)
+
+    def to(self, device: torch.device | str) -> RoundFeatures:
+        """Move the target and the draft (no-op when they are already there)."""
+        if self.target.device != torch.device(device):
+            self.target.to(device)
+        super().to(device)
+        return self
+
+    @torch.no_grad()
+    def __call__(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+        device = self.device
+        depths = self.arch.depths
+        outputs = teacher_forced_rounds(self.target, self.draft, batch["input_ids"].to(device),
+                                        batch["attention_mask"].to(device), depths)
+        rows, positions = batch["loss_mask"].to(device).nonzero(as_tuple=True)
+        hidden = torch.stack([h[rows, positions - 1] for h in outputs], dim=1)  # [M, D, H]
+        q = self.feature_sampling.feature_probs(self.q_logits(hidden))
+        candidates = batch["candidate"].to(device)[rows, positions].reshape(len(rows), depths)
+        depth = torch.arange(1, depths + 1, device=device)
+        return hidden.float(), head_features(q, candidates, self.arch.features, depth=depth)
+
+
+def head_encoder(draft: PreTrainedModel, arch: ArchConfig, feature_sampling: Sampling, vocab: int,
+                 target: PreTrainedModel | None = None) -> DraftFeatures:
+    """What turns a batch into a head's inputs: the draft alone, or a feature draft fed by ``target``."""
+    if not is_feature_draft(draft):
+        return DraftFeatures(draft, arch, feature_sampling, vocab)
+    if target is None:
+        raise ValueError("a feature draft's head inputs need the target's features: pass the target")
+    return RoundFeatures(target, draft, arch, feature_sampling, vocab)

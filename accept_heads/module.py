@@ -8,6 +8,7 @@ from torch import Tensor
 
 from accept_heads.features import DraftFeatures
 from accept_heads.metrics import AcceptanceMetrics, prior_shift, weighted_bce
+from accept_heads.training_data import labelled_positions
 from ahconf.schema import LossConfig, OptimConfig
 from data_gen.schedule import warmup_cosine
 from decode.head import AcceptanceHead
@@ -37,13 +38,13 @@ class HeadModule(L.LightningModule):
         self.val_metrics = AcceptanceMetrics("val/", loss.w_acc, loss.w_rej, constant=constant)
 
     def inputs(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
-        """``(hidden, features, labels, outcomes)`` at the batch's loss positions."""
+        """``(hidden, features, labels, outcomes)`` at the batch's loss positions (and depths: labelled ones only)."""
         if "hidden" in batch:
-            return batch["hidden"], batch.get("features"), batch["label"], batch["outcome"]
+            return labelled_positions(batch["hidden"], batch.get("features"), batch["label"], batch["outcome"])
         self.encoder.to(self.device)
         hidden, features = self.encoder(batch)
         mask = batch["loss_mask"]
-        return hidden, features, batch["label"][mask], batch["outcome"][mask]
+        return labelled_positions(hidden, features, batch["label"][mask], batch["outcome"][mask])
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """Float logits, labels and outcomes of a batch."""

@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accept_heads.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
-from accept_heads.features import DraftFeatures
+from accept_heads.features import DraftFeatures, RoundFeatures, head_encoder
 from accept_heads.loggers import make_logger
 from accept_heads.metrics import information_gain
 from accept_heads.module import HeadModule, fold_prior_shift
@@ -49,6 +49,7 @@ from accept_heads.threshold import choose_threshold
 from accept_heads.training_data import (
     AcceptanceDataModule,
     check_rule_in_manifest,
+    label_depths,
     load_positions,
     loss_everywhere,
     training_rule,
@@ -60,7 +61,8 @@ from data_gen.models import resolve_model_id
 from data_gen.prompts import check_prompt_choices
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.artifacts.serialization import load_head, load_profile, save_head, save_profile
-from decode.head import PRE_FEATURES, AcceptanceHead, HeadConfig
+from decode.feature_draft import is_feature_draft
+from decode.head import DEPTH_FEATURE, PRE_FEATURES, AcceptanceHead, HeadConfig
 from decode.rules import Rule
 from decode.sampling import Sampling
 
@@ -151,13 +153,22 @@ def build_trainer(t: TrainerConfig, logger: LoggerConfig, name: str, out_dir: Pa
     return L.Trainer(**kwargs)
 
 
-def head_architecture(head: HeadTrainConfig, hidden_size: int) -> HeadConfig:
-    """The decode-side head config for ``head.timing`` / ``head.use_companion``."""
+def head_architecture(head: HeadTrainConfig, hidden_size: int, depths: int = 1) -> HeadConfig:
+    """The decode-side head config for ``head.timing`` / ``head.use_companion``; labels at ``depths > 1`` of a round
+    (a feature draft's) add the candidate's depth to its features."""
     if head.timing == "post" and head.use_companion:
         raise ConfigError("head.use_companion=true needs head.timing=pre (a post head reads the hidden state only)")
     pre = head.timing == "pre"
-    return HeadConfig(hidden_size=hidden_size, depth=head.depth, timing=head.timing,
-                      features=PRE_FEATURES if pre else (), companion_features=pre and head.use_companion)
+    features = (*PRE_FEATURES, *((DEPTH_FEATURE,) if depths > 1 else ())) if pre else ()
+    return HeadConfig(hidden_size=hidden_size, depth=head.depth, timing=head.timing, features=features,
+                      companion_features=pre and head.use_companion, depths=depths)
+
+
+def check_feature_draft_head(head: HeadTrainConfig) -> None:
+    """A feature draft's head is a ``pre`` head on the target's own prefix (its rounds are its candidates' prefix)."""
+    if head.timing != "pre" or head.mixing_r != 1:
+        raise ConfigError("a feature draft's head reads the state that produced q at each depth of a round, along "
+                          "the target's own prefix: set head.timing=pre and head.mixing_r=1")
 
 
 def load_head_weights(head: AcceptanceHead, checkpoint: str) -> None:
@@ -184,20 +195,26 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
     ctx = data_context(job)
     L.seed_everything(job.seed, workers=True, verbose=False)
     draft, tokenizer = load_draft(job, ctx.manifest)
-    arch = head_architecture(job.head, draft.config.get_text_config(decoder=True).hidden_size)
+    depths, feature_draft = 1, is_feature_draft(draft)
+    if feature_draft:
+        check_feature_draft_head(job.head)
+        depths = label_depths(job.paths.data_dir, ctx.rule)
+    arch = head_architecture(job.head, draft.config.get_text_config(decoder=True).hidden_size, depths)
     head = AcceptanceHead(arch)
     feature_sampling = ctx.rule.transform(ctx.sampling)
-    encoder = DraftFeatures(draft, arch, feature_sampling, ctx.manifest.vocab_size)
+    target = load_model(job.models.target, job.paths.zoo_dir, draft_dtype(job.trainer))[0] if feature_draft else None
+    encoder = head_encoder(draft, arch, feature_sampling, ctx.manifest.vocab_size, target)
     cache = None
     if job.trainer.feature_cache:
         cache = {"draft": job.models.draft.id, "revision": job.models.draft.revision,
+                 **({"target": job.models.target.id} if isinstance(encoder, RoundFeatures) else {}),
                  "dtype": draft_dtype(job.trainer), "arch": {**arch.to_dict(), "depth": None},
                  "feature_sampling": feature_sampling.to_dict(), "candidate_rule": ctx.rule.name,
                  "mixing_r": job.head.mixing_r, "loss_everywhere": loss_everywhere(arch.timing),
                  "seed": job.seed, "data": ctx.manifest_sha256, "vocab": ctx.manifest.vocab_size}
     datamodule = AcceptanceDataModule(
         job.paths.data_dir, ctx.rule, job.head, seed=job.seed, batch_size=job.optim.batch_size,
-        num_workers=job.trainer.num_workers, cache_description=cache, encoder=encoder,
+        num_workers=job.trainer.num_workers, cache_description=cache, encoder=encoder, depths=depths,
     )
     module = HeadModule(head, None if cache else encoder, job.loss, job.optim, datamodule.mean_train_label())
     return HeadRun(ctx, draft, tokenizer, head, encoder, datamodule, module)

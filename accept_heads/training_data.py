@@ -49,7 +49,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ahconf.rule_config import build_rule
 from ahconf.schema import ConfigError, HeadTrainConfig, RulesConfig
-from data_gen.labels import candidate_column, companion_columns
+from data_gen.labels import candidate_column, companion_columns, depth_column, stored_depths
 from data_gen.manifest import CollectionManifest
 from data_gen.shards import load_split, write_json_atomic
 from decode import rules as rule_defs
@@ -86,9 +86,9 @@ class PositionTable:
     prompt_keys: list[str]  # each row's prompt_id (its decoding seed: data_gen.seeding.prompt_seed)
     offsets: np.ndarray  # [R + 1]
     response: np.ndarray  # [N] target tokens x_t
-    candidate: np.ndarray  # [N] the rule's draft candidate y_t
-    label: np.ndarray  # [N] acceptance target a_t
-    outcome: np.ndarray  # [N] sampled 0/1 outcome for AUROC
+    candidate: np.ndarray  # [N] the rule's draft candidate y_t; [N, D] at depths 1..D of a round (feature draft)
+    label: np.ndarray  # [N] acceptance target a_t ([N, D]: NaN where no round reaches t at that depth)
+    outcome: np.ndarray  # [N] sampled 0/1 outcome for AUROC ([N, D])
     companion: np.ndarray | None  # [N, 2] the rule's SV indicators (X_t, Y_t) at the true prefix
 
     def __len__(self) -> int:
@@ -106,17 +106,28 @@ def _flat(table: pa.Table, name: str, dtype: type) -> np.ndarray:
     return table.column(name).combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(dtype)
 
 
+def label_depths(data_dir: str | Path, rule: rule_defs.Rule) -> int:
+    """How many depths of a round the train split labels for ``rule`` (1 but for a feature draft's data)."""
+    return stored_depths(load_split(data_dir, "train").column_names, rule.label_column)
+
+
 def load_positions(
-    data_dir: str | Path, split: str, rule: rule_defs.Rule, *, seed: int, with_companion: bool
+    data_dir: str | Path, split: str, rule: rule_defs.Rule, *, seed: int, with_companion: bool, depths: int = 1
 ) -> PositionTable:
     """Read ``split`` and flatten it; labels per :func:`training_rule`, outcomes drawn from ``seed``.
 
-    ``with_companion`` also reads ``rule``'s companion indicators (see the module docstring).
+    ``with_companion`` also reads ``rule``'s companion indicators (see the module docstring). ``depths > 1``
+    reads a feature draft's candidates and labels at depths ``1 .. depths`` (:func:`data_gen.labels.depth_column`)
+    as ``[N, depths]`` columns.
     """
     dataset = load_split(data_dir, split)
     table = dataset.data.table
     column = rule.label_column
-    missing = [c for c in (column, candidate_column(rule)) if c not in dataset.column_names]
+    if depths > 1 and with_companion:
+        raise ConfigError("the companion's indicators are stored at depth 1 only: a head reading them trains on "
+                          "depth 1 (a draft without depths) or without head.use_companion")
+    wanted = [depth_column(c, d) for c in (column, candidate_column(rule)) for d in range(1, depths + 1)]
+    missing = [c for c in wanted if c not in dataset.column_names]
     indicators = companion_columns(rule)
     if with_companion and not {indicators["x"], indicators["y"]} <= set(dataset.column_names):
         missing.append(f"{indicators['x']} / {indicators['y']} (collect with a companion model and "
@@ -125,9 +136,13 @@ def load_positions(
         raise ConfigError(f"the {split} data at {data_dir} lacks columns {missing}")
     lengths = np.asarray([len(r) for r in dataset["response_ids"]], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    label = rule.labels_from(torch.from_numpy(_flat(table, column, np.float32))).numpy()
+    def by_depth(name: str, dtype: type) -> np.ndarray:
+        values = [_flat(table, depth_column(name, d), dtype) for d in range(1, depths + 1)]
+        return values[0] if depths == 1 else np.stack(values, axis=1)
+
+    label = rule.labels_from(torch.from_numpy(by_depth(column, np.float32))).numpy()
     rng = np.random.default_rng([seed, SPLIT_CODES[split]])
-    outcome = (rng.random(label.shape[0]) < label).astype(np.float32)
+    outcome = (rng.random(label.shape) < label).astype(np.float32)
     companion = None
     if with_companion:
         companion = np.stack([_flat(table, indicators["x"], np.float32), _flat(table, indicators["y"], np.float32)],
@@ -140,7 +155,7 @@ def load_positions(
         prompt_keys=list(dataset["prompt_id"]),
         offsets=offsets,
         response=_flat(table, "response_ids", np.int64),
-        candidate=_flat(table, candidate_column(rule), np.int64),
+        candidate=by_depth(candidate_column(rule), np.int64),
         label=label,
         outcome=outcome,
         companion=companion,
@@ -159,9 +174,9 @@ class SequenceItem:
     row: int  # the row's index in its split (seeds its mixing)
     prompt: np.ndarray  # [P] prompt token ids
     response: np.ndarray  # [N] target tokens x_t
-    candidate: np.ndarray  # [N] the rule's draft candidate y_t
-    label: np.ndarray  # [N] acceptance target a_t
-    outcome: np.ndarray  # [N] sampled 0/1 outcome
+    candidate: np.ndarray  # [N] or [N, D] the rule's draft candidate y_t (per depth)
+    label: np.ndarray  # [N] or [N, D] acceptance target a_t
+    outcome: np.ndarray  # [N] or [N, D] sampled 0/1 outcome
     companion: np.ndarray | None  # [N, 2] the rule's SV indicators (X_t, Y_t), None: not read
 
 
@@ -182,15 +197,17 @@ class SequenceDataset(Dataset):
 
 
 def collate_sequences(items: list[SequenceItem]) -> dict[str, Tensor]:
-    """Right-pad ``[prompt, response]`` rows; per-token tensors are aligned with ``input_ids``."""
+    """Right-pad ``[prompt, response]`` rows; per-token tensors are aligned with ``input_ids`` (``[B, W]``, or
+    ``[B, W, D]`` per depth)."""
     width = max(len(i.prompt) + len(i.response) for i in items)
     batch = len(items)
+    depths = items[0].candidate.shape[1:]
     input_ids = torch.zeros(batch, width, dtype=torch.long)
     attention_mask = torch.zeros(batch, width, dtype=torch.long)
     is_response = torch.zeros(batch, width, dtype=torch.bool)
-    candidate = torch.zeros(batch, width, dtype=torch.long)
-    label = torch.zeros(batch, width)
-    outcome = torch.zeros(batch, width)
+    candidate = torch.zeros(batch, width, *depths, dtype=torch.long)
+    label = torch.zeros(batch, width, *depths)
+    outcome = torch.zeros(batch, width, *depths)
     companion = torch.zeros(batch, width, 2)
     for b, item in enumerate(items):
         p, n = len(item.prompt), len(item.response)
@@ -222,16 +239,30 @@ def mix_batch(
 
     ``loss_mask`` marks the drawn positions (``post`` heads, whose input consumes ``z_t = y_t``), or
     every response position with ``every_position`` (``pre`` heads, whose input at ``t`` reads only
-    the prefix ``z_<t``; mixing then only shapes that prefix).
+    the prefix ``z_<t``; mixing then only shapes that prefix). ``r = 1`` draws nothing: the target's own prefix
+    (the only choice for candidates per depth, whose round is itself their prefix).
     """
     mixed = torch.zeros_like(batch["is_response"])
-    for b, row in enumerate(batch["row"].tolist()):
-        positions = batch["is_response"][b].nonzero().squeeze(-1)
-        draws = torch.from_numpy(mixing_mask(positions.numel(), r, seed, split, epoch, row))
-        mixed[b, positions[draws]] = True
-    batch["input_ids"] = torch.where(mixed, batch["candidate"], batch["input_ids"])
+    if r < 1:
+        for b, row in enumerate(batch["row"].tolist()):
+            positions = batch["is_response"][b].nonzero().squeeze(-1)
+            draws = torch.from_numpy(mixing_mask(positions.numel(), r, seed, split, epoch, row))
+            mixed[b, positions[draws]] = True
+        batch["input_ids"] = torch.where(mixed, batch["candidate"], batch["input_ids"])
     batch["loss_mask"] = batch["is_response"].clone() if every_position else mixed
     return batch
+
+
+def labelled_positions(hidden: Tensor, features: Tensor | None, labels: Tensor, outcomes: Tensor
+                       ) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+    """Head inputs ``[M(, D), ·]`` and labels ``[M(, D)]`` flattened over depths, without the positions no round
+    reaches at a depth (NaN labels)."""
+    labels, outcomes = labels.reshape(-1), outcomes.reshape(-1)
+    kept = ~labels.isnan()
+    hidden = hidden.reshape(-1, hidden.shape[-1])[kept]
+    if features is not None:
+        features = features.reshape(-1, features.shape[-1])[kept]
+    return hidden, features, labels[kept], outcomes[kept]
 
 
 def loss_everywhere(timing: str) -> bool:
@@ -288,10 +319,11 @@ class AcceptanceDataModule(L.LightningDataModule):
         num_workers: int = 0,
         cache_description: JSONDict | None = None,
         encoder: Any = None,
+        depths: int = 1,
     ) -> None:
         super().__init__()
         self.data_dir = Path(data_dir)
-        self.rule, self.head, self.seed = rule, head, seed
+        self.rule, self.head, self.seed, self.depths = rule, head, seed, depths
         self.batch_size, self.num_workers = batch_size, num_workers
         self.cache_description, self.encoder = cache_description, encoder
         self.tables: dict[str, PositionTable] = {}
@@ -300,7 +332,8 @@ class AcceptanceDataModule(L.LightningDataModule):
         """The split's positions (read once)."""
         if split not in self.tables:
             self.tables[split] = load_positions(
-                self.data_dir, split, self.rule, seed=self.seed, with_companion=self.head.use_companion
+                self.data_dir, split, self.rule, seed=self.seed, with_companion=self.head.use_companion,
+                depths=self.depths,
             )
         return self.tables[split]
 
@@ -323,7 +356,7 @@ class AcceptanceDataModule(L.LightningDataModule):
 
     def mean_train_label(self) -> float:
         """Mean acceptance target on train: the constant predictor's prediction."""
-        return float(self.table("train").label.mean())
+        return float(np.nanmean(self.table("train").label))
 
     def _dataset(self, split: str) -> Dataset:
         cache = self.cache_dir

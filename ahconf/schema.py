@@ -19,6 +19,8 @@ from decode.rules import RULES, from_spec
 ZOO_PREFIX = "zoo:"
 REAL_PREFIX = "real:"  # real:<pair>/<role>, a real pair installed by data_gen.real
 ROLES = ("target", "draft", "companion")
+FEATURE_DRAFT_ROLE = "feature_draft"  # a real pair's EAGLE-style draft (data_gen.real.feature)
+REAL_ROLES = (*ROLES, FEATURE_DRAFT_ROLE)  # what real:<pair>/<role> names
 TIMINGS = ("post", "pre")
 HEAD_KINDS = ("specdecpp", "sv_profile")
 LOGGERS = ("csv", "wandb", "tensorboard", "none")
@@ -54,8 +56,9 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.id.startswith(REAL_PREFIX):
             pair, _, role = self.id[len(REAL_PREFIX):].partition("/")
-            if not pair or role not in ROLES:
-                raise ConfigError(f"model id {self.id!r}: write real:<pair>/<role> with a role of {', '.join(ROLES)}")
+            if not pair or role not in REAL_ROLES:
+                raise ConfigError(f"model id {self.id!r}: write real:<pair>/<role> with a role of "
+                                  f"{', '.join(REAL_ROLES)}")
         _choice("dtype", self.dtype,
                 ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "bfloat16-native"))
 
@@ -154,12 +157,13 @@ class CollectConfig:
     batch_size: int = 16
     shard_size: int = 64  # prompts per shard (the unit of resumption)
     overwrite: bool = False
+    depths: int = 4  # a feature draft's labels per depth in a round, 1..depths (other drafts' q has no depth)
 
     def __post_init__(self) -> None:
         for split in self.splits:
             _choice("collect.splits", split, SPLITS)
-        if self.max_new_tokens < 1 or self.batch_size < 1 or self.shard_size < 1:
-            raise ConfigError("collect.max_new_tokens, batch_size and shard_size must be >= 1")
+        if min(self.max_new_tokens, self.batch_size, self.shard_size, self.depths) < 1:
+            raise ConfigError("collect.max_new_tokens, batch_size, shard_size and depths must be >= 1")
 
 
 @dataclass

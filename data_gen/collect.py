@@ -30,14 +30,23 @@ from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import CollectJob
 from data_gen.distributed import World, close_world, init_world, local_device
 from data_gen.encoding import EncodedPrompt, split_prompts
-from data_gen.generation import Batch, generate_responses, given_batch, teacher_forced_logits
-from data_gen.labels import batch_columns, draft_candidates, indicator_rules, label_rules
+from data_gen.generation import Batch, generate_responses, given_batch, round_depth_logits, teacher_forced_logits
+from data_gen.labels import (
+    base_column,
+    batch_columns,
+    depth_column,
+    depth_columns,
+    draft_candidates,
+    indicator_rules,
+    label_rules,
+)
 from data_gen.manifest import MANIFEST_VERSION, CollectionManifest, SplitProgress, build_manifest, print_summary
 from data_gen.models import Trio, load_trio
 from data_gen.prompts import check_prompt_choices
 from data_gen.responses import GivenResponse, ResponsesSource
 from data_gen.seeding import prompt_seed
 from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
+from decode.feature_draft import is_feature_draft
 from decode.json_types import JSONDict
 from decode.loops.prompt_input import pad_id
 from decode.loops.runner import context_length as models_context
@@ -57,17 +66,19 @@ def features_for(column_names: list[str]) -> datasets.Features:
         "finished": datasets.Value("bool"),
     }
     for name in column_names:
-        spec[name] = ints if name in POSITION_INT_COLUMNS else floats
+        spec[name] = ints if base_column(name) in POSITION_INT_COLUMNS else floats
     return datasets.Features(spec)
 
 
-def fingerprint(job: CollectJob, trio_description: JSONDict, source: ResponsesSource | None) -> JSONDict:
+def fingerprint(job: CollectJob, trio_description: JSONDict, source: ResponsesSource | None,
+                depths: int = 1) -> JSONDict:
     """Everything that changes the collected data; a directory never mixes two fingerprints.
 
     ``manifest_version`` stands for the column schema: shards of an older schema are never resumed.
-    Labelling given responses adds their source (path, content hash, sidecar).
+    Labelling given responses adds their source (path, content hash, sidecar); a feature draft's labels, their
+    ``depths``.
     """
-    return {
+    return ({"depths": depths} if depths > 1 else {}) | {
         "manifest_version": MANIFEST_VERSION,
         "models": trio_description,
         "prompts": asdict(job.prompts),
@@ -89,10 +100,13 @@ class Labeller:
     label_columns: dict
     companion_rules: list
     seed: int
+    depths: int = 1  # depths of a round labelled (a feature draft's q depends on it; any other draft's does not)
 
     @classmethod
     def for_job(cls, trio: Trio, job: CollectJob) -> Labeller:
-        return cls(trio, Sampling(**asdict(job.sampling)), label_rules(job.rules), indicator_rules(job.rules), job.seed)
+        depths = job.collect.depths if is_feature_draft(trio.draft) else 1
+        return cls(trio, Sampling(**asdict(job.sampling)), label_rules(job.rules), indicator_rules(job.rules),
+                   job.seed, depths)
 
     @property
     def pad_id(self) -> int:
@@ -136,16 +150,28 @@ class Labeller:
 
         The draft's candidates come from each prompt's own ``"draft"`` stream, so they depend on the
         prompt and the draft's logits only, not on how (or with whom) the response was produced.
+        A feature draft is labelled at every depth of a round (:func:`data_gen.generation.round_depth_logits`):
+        depth 1 in the usual columns, depth ``d > 1`` in :func:`data_gen.labels.depth_columns` (candidates from the
+        stream ``"draft@d<d>"``, no companion indicators).
         """
         trio = self.trio
-        q_logits = teacher_forced_logits(trio.draft, batch, trio.vocab)
+        if self.depths > 1:
+            depth_logits = round_depth_logits(trio.target, trio.draft, batch, trio.vocab, self.depths)
+        else:
+            depth_logits = [teacher_forced_logits(trio.draft, batch, trio.vocab)]
         c_logits = teacher_forced_logits(trio.companion, batch, trio.vocab) if trio.companion is not None else None
         lengths = batch.response_lengths
         valid = batch.attention_mask[:, batch.prompt_width :].bool()
-        y = draft_candidates(q_logits, lengths, self.sampling, self.generators(prompt_ids, "draft"))
         response = batch.input_ids[:, batch.prompt_width :][valid]
-        columns = batch_columns(batch.target_logits, q_logits, c_logits, y, response, valid, sampling=self.sampling,
-                                label_columns=self.label_columns, companion_rules=self.companion_rules)
+        steps = valid.nonzero(as_tuple=True)[1]
+        columns: dict[str, torch.Tensor] = {}
+        for depth, q_logits in enumerate(depth_logits, 1):
+            stream = depth_column("draft", depth)
+            y = draft_candidates(q_logits, lengths, self.sampling, self.generators(prompt_ids, stream))
+            at_depth = batch_columns(batch.target_logits, q_logits, c_logits if depth == 1 else None, y, response,
+                                     valid, sampling=self.sampling, label_columns=self.label_columns,
+                                     companion_rules=self.companion_rules)
+            columns |= at_depth if depth == 1 else depth_columns(at_depth, depth, steps)
         per_row = {name: values.split(lengths) for name, values in columns.items()}
         eos = trio.tokenizer.eos_token_id
         rows = []
@@ -278,11 +304,12 @@ def collect(job: CollectJob) -> CollectionManifest | None:
                 model.to(device)
         source = None if job.responses is None else ResponsesSource.open(job.responses, job.models.target, job.sampling)
         root = Path(job.paths.data_dir)
+        labeller = Labeller.for_job(trio, job)
         if world.is_main:
-            claim_directory(root, fingerprint(job, trio.description, source), overwrite=job.collect.overwrite)
+            claim_directory(root, fingerprint(job, trio.description, source, labeller.depths),
+                            overwrite=job.collect.overwrite)
             (root / MANIFEST_FILE).unlink(missing_ok=True)  # the manifest is rewritten when the run completes
         world.barrier()
-        labeller = Labeller.for_job(trio, job)
         progress = {split: collect_split(labeller, job, split, root, world, source) for split in job.collect.splits}
         world.barrier()
         manifest: CollectionManifest | None = None

@@ -23,6 +23,7 @@ from torch import Generator, Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from decode.cache_api import cache_kwargs
+from decode.feature_draft import FeatureDraftForCausalLM, teacher_forced_rounds
 from decode.loops.prompt_input import left_pad
 from decode.sampling import Sampling
 
@@ -171,3 +172,16 @@ def teacher_forced_logits(model: PreTrainedModel, batch: Batch, vocab: int) -> T
     width = batch.response_width
     out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), logits_to_keep=width + 1)
     return out.logits[:, :-1, :vocab]
+
+
+@torch.inference_mode()
+def round_depth_logits(target: PreTrainedModel, draft: FeatureDraftForCausalLM, batch: Batch, vocab: int,
+                       depths: int) -> list[Tensor]:
+    """``[B, T, vocab]`` logits of a feature draft predicting each response token at depths ``1 .. depths`` of a
+    round (:func:`decode.feature_draft.depth_hidden`): depth 1 is :func:`teacher_forced_logits`' counterpart."""
+    ids = batch.input_ids.to(target.device)
+    mask = batch.attention_mask.to(target.device)
+    width = batch.response_width
+    head = draft.get_output_embeddings()
+    return [head(hidden[:, -width - 1:-1])[..., :vocab] for hidden in teacher_forced_rounds(target, draft, ids, mask,
+                                                                                             depths)]

@@ -56,6 +56,46 @@ def companion_columns(rule: rule_defs.Rule) -> dict[str, str]:
     return {f.name: f"sv_{f.name}_{rule.name}" for f in fields(CompanionIndicators)}
 
 
+#: Columns that read the target alone: stored once, at depth 1.
+TARGET_ONLY_COLUMNS = ("target_argmax", "response_logprob", "target_entropy")
+
+
+def depth_column(name: str, depth: int) -> str:
+    """The column of ``name`` at ``depth`` of a round: ``name`` itself at depth 1, else ``name@d<depth>``."""
+    return name if depth == 1 else f"{name}@d{depth}"
+
+
+def base_column(column: str) -> str:
+    """``name`` of :func:`depth_column` ``(name, depth)``."""
+    return column.split("@d", 1)[0]
+
+
+def stored_depths(column_names: list[str], name: str) -> int:
+    """How many depths of column ``name`` the data holds (1 for any draft but a feature draft)."""
+    depth = 1
+    while depth_column(name, depth + 1) in column_names:
+        depth += 1
+    return depth
+
+
+def depth_columns(columns: dict[str, Tensor], depth: int, steps: Tensor) -> dict[str, Tensor]:
+    """:func:`position_columns` of a deeper ``depth`` renamed by :func:`depth_column`, the target-only ones left out.
+
+    ``steps [N]``: each position's index in its response. A round reaching ``depth`` at response token ``t``
+    started at token ``t − depth + 1``; one that would start inside the prompt is never drafted, so its float
+    columns are NaN (its candidates are kept: integers).
+    """
+    reached = steps >= depth - 1
+    renamed = {}
+    for name, values in columns.items():
+        if name in TARGET_ONLY_COLUMNS:
+            continue
+        if values.is_floating_point():
+            values = values.masked_fill(~reached, float("nan"))
+        renamed[depth_column(name, depth)] = values
+    return renamed
+
+
 def rule_candidates(rule: rule_defs.Rule, q_argmax: Tensor, y: Tensor, sampling: Sampling) -> Tensor:
     """The candidates ``rule`` proposes (:meth:`Rule.propose`) where the draft sampled ``y ~ q`` under ``sampling``.
 

@@ -15,7 +15,14 @@ from rich.console import Console
 from rich.table import Table
 
 from ahconf.schema import CollectJob, ConfigError, RulesConfig, SamplingConfig
-from data_gen.labels import candidate_column, companion_columns, indicator_rules, label_rules
+from data_gen.labels import (
+    candidate_column,
+    companion_columns,
+    depth_column,
+    indicator_rules,
+    label_rules,
+    stored_depths,
+)
 from data_gen.shards import MANIFEST_FILE, complete_shards, load_split
 from decode.artifacts.version import code_version
 from decode.json_types import JSONDict
@@ -126,6 +133,7 @@ def _mean(table, column: str) -> float | None:
     if column not in table.column_names:
         return None
     values = np.concatenate([np.asarray(v, dtype=np.float64) for v in table[column]] or [np.zeros(0)])
+    values = values[~np.isnan(values)]  # a feature draft's deeper columns: NaN where no round reaches the position
     return float(values.mean()) if values.size else None
 
 
@@ -181,7 +189,9 @@ def split_stats(root: Path, split: str, label_columns: list[str], indicator_colu
                 "mean_sv": {rule: {"x": None, "y": None} for rule in indicator_columns}, "sampling_check": None}
     table = load_split(root, split)
     response_tokens = int(sum(len(r) for r in table["response_ids"]))
-    return {
+    depths = stored_depths(table.column_names, label_columns[0]) if label_columns else 1
+    by_depth = {c: [_mean(table, depth_column(c, d)) for d in range(1, depths + 1)] for c in label_columns}
+    return ({"mean_label_by_depth": by_depth} if depths > 1 else {}) | {
         "responses": len(table),
         "response_tokens": response_tokens,
         "labelled_positions": response_tokens,
@@ -252,8 +262,12 @@ def print_summary(manifest: CollectionManifest) -> None:
     row("prompts skipped", lambda s: ", ".join(f"{k} {v}" for k, v in s["prompts_skipped"].items()) or "0")
     row("response tokens", lambda s: str(s["response_tokens"]))
     row("labelled positions", lambda s: str(s["labelled_positions"]))
+    depths = any("mean_label_by_depth" in s for s in splits.values())
     for column in manifest.rules:
         row(f"mean {column}", lambda s, c=column: fmt(s["mean_label"][c]))
+        if depths:  # a feature draft's labels at each depth of a round
+            row("  at depth 1, 2, ...", lambda s, c=column: " ".join(fmt(v) for v in s.get("mean_label_by_depth",
+                                                                                              {}).get(c, [])))
     for name in ("js", "tv"):
         row(f"mean {name}(p, q)", lambda s, n=name: fmt(s["mean_divergence"][n]))
     for rule in manifest.companion_indicators:

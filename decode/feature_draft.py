@@ -19,9 +19,10 @@ from collections.abc import Sequence
 import torch
 from huggingface_hub.dataclasses import strict
 from torch import Tensor, nn
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from decode.cache_api import cache_kwargs
 from decode.subset_vocab import SubsetVocabHead
 
 MODEL_TYPE = "llama_feature_draft"
@@ -98,6 +99,64 @@ def is_feature_draft(model: PreTrainedModel | None) -> bool:
 def target_features(hidden_states: Sequence[Tensor], layers: Sequence[int]) -> Tensor:
     """The target's features ``[B, L, len(layers) · H]``: its ``hidden_states`` at ``layers``, concatenated."""
     return torch.cat([hidden_states[n] for n in layers], dim=-1)
+
+
+def feature_reads(features: Tensor, attention_mask: Tensor) -> Tensor:
+    """What each position reads ``[B, L, H]``: the feature of the position before it, zero where that is padding or
+    there is none (the first token)."""
+    before = torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)
+    known = torch.cat([torch.zeros_like(attention_mask[:, :1]), attention_mask[:, :-1]], dim=1)
+    return before * known[..., None].to(before.dtype)
+
+
+def round_mask(attention_mask: Tensor, depth: int, dtype: torch.dtype) -> Tensor:
+    """The additive attention mask ``[B, 1, L, depth · L]`` of pass ``depth`` of :func:`depth_hidden`.
+
+    Query position ``t`` at depth ``d`` is a round started at ``s = t − d + 1``: it sees pass 1 (the target-fed
+    positions) up to ``s`` and pass ``j`` at ``s + j − 1`` alone, for ``j = 2 .. d`` (the round's own steps).
+    """
+    length = attention_mask.shape[1]
+    t = torch.arange(length, device=attention_mask.device)
+    blocks = [t[None, :] <= (t[:, None] - depth + 1)]
+    blocks += [t[None, :] == (t[:, None] - depth + j) for j in range(2, depth + 1)]
+    allowed = torch.cat(blocks, dim=1)[None] & attention_mask.bool().repeat(1, depth)[:, None, :]  # [B, L, d·L]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+@torch.no_grad()
+def depth_hidden(draft: FeatureDraftForCausalLM, input_ids: Tensor, attention_mask: Tensor, reads: Tensor,
+                 depths: int) -> list[Tensor]:
+    """The draft's outputs (its output layer's input) ``[B, L, H]`` at depths ``1 .. depths`` of a round, along
+    ``input_ids`` (teacher-forced), as decoding computes them (``docs/design.md`` §8).
+
+    Depth ``d`` at position ``t`` is the step of a round that started by feeding position ``t − d + 1`` with the
+    target's feature (``reads``, :func:`feature_reads`) and then fed the next ``d − 1`` tokens each with the draft's
+    own output before it. One forward per depth over the whole batch, every pass appended to one KV cache and
+    masked by :func:`round_mask`, so each step attends to exactly the keys an incremental round has.
+    """
+    positions = (attention_mask.cumsum(-1) - 1).clamp_min(0)
+    cache = DynamicCache(config=draft.config)
+    outputs: list[Tensor] = []
+    fed = reads
+    for depth in range(1, depths + 1):
+        mask = round_mask(attention_mask, depth, draft.dtype)
+        out = draft.model(inputs_embeds=draft.inputs(input_ids, fed), attention_mask=mask, position_ids=positions,
+                          **cache_kwargs(draft.model, cache))
+        outputs.append(out.last_hidden_state)
+        fed = torch.cat([torch.zeros_like(out.last_hidden_state[:, :1]), out.last_hidden_state[:, :-1]], dim=1)
+    return outputs
+
+
+@torch.no_grad()
+def teacher_forced_rounds(target: PreTrainedModel, draft: FeatureDraftForCausalLM, input_ids: Tensor,
+                          attention_mask: Tensor, depths: int) -> list[Tensor]:
+    """:func:`depth_hidden` along ``input_ids [B, L]`` (any padding), the target's features read from one forward."""
+    positions = (attention_mask.cumsum(-1) - 1).clamp_min(0)
+    out = target(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                 output_hidden_states=True, logits_to_keep=1)
+    features = draft.fuse_features(target_features(out.hidden_states, draft.feature_layers))
+    return depth_hidden(draft, input_ids, attention_mask, feature_reads(features, attention_mask), depths)
 
 
 AutoConfig.register(MODEL_TYPE, FeatureDraftConfig, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from decode.head_config import PRE_FEATURES, HeadConfig
+from decode.head_config import DEPTH_FEATURE, HEAD_FEATURES, PRE_FEATURES, HeadConfig
 from decode.metadata import HeadMetadata
 
 
@@ -41,11 +41,13 @@ def head_features(
     y: Tensor,
     names: tuple[str, ...] = PRE_FEATURES,
     companion: tuple[Tensor, Tensor] | None = None,
+    depth: Tensor | int | None = None,
 ) -> Tensor:
     """Scalar features ``[..., F]`` of candidates ``y[...]`` drawn from ``q_probs[..., V]`` (vectorised).
 
-    ``log_q = log q(y)``, ``entropy = H(q)`` (nats), ``top_prob = max q``; ``companion`` is the
-    ``(X, Y)`` pair appended when the head uses companion features.
+    ``log_q = log q(y)``, ``entropy = H(q)`` (nats), ``top_prob = max q``, ``depth`` the candidates' depth in their
+    round (broadcast to ``y``'s shape; :meth:`HeadConfig.depth_of`); ``companion`` is the ``(X, Y)`` pair appended
+    when the head uses companion features.
     """
     columns: list[Tensor] = []
     for name in names:
@@ -55,8 +57,12 @@ def head_features(
             columns.append(-torch.xlogy(q_probs, q_probs).sum(-1))
         elif name == "top_prob":
             columns.append(q_probs.max(-1).values)
+        elif name == DEPTH_FEATURE:
+            if depth is None:
+                raise ValueError("the depth feature needs each candidate's depth in its round")
+            columns.append(torch.as_tensor(depth, dtype=torch.float32, device=y.device).expand(y.shape))
         else:
-            raise ValueError(f"unknown head feature {name!r}; valid: {', '.join(PRE_FEATURES)}")
+            raise ValueError(f"unknown head feature {name!r}; valid: {', '.join(HEAD_FEATURES)}")
     if companion is not None:
         columns.extend(companion)
     return torch.stack([c.float() for c in columns], dim=-1)

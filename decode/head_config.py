@@ -11,6 +11,10 @@ Timing = Literal["post", "pre"]
 
 #: Scalar features of the sampled candidate, available to a ``pre`` head without a draft call.
 PRE_FEATURES: tuple[str, ...] = ("log_q", "entropy", "top_prob")
+#: The candidate's depth in its round (1 for the first): a feature draft's ``q`` depends on it (``docs/design.md`` §8).
+DEPTH_FEATURE = "depth"
+#: Every scalar feature a ``pre`` head may read of its candidate.
+HEAD_FEATURES: tuple[str, ...] = (*PRE_FEATURES, DEPTH_FEATURE)
 #: Companion SV indicators (DESIGN §3), optional extra features of a ``pre`` head.
 COMPANION_FEATURES: tuple[str, ...] = ("companion_x", "companion_y")
 
@@ -22,7 +26,8 @@ class HeadConfig:
     ``timing="post"``: input is the draft's final hidden state of the forward that consumed
     ``y_i``. ``timing="pre"``: input is the hidden state that produced ``q_i`` concatenated with
     ``features`` of the sampled ``y_i`` (plus the companion's ``X_i, Y_i`` when
-    ``companion_features``).
+    ``companion_features``). ``depths``: the round depths its labels covered; its ``depth`` feature, if it reads
+    one, is the candidate's depth capped there.
     """
 
     hidden_size: int
@@ -30,18 +35,24 @@ class HeadConfig:
     timing: Timing = "post"
     features: tuple[str, ...] = field(default=())
     companion_features: bool = False
+    depths: int = 1
 
     def __post_init__(self) -> None:
         if self.timing not in ("post", "pre"):
             raise ValueError(f"timing must be 'post' or 'pre', got {self.timing!r}")
-        if self.depth < 0 or self.hidden_size < 1:
-            raise ValueError(f"need depth >= 0 and hidden_size >= 1, got {self.depth}, {self.hidden_size}")
+        if self.depth < 0 or self.hidden_size < 1 or self.depths < 1:
+            raise ValueError(f"need depth >= 0, hidden_size >= 1 and depths >= 1, got {self.depth}, {self.hidden_size}, "
+                             f"{self.depths}")
         object.__setattr__(self, "features", tuple(self.features))
         if self.timing == "post" and (self.features or self.companion_features):
             raise ValueError("a 'post' head takes only the hidden state: no features, no companion features")
-        unknown = set(self.features) - set(PRE_FEATURES)
+        unknown = set(self.features) - set(HEAD_FEATURES)
         if unknown:
-            raise ValueError(f"unknown head features {sorted(unknown)}; valid: {', '.join(PRE_FEATURES)}")
+            raise ValueError(f"unknown head features {sorted(unknown)}; valid: {', '.join(HEAD_FEATURES)}")
+
+    def depth_of(self, i: int) -> int:
+        """The ``depth`` feature of the ``i``-th candidate of a round (1-based): ``min(i, depths)``."""
+        return min(i, self.depths)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -54,9 +65,12 @@ class HeadConfig:
         return self.hidden_size + len(self.feature_names)
 
     def to_dict(self) -> JSONDict:
-        """JSON-ready form (tuples become lists)."""
+        """JSON-ready form (tuples become lists; ``depths`` only where the labels had several, so the document of a
+        head without them is the one written before the field existed)."""
         data = asdict(self)
         data["features"] = list(self.features)
+        if self.depths == 1:
+            del data["depths"]
         return data
 
     @classmethod

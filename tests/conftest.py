@@ -56,3 +56,25 @@ def micro_trio(tmp_path_factory) -> dict[str, Path]:
         model.save_pretrained(paths[role])
         tokenizer.save_pretrained(paths[role])
     return paths
+
+
+@pytest.fixture(scope="session")
+def micro_feature_draft(micro_trio, tmp_path_factory) -> Path:
+    """A random micro feature draft (EAGLE-3 style: it fuses both layers of the micro target) saved beside the trio."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer
+
+    from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM
+
+    target = AutoConfig.from_pretrained(micro_trio["target"])
+    torch.manual_seed(4)
+    config = FeatureDraftConfig(
+        vocab_size=target.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=target.max_position_embeddings, feature_layers=[1, 2],
+        target_hidden_size=target.hidden_size, bos_token_id=target.bos_token_id, eos_token_id=target.eos_token_id,
+        pad_token_id=target.pad_token_id,
+    )
+    path = tmp_path_factory.mktemp("micro_feature_draft") / "feature_draft"
+    FeatureDraftForCausalLM(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(micro_trio["target"]).save_pretrained(path)
+    return path

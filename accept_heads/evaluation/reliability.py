@@ -11,36 +11,46 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import torch
-from transformers import PreTrainedModel
 
-from accept_heads.features import DraftFeatures
-from accept_heads.training_data import SequenceDataset, collate_sequences, load_positions, loss_everywhere, mix_batch
+from accept_heads.features import head_encoder
+from accept_heads.training_data import (
+    SequenceDataset,
+    collate_sequences,
+    labelled_positions,
+    load_positions,
+    loss_everywhere,
+    mix_batch,
+)
 from data_gen.manifest import read_manifest
+from data_gen.models import Trio
 from decode.head import AcceptanceHead
 
 BATCH = 8
 
 
 @torch.inference_mode()
-def head_predictions(head: AcceptanceHead, draft: PreTrainedModel, data_dir: str, rows: int,
+def head_predictions(head: AcceptanceHead, trio: Trio, data_dir: str, rows: int,
                      default_r: float, default_seed: int) -> pd.DataFrame:
-    """``pred`` (σ of the head) and ``label`` (the rule's acceptance) at the loss positions of ``rows`` dev rows."""
+    """``pred`` (σ of the head) and ``label`` (the rule's acceptance) at the loss positions of ``rows`` dev rows (a
+    feature draft's: at every depth its head was trained on)."""
     recorded = head.metadata
     rule, sampling = recorded.build_rule(), recorded.sampling
     r = default_r if recorded.mixing_r is None else recorded.mixing_r
     seed = default_seed if recorded.seed is None else recorded.seed
-    table = load_positions(data_dir, "dev", rule, seed=seed, with_companion=head.config.companion_features)
+    table = load_positions(data_dir, "dev", rule, seed=seed, with_companion=head.config.companion_features,
+                           depths=head.config.depths)
     dataset = SequenceDataset(table)
     manifest, _ = read_manifest(data_dir)
-    encoder = DraftFeatures(draft, head.config, rule.transform(sampling), manifest.vocab_size)
+    encoder = head_encoder(trio.draft, head.config, rule.transform(sampling), manifest.vocab_size, trio.target)
     preds, labels = [], []
     for start in range(0, min(rows, len(dataset)), BATCH):
         items = [dataset[i] for i in range(start, min(start + BATCH, rows, len(dataset)))]
         batch = mix_batch(collate_sequences(items), r, seed, "dev", 0,
                           every_position=loss_everywhere(head.config.timing))
-        hidden, features = encoder(batch)
+        mask = batch["loss_mask"]
+        hidden, features, label, _ = labelled_positions(*encoder(batch), batch["label"][mask], batch["outcome"][mask])
         preds.append(head.predict(hidden, features).cpu().numpy())
-        labels.append(batch["label"][batch["loss_mask"]].numpy())
+        labels.append(label.numpy())
     pred = np.concatenate(preds) if preds else np.zeros(0)
     label = np.concatenate(labels) if labels else np.zeros(0)
     return pd.DataFrame({"pred": pred.astype(np.float32), "label": label.astype(np.float32)})

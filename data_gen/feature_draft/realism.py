@@ -204,21 +204,8 @@ def measure_set(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokeniz
 def step_costs(models: dict[str, PreTrainedModel], context: list[int], repeats: int) -> dict[str, float]:
     """Each draft's median single-token forward on a cached ``context``, as a share of the target's (turns taken)."""
     ids = torch.tensor([context])
-    draft: FeatureDraftForCausalLM = models["feature_draft"]
-    width = draft.config.hidden_size
-    cache = DynamicCache(config=draft.config)
-    draft(input_ids=ids, features=torch.zeros(1, ids.shape[1], width, dtype=draft.dtype),
-          **cache_kwargs(draft, cache), logits_to_keep=1)
-    token, feature = ids[:, -1:], torch.zeros(1, 1, width, dtype=draft.dtype)
-
-    def feature_step() -> None:
-        draft(input_ids=token, features=feature, **cache_kwargs(draft, cache))
-        drop_last(cache, 1)
-
-    runs = {"feature_draft": feature_step}
-    for role in ("target", "draft"):
-        if role in models:
-            runs[role] = partial(CachedForward(models[role], ids), token)
+    runs = {role: partial(CachedForward(models[role], ids), ids[:, -1:])
+            for role in ("target", "feature_draft", "draft") if role in models}
     times = medians_taking_turns(runs, repeats, ids.device)
     return {role: seconds / times["target"] for role, seconds in times.items() if role != "target"}
 

@@ -16,6 +16,7 @@ import torch
 from safetensors import safe_open
 from transformers import PreTrainedModel
 
+from ahconf.schema import FEATURE_DRAFT_ROLE
 from data_gen.feature_draft.model import assemble_draft
 from data_gen.feature_draft.realism import FeatureRealism, measure_feature_realism
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, resolve_dtype
@@ -23,7 +24,7 @@ from decode.feature_draft import FeatureDraftConfig
 
 from .pairs import RECORD_FILE, PairSpec
 
-ROLE = "feature_draft"
+ROLE = FEATURE_DRAFT_ROLE
 SHIPPED_FILE = f"{ROLE}.safetensors"
 TRAINED_FILE = "trained.safetensors"  # as data_gen.feature_draft writes it
 

@@ -13,14 +13,26 @@ import pytest
 import torch
 
 from accept_heads.evaluate import evaluate
+from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.profile_fit import equal_frequency_edges
 from accept_heads.threshold import choose_threshold
 from accept_heads.train import load_head_weights, prepare_head_run, train
-from accept_heads.training_data import SequenceDataset, collate_sequences, loss_everywhere, mix_batch
+from accept_heads.training_data import (
+    SequenceDataset,
+    collate_sequences,
+    labelled_positions,
+    loss_everywhere,
+    mix_batch,
+)
+from ahconf.schema import ConfigError
+from data_gen.collect import collect
+from data_gen.models import load_trio
 from data_gen.shards import load_split
 from decode import Sampling, rules
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import load_head, load_profile
+from decode.head_config import DEPTH_FEATURE, PRE_FEATURES
+from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 
 
 @pytest.fixture(scope="module")
@@ -212,3 +224,35 @@ def test_draft_features_are_the_lm_head_input_and_its_logits(make_config, train_
     y = batch["input_ids"][0, positions + 1]
     torch.testing.assert_close(features[:, 0], q.gather(-1, y[:, None]).squeeze(-1).log())
     torch.testing.assert_close(features[:, 2], q.max(-1).values)
+
+
+def test_a_feature_drafts_head_reads_every_depth_of_a_round(make_config, micro_trio, micro_feature_draft, tmp_path):
+    overrides = [*model_overrides(micro_trio), f"models.draft.id={micro_feature_draft}", *DATA_OVERRIDES,
+                 "collect.depths=3", *TRAIN_OVERRIDES, f"paths.root={tmp_path}", "head.mixing_r=1",
+                 "trainer.feature_cache=true", "trainer.max_epochs=1"]
+    config = make_config(*overrides)
+    collect(config.collect_job())
+    result = train(config.train_job())
+    draft = load_causal_lm(str(micro_feature_draft), dtype="float32")
+    head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_feature_draft)))
+    assert head.config.features == (*PRE_FEATURES, DEPTH_FEATURE) and head.config.depths == 3
+    assert result.calibration.rows and result.calibration.rows[0].draft_calls > 0  # h chosen by decoding with it
+
+    run = prepare_head_run(config.train_job())
+    cached = next(iter(run.datamodule.val_dataloader()))
+    run.datamodule.cache_description = None  # the same rows, through the live target and draft
+    live = mix_batch(next(iter(run.datamodule.val_dataloader())), 1.0, config.seed, "dev", 0, every_position=True)
+    hidden, features = run.encoder(live)
+    assert hidden.shape[1] == 3 and features[..., -1].unique().tolist() == [1.0, 2.0, 3.0]
+    torch.testing.assert_close(cached["hidden"], hidden)
+    torch.testing.assert_close(cached["features"], features)
+    _, _, labels, _ = labelled_positions(hidden, features, live["label"][live["loss_mask"]],
+                                         live["outcome"][live["loss_mask"]])
+    unreached = int(live["label"][live["loss_mask"]].isnan().sum())
+    assert unreached > 0 and labels.numel() == hidden.shape[0] * 3 - unreached  # rounds never start in the prompt
+    frame = head_predictions(head, load_trio(config.models, with_companion=False), config.paths.data_dir, 2, 1.0,
+                             config.seed)
+    assert len(frame) > 0 and not frame["label"].isna().any()
+
+    with pytest.raises(ConfigError, match="mixing_r=1"):
+        prepare_head_run(make_config(*overrides, "head.mixing_r=0.15").train_job())

@@ -33,6 +33,7 @@ from decode.loops.runner import ModelRunner, vocab_size
 from decode.profile import companion_indicators
 from decode.sampling import Sampling
 from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, compose_config, model_overrides
+from tests.decode.conftest import incremental_round_logits
 
 LAMBDA, MU = 0.3, 0.2
 
@@ -307,6 +308,46 @@ def test_manifest_describes_the_run(collected):
     assert 0 <= train["mean_label"]["label_speculative"] <= 1
     assert train["sampling_check"]["passed"], "the target's own samples pass the sampling check (|z| <= 4)"
     assert on_disk["responses"] is None, "generated in the job"
+
+
+@pytest.fixture(scope="module")
+def feature_collected(micro_trio, micro_feature_draft, tmp_path_factory):
+    """Micro data labelled for a feature draft at depths 1-3 of a round (T = 1, the default transform)."""
+    root = tmp_path_factory.mktemp("collect_feature")
+    config = _config(micro_trio, root, f"models.draft.id={micro_feature_draft}", "collect.depths=3",
+                     "prompts.sizes={train: 6, dev: 2}")
+    return config, collect(config.collect_job()), Path(config.paths.data_dir)
+
+
+def test_a_feature_draft_is_labelled_at_each_depth_of_a_round_as_decoding_drafts_it(feature_collected, micro_trio,
+                                                                                     micro_feature_draft):
+    _, manifest, data_dir = feature_collected
+    target = load_causal_lm(str(micro_trio["target"]), dtype="float32")
+    draft = load_causal_lm(str(micro_feature_draft), dtype="float32")
+    checked = 0
+    for row in load_split(data_dir, "train"):
+        prompt, response = row["prompt_ids"], row["response_ids"]
+        p = Sampling().probs(_brute_force_logits(target, prompt, response))
+        rounds = incremental_round_logits(target, draft, prompt + response, 3)
+        for depth in (1, 2, 3):
+            column = labels.depth_column("label_speculative", depth)
+            stored, y = torch.tensor(row[column]), torch.tensor(row[labels.depth_column("draft_token", depth)])
+            reached = torch.arange(len(response)) >= depth - 1  # rounds start at the response's first token or later
+            assert bool(stored[~reached].isnan().all()) and not bool(stored[reached].isnan().any())
+            q = torch.stack([Sampling().probs(rounds[depth - 1][len(prompt) - 1 + t]) for t in range(len(response))])
+            expected = (p.gather(-1, y[:, None]) / q.gather(-1, y[:, None])).squeeze(-1).clamp(max=1)
+            torch.testing.assert_close(stored[reached], expected[reached], atol=1e-5, rtol=1e-5, msg=column)
+            checked += int(reached.sum())
+        deeper = torch.tensor(row["tv@d2"])[1:]
+        assert (deeper - torch.tensor(row["tv"])[1:]).abs().max() > 1e-4  # negative control: depth matters
+    assert checked > 0
+    by_depth = manifest.splits["train"]["mean_label_by_depth"]["label_speculative"]
+    assert len(by_depth) == 3 and by_depth[0] == pytest.approx(manifest.splits["train"]["mean_label"]["label_speculative"])
+    config, _, _ = feature_collected
+    other = _config(micro_trio, Path(config.paths.root), f"models.draft.id={micro_feature_draft}", "collect.depths=2",
+                    "prompts.sizes={train: 6, dev: 2}")
+    with pytest.raises(CollectionDirError, match="overwrite"):  # labels of other depths never mix into the data
+        collect(other.collect_job())
 
 
 def test_rerun_is_a_no_op_and_a_different_config_is_refused(collected, micro_trio):

@@ -192,16 +192,17 @@ def test_a_real_model_id_names_a_role(tmp_path):
     from ahconf.schema import ConfigError, ModelSpec
 
     assert ModelSpec(id="real:smollm2/draft").id == "real:smollm2/draft"
+    assert ModelSpec(id="real:smollm2/feature_draft").id == "real:smollm2/feature_draft"
     with pytest.raises(ConfigError, match="write real:<pair>/<role>"):
         ModelSpec(id="real:smollm2/drafter")
 
 
-def test_the_experiment_renders_prompts_as_the_draft_was_built():
+def test_the_experiment_renders_prompts_as_the_drafts_were_built():
     from tests.accept_heads.conftest import compose_config
 
     config = compose_config("+exp=smollm2")
     assert config.prompts.instruction == SMOLLM2.instruction and config.prompts.template == SMOLLM2.template
-    assert config.models.draft.id == "real:smollm2/draft" and config.models.draft.dtype == SMOLLM2.dtype
+    assert config.models.draft.id == "real:smollm2/feature_draft" and config.models.draft.dtype == SMOLLM2.dtype
     assert json.loads(json.dumps(config.prompts.ood)) == ["humaneval"]
 
 

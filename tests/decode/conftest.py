@@ -96,3 +96,33 @@ def micro_feature_draft(target: PreTrainedModel, seed: int, hidden: int = 16, fe
 def make_feature_draft():
     """Factory fixture: ``make_feature_draft(target, seed, ...)`` builds a :func:`micro_feature_draft`."""
     return micro_feature_draft
+
+
+@torch.inference_mode()
+def incremental_round_logits(target: PreTrainedModel, draft: PreTrainedModel, sequence: list[int],
+                             depths: int) -> list[dict[int, torch.Tensor]]:
+    """Reference for a feature draft's rounds, one token per forward as decoding drafts: per depth ``d``, position
+    ``u`` → the draft's logits ``[V]`` predicting token ``u + 1`` in the round started at ``u − d + 1``."""
+    from transformers import DynamicCache
+
+    from decode.cache_api import cache_kwargs, drop_last
+    from decode.feature_draft import target_features
+
+    ids = torch.tensor([sequence])
+    hidden_states = target(ids, output_hidden_states=True).hidden_states
+    features = draft.fuse_features(target_features(hidden_states, draft.feature_layers))[0]
+    reads = torch.cat([torch.zeros_like(features[:1]), features[:-1]])
+    by_depth: list[dict[int, torch.Tensor]] = [{} for _ in range(depths)]
+    cache = DynamicCache(config=draft.config)
+    for start in range(len(sequence)):
+        feature = reads[None, start:start + 1]
+        for depth in range(1, depths + 1):
+            position = start + depth - 1
+            if position >= len(sequence):
+                break
+            out = draft(input_ids=ids[:, position:position + 1], features=feature, output_hidden_states=True,
+                        **cache_kwargs(draft, cache))
+            by_depth[depth - 1][position] = out.logits[0, -1]
+            feature = out.hidden_states[-1][:, -1:]
+        drop_last(cache, cache.get_seq_length() - (start + 1))
+    return by_depth

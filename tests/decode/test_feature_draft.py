@@ -20,9 +20,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from decode import Sampling, SpeculativeDecoder, policies, rules
-from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, target_features
+from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, target_features, teacher_forced_rounds
+from decode.head import head_features
+from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, HeadConfig
 from decode.loops.feature_feed import FeatureFed
-from tests.decode.conftest import micro_feature_draft, micro_lm
+from tests.decode.conftest import incremental_round_logits, micro_feature_draft, micro_lm
 from tests.decode.test_batched import BATCH_BUDGETS, BATCH_PROMPTS, SAMPLE_ROWS, target_greedy, wide_prompts
 from tests.decode.test_exact_distribution import (
     LENGTH,
@@ -224,3 +226,45 @@ def test_transformers_generate_drives_a_feature_draft(featured_wide):
     reference = target.generate(prompt, do_sample=False, max_new_tokens=16, min_new_tokens=16, eos_token_id=None,
                                 pad_token_id=0)
     assert torch.equal(out, reference)
+
+
+def test_one_forward_per_depth_computes_each_round_step_as_decoding_does(featured_wide):
+    """``depth_hidden`` over a left-padded batch equals drafting round by round, one token per forward."""
+    target, draft = featured_wide["target"], featured_wide["draft"]
+    sequences = [[5, 17, 3, 88, 41, 9, 60, 2, 33, 71, 12], [44, 8, 90, 15, 27, 3, 66]]
+    depths, width = 3, max(len(s) for s in sequences)
+    ids = torch.zeros(len(sequences), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, sequence in enumerate(sequences):
+        ids[row, width - len(sequence):], mask[row, width - len(sequence):] = torch.tensor(sequence), 1
+    rounds = teacher_forced_rounds(target, draft, ids, mask, depths)
+    head = torch.no_grad()(draft.get_output_embeddings())
+    compared = 0
+    for row, sequence in enumerate(sequences):
+        reference = incremental_round_logits(target, draft, sequence, depths)
+        offset = width - len(sequence)
+        for depth in range(1, depths + 1):
+            for position, logits in reference[depth - 1].items():
+                torch.testing.assert_close(head(rounds[depth - 1][row, offset + position]), logits, atol=1e-5,
+                                           rtol=1e-5)
+                compared += 1
+    assert compared == sum(len(s) * depths - depths * (depths - 1) // 2 for s in sequences)
+    # Negative controls: a deeper step differs from the first, and so does a plain causal pass over the draft's own
+    # outputs (every earlier position reading its own feature: the training's unrolled approximation).
+    assert (head(rounds[1][0, -1]) - head(rounds[0][0, -1])).abs().max() > 1e-3
+    with torch.no_grad():
+        plain = draft(input_ids=ids[:1, -len(sequences[0]):],
+                      features=torch.cat([torch.zeros_like(rounds[0][:1, :1]), rounds[0][:1, :-1]], dim=1)).logits
+    assert (plain[0, -1] - head(rounds[1][0, -1])).abs().max() > 1e-3
+
+
+def test_a_head_reads_the_candidates_depth_capped_at_its_labels():
+    config = HeadConfig(hidden_size=4, depth=0, timing="pre", features=(*PRE_FEATURES, DEPTH_FEATURE), depths=4)
+    assert [config.depth_of(i) for i in (1, 3, 4, 9)] == [1, 3, 4, 4]
+    q, y = torch.softmax(torch.randn(2, 3, 7), dim=-1), torch.randint(7, (2, 3))
+    features = head_features(q, y, config.features, depth=torch.tensor([1, 2, 3]))
+    assert features.shape == (2, 3, 4) and features[..., -1].tolist() == [[1.0, 2.0, 3.0]] * 2
+    with pytest.raises(ValueError, match="depth"):
+        head_features(q, y, config.features)
+    with pytest.raises(ValueError, match="unknown head features"):
+        HeadConfig(hidden_size=4, timing="pre", features=("round",))
