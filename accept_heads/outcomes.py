@@ -27,6 +27,7 @@ class HeadOutcome:
     calibration: Calibration | None
     global_step: int
     best_checkpoint: str | None
+    round_depths: int = 1  # depths of a round its labels cover (a feature draft's; 1: the draft's q has none)
 
 
 @dataclass(frozen=True)

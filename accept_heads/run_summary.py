@@ -27,6 +27,8 @@ def print_head_summary(result: HeadOutcome) -> None:
     table.add_row("head", result.head_path)
     table.add_row("checkpoints", result.checkpoint_dir)
     table.add_row("head", f"timing={result.timing} depth={result.depth} rule={result.rule['name']}")
+    if result.round_depths > 1:
+        table.add_row("trained on", f"depths 1-{result.round_depths} of a round (the depth is an input)")
     kl, kl_constant = dev.get("val/binary_kl"), dev.get("val/binary_kl_constant")
     gain = ""
     if kl is not None and kl_constant is not None and kl_constant > 1e-6:

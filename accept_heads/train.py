@@ -254,6 +254,7 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
         name=job.head.name or job.exp_name, head_path=str(path), checkpoint_dir=str(checkpoint_dir),
         timing=head.config.timing, depth=head.config.depth, rule=ctx.rule.spec(), dev_metrics=dev_metrics,
         calibration=calibration, global_step=trainer.global_step, best_checkpoint=best.best_model_path or None,
+        round_depths=head.config.depths,
     )
     print_head_summary(result)
     return result

@@ -268,3 +268,18 @@ def test_a_head_reads_the_candidates_depth_capped_at_its_labels():
         head_features(q, y, config.features)
     with pytest.raises(ValueError, match="unknown head features"):
         HeadConfig(hidden_size=4, timing="pre", features=("round",))
+
+
+@pytest.mark.parametrize("policy", [policies.Fixed(3), policies.Confidence(0.4, k_max=6)], ids=str)
+def test_a_batch_decodes_each_prompt_as_alone(featured_wide, policy):
+    """Each row of a batch reads its own features and makes the draws it makes alone (float32: the same tokens)."""
+    target, draft = featured_wide["target"], featured_wide["draft"]
+    prompts = [[3, 1, 4, 1, 5, 9, 2], [6, 5, 3], [5, 8, 9, 7, 9, 3, 2, 3, 8, 4], [2, 7]]
+    seeds = [100 + i for i in range(len(prompts))]
+    decoder = SpeculativeDecoder(target, draft, rule=rules.Speculative(), policy=policy, sampling=Sampling())
+    batched = decoder.generate(prompts, max_new_tokens=20, seed=seeds)
+    for row, (prompt, seed) in enumerate(zip(prompts, seeds)):
+        alone = decoder.generate(prompt, max_new_tokens=20, seed=seed).sequences[0, len(prompt):]
+        assert batched.sequences[row][len(prompt):len(prompt) + len(alone)].tolist() == alone.tolist()
+    other = decoder.generate(prompts[0], max_new_tokens=20, seed=seeds[1]).sequences[0, len(prompts[0]):]
+    assert other.tolist() != batched.sequences[0][len(prompts[0]):len(prompts[0]) + len(other)].tolist()
