@@ -30,7 +30,7 @@ from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accept_heads.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
-from accept_heads.features import DraftFeatures, RoundFeatures, head_encoder
+from accept_heads.features import DraftFeatures, head_encoder
 from accept_heads.loggers import make_logger
 from accept_heads.metrics import information_gain
 from accept_heads.module import HeadModule, fold_prior_shift
@@ -207,7 +207,7 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
     cache = None
     if job.trainer.feature_cache:
         cache = {"draft": job.models.draft.id, "revision": job.models.draft.revision,
-                 **({"target": job.models.target.id} if isinstance(encoder, RoundFeatures) else {}),
+                 **({"target": job.models.target.id} if feature_draft else {}),
                  "dtype": draft_dtype(job.trainer), "arch": {**arch.to_dict(), "depth": None},
                  "feature_sampling": feature_sampling.to_dict(), "candidate_rule": ctx.rule.name,
                  "mixing_r": job.head.mixing_r, "loss_everywhere": loss_everywhere(arch.timing),

@@ -136,6 +136,7 @@ def load_positions(
         raise ConfigError(f"the {split} data at {data_dir} lacks columns {missing}")
     lengths = np.asarray([len(r) for r in dataset["response_ids"]], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
+
     def by_depth(name: str, dtype: type) -> np.ndarray:
         values = [_flat(table, depth_column(name, d), dtype) for d in range(1, depths + 1)]
         return values[0] if depths == 1 else np.stack(values, axis=1)

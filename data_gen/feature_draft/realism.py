@@ -1,8 +1,8 @@
 """How good a feature draft is, by depth in the round, along the target's own responses (``docs/real.md``).
 
 Per prompt set, along T = 1 responses: ``1 − TV(p, q)`` at depth ``d`` is measured as decoding sees it: the
-draft reads the target's features up to the round's start, then its own outputs for ``d − 1`` steps (one
-single-token forward per step on its cache, rolled back after each round start). Greedy agreement at depth 1
+draft reads the target's features up to the round's start, then its own outputs for ``d − 1`` steps
+(:func:`decode.feature_draft.depth_hidden`: every round start at once, one forward per depth). Greedy agreement at depth 1
 is on the target's greedy responses. The old draft's acceptance on the same positions stands beside it. Its
 cost is one single-token forward at batch 1 on a cached context, as a share of the target's, the models taking
 turns. The modelled speed-up of a fixed K multiplies the depth acceptances along the path (an approximation:
@@ -16,11 +16,10 @@ from functools import partial
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_gen.zoo.realism import RealismCheck, sample_responses
-from decode.cache_api import cache_kwargs, drop_last
-from decode.feature_draft import FeatureDraftForCausalLM, target_features
+from decode.feature_draft import FeatureDraftForCausalLM, depth_hidden, feature_reads, target_features
 from decode.json_types import JSONDict
 from decode.timing import CachedForward, medians_taking_turns
 
@@ -104,12 +103,6 @@ def overlap(log_p: Tensor, log_q: Tensor) -> Tensor:
     return torch.minimum(log_p.exp(), log_q.exp()).sum(-1)
 
 
-def _fed(draft: FeatureDraftForCausalLM, ids: Tensor, features: Tensor, cache: DynamicCache) -> tuple[Tensor, Tensor]:
-    """Feed ``ids [1, n]`` reading ``features [1, n, H]``: log q ``[n, V]`` and the draft's outputs ``[n, H]``."""
-    out = draft(input_ids=ids, features=features, **cache_kwargs(draft, cache), output_hidden_states=True)
-    return out.logits[0].float().log_softmax(-1), out.hidden_states[-1][0]
-
-
 @dataclass
 class _Sums:
     overlap: list[float] = field(default_factory=list)
@@ -126,37 +119,32 @@ class _Sums:
         return tuple(o / max(c, 1) for o, c in zip(self.overlap, self.counts))
 
 
+def _rounds(target: PreTrainedModel, draft: FeatureDraftForCausalLM, ids: Tensor, depths: int
+            ) -> tuple[Tensor, list[Tensor]]:
+    """The target's log p ``[L, V]`` along ``ids [1, L]`` (row ``u`` predicts token ``u + 1``) and the draft's log q
+    ``[L, V]`` at each depth of a round (:func:`decode.feature_draft.depth_hidden`), from one target forward."""
+    out = target(ids, output_hidden_states=True)
+    mask = torch.ones_like(ids)
+    reads = feature_reads(draft.fuse_features(target_features(out.hidden_states, draft.feature_layers)), mask)
+    head = draft.get_output_embeddings()
+    log_q = [head(hidden[0]).float().log_softmax(-1) for hidden in depth_hidden(draft, ids, mask, reads, depths)]
+    return out.logits[0].float().log_softmax(-1), log_q
+
+
 @torch.inference_mode()
 def depth_overlaps(target: PreTrainedModel, draft: FeatureDraftForCausalLM, sequence: list[int], prompt: int,
                    depths: int, old: PreTrainedModel | None = None) -> tuple[list[list[float]], list[float]]:
-    """Per depth, ``Σ min(p, q)`` at every response token reached at that depth; and the old draft's at depth 1."""
-    device = target.device
-    ids = torch.tensor([sequence], device=device)
-    out = target(ids, output_hidden_states=True)
-    log_p = out.logits[0].float().log_softmax(-1)  # [L, V]: row u − 1 predicts token u
-    features = draft.fuse_features(target_features(out.hidden_states, draft.feature_layers))[0]  # [L, H]
-    reads = torch.cat([torch.zeros_like(features[:1]), features[:-1]])  # position t reads f_{t−1}
-    cache = DynamicCache(config=draft.config)
-    if prompt > 1:
-        _fed(draft, ids[:, :prompt - 1], reads[None, :prompt - 1], cache)
-    length = len(sequence)
-    overlaps: list[list[float]] = [[] for _ in range(depths)]
-    for start in range(prompt - 1, length - 1):  # the round starts by feeding position `start`
-        log_q, hidden = _fed(draft, ids[:, start:start + 1], reads[None, start:start + 1], cache)
-        position = start
-        for depth in range(1, depths + 1):
-            token = position + 1
-            overlaps[depth - 1].append(float(overlap(log_p[position], log_q[-1])))
-            if depth == depths or token >= length - 1:
-                break
-            log_q, hidden = _fed(draft, ids[:, token:token + 1], hidden[None, -1:], cache)
-            position = token
-        drop_last(cache, cache.get_seq_length() - (start + 1))
+    """Per depth, ``Σ min(p, q)`` at every response token reached at that depth (rounds start at the last prompt
+    token or later); and the old draft's at depth 1."""
+    ids = torch.tensor([sequence], device=target.device)
+    log_p, log_q = _rounds(target, draft, ids, depths)
+    last = len(sequence) - 1  # row `last` predicts nothing
+    overlaps = [overlap(log_p[prompt - 2 + depth:last], q[prompt - 2 + depth:last]).tolist()
+                for depth, q in enumerate(log_q, 1)]
     old_overlaps: list[float] = []
     if old is not None:
         log_o = old(ids).logits[0].float().log_softmax(-1)
-        span = slice(prompt - 1, length - 1)
-        old_overlaps = overlap(log_p[span], log_o[span]).tolist()
+        old_overlaps = overlap(log_p[prompt - 1:last], log_o[prompt - 1:last]).tolist()
     return overlaps, old_overlaps
 
 
@@ -165,10 +153,7 @@ def greedy_agreement(target: PreTrainedModel, draft: FeatureDraftForCausalLM, se
                      prompt: int) -> tuple[int, int]:
     """(depth-1 agreements, positions) of the draft's argmax with ``sequence``'s response tokens."""
     ids = torch.tensor([sequence], device=target.device)
-    out = target(ids, output_hidden_states=True)
-    features = draft.fuse_features(target_features(out.hidden_states, draft.feature_layers))
-    reads = torch.cat([torch.zeros_like(features[:, :1]), features[:, :-1]], dim=1)
-    guess = draft(input_ids=ids, features=reads).logits[0, prompt - 1:-1].argmax(-1)
+    guess = _rounds(target, draft, ids, 1)[1][0][prompt - 1:-1].argmax(-1)
     return int((guess == ids[0, prompt:]).sum()), len(sequence) - prompt
 
 
