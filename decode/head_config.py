@@ -41,8 +41,8 @@ class HeadConfig:
         if self.timing not in ("post", "pre"):
             raise ValueError(f"timing must be 'post' or 'pre', got {self.timing!r}")
         if self.depth < 0 or self.hidden_size < 1 or self.depths < 1:
-            raise ValueError(f"need depth >= 0, hidden_size >= 1 and depths >= 1, got {self.depth}, {self.hidden_size}, "
-                             f"{self.depths}")
+            raise ValueError(f"need depth >= 0, hidden_size >= 1 and depths >= 1, got {self.depth}, "
+                             f"{self.hidden_size}, {self.depths}")
         object.__setattr__(self, "features", tuple(self.features))
         if self.timing == "post" and (self.features or self.companion_features):
             raise ValueError("a 'post' head takes only the hidden state: no features, no companion features")

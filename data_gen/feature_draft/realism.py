@@ -2,8 +2,8 @@
 
 Per prompt set, along T = 1 responses: ``1 − TV(p, q)`` at depth ``d`` is measured as decoding sees it: the
 draft reads the target's features up to the round's start, then its own outputs for ``d − 1`` steps
-(:func:`decode.feature_draft.depth_hidden`: every round start at once, one forward per depth). Greedy agreement at depth 1
-is on the target's greedy responses. The old draft's acceptance on the same positions stands beside it. Its
+(:func:`decode.feature_draft.depth_hidden`: every round start at once, one forward per depth). Greedy agreement at
+depth 1 is on the target's greedy responses. The old draft's acceptance on the same positions stands beside it. Its
 cost is one single-token forward at batch 1 on a cached context, as a share of the target's, the models taking
 turns. The modelled speed-up of a fixed K multiplies the depth acceptances along the path (an approximation:
 labelled so in every table).

@@ -342,7 +342,8 @@ def test_a_feature_draft_is_labelled_at_each_depth_of_a_round_as_decoding_drafts
         assert (deeper - torch.tensor(row["tv"])[1:]).abs().max() > 1e-4  # negative control: depth matters
     assert checked > 0
     by_depth = manifest.splits["train"]["mean_label_by_depth"]["label_speculative"]
-    assert len(by_depth) == 3 and by_depth[0] == pytest.approx(manifest.splits["train"]["mean_label"]["label_speculative"])
+    mean = manifest.splits["train"]["mean_label"]["label_speculative"]
+    assert len(by_depth) == 3 and by_depth[0] == pytest.approx(mean)
     config, _, _ = feature_collected
     other = _config(micro_trio, Path(config.paths.root), f"models.draft.id={micro_feature_draft}", "collect.depths=2",
                     "prompts.sizes={train: 6, dev: 2}")
