@@ -192,11 +192,12 @@ def test_tensorboard_without_the_package_is_a_clear_error(tmp_path):
 
 
 def test_wandb_logger_runs_offline_by_default_and_keeps_its_metrics_locally(tmp_path, monkeypatch):
-    pytest.importorskip("wandb", reason="wandb is a project dependency; some GPU images lack it")
+    wandb = pytest.importorskip("wandb", reason="wandb is a project dependency; some GPU images lack it")
     monkeypatch.delenv("WANDB_MODE")  # the configured default (offline), not the tests' "disabled"
     logger = make_logger(LoggerConfig(kind="wandb"), tmp_path, "unit")
     logger.log_metrics({"val/binary_kl": 0.1}, step=0)
     logger.experiment.finish()
+    wandb.teardown()  # finish() may return before wandb's service process has flushed the run file
     runs = list((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(runs) == 1 and b"val/binary_kl" in runs[0].read_bytes()
 
