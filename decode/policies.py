@@ -192,6 +192,13 @@ class AcceptanceSource:
         """``P̂_i`` of the latest candidate ``y_i``."""
         raise NotImplementedError
 
+    def end_round(self, verified: int, accepted: int) -> None:
+        """Feedback after verification: ``accepted`` of the ``verified`` candidates were accepted."""
+
+    def fresh(self) -> AcceptanceSource:
+        """The source for one row of a batch (default: this one; a source with per-round state copies it)."""
+        return self
+
     def to(self, device: torch.device) -> None:
         """Move any model it holds to ``device``."""
 
@@ -270,9 +277,10 @@ class StopPolicy(Policy):
         return self.stop.k_max
 
     def fresh(self) -> StopPolicy:
-        """A copy with its own stop-rule state (the source's models are shared)."""
+        """A copy with its own stop-rule state and its source's :meth:`~AcceptanceSource.fresh` (models are shared)."""
         policy = copy.copy(self)
         policy.stop = copy.copy(self.stop)
+        policy.source = self.source.fresh()
         policy.reset()
         return policy
 
@@ -316,12 +324,16 @@ class StopPolicy(Policy):
         return decision
 
     def end_round(self, drafted: int, verified: int, accepted: int) -> None:
+        self.source.end_round(verified, accepted)
         self.stop.end_round(drafted, verified, accepted, self._fed_past_stop)
 
     def batch_plan(self) -> BatchPlan:
         if isinstance(self.stop, Goodput) and self.stop.batch_costs is not None:
             return BatchGoodput(self.stop.batch_costs)
         return BatchPlan()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(source={type(self.source).__name__}, stop={self.stop!r})"
 
 
 class Head(StopPolicy):

@@ -22,6 +22,7 @@ from decode.head import AcceptanceHead
 from decode.metadata import recorded_k_range
 from decode.policies import (
     SV,
+    AcceptanceSource,
     Confidence,
     Fixed,
     GoodputHead,
@@ -31,8 +32,11 @@ from decode.policies import (
     PerfectGoodput,
     PerfectHead,
     Policy,
+    StopPolicy,
 )
 from decode.profile import SVProfile
+from decode.stop_rules import Goodput, Threshold
+from decode.training_free import SVIP, DraftConfidence, EntropyBound, OnlineMargin
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,15 @@ class PolicyInputs:
         """Head ``name`` with its calibrated ``k_min`` and ``k_max``."""
         head = self.heads[name]
         return (head, *recorded_k_range(head.metadata, self.k_min, self.k_max))
+
+    def goodput_costs(self, kind: str) -> tuple[CostModel, BatchCosts | None]:
+        """The costs a goodput stop of ``kind`` decides by: the measured batch costs' batch-1 model with them,
+        else :attr:`costs`."""
+        if self.batch_costs is not None:
+            return self.batch_costs.batch_one(), self.batch_costs
+        if self.costs is None:
+            raise ValueError(f"a {kind} policy needs the cost model it stops by (PolicyInputs.costs)")
+        return self.costs, None
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,101 @@ class ConfidenceSpec(ThresholdParameter, PolicySpec):
         return Confidence(self.tau, k_max=inputs.k_max)
 
 
+@dataclass(frozen=True)
+class SourceThresholdSpec(PolicySpec):
+    """A training-free acceptance source (:mod:`decode.training_free`) under the threshold stop on ``Π``."""
+
+    threshold: float
+    source: ClassVar[type[AcceptanceSource]]
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return StopPolicy(self.source(), Threshold(self.threshold, inputs.k_min, inputs.k_max))
+
+    @property
+    def value(self) -> float:
+        return self.threshold
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(float(value))
+
+
+@dataclass(frozen=True)
+class SourceGoodputSpec(PolicySpec):
+    """A training-free acceptance source under the goodput stop (no parameter)."""
+
+    source: ClassVar[type[AcceptanceSource]]
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        costs, batch_costs = inputs.goodput_costs(self.kind)
+        return StopPolicy(self.source(), Goodput(costs, inputs.k_min, inputs.k_max, batch_costs))
+
+
+@register_policy
+@dataclass(frozen=True)
+class ConfidenceGoodputSpec(SourceGoodputSpec):
+    """The draft's top probability as ``P̂`` under the goodput stop."""
+
+    kind: ClassVar[str] = "confidence-goodput"
+    source: ClassVar[type[AcceptanceSource]] = DraftConfidence
+
+
+@register_policy
+@dataclass(frozen=True)
+class SVIPSpec(PolicySpec):
+    """SVIP: stop once the draft's ``sqrt(H(q_i))`` exceeds ``h``."""
+
+    h: float
+    kind: ClassVar[str] = "svip"
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return SVIP(self.h, k_max=inputs.k_max)
+
+    @property
+    def value(self) -> float:
+        return self.h
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(float(value))
+
+
+@register_policy
+@dataclass(frozen=True)
+class AdaEDLSpec(SourceThresholdSpec):
+    """AdaEDL's entropy bound as ``P̂`` under the threshold stop."""
+
+    kind: ClassVar[str] = "adaedl"
+    source: ClassVar[type[AcceptanceSource]] = EntropyBound
+
+
+@register_policy
+@dataclass(frozen=True)
+class AdaEDLGoodputSpec(SourceGoodputSpec):
+    """AdaEDL's entropy bound as ``P̂`` under the goodput stop."""
+
+    kind: ClassVar[str] = "adaedl-goodput"
+    source: ClassVar[type[AcceptanceSource]] = EntropyBound
+
+
+@register_policy
+@dataclass(frozen=True)
+class MarginSpec(SourceThresholdSpec):
+    """vLLM's online top-2-margin logistic as ``P̂`` under the threshold stop."""
+
+    kind: ClassVar[str] = "margin"
+    source: ClassVar[type[AcceptanceSource]] = OnlineMargin
+
+
+@register_policy
+@dataclass(frozen=True)
+class MarginGoodputSpec(SourceGoodputSpec):
+    """vLLM's online top-2-margin logistic as ``P̂`` under the goodput stop."""
+
+    kind: ClassVar[str] = "margin-goodput"
+    source: ClassVar[type[AcceptanceSource]] = OnlineMargin
+
+
 @register_policy
 @dataclass(frozen=True)
 class HeadSpec(PolicySpec):
@@ -195,12 +303,8 @@ class GoodputHeadSpec(PolicySpec):
 
     def build(self, inputs: PolicyInputs) -> Policy:
         head, k_min, k_max = inputs.head(self.head)
-        if inputs.batch_costs is not None:
-            return GoodputHead(head, inputs.batch_costs.batch_one(), k_min=k_min, k_max=k_max,
-                               batch_costs=inputs.batch_costs)
-        if inputs.costs is None:
-            raise ValueError("a head-goodput policy needs the cost model it stops by (PolicyInputs.costs)")
-        return GoodputHead(head, inputs.costs, k_min=k_min, k_max=k_max)
+        costs, batch_costs = inputs.goodput_costs(self.kind)
+        return GoodputHead(head, costs, k_min=k_min, k_max=k_max, batch_costs=batch_costs)
 
     @property
     def artifact(self) -> str:
@@ -267,7 +371,7 @@ class PerfectGoodputSpec(PolicySpec):
 
     def build(self, inputs: PolicyInputs) -> Policy:
         if inputs.costs is None:
-            raise ValueError("a perfect-goodput policy needs the cost model it stops by (PolicyInputs.costs)")
+            raise ValueError(f"a {self.kind} policy needs the cost model it stops by (PolicyInputs.costs)")
         return PerfectGoodput(inputs.costs, k_max=inputs.k_max)
 
 

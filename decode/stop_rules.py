@@ -37,6 +37,9 @@ class StopRule:
     def end_round(self, drafted: int, verified: int, accepted: int, extra_draft_call: bool) -> None:
         """Feedback after verification; ``extra_draft_call``: the draft consumed ``y_i`` before the stop read it."""
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(k_min={self.k_min}, k_max={self.k_max})"
+
 
 class Threshold(StopRule):
     """SpecDec++'s rule: keep drafting while ``1 − Π_i ≤ threshold``."""
@@ -52,6 +55,9 @@ class Threshold(StopRule):
 
     def next_pays(self, i: int, keep: float, forecast: float) -> bool:
         return 1.0 - keep * forecast <= self.threshold
+
+    def __repr__(self) -> str:
+        return f"Threshold(threshold={self.threshold}, k_min={self.k_min}, k_max={self.k_max})"
 
 
 class Goodput(StopRule):

@@ -27,15 +27,21 @@ from accept_heads.evaluation.specs import (
 from ahconf.schema import ConfigError, EvaluateJob
 from decode.policy_specs import (
     POLICY_SPECS,
+    AdaEDLGoodputSpec,
+    AdaEDLSpec,
+    ConfidenceGoodputSpec,
     ConfidenceSpec,
     FixedSpec,
     GoodputHeadSpec,
     HeadSpec,
     HeuristicSpec,
+    MarginGoodputSpec,
+    MarginSpec,
     NamedSpec,
     OracleSpec,
     PerfectGoodputSpec,
     PerfectHeadSpec,
+    SVIPSpec,
     SVSpec,
 )
 
@@ -170,12 +176,23 @@ def head_thresholds(job: EvaluateJob) -> list[float]:
     return job.thresholds
 
 
+#: SVIP's dev grid: thresholds on the draft's ``sqrt(H(q))`` (nats), from confident to near-uniform drafts.
+SVIP_GRID = (0.5, 0.75, 1.0, 1.25, 1.5)
+
+
 for _family in (
     Family(FixedSpec, symbol="K", grid=lambda job: job.evaluate.fixed_k, rows_alone=True, color="tab:blue",
            timed=True),
     Family(HeuristicSpec, rows_alone=True, color="tab:orange"),
     Family(ConfidenceSpec, symbol="τ", grid=lambda job: job.evaluate.confidence_taus, rows_alone=True,
            color="tab:green", timed=True),
+    Family(ConfidenceGoodputSpec, rows_alone=True, color="yellowgreen"),
+    Family(SVIPSpec, symbol="√H", grid=SVIP_GRID, rows_alone=True, color="teal"),
+    Family(AdaEDLSpec, symbol="h", grid=head_thresholds, rows_alone=True, color="goldenrod"),
+    Family(AdaEDLGoodputSpec, rows_alone=True, color="darkgoldenrod"),
+    # the online logistic learns along a set's prompts in order, so they decode one after another
+    Family(MarginSpec, symbol="h", grid=head_thresholds, color="tab:gray"),
+    Family(MarginGoodputSpec, color="darkslategray"),
     Family(HeadSpec, symbol="h", grid=head_thresholds, rows_alone=True, perfect="perfect", color="tab:red", stop="h",
            timed=True),
     Family(GoodputHeadSpec, rows_alone=True, perfect="perfect-goodput", color="tab:brown", stop="goodput",

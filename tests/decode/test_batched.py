@@ -32,6 +32,8 @@ from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.loops.batch_cache import BatchRunner
 from decode.loops.batched import row_seed
 from decode.profile import goodput_length, joint_goodput_lengths
+from decode.stop_rules import Threshold
+from decode.training_free import MarginLogistic, OnlineMargin
 
 LAYOUTS = ["compact", "holes"]
 #: Batch costs at which drafting never pays: a draft forward costs 50 target forwards.
@@ -205,6 +207,10 @@ BATCH_CASES = {
     "speculative-fixed4": (rules.Speculative, target_only, lambda m: policies.Fixed(4)),
     "speculative-head_post": (rules.Speculative, target_only, lambda m: policies.Head(tiny_head(m, "post"), 0.66)),
     "weighted-fixed4": (lambda: rules.Ensemble("weighted", weight=0.5), weighted(0.5), lambda m: policies.Fixed(4)),
+    # the rows share one online fit, refitted every 3 rounds of any row
+    "speculative-margin": (rules.Speculative, target_only,
+                           lambda m: policies.StopPolicy(OnlineMargin(MarginLogistic(refit_every=3, min_count=4)),
+                                                         Threshold(0.8, k_max=4))),
     # the first round drafts, the later ones are target-only steps (the draft's cache catches up after them)
     "speculative-goodput_off": (rules.Speculative, target_only,
                                 lambda m: policies.GoodputHead(tiny_head(m, "post"), HOPELESS.batch_one(),

@@ -21,6 +21,8 @@ from transformers import PreTrainedModel
 from decode import EnsembleDecoder, HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
+from decode.stop_rules import Goodput, Threshold
+from decode.training_free import SVIP, DraftConfidence, EntropyBound, MarginLogistic, OnlineMargin
 
 PROMPT = torch.tensor([[0, 1]])
 LENGTH = 3
@@ -128,6 +130,19 @@ POLICIES: dict[str, Callable[[dict], policies.Policy]] = {
     "perfect": lambda m: policies.PerfectHead(threshold=0.5, k_max=4),
     "perfect_goodput": lambda m: policies.PerfectGoodput(CostModel(t_draft=0.3, t_target=1.0, t_companion=0.0),
                                                          k_max=4),
+    # training-free sources under both stops; the online logistic refits every 5 rounds, so its lengths change along
+    # the sample (parameters put the stops inside the range of these models' estimates)
+    "margin": lambda m: policies.StopPolicy(OnlineMargin(MarginLogistic(refit_every=5, min_count=4)),
+                                            Threshold(0.8, k_max=4)),
+    "margin_goodput": lambda m: policies.StopPolicy(OnlineMargin(MarginLogistic(refit_every=5, min_count=4)),
+                                                    Goodput(CostModel(t_draft=0.1, t_target=1.0, t_companion=0.0),
+                                                            k_max=4)),
+    "adaedl": lambda m: policies.StopPolicy(EntropyBound(gamma=0.2), Threshold(0.6, k_max=4)),
+    "adaedl_goodput": lambda m: policies.StopPolicy(EntropyBound(gamma=0.2), Goodput(
+        CostModel(t_draft=0.3, t_target=1.0, t_companion=0.0), k_max=4)),
+    "confidence_goodput": lambda m: policies.StopPolicy(DraftConfidence(), Goodput(
+        CostModel(t_draft=0.3, t_target=1.0, t_companion=0.0), k_max=4)),
+    "svip": lambda m: SVIP(h=0.97, k_max=4),
 }
 RULES: dict[str, tuple[Callable[[], rules.Rule], Callable[[Tensor, Tensor], Tensor]]] = {
     "speculative": (rules.Speculative, target_only),

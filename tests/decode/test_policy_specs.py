@@ -14,24 +14,33 @@ from decode.head import PRE_FEATURES
 from decode.metadata import HeadMetadata
 from decode.policy_specs import (
     POLICY_SPECS,
+    AdaEDLGoodputSpec,
+    AdaEDLSpec,
+    ConfidenceGoodputSpec,
     ConfidenceSpec,
     FixedSpec,
     GoodputHeadSpec,
     HeadSpec,
     HeuristicSpec,
+    MarginGoodputSpec,
+    MarginSpec,
     OracleSpec,
     PerfectGoodputSpec,
     PerfectHeadSpec,
     PolicyInputs,
     PolicySpec,
+    SVIPSpec,
     SVSpec,
     policy_spec,
     register_policy,
 )
 from decode.rules import Speculative
 from decode.sampling import Sampling
+from decode.stop_rules import Goodput, Threshold
+from decode.training_free import DraftConfidence, EntropyBound, OnlineMargin
 
-SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
+SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), ConfidenceGoodputSpec(), SVIPSpec(0.9), AdaEDLSpec(0.6),
+         AdaEDLGoodputSpec(), MarginSpec(0.5), MarginGoodputSpec(), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
          SVSpec("profile"), SVSpec("profile", k=3), PerfectHeadSpec(0.7), PerfectGoodputSpec(), OracleSpec()]
 
 
@@ -87,10 +96,22 @@ def test_each_spec_builds_the_policy_it_names(inputs):
     assert isinstance(perfect, policies.PerfectHead) and (perfect.threshold, perfect.k_max) == (0.7, 20)
     perfect_goodput = built["PerfectGoodputSpec()"]
     assert isinstance(perfect_goodput, policies.PerfectGoodput) and perfect_goodput.stop.costs == inputs.costs
+    assert built["SVIPSpec(h=0.9)"].h == 0.9
+    for name, source, stop in [("ConfidenceGoodputSpec()", DraftConfidence, Goodput),
+                               ("AdaEDLSpec(threshold=0.6)", EntropyBound, Threshold),
+                               ("AdaEDLGoodputSpec()", EntropyBound, Goodput),
+                               ("MarginSpec(threshold=0.5)", OnlineMargin, Threshold),
+                               ("MarginGoodputSpec()", OnlineMargin, Goodput)]:
+        policy = built[name]
+        assert type(policy.source) is source and type(policy.stop) is stop and policy.k_max == 20, name
+    assert built["MarginSpec(threshold=0.5)"].stop.threshold == 0.5
+    assert built["MarginGoodputSpec()"].stop.costs == inputs.costs
 
 
 def test_a_goodput_head_without_costs_and_an_unknown_kind_are_refused(inputs):
     with pytest.raises(ValueError, match="needs the cost model"):
         GoodputHeadSpec("pre").build(PolicyInputs(heads=inputs.heads))
+    with pytest.raises(ValueError, match="a margin-goodput policy needs the cost model"):
+        MarginGoodputSpec().build(PolicyInputs())
     with pytest.raises(ValueError, match="unknown policy kind 'bogus'; valid: fixed, heuristic, .*, oracle$"):
         policy_spec("bogus")

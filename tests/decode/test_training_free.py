@@ -1,0 +1,117 @@
+"""Training-free acceptance sources: the online margin logistic's fit and feedback, the entropy bound and SVIP."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from decode.draft_round import Decision, DraftRound, DraftStep
+from decode.policies import StopPolicy
+from decode.sampling import Sampling
+from decode.stop_rules import Threshold
+from decode.training_free import (
+    SVIP,
+    DraftConfidence,
+    EntropyBound,
+    MarginLogistic,
+    OnlineMargin,
+    draft_entropy,
+    fit_logistic,
+    top2_margin,
+)
+
+
+def sample(frequencies: dict[float, tuple[int, int]]) -> list[tuple[float, bool]]:
+    """Observations at each margin: ``(positives, negatives)``."""
+    return [(m, label) for m, (pos, neg) in frequencies.items() for label in [True] * pos + [False] * neg]
+
+
+def test_with_two_margins_the_fit_is_the_closed_form_logistic_regression():
+    """With two distinct margins the logistic MLE reproduces each margin's acceptance frequency exactly (two
+    parameters, two cells), so ``a`` and ``b`` have a closed form in the two log-odds."""
+    observations = sample({0.5: (6, 14), 2.0: (24, 6)})
+    a, b = fit_logistic(observations, ridge=0.0)
+    logit = [math.log(f / (1 - f)) for f in (6 / 20, 24 / 30)]
+    expected_b = (logit[1] - logit[0]) / 1.5
+    assert b == pytest.approx(expected_b, abs=1e-8) and a == pytest.approx(logit[0] - 0.5 * expected_b, abs=1e-8)
+
+
+def test_with_three_margins_the_fit_solves_the_score_equations_and_is_not_the_cell_frequencies():
+    """Non-monotone frequencies at three margins: no logistic reproduces them (a negative control on the closed
+    form above), and the fit satisfies the MLE's score equations Σ(p − y) = Σ(p − y)·m = 0."""
+    observations = sample({0.0: (5, 15), 1.0: (18, 2), 3.0: (10, 10)})
+    a, b = fit_logistic(observations, ridge=0.0)
+    residual = [(1 / (1 + math.exp(-(a + b * m))) - y, m) for m, y in observations]
+    assert abs(sum(r for r, _ in residual)) < 1e-8 and abs(sum(r * m for r, m in residual)) < 1e-8
+    fitted = {m: 1 / (1 + math.exp(-(a + b * m))) for m in (0.0, 1.0, 3.0)}
+    assert abs(fitted[1.0] - 0.9) > 0.1
+
+
+def test_before_its_first_fit_the_estimate_is_the_observed_rate_and_positions_without_both_outcomes_pool():
+    fit = MarginLogistic(refit_every=3, min_count=4)
+    assert fit.predict(1, 5.0) == 0.5
+    for margin, accepted in [(2.0, True), (0.1, False), (1.5, True)]:
+        fit.observe(1, margin, accepted)
+    fit.observe(2, 0.3, False)
+    assert fit.predict(2, 0.0) == pytest.approx(3 / 6)  # (2 accepted + 1) / (4 observed + 2)
+    for _ in range(3):
+        fit.end_round()
+    assert set(fit.coefficients) == {0}  # position 1 has 3 < min_count observations, position 2 one outcome
+    assert fit.predict(1, 2.0) == fit.predict(7, 2.0) > fit.predict(1, 0.1)  # the pooled fit, rising with margin
+
+
+def round_with(margins: list[float], sampling: Sampling) -> DraftRound:
+    """A round whose candidates were drawn from two-token logits with these top-2 margins."""
+    state = DraftRound(sampling)
+    for margin in margins:
+        state.next = DraftStep(torch.tensor([margin, 0.0, -30.0]))
+        state.draw(torch.tensor(0))
+    return state
+
+
+def test_a_round_teaches_its_verified_candidates_up_to_the_first_rejection():
+    source = OnlineMargin(MarginLogistic(refit_every=1000))
+    sampling = Sampling()
+    state = DraftRound(sampling)
+    for margin in (3.0, 2.0, 1.0, 0.5):
+        state.next = DraftStep(torch.tensor([margin, 0.0, -30.0]))
+        state.draw(torch.tensor(0))
+        source.estimate(state)
+    source.end_round(verified=4, accepted=2)
+    observed = {i: [(round(m, 6), y) for m, y in column] for i, column in source.fit.observations.items()}
+    assert observed == {1: [(3.0, True)], 2: [(2.0, True)], 3: [(1.0, False)]}  # the 4th candidate is unobserved
+    assert source.margins == {} and source.fit.rounds_since_fit == 1
+
+
+def test_a_batchs_rows_share_one_fit_and_keep_their_own_round():
+    policy = StopPolicy(OnlineMargin(MarginLogistic(refit_every=1)), Threshold(0.5))
+    rows = [policy.fresh(), policy.fresh()]
+    assert rows[0].source is not rows[1].source and rows[0].source.fit is rows[1].source.fit is policy.source.fit
+    rows[0].source.estimate(round_with([2.0], Sampling()))
+    assert rows[1].source.margins == {}
+    rows[0].end_round(1, 1, 1)
+    assert policy.source.fit.observations == {1: [(pytest.approx(2.0), True)]}
+
+
+def test_margin_entropy_and_confidence_read_the_drafts_transformed_distribution():
+    logits = torch.tensor([2.0, 1.0, 0.0])
+    probs = logits.softmax(-1)
+    assert top2_margin(Sampling(), logits) == pytest.approx(1.0, abs=1e-6)
+    assert top2_margin(Sampling(temperature=0.5), logits) == pytest.approx(2.0, abs=1e-5)
+    assert draft_entropy(Sampling(), logits) == pytest.approx(float(-(probs * probs.log()).sum()), abs=1e-6)
+    state = round_with([1.0], Sampling())
+    q = torch.tensor([1.0, 0.0, -30.0]).softmax(-1)
+    assert DraftConfidence().estimate(state) == pytest.approx(float(q.max()), abs=1e-6)
+    entropy = float(-(q * q.log()).sum())
+    assert EntropyBound(0.5).estimate(state) == pytest.approx(1 - math.sqrt(0.5 * entropy), abs=1e-6)
+    assert EntropyBound(100.0).estimate(state) == 0.0  # clipped at zero
+
+
+def test_svip_stops_once_the_square_root_of_the_entropy_exceeds_h():
+    state = round_with([0.2], Sampling())  # near-uniform over two tokens: H ≈ ln 2, sqrt ≈ 0.83
+    assert SVIP(h=0.8).after_propose(state) is Decision.STOP
+    assert SVIP(h=0.9).after_propose(state) is Decision.CONTINUE
+    with pytest.raises(ValueError, match="h >= 0"):
+        SVIP(h=-1.0)
