@@ -1,5 +1,6 @@
 """95 % paired-bootstrap intervals over prompts for the table's comparisons (speed-up over the best
-fixed K, share of the gap to the realised oracle and to the perfect predictor).
+fixed K and over the best training-free source, share of the gap to the realised oracle and to the perfect
+predictor).
 
 Every policy decodes the same prompts with the same per-prompt seeds, so a comparison is paired:
 one bootstrap draw resamples prompt ids with replacement and recomputes both runs' throughput
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from accept_heads.evaluation.families import perfect_for
-from accept_heads.evaluation.table import KEYS, bound_rows, verification_units
+from accept_heads.evaluation.table import KEYS, best_training_free, bound_rows, verification_units
 from decode.costs import CostModel
 
 DRAWS = 2000
@@ -87,16 +88,17 @@ def gap_share_interval(run: PromptCosts, fixed: PromptCosts, oracle: PromptCosts
 
 
 def add_intervals(table: pd.DataFrame, generations: pd.DataFrame, name: str, cost: CostModel, seed: int) -> None:
-    """Columns ``speedup_fixed_{name}_lo/_hi``, ``oracle_gap_share_{name}_lo/_hi`` and
-    ``perfect_gap_share_{name}_lo/_hi`` (95 %, paired over prompts).
+    """Columns ``speedup_fixed_{name}_lo/_hi``, ``speedup_free_{name}_lo/_hi``, ``oracle_gap_share_{name}_lo/_hi``
+    and ``perfect_gap_share_{name}_lo/_hi`` (95 %, paired over prompts).
 
     The references of a row are the ones :func:`~accept_heads.evaluation.table.add_comparisons` uses:
-    the fixed K chosen on dev, the realised oracle and the perfect predictor with the row's stop rule,
-    in the same set, rule and rule parameter.
+    the fixed K chosen on dev, the best training-free source chosen on dev, the realised oracle and the perfect
+    predictor with the row's stop rule, in the same set, rule and rule parameter.
     """
     runs = run_costs(generations, generation_seconds(generations, cost))
     keyed = table.assign(_key=[tuple(row) for row in table[KEYS].itertuples(index=False)])
-    metrics = ("speedup_fixed", "oracle_gap_share", "perfect_gap_share")
+    free = best_training_free(table, f"throughput_{name}")
+    metrics = ("speedup_fixed", "speedup_free", "oracle_gap_share", "perfect_gap_share")
     columns = {f"{metric}_{name}_{end}": np.full(len(table), np.nan) for metric in metrics for end in ("lo", "hi")}
     perfect = perfect_for()
     for _, group in keyed.groupby(["set", "rule", "rule_param"], dropna=False, sort=False):
@@ -106,6 +108,8 @@ def add_intervals(table: pd.DataFrame, generations: pd.DataFrame, name: str, cos
         reference = runs[_lookup(runs, fixed["_key"].iloc[0])]
         bounds = {bound: runs[_lookup(runs, rows["_key"].iloc[0])]
                   for bound in ("oracle", *perfect.values()) if len(rows := group[bound_rows(group, bound)])}
+        best_free = group[free[group.index]]
+        free_run = runs[_lookup(runs, best_free["_key"].iloc[0])] if len(best_free) else None
         draws = paired_draws(len(reference.prompt_ids), seed)
         for index, key, family in zip(group.index, group["_key"], group["family"]):
             run = runs[_lookup(runs, key)]
@@ -114,6 +118,9 @@ def add_intervals(table: pd.DataFrame, generations: pd.DataFrame, name: str, cos
             position = table.index.get_loc(index)
             low, high = ratio_interval(run, reference, draws)
             columns[f"speedup_fixed_{name}_lo"][position], columns[f"speedup_fixed_{name}_hi"][position] = low, high
+            if free_run is not None and free_run.prompt_ids == run.prompt_ids:
+                low, high = ratio_interval(run, free_run, draws)
+                columns[f"speedup_free_{name}_lo"][position], columns[f"speedup_free_{name}_hi"][position] = low, high
             for metric, bound in (("oracle_gap_share", "oracle"), ("perfect_gap_share", perfect.get(family))):
                 if bound in bounds and bounds[bound].prompt_ids == run.prompt_ids:
                     low, high = gap_share_interval(run, reference, bounds[bound], draws)

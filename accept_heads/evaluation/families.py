@@ -66,10 +66,12 @@ class Family:
     bound: bool = False  # an analysis bound (reads the target in hindsight; never a serving policy)
     perfect: str | None = None  # the perfect predictor with this kind's stop rule, its gain's bound (a bound's kind)
     color: str | None = None  # its colour in figures (None: one of a fixed cycle)
-    stop: str | None = None  # the name of its stop in the heads table, per head it reads (None: not there)
+    stop: str | None = None  # the name of its stop in the league and heads tables (None: not there)
     timed: bool = False  # the wall clock times it (at its dev choice) against the target alone and the best fixed K
     # its variants at the fixed K chosen on dev for a rule, decoded beside it (SV drafting that K)
     at_fixed_k: Callable[[Any, int], list[NamedSpec]] = no_variants
+    # its side in the predictor league: an acceptance source that is trained, or one that is not (None: neither)
+    league: Literal["learned", "training-free"] | None = None
 
     @property
     def name(self) -> str:
@@ -134,11 +136,12 @@ def family(kind: str) -> Family:
 
 
 def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None,
-                 bound: bool | None = None, timed: bool | None = None) -> list[str]:
+                 bound: bool | None = None, timed: bool | None = None, league: str | None = None) -> list[str]:
     """The families with these traits, in table order."""
     return [f.name for f in families().values() if (runner is None or f.runner == runner)
             and (tuned is None or f.tuned == tuned) and (rows_alone is None or f.rows_alone == rows_alone)
-            and (bound is None or f.bound == bound) and (timed is None or f.timed == timed)]
+            and (bound is None or f.bound == bound) and (timed is None or f.timed == timed)
+            and (league is None or f.league == league)]
 
 
 def perfect_for() -> dict[str, str]:
@@ -185,18 +188,21 @@ for _family in (
            timed=True),
     Family(HeuristicSpec, rows_alone=True, color="tab:orange"),
     Family(ConfidenceSpec, symbol="τ", grid=lambda job: job.evaluate.confidence_taus, rows_alone=True,
-           color="tab:green", timed=True),
-    Family(ConfidenceGoodputSpec, rows_alone=True, color="yellowgreen"),
-    Family(SVIPSpec, symbol="√H", grid=SVIP_GRID, rows_alone=True, color="teal"),
-    Family(AdaEDLSpec, symbol="h", grid=head_thresholds, rows_alone=True, color="goldenrod"),
-    Family(AdaEDLGoodputSpec, rows_alone=True, color="darkgoldenrod"),
+           color="tab:green", timed=True, stop="τ", league="training-free"),
+    Family(ConfidenceGoodputSpec, rows_alone=True, color="yellowgreen", stop="goodput", league="training-free"),
+    Family(SVIPSpec, symbol="√H", grid=SVIP_GRID, rows_alone=True, color="teal", stop="√H",
+           league="training-free"),
+    Family(AdaEDLSpec, symbol="h", grid=head_thresholds, rows_alone=True, color="goldenrod", stop="h",
+           league="training-free"),
+    Family(AdaEDLGoodputSpec, rows_alone=True, color="darkgoldenrod", stop="goodput",
+           league="training-free"),
     # the online logistic learns along a set's prompts in order, so they decode one after another
-    Family(MarginSpec, symbol="h", grid=head_thresholds, color="tab:gray"),
-    Family(MarginGoodputSpec, color="darkslategray"),
+    Family(MarginSpec, symbol="h", grid=head_thresholds, color="tab:gray", stop="h", league="training-free"),
+    Family(MarginGoodputSpec, color="darkslategray", stop="goodput", league="training-free"),
     Family(HeadSpec, symbol="h", grid=head_thresholds, rows_alone=True, perfect="perfect", color="tab:red", stop="h",
-           timed=True),
+           timed=True, league="learned"),
     Family(GoodputHeadSpec, rows_alone=True, perfect="perfect-goodput", color="tab:brown", stop="goodput",
-           timed=True),
+           timed=True, league="learned"),
     Family(SVSpec, symbol="k", color="tab:purple", at_fixed_k=sv_at_k),
     Family(PerfectHeadSpec, symbol="h", grid=head_thresholds, bound=True, perfect="perfect", color="dimgrey"),
     Family(PerfectGoodputSpec, bound=True, perfect="perfect-goodput", color="silver"),

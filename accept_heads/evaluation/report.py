@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from accept_heads.evaluation.families import families, family
+from accept_heads.evaluation.families import families, family, family_names
 from accept_heads.evaluation.plan import Choice, recorded_choices
+from accept_heads.evaluation.table import at_dev_choice, best_training_free
 from decode.rules import RULES
 
 WIDTH = 180
@@ -118,6 +119,34 @@ def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
     return out
 
 
+def league_table(table: pd.DataFrame) -> Table:
+    """The predictor league per test / OOD set and rule: every acceptance source under each of its stops (learned
+    heads and training-free sources, each at its dev choice) as × the best fixed K and × the best training-free
+    source chosen on dev, with 95 % intervals; the best fixed K first."""
+    league = family_names(league="learned") + family_names(league="training-free")
+    rows = table[(table["role"] != "dev") & at_dev_choice(table)
+                 & (table["family"].isin(league) | ((table["family"] == "fixed") & (table["chosen_on"] == "dev")))]
+    best_free = best_training_free(table, "throughput_cost")
+    out = Table(title="predictor league — each acceptance source and stop at its dev choice, × the best fixed K and "
+                      "× the best training-free source (chosen on dev) at the cost pair [95% paired-bootstrap CI]",
+                title_justify="left")
+    for column in ("set", "rule", "side", "source", "stop", "×target", "×best K [95% CI]",
+                   "×best training-free [95% CI]"):
+        out.add_column(column, justify="left" if column in ("set", "rule", "side", "source", "stop") else "right")
+    for _, row in rows.iterrows():
+        kind = family(row["family"])
+        side = kind.league or "baseline"
+        if row.name in best_free.index and best_free[row.name]:
+            side += " (best, dev)"
+        source = row["family"] if pd.isna(row["artifact"]) else f"{row['family']} [{row['artifact']}]"
+        name = kind.stop or kind.symbol
+        stop = f"{name}={row['param']:g}" if kind.tuned and pd.notna(row["param"]) else name or "—"
+        out.add_row(row["set"], row["rule"], side, escape(source), stop,
+                    _num(row["speedup_target_cost"], suffix="×"), _with_interval(row, "speedup_fixed_cost", 3, "×"),
+                    _with_interval(row, "speedup_free_cost", 3, "×"))
+    return out
+
+
 def batch_axis_table(axis: pd.DataFrame, batch_costs: dict[str, Any]) -> Table:
     """Per test set, rule, policy and batch size: measured (meas.) and modelled (model) tokens/s, × the target
     alone and × the best fixed K (chosen on dev at that B)."""
@@ -182,6 +211,7 @@ def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str,
     console.print(selection_table(recorded_choices(metadata)))
     for set_name in dict.fromkeys(table.loc[table["role"] != "dev", "set"]):
         console.print(results_table(table, set_name, metadata["cost_models"]["cost"]))
+    console.print(league_table(table))
     if metadata["heads"]:
         console.print(heads_table(table, metadata["heads"]))
     if batch_axis is not None and len(batch_axis):

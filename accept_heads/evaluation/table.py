@@ -160,18 +160,41 @@ def bound_rows(table: pd.DataFrame, bound: str) -> pd.Series:
     return rows & (table["chosen_on"] == "dev") if families()[bound].tuned else rows
 
 
+def at_dev_choice(table: pd.DataFrame) -> pd.Series:
+    """The rows a set reports for their family: a tuned family's at its dev choice, an untuned family's every row."""
+    return (table["chosen_on"] == "dev") | ~table["family"].isin(family_names(tuned=True))
+
+
+def best_training_free(table: pd.DataFrame, column: str) -> pd.Series:
+    """The rows of the best training-free source per rule and rule parameter: the family of the predictor league's
+    training-free side whose dev run, at its dev choice, has the highest ``column``; its rows in every set."""
+    candidates = table["family"].isin(family_names(league="training-free")) & at_dev_choice(table)
+    dev = table[candidates & (table["role"] == "dev") & table[column].notna()]
+    best = {_rule_key(rule, param): group.loc[group[column].idxmax(), "family"]
+            for (rule, param), group in dev.groupby(["rule", "rule_param"], dropna=False)}
+    chosen = [best.get(_rule_key(rule, param)) == kind
+              for rule, param, kind in zip(table["rule"], table["rule_param"], table["family"])]
+    return candidates & pd.Series(chosen, index=table.index)
+
+
+def _rule_key(rule: str, param: Any) -> tuple[str, float | None]:
+    return rule, None if pd.isna(param) else float(param)
+
+
 def _gap_share(value: pd.Series, fixed: pd.Series, bound: pd.Series) -> pd.Series:
     gap = (bound - fixed).where((bound - fixed) > 0)
     return (value - fixed) / gap
 
 
 def add_comparisons(table: pd.DataFrame, name: str) -> None:
-    """Speed-up over the best fixed K (chosen on dev), and the share of the gap from it to each bound that a run
-    captures (DESIGN §5): to the realised oracle (every run) and to the perfect predictor with the run's own stop
-    rule (heads and perfect predictors; :func:`~accept_heads.evaluation.specs.perfect_for`)."""
+    """Speed-up over the best fixed K (chosen on dev) and over the best training-free source (chosen on dev,
+    :func:`best_training_free`), and the share of the gap from the best fixed K to each bound that a run captures
+    (DESIGN §5): to the realised oracle (every run) and to the perfect predictor with the run's own stop rule (heads
+    and perfect predictors; :func:`~accept_heads.evaluation.specs.perfect_for`)."""
     column = f"throughput_{name}"
     fixed = _reference(table, (table["family"] == "fixed") & (table["chosen_on"] == "dev"), column)
     table[f"speedup_fixed_{name}"] = table[column] / fixed
+    table[f"speedup_free_{name}"] = table[column] / _reference(table, best_training_free(table, column), column)
     table[f"oracle_gap_share_{name}"] = _gap_share(table[column], fixed,
                                                    _reference(table, bound_rows(table, "oracle"), column))
     share = pd.Series(np.nan, index=table.index)

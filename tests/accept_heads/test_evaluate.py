@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from rich.console import Console
 
 from accept_heads.evaluate import cost_tuples, evaluate
 from accept_heads.evaluation.cost_models import CostFit, configured_model, fit_costs
@@ -18,7 +19,7 @@ from accept_heads.evaluation.families import family_names, perfect_for, run_poli
 from accept_heads.evaluation.figures import FIGURES
 from accept_heads.evaluation.inputs import Artifacts
 from accept_heads.evaluation.plan import Choice, edge_note, edge_rules, extended_k
-from accept_heads.evaluation.report import cost_lines
+from accept_heads.evaluation.report import cost_lines, league_table
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.runs import RunSpec
 from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec
@@ -27,6 +28,7 @@ from accept_heads.evaluation.table import (
     add_comparisons,
     add_costs,
     aggregate,
+    at_dev_choice,
     bound_rows,
     recorded_thresholds,
     select,
@@ -208,6 +210,30 @@ def test_comparisons_carry_paired_bootstrap_intervals(evaluated):
         assert np.allclose(rows[["perfect_gap_share_cost_lo", "perfect_gap_share_cost_hi"]].to_numpy(), 1.0)
 
 
+def test_the_league_compares_each_source_with_the_best_training_free_one_chosen_on_dev(evaluated):
+    """Per rule, the training-free family with the best dev throughput at its dev choice is every set's reference:
+    its own rows compare at 1 (interval included), a head's at its throughput over the reference's; the league table
+    prints each source with its side."""
+    _, results = evaluated
+    table = results.table[results.table["rule"] == "speculative"]
+    free = table["family"].isin(family_names(league="training-free")) & at_dev_choice(table)
+    dev = table[free & (table["role"] == "dev")]
+    best = dev.loc[dev["throughput_cost"].idxmax(), "family"]
+    assert dev["family"].nunique() == len(family_names(league="training-free"))
+    test = table[(table["set"] == "test") & at_dev_choice(table)]
+    reference = test[test["family"] == best]
+    assert len(reference) == 1
+    assert np.allclose(reference[["speedup_free_cost", "speedup_free_cost_lo", "speedup_free_cost_hi"]], 1.0)
+    heads = test[test["family"].isin(family_names(league="learned"))]
+    assert len(heads) and np.allclose(heads["speedup_free_cost"],
+                                      heads["throughput_cost"] / reference["throughput_cost"].iloc[0])
+    assert (heads["speedup_free_cost_lo"] <= heads["speedup_free_cost"] + 1e-9).all()
+    console = Console(width=240, record=True)
+    console.print(league_table(results.table))
+    printed = console.export_text()
+    assert "training-free (best, dev)" in printed and "learned" in printed and "margin-goodput" in printed
+
+
 def test_every_rule_has_both_bounds_and_the_heads_share_of_each_gap(evaluated):
     """The realised oracle and the perfect predictors decode every rule on every set; they are left out of the
     cost fit (their hindsight calls are uncounted); each head row carries its share of both gaps."""
@@ -252,7 +278,7 @@ def test_each_head_is_measured_against_the_perfect_predictor_with_its_own_stop_r
     rows = [("fixed", "dev", 10.0), ("fixed", "grid", 9.0), ("head", "dev", 12.0), ("head-goodput", "", 11.0),
             ("perfect", "grid", 30.0), ("perfect", "dev", 14.0), ("perfect-goodput", "", 20.0), ("oracle", "", 15.0),
             ("heuristic", "", 8.0)]
-    table = pd.DataFrame([{"set": "test", "rule": "speculative", "rule_param": np.nan, "family": family,
+    table = pd.DataFrame([{"set": "test", "role": "test", "rule": "speculative", "rule_param": np.nan, "family": family,
                            "chosen_on": chosen_on, "throughput_cost": throughput}
                           for family, chosen_on, throughput in rows])
     add_comparisons(table, "cost")
