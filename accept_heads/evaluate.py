@@ -61,6 +61,7 @@ from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
 from accept_heads.evaluation.runs import Record, RunSpec, frame
+from accept_heads.evaluation.source_calibration import source_calibration
 from accept_heads.evaluation.table import (
     add_comparisons,
     add_costs,
@@ -268,11 +269,12 @@ def evaluate(job: EvaluateJob) -> Results:
         metadata["wallclock"] = wallclock.describe(executor)
     results = Results(Path(e.out_dir), table, generations, calibration, metadata,
                       batch_axis.summarise(frame(batch_records)) if batch_records else pd.DataFrame(),
-                      wall, pd.DataFrame([asdict(t) for t in timings]))
+                      wall, pd.DataFrame([asdict(t) for t in timings]), source_calibration(generations))
     figures = draw_all(results) if e.figures else {}
     metadata["seconds"] = time.perf_counter() - start
     files = save_results(results)
-    print_report(results.table, metadata, files, figures, results.batch_axis, results.wallclock)
+    print_report(results.table, metadata, files, figures, results.batch_axis, results.wallclock,
+                 results.source_calibration)
     return results
 
 

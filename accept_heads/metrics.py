@@ -142,6 +142,19 @@ class AcceptanceMetrics(nn.Module):
             metric.reset()
 
 
+def outcome_calibration(probs: Tensor, outcomes: Tensor) -> dict[str, float]:
+    """Estimates ``probs[N]`` against 0/1 ``outcomes[N]``: ``auroc`` (NaN with one class), ``ece`` (15 bins, as
+    above) and ``brier`` (mean squared error)."""
+    probs, outcomes = probs.float(), outcomes.float()
+    ece = SoftCalibrationError()
+    ece.update(probs, outcomes)
+    auroc = BinaryAUROC()
+    auroc.update(probs, outcomes.long())
+    one_class = bool(outcomes.min() == outcomes.max())
+    return {"auroc": math.nan if one_class else float(auroc.compute()), "ece": float(ece.compute()),
+            "brier": float(((probs - outcomes) ** 2).mean())}
+
+
 def entropy_bits(counts: Tensor) -> Tensor:
     """Shannon entropy (bits) of the distribution proportional to ``counts`` along the last dim."""
     probs = counts.double() / counts.double().sum(-1, keepdim=True).clamp_min(1e-300)

@@ -82,6 +82,11 @@ class Policy:
     def end_round(self, drafted: int, verified: int, accepted: int) -> None:
         """Feedback after verification."""
 
+    def round_estimates(self) -> list[float]:
+        """The acceptance estimates ``P̂`` this round's candidates were judged by, in order (none by default): the
+        decoder pairs them with their outcomes (:meth:`decode.stats.DecodeStats.record_estimates`)."""
+        return []
+
     def batch_plan(self) -> BatchPlan:
         """How the rows of a batch decoded with this policy decide together (default: each as alone)."""
         return BatchPlan()
@@ -168,13 +173,21 @@ class Confidence(Policy):
         if not 0.0 <= tau <= 1.0 or k_max < 1:
             raise ValueError(f"Confidence needs tau in [0, 1] and k_max >= 1, got tau={tau}, k_max={k_max}")
         self.tau, self.k_max = tau, k_max
+        self.tops: list[float] = []  # this round's max q_i, in candidate order
 
     def k_cap(self) -> int:
         return self.k_max
 
+    def start_round(self) -> None:
+        self.tops: list[float] = []
+
+    def round_estimates(self) -> list[float]:
+        return self.tops
+
     def after_propose(self, state: DraftRound) -> Decision:
-        top = state.sampling.feature_probs(state.latest.step.q_logits).max()
-        return Decision.STOP if float(top) < self.tau else Decision.CONTINUE
+        top = float(state.sampling.feature_probs(state.latest.step.q_logits).max())
+        self.tops = [*self.tops, top]
+        return Decision.STOP if top < self.tau else Decision.CONTINUE
 
     def __repr__(self) -> str:
         return f"Confidence(tau={self.tau}, k_max={self.k_max})"
@@ -266,6 +279,7 @@ class StopPolicy(Policy):
         self.needs_hidden, self.needs_hindsight = source.needs_hidden, source.needs_hindsight
         self.companion = source.companion
         self.keep = 1.0
+        self.estimates: list[float] = []  # this round's P̂, in candidate order
         self._fed_past_stop = False  # this round's stop was read after the draft consumed y_i
 
     @property
@@ -296,11 +310,16 @@ class StopPolicy(Policy):
 
     def start_round(self) -> None:
         self.keep = 1.0
+        self.estimates = []
         self._fed_past_stop = False
 
     def observe(self, accept: float) -> None:
         """Take the latest candidate's acceptance estimate into ``Π``."""
         self.keep *= accept
+        self.estimates = [*self.estimates, accept]
+
+    def round_estimates(self) -> list[float]:
+        return self.estimates
 
     def estimate(self, state: DraftRound) -> float:
         """The source's ``P̂_i`` of the latest candidate."""

@@ -235,20 +235,23 @@ class SVIPSpec(PolicySpec):
 
 @register_policy
 @dataclass(frozen=True)
-class AdaEDLSpec(SourceThresholdSpec):
-    """AdaEDL's entropy bound as ``P̂`` under the threshold stop."""
+class AdaEDLSpec(PolicySpec):
+    """AdaEDL's entropy bound ``1 − sqrt(γ·H)`` as ``P̂`` under the goodput stop; ``γ`` is its parameter."""
 
+    gamma: float
     kind: ClassVar[str] = "adaedl"
-    source: ClassVar[type[AcceptanceSource]] = EntropyBound
 
+    def build(self, inputs: PolicyInputs) -> Policy:
+        costs, batch_costs = inputs.goodput_costs(self.kind)
+        return StopPolicy(EntropyBound(self.gamma), Goodput(costs, inputs.k_min, inputs.k_max, batch_costs))
 
-@register_policy
-@dataclass(frozen=True)
-class AdaEDLGoodputSpec(SourceGoodputSpec):
-    """AdaEDL's entropy bound as ``P̂`` under the goodput stop."""
+    @property
+    def value(self) -> float:
+        return self.gamma
 
-    kind: ClassVar[str] = "adaedl-goodput"
-    source: ClassVar[type[AcceptanceSource]] = EntropyBound
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(float(value))
 
 
 @register_policy

@@ -31,6 +31,11 @@ class DecodeStats:
     verified_per_round: list[int] = field(default_factory=list)  # candidates the target verified, per round
     position_offered: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
+    # a length policy's acceptance estimate P̂ of each candidate whose outcome verification observed (those up to
+    # and including the first rejection) and that it estimated (a post head reads none for a round's last candidate
+    # at k_max), and that outcome (1: accepted); empty for policies without estimates
+    estimates: list[float] = field(default_factory=list)
+    estimate_outcomes: list[int] = field(default_factory=list)
     wall_time_s: float = 0.0
 
     @property
@@ -83,6 +88,12 @@ class DecodeStats:
             self.position_accepted[index] += index < accepted
         self.accepted_per_round.append(accepted)
         self.verified_per_round.append(verified)
+
+    def record_estimates(self, estimates: list[float], verified: int, accepted: int) -> None:
+        """Pair a round's estimates (``estimates[j]`` of candidate ``j + 1``) with the outcomes verification observed."""
+        observed = min(verified, accepted + 1, len(estimates))
+        self.estimates.extend(estimates[:observed])
+        self.estimate_outcomes.extend(int(j < accepted) for j in range(observed))
 
 
 class CallCounter:

@@ -27,7 +27,6 @@ from accept_heads.evaluation.specs import (
 from ahconf.schema import ConfigError, EvaluateJob
 from decode.policy_specs import (
     POLICY_SPECS,
-    AdaEDLGoodputSpec,
     AdaEDLSpec,
     ConfidenceGoodputSpec,
     ConfidenceSpec,
@@ -180,7 +179,10 @@ def head_thresholds(job: EvaluateJob) -> list[float]:
 
 
 #: SVIP's dev grid: thresholds on the draft's ``sqrt(H(q))`` (nats), from confident to near-uniform drafts.
-SVIP_GRID = (0.5, 0.75, 1.0, 1.25, 1.5)
+SVIP_GRID = (0.5, 0.75, 1.0, 1.5, 2.0, 2.5)
+#: AdaEDL's dev grid: the bound's ``γ`` (a real draft's ``sqrt(H)`` is often near 2 nats^½, where ``γ ≥ 0.25`` leaves
+#: no bound at all).
+ADAEDL_GAMMAS = (0.02, 0.05, 0.1, 0.2, 0.5)
 
 
 for _family in (
@@ -192,9 +194,7 @@ for _family in (
     Family(ConfidenceGoodputSpec, rows_alone=True, color="yellowgreen", stop="goodput", league="training-free"),
     Family(SVIPSpec, symbol="√H", grid=SVIP_GRID, rows_alone=True, color="teal", stop="√H",
            league="training-free"),
-    Family(AdaEDLSpec, symbol="h", grid=head_thresholds, rows_alone=True, color="goldenrod", stop="h",
-           league="training-free"),
-    Family(AdaEDLGoodputSpec, rows_alone=True, color="darkgoldenrod", stop="goodput",
+    Family(AdaEDLSpec, symbol="γ", grid=ADAEDL_GAMMAS, rows_alone=True, color="goldenrod", stop="goodput, γ",
            league="training-free"),
     # the online logistic learns along a set's prompts in order, so they decode one after another
     Family(MarginSpec, symbol="h", grid=head_thresholds, color="tab:gray", stop="h", league="training-free"),

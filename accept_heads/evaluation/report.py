@@ -147,6 +147,21 @@ def league_table(table: pd.DataFrame) -> Table:
     return out
 
 
+def source_calibration_table(calibration: pd.DataFrame) -> Table:
+    """Per dev / test / OOD set, rule and league source at its dev choice: how its ``P̂`` scored the candidates whose
+    outcome decoding observed."""
+    out = Table(title="acceptance sources in decoding — P̂ against the observed outcome of each candidate up to a "
+                      "round's first rejection", title_justify="left")
+    for column in ("set", "rule", "source", "param", "scored", "accepted", "mean P̂", "AUROC", "ECE", "Brier"):
+        out.add_column(column, justify="left" if column in ("set", "rule", "source") else "right")
+    for _, row in calibration.iterrows():
+        source = row["family"] if pd.isna(row["artifact"]) else f"{row['family']} [{row['artifact']}]"
+        out.add_row(row["set"], row["rule"], escape(source), _num(row["param"], 3), str(row["n"]),
+                    _num(row["accept_rate"], 3), _num(row["mean_estimate"], 3), _num(row["auroc"], 3),
+                    _num(row["ece"], 3), _num(row["brier"], 3))
+    return out
+
+
 def batch_axis_table(axis: pd.DataFrame, batch_costs: dict[str, Any]) -> Table:
     """Per test set, rule, policy and batch size: measured (meas.) and modelled (model) tokens/s, × the target
     alone and × the best fixed K (chosen on dev at that B)."""
@@ -203,7 +218,7 @@ def cost_lines(metadata: dict[str, Any]) -> list[str]:
 
 def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str, Path],
                  figures: dict[str, Path | None], batch_axis: pd.DataFrame | None = None,
-                 wallclock: pd.DataFrame | None = None) -> None:
+                 wallclock: pd.DataFrame | None = None, source_calibration: pd.DataFrame | None = None) -> None:
     """Everything the user needs at the end of a run."""
     console = Console()
     if not console.is_terminal:
@@ -212,6 +227,8 @@ def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str,
     for set_name in dict.fromkeys(table.loc[table["role"] != "dev", "set"]):
         console.print(results_table(table, set_name, metadata["cost_models"]["cost"]))
     console.print(league_table(table))
+    if source_calibration is not None and len(source_calibration):
+        console.print(source_calibration_table(source_calibration))
     if metadata["heads"]:
         console.print(heads_table(table, metadata["heads"]))
     if batch_axis is not None and len(batch_axis):

@@ -8,6 +8,7 @@ Layout of ``evaluate.out_dir``::
                          cost fit, selection
     generations.parquet  one row per generated sequence (counts, verified length of every round)
     calibration.parquet  heads' dev predictions vs labels (reliability diagrams)
+    source_calibration.parquet  each league source's P̂ against observed outcomes in decoding (AUROC, ECE, Brier)
     batch_axis.parquet   throughput per policy and batch size (``evaluate.batch_sizes``; empty without)
     wallclock.parquet    measured tokens/s per method at batch 1, beside the modelled figures
                          (``evaluate.wallclock_sets``; empty without); ``wallclock_timings.parquet`` per decode
@@ -44,6 +45,7 @@ class Results:
     batch_axis: pd.DataFrame = field(default_factory=pd.DataFrame)
     wallclock: pd.DataFrame = field(default_factory=pd.DataFrame)
     wallclock_timings: pd.DataFrame = field(default_factory=pd.DataFrame)
+    source_calibration: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def figure_dir(self) -> Path:
@@ -60,7 +62,8 @@ def save_results(results: Results) -> dict[str, Path]:
     root.mkdir(parents=True, exist_ok=True)
     paths = {name: root / name for name in ("results.parquet", "results.csv", "results.json",
                                             "generations.parquet", "calibration.parquet", "batch_axis.parquet",
-                                            "wallclock.parquet", "wallclock_timings.parquet")}
+                                            "wallclock.parquet", "wallclock_timings.parquet",
+                                            "source_calibration.parquet")}
     text = _json(results.metadata)
     arrow = pa.Table.from_pandas(results.table, preserve_index=False)
     pq.write_table(arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), METADATA_KEY: text.encode()}),
@@ -78,6 +81,7 @@ def save_results(results: Results) -> dict[str, Path]:
     results.batch_axis.to_parquet(paths["batch_axis.parquet"], index=False)
     results.wallclock.to_parquet(paths["wallclock.parquet"], index=False)
     results.wallclock_timings.to_parquet(paths["wallclock_timings.parquet"], index=False)
+    results.source_calibration.to_parquet(paths["source_calibration.parquet"], index=False)
     return paths
 
 
@@ -95,9 +99,10 @@ def load_results(root: str | Path | None = None) -> Results:
     table = pq.read_table(root / "results.parquet")
     metadata = json.loads(table.schema.metadata[METADATA_KEY])
 
-    def optional(name: str) -> pd.DataFrame:  # absent in results written before the batch axis / wall clock
+    def optional(name: str) -> pd.DataFrame:  # absent in results written before the batch axis / wall clock / league
         return pd.read_parquet(root / name) if (root / name).is_file() else pd.DataFrame()
 
     return Results(root, table.to_pandas(), pd.read_parquet(root / "generations.parquet"),
                    pd.read_parquet(root / "calibration.parquet"), metadata, optional("batch_axis.parquet"),
-                   optional("wallclock.parquet"), optional("wallclock_timings.parquet"))
+                   optional("wallclock.parquet"), optional("wallclock_timings.parquet"),
+                   optional("source_calibration.parquet"))

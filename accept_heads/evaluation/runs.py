@@ -126,6 +126,8 @@ class Generation:
     position_offered: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
     verified_per_round: list[int] = field(default_factory=list)
+    estimates: list[float] = field(default_factory=list)  # the policy's P̂ of each candidate with an observed outcome
+    estimate_outcomes: list[int] = field(default_factory=list)  # and that outcome (1: accepted)
     batch: int = 1
     target_agreement: float = math.nan
     target_nll: float = math.nan
@@ -141,7 +143,8 @@ class Generation:
             verified=sum(stats.verified_per_round), wall_s=stats.wall_time_s / batch,
             output_sha=output_sha(sequence, prompt_length, stats.generated),
             position_offered=list(stats.position_offered), position_accepted=list(stats.position_accepted),
-            verified_per_round=list(stats.verified_per_round), batch=batch,
+            verified_per_round=list(stats.verified_per_round), estimates=list(stats.estimates),
+            estimate_outcomes=list(stats.estimate_outcomes), batch=batch,
         )
 
     def with_quality(self, target: PreTrainedModel, sequences: torch.Tensor, prompt_length: int) -> Generation:

@@ -376,6 +376,7 @@ class RoundLoop:
             self.tokens[row.index, row.cur + n_acc] = token_t  # a device copy: an int would sync on CUDA
         drafted = state.i
         record_round(row.stats, drafted, outcome)
+        row.stats.record_estimates(row.policy.round_estimates(), verify, n_acc)
         row.policy.end_round(drafted, verify, n_acc)
         if outcome.from_target and self.rule.tentative_bonus and n_acc == verify and not state.reached(verify):
             row.pending = PendingBonus(p[verify], "tentative")  # settled against the draft first thing next round

@@ -9,6 +9,7 @@ import pytest
 
 from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.batch_axis import best_fixed_k, summarise
+from accept_heads.evaluation.families import family_names
 from accept_heads.evaluation.results import load_results
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
@@ -31,11 +32,12 @@ def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
     table = results.batch_axis
     test = table[table["role"] == "test"]
     # every registered serving policy (no bound); the heads and the profile were fitted for the speculative rule
-    speculative = {"target", "fixed", "heuristic", "confidence", "head", "head-goodput", "sv"}
+    speculative = {"target", *family_names(runner="decode", bound=False)}
+    assert {"fixed", "heuristic", "confidence", "margin-goodput", "head", "head-goodput", "sv"} <= speculative
     for batch in (1, 2):
         at = test[test["batch"] == batch]
         assert set(at.loc[at["rule"] == "speculative", "family"]) == speculative
-        assert set(at.loc[at["rule"] == "greedy", "family"]) == {"target", "fixed", "heuristic", "confidence"}
+        assert set(at.loc[at["rule"] == "greedy", "family"]) == speculative - {"head", "head-goodput", "sv"}
         assert set(at.loc[at["family"] == "head", "artifact"]) == {"pre", "post"}
     assert (test["rows"] == 3).all()  # every run decodes the same 3 prompts (at B=2: a batch of 2, then 1)
     assert (test["tokens_per_s"] > 0).all() and (test["modelled_s"] > 0).all()

@@ -234,6 +234,29 @@ def test_the_league_compares_each_source_with_the_best_training_free_one_chosen_
     assert "training-free (best, dev)" in printed and "learned" in printed and "margin-goodput" in printed
 
 
+def test_each_sources_estimates_are_scored_against_the_outcomes_decoding_observed(evaluated):
+    """Every league source with an estimate (SVIP has none) is scored on dev and test; the scored candidates are the
+    ones verification observed: per generation, the offers summed over positions (a post head reads no estimate
+    of a round's last candidate at k_max: the draft consumes it with the next round's first token)."""
+    _, results = evaluated
+    scored = results.source_calibration
+    speculative = scored[scored["rule"] == "speculative"]
+    expected = set(family_names(league="learned") + family_names(league="training-free")) - {"svip"}
+    for role in ("dev", "test"):
+        assert set(speculative.loc[speculative["role"] == role, "family"]) == expected, role
+    assert scored[["ece", "brier", "mean_estimate", "accept_rate"]].apply(lambda c: c.between(0, 1)).all().all()
+    generations = results.generations
+    runs = generations[generations["family"].isin(expected) & (generations["role"] == "test")]
+    for _, generation in runs.iterrows():
+        scored, offered = len(generation["estimates"]), sum(generation["position_offered"])
+        assert scored == len(generation["estimate_outcomes"]) and scored > 0, generation["policy"]
+        if generation["artifact"] == "post":
+            assert scored <= offered and sum(generation["estimate_outcomes"]) <= sum(generation["position_accepted"])
+        else:
+            assert scored == offered and sum(generation["estimate_outcomes"]) == sum(generation["position_accepted"])
+    assert not len(generations.loc[generations["family"] == "fixed", "estimates"].map(len).loc[lambda n: n > 0])
+
+
 def test_every_rule_has_both_bounds_and_the_heads_share_of_each_gap(evaluated):
     """The realised oracle and the perfect predictors decode every rule on every set; they are left out of the
     cost fit (their hindsight calls are uncounted); each head row carries its share of both gaps."""

@@ -24,8 +24,9 @@ from tests.decode.test_policy_specs import SPECS, inputs  # noqa: F401 (a fixtur
 
 @pytest.mark.parametrize("name", list(families()), ids=str)
 def test_every_family_declares_what_the_evaluation_iterates(name, make_config):
-    """A tuned family has a dev grid, its candidates read back from their flat form, a bound is never batched and a
-    perfect predictor named as the bound of a stop rule is itself a registered bound."""
+    """A tuned family has a dev grid, its candidates read back from their flat form, a bound is never batched, a
+    perfect predictor named as the bound of a stop rule is itself a registered bound and a named stop is a league
+    source's (the heads table lists a learned one's per head)."""
     family = families()[name]
     grid = family.dev_grid(make_config().evaluate_job())
     assert bool(grid) == family.tuned
@@ -34,7 +35,8 @@ def test_every_family_declares_what_the_evaluation_iterates(name, make_config):
         assert candidates and all(run_policy(c.kind, c.value, c.artifact) == c for c in candidates)
     assert not (family.bound and family.rows_alone)
     assert family.perfect is None or families()[family.perfect].bound
-    assert family.stop is None or family.spec.reads == "head"
+    assert (family.stop is None) == (family.league is None)
+    assert family.league != "learned" or family.spec.reads == "head"
 
 
 def test_every_policy_kind_of_decode_has_its_traits_and_a_bound_reads_the_target_in_hindsight(inputs):  # noqa: F811

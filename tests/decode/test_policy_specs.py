@@ -14,7 +14,6 @@ from decode.head import PRE_FEATURES
 from decode.metadata import HeadMetadata
 from decode.policy_specs import (
     POLICY_SPECS,
-    AdaEDLGoodputSpec,
     AdaEDLSpec,
     ConfidenceGoodputSpec,
     ConfidenceSpec,
@@ -39,8 +38,8 @@ from decode.sampling import Sampling
 from decode.stop_rules import Goodput, Threshold
 from decode.training_free import DraftConfidence, EntropyBound, OnlineMargin
 
-SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), ConfidenceGoodputSpec(), SVIPSpec(0.9), AdaEDLSpec(0.6),
-         AdaEDLGoodputSpec(), MarginSpec(0.5), MarginGoodputSpec(), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
+SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), ConfidenceGoodputSpec(), SVIPSpec(0.9), AdaEDLSpec(0.1),
+         MarginSpec(0.5), MarginGoodputSpec(), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
          SVSpec("profile"), SVSpec("profile", k=3), PerfectHeadSpec(0.7), PerfectGoodputSpec(), OracleSpec()]
 
 
@@ -98,13 +97,12 @@ def test_each_spec_builds_the_policy_it_names(inputs):
     assert isinstance(perfect_goodput, policies.PerfectGoodput) and perfect_goodput.stop.costs == inputs.costs
     assert built["SVIPSpec(h=0.9)"].h == 0.9
     for name, source, stop in [("ConfidenceGoodputSpec()", DraftConfidence, Goodput),
-                               ("AdaEDLSpec(threshold=0.6)", EntropyBound, Threshold),
-                               ("AdaEDLGoodputSpec()", EntropyBound, Goodput),
+                               ("AdaEDLSpec(gamma=0.1)", EntropyBound, Goodput),
                                ("MarginSpec(threshold=0.5)", OnlineMargin, Threshold),
                                ("MarginGoodputSpec()", OnlineMargin, Goodput)]:
         policy = built[name]
         assert type(policy.source) is source and type(policy.stop) is stop and policy.k_max == 20, name
-    assert built["MarginSpec(threshold=0.5)"].stop.threshold == 0.5
+    assert built["MarginSpec(threshold=0.5)"].stop.threshold == 0.5 and built["AdaEDLSpec(gamma=0.1)"].source.gamma == 0.1
     assert built["MarginGoodputSpec()"].stop.costs == inputs.costs
 
 
