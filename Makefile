@@ -27,9 +27,10 @@ $(STAMP): pyproject.toml
 
 # The main job on the embedded default: install (first use) and check the shipped tiny-code trio; collect labelled data
 # from the target's sampled (T = 1) responses and, for the greedy rule, from its greedy responses;
-# train a `pre` acceptance head for the speculative, greedy and (weighted) ensemble rules and the SV
-# profile (exported under runs/tiny/heads/, each with a model card); then evaluate every length policy
-# of those rules (results table, per-head summary and figures under runs/tiny/eval/). The fuzzy and
+# train a `pre` acceptance head for the speculative, greedy and (weighted) ensemble rules, a DSpark-style head for
+# the speculative rule and the SV profile (exported under runs/tiny/heads/, each with a model card); then evaluate
+# every length policy of those rules against the training-free sources (results table, the predictor league, per-head
+# summary and figures under runs/tiny/eval/). The fuzzy and
 # contrastive-ensemble heads are `make more-heads` (after the demo; README "Quick start").
 GREEDY_DATA := sampling=greedy 'paths.data_dir=$${paths.run_dir}/data-greedy'
 TRAIN := $(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true
@@ -40,6 +41,7 @@ demo: setup
 	$(OFFLINE) $(PY) -m data_gen.collect
 	$(OFFLINE) $(PY) -m data_gen.collect $(GREEDY_DATA) 'prompts.sizes={train: 400, dev: 100, test: 100}'
 	$(TRAIN) head.name=speculative-pre
+	$(TRAIN) head=dspark
 	$(TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
 	$(TRAIN) head.rule=ensemble head.name=ensemble-weighted-pre
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile

@@ -80,7 +80,8 @@ class DraftFeatures:
         if self.arch.companion_features:
             stored = batch["companion"].to(device)[rows, positions]
             companion = (stored[:, 0], stored[:, 1])
-        return hidden.float(), head_features(q, candidates, self.arch.features, companion)
+        previous = batch["input_ids"].to(device)[rows, positions - 1]  # the (mixed) token that produced q_t
+        return hidden.float(), head_features(q, candidates, self.arch.features, companion, previous=previous)
 
 
 class RoundFeatures(DraftFeatures):
@@ -112,7 +113,11 @@ class RoundFeatures(DraftFeatures):
         q = self.feature_sampling.feature_probs(self.q_logits(hidden))
         candidates = batch["candidate"].to(device)[rows, positions].reshape(len(rows), depths)
         depth = torch.arange(1, depths + 1, device=device)
-        return hidden.float(), head_features(q, candidates, self.arch.features, depth=depth)
+        # what produced q_t at depth d: the target's token x_{t−1} at d = 1, the round's candidate at t − 1 after
+        previous = torch.cat([batch["input_ids"].to(device)[rows, positions - 1, None],
+                              batch["candidate"].to(device)[rows, positions - 1].reshape(len(rows), depths)[:, :-1]],
+                             dim=1)
+        return hidden.float(), head_features(q, candidates, self.arch.features, depth=depth, previous=previous)
 
 
 def head_encoder(draft: PreTrainedModel, arch: ArchConfig, feature_sampling: Sampling, vocab: int,

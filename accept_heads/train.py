@@ -63,6 +63,7 @@ from decode.artifacts.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.artifacts.serialization import load_head, load_profile, save_head, save_profile
 from decode.feature_draft import is_feature_draft
 from decode.head import DEPTH_FEATURE, PRE_FEATURES, AcceptanceHead, HeadConfig
+from decode.head_config import PREVIOUS_TOKEN
 from decode.rules import Rule
 from decode.sampling import Sampling
 
@@ -153,15 +154,20 @@ def build_trainer(t: TrainerConfig, logger: LoggerConfig, name: str, out_dir: Pa
     return L.Trainer(**kwargs)
 
 
-def head_architecture(head: HeadTrainConfig, hidden_size: int, depths: int = 1) -> HeadConfig:
-    """The decode-side head config for ``head.timing`` / ``head.use_companion``; labels at ``depths > 1`` of a round
-    (a feature draft's) add the candidate's depth to its features."""
+def head_architecture(head: HeadTrainConfig, hidden_size: int, depths: int = 1, vocab_size: int = 0) -> HeadConfig:
+    """The decode-side head config for ``head.timing`` / ``head.use_companion`` / ``head.candidate_features`` /
+    ``head.markov_rank`` (over ``vocab_size`` tokens); labels at ``depths > 1`` of a round (a feature draft's) add the
+    candidate's depth to its features."""
     if head.timing == "post" and head.use_companion:
         raise ConfigError("head.use_companion=true needs head.timing=pre (a post head reads the hidden state only)")
     pre = head.timing == "pre"
-    features = (*PRE_FEATURES, *((DEPTH_FEATURE,) if depths > 1 else ())) if pre else ()
+    features: tuple[str, ...] = ()
+    if pre:
+        features = (*(PRE_FEATURES if head.candidate_features else ()), *((DEPTH_FEATURE,) if depths > 1 else ()),
+                    *((PREVIOUS_TOKEN,) if head.markov_rank else ()))
     return HeadConfig(hidden_size=hidden_size, depth=head.depth, timing=head.timing, features=features,
-                      companion_features=pre and head.use_companion, depths=depths)
+                      companion_features=pre and head.use_companion, depths=depths, markov_rank=head.markov_rank,
+                      vocab_size=vocab_size if head.markov_rank else 0)
 
 
 def check_feature_draft_head(head: HeadTrainConfig) -> None:
@@ -199,7 +205,8 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
     if feature_draft:
         check_feature_draft_head(job.head)
         depths = label_depths(job.paths.data_dir, ctx.rule)
-    arch = head_architecture(job.head, draft.config.get_text_config(decoder=True).hidden_size, depths)
+    arch = head_architecture(job.head, draft.config.get_text_config(decoder=True).hidden_size, depths,
+                             ctx.manifest.vocab_size)
     head = AcceptanceHead(arch)
     feature_sampling = ctx.rule.transform(ctx.sampling)
     target = load_model(job.models.target, job.paths.zoo_dir, draft_dtype(job.trainer))[0] if feature_draft else None

@@ -112,13 +112,15 @@ def label_depths(data_dir: str | Path, rule: rule_defs.Rule) -> int:
 
 
 def load_positions(
-    data_dir: str | Path, split: str, rule: rule_defs.Rule, *, seed: int, with_companion: bool, depths: int = 1
+    data_dir: str | Path, split: str, rule: rule_defs.Rule, *, seed: int, with_companion: bool, depths: int = 1,
+    expected: bool = False,
 ) -> PositionTable:
     """Read ``split`` and flatten it; labels per :func:`training_rule`, outcomes drawn from ``seed``.
 
     ``with_companion`` also reads ``rule``'s companion indicators (see the module docstring). ``depths > 1``
     reads a feature draft's candidates and labels at depths ``1 .. depths`` (:func:`data_gen.labels.depth_column`)
-    as ``[N, depths]`` columns.
+    as ``[N, depths]`` columns. ``expected``: the labels are the acceptance expected before the draw
+    (:func:`expected_labels`) rather than the candidate's own.
     """
     dataset = load_split(data_dir, split)
     table = dataset.data.table
@@ -142,6 +144,8 @@ def load_positions(
         return values[0] if depths == 1 else np.stack(values, axis=1)
 
     label = rule.labels_from(torch.from_numpy(by_depth(column, np.float32))).numpy()
+    if expected:
+        label = expected_labels(rule, label, lambda name: by_depth(name, np.float32))
     rng = np.random.default_rng([seed, SPLIT_CODES[split]])
     outcome = (rng.random(label.shape) < label).astype(np.float32)
     companion = None
@@ -161,6 +165,16 @@ def load_positions(
         outcome=outcome,
         companion=companion,
     )
+
+
+def expected_labels(rule: rule_defs.Rule, labels: np.ndarray, stored: Any) -> np.ndarray:
+    """The acceptance expected before the candidate is drawn (DSpark's soft target; DESIGN §5, "Acceptance before
+    the draw"): ``1 − TV(p, q)`` for the speculative rule, from the stored ``tv`` column (``stored(name)`` reads a
+    column at the labels' depths); a rule whose label does not depend on the draw (greedy, fuzzy) keeps its labels,
+    and so does an ensemble rule, whose ``1 − TV(r, q)`` is not stored (its labels' mean given the state is it)."""
+    if rule.name == "speculative":
+        return 1.0 - stored("tv")
+    return labels
 
 
 def mixing_mask(length: int, r: float, seed: int, split: str, epoch: int, row: int) -> np.ndarray:
@@ -334,7 +348,7 @@ class AcceptanceDataModule(L.LightningDataModule):
         if split not in self.tables:
             self.tables[split] = load_positions(
                 self.data_dir, split, self.rule, seed=self.seed, with_companion=self.head.use_companion,
-                depths=self.depths,
+                depths=self.depths, expected=self.head.target == "expected",
             )
         return self.tables[split]
 

@@ -193,7 +193,13 @@ class HeadTrainConfig:
 
     kind: str = "specdecpp"
     timing: str = "pre"  # post: state after consuming y_i (paper, +1 draft call); pre: state producing q_i + features
-    depth: int = 3
+    depth: int = 3  # residual blocks before the logit (0: a linear head)
+    candidate_features: bool = True  # a pre head reads y_i's log q, entropy and top probability (DSpark: none)
+    # a pre head's low-rank embedding of the token that produced q_i (DSpark's Markov head; 0 = none)
+    markov_rank: int = 0
+    # what it learns: the rule's label of the candidate, or the acceptance expected before the draw (DSpark's soft
+    # 1 - TV(p, q) under the speculative rule; a y-independent rule's own label; DESIGN §2)
+    target: str = "label"
     use_companion: bool = False  # add the companion indicators X, Y as features
     rule: str = "speculative"  # which label column to train on (fuzzy T and divergence, ensemble kind: rules.*)
     mixing_r: float = 0.15  # probability of keeping the target token in token mixing (pre: 1 = true prefix)
@@ -218,8 +224,12 @@ class HeadTrainConfig:
         _choice("head.kind", self.kind, HEAD_KINDS)
         _choice("head.timing", self.timing, TIMINGS)
         _choice("head.rule", self.rule, rule_names())
-        if self.depth < 1:
-            raise ConfigError("head.depth must be >= 1")
+        _choice("head.target", self.target, ("label", "expected"))
+        if self.depth < 0 or self.markov_rank < 0:
+            raise ConfigError("head.depth and head.markov_rank must be >= 0")
+        if self.timing == "post" and (self.markov_rank or not self.candidate_features):
+            raise ConfigError("head.markov_rank and head.candidate_features shape a pre head's input: set "
+                              "head.timing=pre (a post head reads the hidden state only)")
         if not 0 <= self.mixing_r <= 1:
             raise ConfigError("head.mixing_r must be in [0, 1]")
         if self.kind == "specdecpp" and self.timing == "post" and self.mixing_r == 1:

@@ -33,6 +33,7 @@ class DraftStep:
 
     q_logits: Tensor  # [V] the draft's logits there (q)
     hidden: Tensor | None = None  # [H] the final hidden state of that forward; captured only when a policy reads it
+    input_token: Tensor | None = None  # 0-d: the token that forward consumed (captured with ``hidden``)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from decode.head_config import DEPTH_FEATURE, HEAD_FEATURES, PRE_FEATURES, HeadConfig
+from decode.head_config import DEPTH_FEATURE, HEAD_FEATURES, PRE_FEATURES, PREVIOUS_TOKEN, HeadConfig
 from decode.metadata import HeadMetadata
 
 
@@ -18,15 +18,23 @@ class AcceptanceHead(nn.Module):
         width = config.input_size
         self.blocks = nn.ModuleList(nn.Linear(width, width) for _ in range(config.depth))
         self.out = nn.Linear(width, 1)
+        #: DSpark's Markov embedding of the previous token (``markov_rank > 0``), else None.
+        self.markov = nn.Embedding(config.vocab_size, config.markov_rank) if config.markov_rank else None
         self.metadata: HeadMetadata | None = None  # what its file records (None: made in memory)
 
     def forward(self, hidden: Tensor, features: Tensor | None = None) -> Tensor:
-        """Acceptance logits ``[...]`` from hidden states ``[..., H]`` (and features ``[..., F]``)."""
-        n_features = len(self.config.feature_names)
-        if n_features:
-            if features is None or features.shape[-1] != n_features:
-                raise ValueError(f"head expects {n_features} features {self.config.feature_names}")
-            hidden = torch.cat([hidden, features.to(hidden.dtype)], dim=-1)
+        """Acceptance logits ``[...]`` from hidden states ``[..., H]`` (and features ``[..., F]``; a
+        ``previous_token`` column holds token ids, embedded by :attr:`markov`)."""
+        names = self.config.feature_names
+        if names:
+            if features is None or features.shape[-1] != len(names):
+                raise ValueError(f"head expects {len(names)} features {names}")
+            columns = [features]
+            if self.markov is not None:
+                j = names.index(PREVIOUS_TOKEN)
+                tokens = features[..., j].long().clamp(0, self.markov.num_embeddings - 1)
+                columns = [features[..., :j], features[..., j + 1 :], self.markov(tokens)]
+            hidden = torch.cat([hidden, *(c.to(hidden.dtype) for c in columns)], dim=-1)
         for block in self.blocks:
             hidden = hidden + nn.functional.silu(block(hidden))
         return self.out(hidden).squeeze(-1)
@@ -42,12 +50,14 @@ def head_features(
     names: tuple[str, ...] = PRE_FEATURES,
     companion: tuple[Tensor, Tensor] | None = None,
     depth: Tensor | int | None = None,
+    previous: Tensor | None = None,
 ) -> Tensor:
     """Scalar features ``[..., F]`` of candidates ``y[...]`` drawn from ``q_probs[..., V]`` (vectorised).
 
     ``log_q = log q(y)``, ``entropy = H(q)`` (nats), ``top_prob = max q``, ``depth`` the candidates' depth in their
-    round (broadcast to ``y``'s shape; :meth:`HeadConfig.depth_of`); ``companion`` is the ``(X, Y)`` pair appended
-    when the head uses companion features.
+    round (broadcast to ``y``'s shape; :meth:`HeadConfig.depth_of`); ``previous_token`` the ids ``previous`` (shaped
+    as ``y``) of the tokens whose forwards produced ``q``; ``companion`` is the ``(X, Y)`` pair appended when the head
+    uses companion features.
     """
     columns: list[Tensor] = []
     for name in names:
@@ -61,8 +71,26 @@ def head_features(
             if depth is None:
                 raise ValueError("the depth feature needs each candidate's depth in its round")
             columns.append(torch.as_tensor(depth, dtype=torch.float32, device=y.device).expand(y.shape))
+        elif name == PREVIOUS_TOKEN:
+            if previous is None:
+                raise ValueError("the previous_token feature needs the ids of the tokens that produced q")
+            columns.append(previous.expand(y.shape))
         else:
             raise ValueError(f"unknown head feature {name!r}; valid: {', '.join(HEAD_FEATURES)}")
     if companion is not None:
         columns.extend(companion)
     return torch.stack([c.float() for c in columns], dim=-1)
+
+
+def dspark_tensors(head: AcceptanceHead) -> dict[str, Tensor]:
+    """A DSpark-style head's tensors under the names vLLM's and SGLang's DSpark loaders read: the linear logit over
+    ``[hidden ⊕ Markov embedding]`` as ``confidence_head.proj.weight [1, H + r]`` / ``.bias [1]`` and the previous
+    token's embedding as ``markov_head.weight [V, r]``. Only a linear head whose one feature is ``previous_token``
+    has that layout (docs/evaluation.md, "The predictor league")."""
+    config = head.config
+    if head.markov is None or config.depth != 0 or config.feature_names != (PREVIOUS_TOKEN,):
+        raise ValueError("only a linear head on the hidden state and the previous token's Markov embedding has "
+                         f"DSpark's layout; this one has depth {config.depth}, features {config.feature_names}")
+    return {"confidence_head.proj.weight": head.out.weight.detach(),
+            "confidence_head.proj.bias": head.out.bias.detach(),
+            "markov_head.weight": head.markov.weight.detach()}

@@ -13,8 +13,11 @@ Timing = Literal["post", "pre"]
 PRE_FEATURES: tuple[str, ...] = ("log_q", "entropy", "top_prob")
 #: The candidate's depth in its round (1 for the first): a feature draft's ``q`` depends on it (``docs/design.md`` §8).
 DEPTH_FEATURE = "depth"
-#: Every scalar feature a ``pre`` head may read of its candidate.
-HEAD_FEATURES: tuple[str, ...] = (*PRE_FEATURES, DEPTH_FEATURE)
+#: The id of the token whose draft forward produced ``q_i`` (``y_{i−1}``, or the last committed token for ``i = 1``):
+#: a DSpark-style head embeds it (its low-rank Markov embedding) instead of reading it as a number.
+PREVIOUS_TOKEN = "previous_token"
+#: Every feature a ``pre`` head may read of its candidate.
+HEAD_FEATURES: tuple[str, ...] = (*PRE_FEATURES, DEPTH_FEATURE, PREVIOUS_TOKEN)
 #: Companion SV indicators (DESIGN §3), optional extra features of a ``pre`` head.
 COMPANION_FEATURES: tuple[str, ...] = ("companion_x", "companion_y")
 
@@ -27,7 +30,8 @@ class HeadConfig:
     ``y_i``. ``timing="pre"``: input is the hidden state that produced ``q_i`` concatenated with
     ``features`` of the sampled ``y_i`` (plus the companion's ``X_i, Y_i`` when
     ``companion_features``). ``depths``: the round depths its labels covered; its ``depth`` feature, if it reads
-    one, is the candidate's depth capped there.
+    one, is the candidate's depth capped there. ``markov_rank > 0`` (DSpark, DESIGN §2): the ``previous_token``
+    feature is looked up in a ``vocab_size × markov_rank`` embedding whose row joins the input.
     """
 
     hidden_size: int
@@ -36,6 +40,8 @@ class HeadConfig:
     features: tuple[str, ...] = field(default=())
     companion_features: bool = False
     depths: int = 1
+    markov_rank: int = 0
+    vocab_size: int = 0
 
     def __post_init__(self) -> None:
         if self.timing not in ("post", "pre"):
@@ -49,6 +55,11 @@ class HeadConfig:
         unknown = set(self.features) - set(HEAD_FEATURES)
         if unknown:
             raise ValueError(f"unknown head features {sorted(unknown)}; valid: {', '.join(HEAD_FEATURES)}")
+        if (self.markov_rank > 0) != (PREVIOUS_TOKEN in self.features) or self.markov_rank < 0:
+            raise ValueError(f"the {PREVIOUS_TOKEN} feature and markov_rank > 0 go together (its embedding), got "
+                             f"features {self.features}, markov_rank {self.markov_rank}")
+        if self.markov_rank and self.vocab_size < 1:
+            raise ValueError("a Markov embedding needs the vocabulary size it embeds (vocab_size >= 1)")
 
     def depth_of(self, i: int) -> int:
         """The ``depth`` feature of the ``i``-th candidate of a round (1-based): ``min(i, depths)``."""
@@ -61,16 +72,19 @@ class HeadConfig:
 
     @property
     def input_size(self) -> int:
-        """Width of the blocks: hidden size plus the number of scalar features."""
-        return self.hidden_size + len(self.feature_names)
+        """Width of the blocks: hidden size, the scalar features and the Markov embedding's rank."""
+        return self.hidden_size + len(self.feature_names) - (PREVIOUS_TOKEN in self.features) + self.markov_rank
 
     def to_dict(self) -> JSONDict:
-        """JSON-ready form (tuples become lists; ``depths`` only where the labels had several, so the document of a
-        head without them is the one written before the field existed)."""
+        """JSON-ready form (tuples become lists; ``depths`` only where the labels had several and the Markov fields
+        only where there is an embedding, so the document of a head without them is the one written before the
+        fields existed)."""
         data = asdict(self)
         data["features"] = list(self.features)
         if self.depths == 1:
             del data["depths"]
+        if not self.markov_rank:
+            del data["markov_rank"], data["vocab_size"]
         return data
 
     @classmethod

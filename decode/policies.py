@@ -243,7 +243,8 @@ class HeadEstimate(AcceptanceSource):
         if config.companion_features:
             indicators = companion_indicators(state.sampling, q_logits, candidate.companion_logits, y)
             companion = (indicators.x, indicators.y)
-        return candidate.step.hidden, head_features(q, y, config.features, companion, config.depth_of(state.i))
+        return candidate.step.hidden, head_features(q, y, config.features, companion, config.depth_of(state.i),
+                                                    candidate.step.input_token)
 
     def predict(self, hidden: Tensor, features: Tensor | None) -> float:
         """``P̂`` from the head's inputs (:meth:`inputs`)."""

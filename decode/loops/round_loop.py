@@ -193,7 +193,7 @@ class RoundLoop:
                 tokens[row.index, row.cur - 1] = token_t  # the bonus itself when accepted
                 accepted, token = torch.stack([accepted_t.to(token_t.dtype), token_t]).tolist()
                 if accepted:
-                    row.next_step = self._step(q[1], row.index)
+                    row.next_step = self._step(q[1], row.index, row.cur - 1)
                 else:
                     replaced[row.index] = row.cur - 1
             else:
@@ -209,15 +209,19 @@ class RoundLoop:
             draft.rollback(replaced)
 
     # --- drafting ------------------------------------------------------------------------------------------------
-    def _step(self, q_logits: Tensor, row: int) -> DraftStep:
+    def _step(self, q_logits: Tensor, row: int, position: int) -> DraftStep:
+        """The draft's output after consuming ``tokens[row, position]`` (with its hidden state and that token where
+        a policy reads them)."""
         hidden = self.runners.draft.hidden_of(row) if self.capture else None
-        return DraftStep(q_logits, hidden[-1] if hidden is not None else None)
+        if hidden is None:
+            return DraftStep(q_logits)
+        return DraftStep(q_logits, hidden[-1], self.tokens[row, position].clone())
 
     def _draft_next(self, rows: list[Row], offset: int) -> None:
         """Feed each row's draft up to ``cur + offset``: its output there becomes the round's next step."""
         logits = self.runners.draft.feed(self.tokens, {row.index: row.cur + offset for row in rows}, keep=1)
         for row in rows:
-            row.state.next = self._step(logits[row.index][-1], row.index)
+            row.state.next = self._step(logits[row.index][-1], row.index, row.cur + offset - 1)
 
     def _propose(self, row: Row, position: int, companion: Tensor | None, target: Tensor | None) -> Decision:
         """Draw row's next candidate from its draft's latest step into ``tokens[row, position]``; ask the policy.

@@ -28,10 +28,12 @@ from ahconf.schema import ConfigError
 from data_gen.collect import collect
 from data_gen.models import load_trio
 from data_gen.shards import load_split
-from decode import Sampling, rules
+from accept_heads.metrics import prior_shift
+from decode import Sampling, SpeculativeDecoder, policies, rules
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import load_head, load_profile
-from decode.head_config import DEPTH_FEATURE, PRE_FEATURES
+from decode.head import dspark_tensors
+from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, PREVIOUS_TOKEN
 from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 
 
@@ -134,6 +136,49 @@ def test_checkpoints_hold_only_the_head_and_load_with_weights_only(trained):
     _, result = trained
     checkpoint = torch.load(Path(result.checkpoint_dir) / "last.ckpt", map_location="cpu", weights_only=True)
     assert checkpoint["state_dict"] and all(k.startswith("head.") for k in checkpoint["state_dict"])
+
+
+def test_a_dspark_head_learns_the_expected_acceptance_from_the_previous_token_and_decodes(
+        make_config, train_overrides, micro_trio, tmp_path):
+    """head=dspark: a linear head on the draft's state ⊕ a Markov embedding of the token that produced q, trained on
+    1 − TV(p, q); it exports, loads, predicts as the trained module, maps onto DSpark's tensor names and decodes."""
+    data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
+    config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head=dspark",
+                         "head.markov_rank=8", "trainer.max_epochs=2", "head.calibrate=false")
+    result = train(config.train_job())
+    draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
+    head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
+    vocab = head.config.vocab_size
+    assert head.config.features == (PREVIOUS_TOKEN,) and head.config.depth == 0 and len(head.blocks) == 0
+    assert head.markov.weight.shape == (vocab, 8)
+    tensors = dspark_tensors(head)
+    assert tensors["confidence_head.proj.weight"].shape == (1, 32 + 8)
+    assert tensors["markov_head.weight"].shape == (vocab, 8)
+
+    run = prepare_head_run(config.train_job())
+    dev = load_split(data_dir, "dev")
+    assert vocab > int(np.concatenate([np.asarray(r) for r in dev["response_ids"]]).max())
+    tv = np.concatenate([np.asarray(t, dtype=np.float32) for t in dev["tv"]])
+    np.testing.assert_allclose(run.datamodule.table("dev").label, 1 - tv, atol=1e-6)  # the soft target
+    load_head_weights(run.head, result.best_checkpoint)
+    batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
+                      1.0, config.seed, "dev", 0, every_position=True)
+    hidden, features = run.encoder(batch)
+    rows, positions = batch["loss_mask"].nonzero(as_tuple=True)
+    assert torch.equal(features[:, 0].long(), batch["input_ids"][rows, positions - 1])  # the token before t
+    with torch.no_grad():
+        logits, _, _ = run.module.eval()(batch)
+        exported = head(hidden, features)
+        swapped = head(hidden, torch.roll(features, 1, dims=0))
+    shift = prior_shift(config.loss.w_acc, config.loss.w_rej)
+    torch.testing.assert_close(exported, logits + shift, atol=1e-5, rtol=0)
+    assert not torch.allclose(exported, swapped)  # the previous token moves the estimate
+
+    target = load_causal_lm(str(micro_trio["target"]), dtype="float32")
+    decoder = SpeculativeDecoder(target, draft, policy=policies.Head(head, threshold=0.5))
+    prompt = torch.tensor([[1, 2, 3]])
+    out = decoder.generate(prompt, max_new_tokens=12, seed=0)
+    assert out.stats.generated == 12 and out.stats.rounds < 12 and len(out.stats.estimates) > 0
 
 
 def test_a_run_stopped_mid_epoch_resumes_from_last_ckpt(make_config, train_overrides, tmp_path):
@@ -253,6 +298,16 @@ def test_a_feature_drafts_head_reads_every_depth_of_a_round(make_config, micro_t
     frame = head_predictions(head, load_trio(config.models, with_companion=False), config.paths.data_dir, 2, 1.0,
                              config.seed)
     assert len(frame) > 0 and not frame["label"].isna().any()
+
+    # a DSpark head's previous token at depth d: the target's token before t at d = 1, the round's own candidate at
+    # t − 1 (its (d−1)-th) deeper
+    dspark = prepare_head_run(make_config(*overrides, "head=dspark", "head.markov_rank=4").train_job())
+    assert dspark.head.config.features == (DEPTH_FEATURE, PREVIOUS_TOKEN)
+    _, features = dspark.encoder(live)
+    rows, positions = live["loss_mask"].nonzero(as_tuple=True)
+    previous = features[..., 1].long()
+    assert torch.equal(previous[:, 0], live["input_ids"][rows, positions - 1])
+    assert torch.equal(previous[:, 1:], live["candidate"][rows, positions - 1][:, :-1])
 
     with pytest.raises(ConfigError, match="mixing_r=1"):
         prepare_head_run(make_config(*overrides, "head.mixing_r=0.15").train_job())

@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 from decode import EnsembleDecoder, HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
+from decode.head_config import PREVIOUS_TOKEN
 from decode.stop_rules import Goodput, Threshold
 from decode.training_free import SVIP, DraftConfidence, EntropyBound, MarginLogistic, OnlineMargin
 
@@ -99,7 +100,10 @@ def tv_bound(exact: Tensor, n: int, trials: int = 200) -> float:
 def random_head(models: dict[str, PreTrainedModel], timing: str) -> AcceptanceHead:
     torch.manual_seed(5)
     hidden = models["draft"].config.hidden_size
-    if timing == "pre":
+    if timing == "dspark":  # linear on the hidden state and the previous token's Markov embedding
+        config = HeadConfig(hidden, depth=0, timing="pre", features=(PREVIOUS_TOKEN,), markov_rank=4,
+                            vocab_size=models["draft"].config.vocab_size)
+    elif timing == "pre":
         config = HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES, companion_features=True)
     else:
         config = HeadConfig(hidden, depth=2, timing="post")
@@ -125,6 +129,8 @@ POLICIES: dict[str, Callable[[dict], policies.Policy]] = {
     # Thresholds put the stop decision inside the range of these random heads' predictions.
     "head_pre": lambda m: policies.Head(random_head(m, "pre"), threshold=0.47),
     "head_post": lambda m: policies.Head(random_head(m, "post"), threshold=0.66),
+    "head_dspark": lambda m: policies.GoodputHead(random_head(m, "dspark"), CostModel(
+        t_draft=0.3, t_target=1.0, t_companion=0.0), k_max=4),
     "sv": lambda m: policies.SV(random_profile(), k=4),
     # the perfect predictors stop on the true acceptance probability (a function of p, q and y): still lossless
     "perfect": lambda m: policies.PerfectHead(threshold=0.5, k_max=4),
