@@ -13,6 +13,7 @@ import copy
 import sys
 from typing import ClassVar, Literal, cast
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -108,10 +109,10 @@ class BatchPlan:
         """Whether this round drafts (False: a target-only step); called after each row's ``start_round``."""
         return True
 
-    def stops_drafting(self, rows: list[Policy], i: int, batch: int, after: Literal["propose", "feed"]) -> bool:
-        """Whether the ``rows`` still drafting stop together after ``i`` steps (at the point ``after``) of a
-        ``batch``-row round."""
-        return False
+    def drafting(self, rows: list[Policy], i: int, batch: int, after: Literal["propose", "feed"]) -> list[bool]:
+        """Which of the ``rows`` still drafting draft on after ``i`` steps (at the point ``after``) of a ``batch``-row
+        round (default: all, each row's own policy deciding)."""
+        return [True] * len(rows)
 
     def verification_lengths(self, rows: list[Policy], states: list[DraftRound]) -> list[int]:
         """How many candidates each row verifies."""
@@ -350,6 +351,8 @@ class StopPolicy(Policy):
     def batch_plan(self) -> BatchPlan:
         if isinstance(self.stop, Goodput) and self.stop.batch_costs is not None:
             return BatchGoodput(self.stop.batch_costs)
+        if isinstance(self.stop, SurvivalStop):
+            return SurvivalBudget(self.stop.costs)
         return BatchPlan()
 
     def __repr__(self) -> str:
@@ -435,14 +438,84 @@ class BatchGoodput(BatchPlan):
             stop.join_batch()
         return batch_opening_pays(stops, batch, max(self.throughput, alone))
 
-    def stops_drafting(self, rows: list[Policy], i: int, batch: int, after: Literal["propose", "feed"]) -> bool:
+    def drafting(self, rows: list[Policy], i: int, batch: int, after: Literal["propose", "feed"]) -> list[bool]:
         if not rows or cast(StopPolicy, rows[0]).source.decides_after != after:
-            return False
-        return not batch_drafting_pays(self._stops(rows), i, batch, self.throughput)
+            return [True] * len(rows)
+        return [batch_drafting_pays(self._stops(rows), i, batch, self.throughput)] * len(rows)
 
     def end_round(self, batch: int, emitted: int, draft_steps: int, verified: int) -> None:
         self.tokens += emitted
         self.seconds += draft_steps * self.costs.draft_time(batch) + self.costs.verify_time(batch, verified)
+
+
+class SurvivalStop(StopRule):
+    """The stop of a row whose batch decides for it (:class:`SurvivalBudget`, at measured ``costs``): alone it never
+    stops before ``k_max``."""
+
+    def __init__(self, costs: BatchCosts, k_min: int = 1, k_max: int = 20) -> None:
+        super().__init__(k_min, k_max)
+        self.costs = costs
+
+    def stops(self, i: int, keep: float, accept: float) -> bool:
+        return False
+
+    def next_pays(self, i: int, keep: float, forecast: float) -> bool:
+        return True
+
+
+class SurvivalBudget(BatchPlan):
+    """vLLM's verification budget as a stopping time (DESIGN §7, "Survival budget"): after each drafting step the
+    rows still drafting are ranked by the survival ``Π_{j≤i} P̂_j · P̂_i`` their next candidate is forecast to reach,
+    and the top ``n`` draft on, ``n`` maximising the round's expected tokens (one per row plus every drafted
+    candidate's survival) over its modelled seconds at the measured ``t_d(B)`` and ``t_t(B, T)``; ``n = 0`` ends
+    drafting. A round opens (each row drafts its first candidate) unless the rows' first-candidate forecasts, the mean
+    ``P̂_1`` of their generation so far, say a target-only step is faster. Decisions read only what was drafted, so
+    every rule stays lossless.
+    """
+
+    def __init__(self, costs: BatchCosts) -> None:
+        self.costs = costs
+        self.batch: list[StopPolicy] = []
+        self.draft_seconds = 0.0  # this round's draft forwards so far
+        self.first_sum, self.first_count = 0.0, 0  # P̂_1 of the generation's rounds so far (the opening forecast)
+
+    def opens_round(self, rows: list[Policy]) -> bool:
+        self.batch = [cast(StopPolicy, row) for row in rows]
+        batch = len(rows)
+        self.draft_seconds = self.costs.draft_time(batch)  # the forward that produces every row's q_1
+        if not self.first_count:
+            return True
+        forecast = self.first_sum / self.first_count
+        alone = batch / self.costs.target_time(batch, batch)
+        drafted = batch * (1 + forecast) / (self.draft_seconds + self.costs.verify_time(batch, batch))
+        return drafted > alone
+
+    def drafting(self, rows: list[Policy], i: int, batch: int, after: Literal["propose", "feed"]) -> list[bool]:
+        policies = [cast(StopPolicy, row) for row in rows]
+        if not policies or policies[0].source.decides_after != after:
+            return [True] * len(rows)
+        if i == 1:
+            firsts = [p.estimates[0] for p in self.batch if p.estimates]
+            self.first_sum, self.first_count = self.first_sum + sum(firsts), self.first_count + len(firsts)
+        if i < policies[0].k_min:
+            self.draft_seconds += self.costs.draft_time(len(rows))
+            return [True] * len(rows)
+        drafted = sum(len(p.estimates) for p in self.batch)
+        tokens = len(self.batch) + sum(float(np.prod(p.estimates[: j + 1])) for p in self.batch
+                                       for j in range(len(p.estimates)))
+        seconds = self.draft_seconds + self.costs.verify_time(len(self.batch), drafted)
+        forecasts = [p.keep * p.estimates[-1] for p in policies]
+        order = sorted(range(len(rows)), key=lambda r: -forecasts[r])
+        best, best_rate, gain = 0, tokens / seconds, 0.0
+        for n, r in enumerate(order, start=1):
+            gain += forecasts[r]
+            cost = self.costs.draft_time(n) + self.costs.verify_time(len(self.batch), drafted + n)
+            if (tokens + gain) / (self.draft_seconds + cost) > best_rate:
+                best, best_rate = n, (tokens + gain) / (self.draft_seconds + cost)
+        if best:
+            self.draft_seconds += self.costs.draft_time(best)
+        chosen = set(order[:best])
+        return [r in chosen for r in range(len(rows))]
 
 
 class SV(Policy):

@@ -27,12 +27,14 @@ from decode.policies import (
     Fixed,
     GoodputHead,
     Head,
+    HeadEstimate,
     Heuristic,
     Oracle,
     PerfectGoodput,
     PerfectHead,
     Policy,
     StopPolicy,
+    SurvivalStop,
 )
 from decode.profile import SVProfile
 from decode.stop_rules import Goodput, Threshold
@@ -316,6 +318,47 @@ class GoodputHeadSpec(PolicySpec):
     @classmethod
     def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
         return cls(str(artifact))
+
+
+def survival_budget(source: AcceptanceSource, inputs: PolicyInputs, kind: str, k_min: int, k_max: int) -> Policy:
+    """``source`` under :class:`~decode.policies.SurvivalBudget` at the measured batch costs."""
+    if inputs.batch_costs is None:
+        raise ValueError(f"a {kind} policy decides at measured batch costs (PolicyInputs.batch_costs): the "
+                         "evaluation's batch axis measures them")
+    return StopPolicy(source, SurvivalStop(inputs.batch_costs, k_min, k_max))
+
+
+@register_policy
+@dataclass(frozen=True)
+class HeadBudgetSpec(PolicySpec):
+    """A trained head's ``P̂`` under the batch's survival budget."""
+
+    head: str
+    kind: ClassVar[str] = "head-budget"
+    reads: ClassVar[Literal["head", "profile"] | None] = "head"
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        head, k_min, k_max = inputs.head(self.head)
+        return survival_budget(HeadEstimate(head), inputs, self.kind, k_min, k_max)
+
+    @property
+    def artifact(self) -> str:
+        return self.head
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+        return cls(str(artifact))
+
+
+@register_policy
+@dataclass(frozen=True)
+class MarginBudgetSpec(PolicySpec):
+    """vLLM's online top-2-margin logistic under the batch's survival budget (vLLM's adaptive verification)."""
+
+    kind: ClassVar[str] = "margin-budget"
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return survival_budget(OnlineMargin(), inputs, self.kind, inputs.k_min, inputs.k_max)
 
 
 @register_policy

@@ -32,8 +32,10 @@ from decode.policy_specs import (
     ConfidenceSpec,
     FixedSpec,
     GoodputHeadSpec,
+    HeadBudgetSpec,
     HeadSpec,
     HeuristicSpec,
+    MarginBudgetSpec,
     MarginGoodputSpec,
     MarginSpec,
     NamedSpec,
@@ -71,6 +73,8 @@ class Family:
     at_fixed_k: Callable[[Any, int], list[NamedSpec]] = no_variants
     # its side in the predictor league: an acceptance source that is trained, or one that is not (None: neither)
     league: Literal["learned", "training-free"] | None = None
+    # it decides at measured batch costs, so only the batch axis (evaluate.batch_sizes) decodes it
+    batch_only: bool = False
 
     @property
     def name(self) -> str:
@@ -135,12 +139,13 @@ def family(kind: str) -> Family:
 
 
 def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None,
-                 bound: bool | None = None, timed: bool | None = None, league: str | None = None) -> list[str]:
+                 bound: bool | None = None, timed: bool | None = None, league: str | None = None,
+                 batch_only: bool | None = None) -> list[str]:
     """The families with these traits, in table order."""
     return [f.name for f in families().values() if (runner is None or f.runner == runner)
             and (tuned is None or f.tuned == tuned) and (rows_alone is None or f.rows_alone == rows_alone)
             and (bound is None or f.bound == bound) and (timed is None or f.timed == timed)
-            and (league is None or f.league == league)]
+            and (league is None or f.league == league) and (batch_only is None or f.batch_only == batch_only)]
 
 
 def perfect_for() -> dict[str, str]:
@@ -203,6 +208,8 @@ for _family in (
            timed=True, league="learned"),
     Family(GoodputHeadSpec, rows_alone=True, perfect="perfect-goodput", color="tab:brown", stop="goodput",
            timed=True, league="learned"),
+    Family(HeadBudgetSpec, color="darkred", stop="survival budget", league="learned", batch_only=True),
+    Family(MarginBudgetSpec, color="slateblue", stop="survival budget", league="training-free", batch_only=True),
     Family(SVSpec, symbol="k", color="tab:purple", at_fixed_k=sv_at_k),
     Family(PerfectHeadSpec, symbol="h", grid=head_thresholds, bound=True, perfect="perfect", color="dimgrey"),
     Family(PerfectGoodputSpec, bound=True, perfect="perfect-goodput", color="silver"),

@@ -110,7 +110,8 @@ def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> l
     base = RunSpec(set=set_name, rule=rule, policy=HeuristicSpec(), rule_param=param)
     heads, profiles = matching_artifacts(artifacts, rule, param, job.rules)
     return [replace(base, policy=spec, chosen_on="grid" if kind.tuned else base.chosen_on)
-            for kind in families().values() if kind.runner == "decode" and (job.evaluate.bounds or not kind.bound)
+            for kind in families().values()
+            if kind.runner == "decode" and not kind.batch_only and (job.evaluate.bounds or not kind.bound)
             for spec in kind.candidates(kind.dev_grid(job) if kind.tuned else [], heads, profiles)]
 
 
@@ -208,7 +209,7 @@ def at_fixed_k(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: lis
         heads, profiles = matching_artifacts(artifacts, choice.rule, choice.rule_param, job.rules)
         specs += [RunSpec(set=set_name, rule=choice.rule, policy=variant, rule_param=choice.rule_param,
                           chosen_on="dev")
-                  for kind in families().values() if kind.runner == "decode" and not kind.tuned
+                  for kind in families().values() if kind.runner == "decode" and not kind.tuned and not kind.batch_only
                   for spec in kind.candidates([], heads, profiles)
                   for variant in kind.at_fixed_k(spec, int(choice.value))]
     return specs

@@ -256,10 +256,11 @@ class RoundLoop:
         return runner.feed(self.tokens, {row.index: row.cur + offset for row in rows}, keep=1)
 
     def _joint_stop(self, drafting: list[Row], i: int, batch: int, after: Literal["propose", "feed"]) -> list[Row]:
-        """The rows still drafting after the plan's joint stop at ``after`` (proposing or feeding ``y_i``)."""
-        if drafting and self.plan.stops_drafting([row.policy for row in drafting], i, batch, after):
-            return []
-        return drafting
+        """The rows still drafting after the plan's decision at ``after`` (proposing or feeding ``y_i``)."""
+        if not drafting:
+            return drafting
+        going = self.plan.drafting([row.policy for row in drafting], i, batch, after)
+        return [row for row, on in zip(drafting, going) if on]
 
     def _draft(self, rows: list[Row]) -> None:
         """Draft up to ``row.k`` candidates per row, each row stopping as its policy says."""

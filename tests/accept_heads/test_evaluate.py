@@ -219,7 +219,7 @@ def test_the_league_compares_each_source_with_the_best_training_free_one_chosen_
     free = table["family"].isin(family_names(league="training-free")) & at_dev_choice(table)
     dev = table[free & (table["role"] == "dev")]
     best = dev.loc[dev["throughput_cost"].idxmax(), "family"]
-    assert dev["family"].nunique() == len(family_names(league="training-free"))
+    assert dev["family"].nunique() == len(family_names(league="training-free", batch_only=False))
     test = table[(table["set"] == "test") & at_dev_choice(table)]
     reference = test[test["family"] == best]
     assert len(reference) == 1
@@ -241,7 +241,8 @@ def test_each_sources_estimates_are_scored_against_the_outcomes_decoding_observe
     _, results = evaluated
     scored = results.source_calibration
     speculative = scored[scored["rule"] == "speculative"]
-    expected = set(family_names(league="learned") + family_names(league="training-free")) - {"svip"}
+    expected = set(family_names(league="learned", batch_only=False)
+                   + family_names(league="training-free", batch_only=False)) - {"svip"}
     for role in ("dev", "test"):
         assert set(speculative.loc[speculative["role"] == role, "family"]) == expected, role
     assert scored[["ece", "brier", "mean_estimate", "accept_rate"]].apply(lambda c: c.between(0, 1)).all().all()
@@ -289,12 +290,14 @@ def test_every_registered_policy_kind_is_swept_tabled_and_drawn(evaluated):
     and a line in the Pareto figure."""
     _, results = evaluated
     table = results.table[results.table["rule"] == "speculative"]
-    for kind in POLICY_SPECS:
+    batch_only = set(family_names(batch_only=True))
+    assert batch_only and not table["family"].isin(batch_only).any()  # the batch axis decodes those
+    for kind in set(POLICY_SPECS) - batch_only:
         assert {"dev", "test"} <= set(table.loc[table["family"] == kind, "role"]), kind
     pareto = FIGURES["pareto"](results)
     labels = {text.get_text().split("[")[0] for ax in pareto.axes if ax.get_legend()
               for text in ax.get_legend().get_texts()}
-    assert set(POLICY_SPECS) <= labels
+    assert set(POLICY_SPECS) - batch_only <= labels
 
 
 def test_each_head_is_measured_against_the_perfect_predictor_with_its_own_stop_rule():

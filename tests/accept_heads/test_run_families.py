@@ -19,7 +19,7 @@ from accept_heads.evaluation.families import (
 )
 from ahconf.schema import ConfigError
 from decode.policy_specs import POLICY_SPECS, FixedSpec, PolicySpec, register_policy
-from tests.decode.test_policy_specs import SPECS, inputs  # noqa: F401 (a fixture)
+from tests.decode.test_policy_specs import BATCH_SPECS, SPECS, buildable, inputs  # noqa: F401 (a fixture)
 
 
 @pytest.mark.parametrize("name", list(families()), ids=str)
@@ -41,9 +41,10 @@ def test_every_family_declares_what_the_evaluation_iterates(name, make_config):
 
 def test_every_policy_kind_of_decode_has_its_traits_and_a_bound_reads_the_target_in_hindsight(inputs):  # noqa: F811
     assert set(POLICY_SPECS) <= set(FAMILIES)
-    assert {spec.kind for spec in SPECS} == set(POLICY_SPECS)
-    for spec in SPECS:
-        assert spec.build(inputs).needs_hindsight == families()[spec.kind].bound, spec
+    assert {spec.kind for spec in SPECS + BATCH_SPECS} == set(POLICY_SPECS)
+    for spec in SPECS + BATCH_SPECS:
+        assert spec.build(buildable(spec, inputs)).needs_hindsight == families()[spec.kind].bound, spec
+        assert families()[spec.kind].batch_only == (spec in BATCH_SPECS)
 
 
 @dataclass(frozen=True)

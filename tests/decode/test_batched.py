@@ -37,6 +37,8 @@ from decode.training_free import MarginLogistic, OnlineMargin
 
 LAYOUTS = ["compact", "holes"]
 #: Batch costs at which drafting never pays: a draft forward costs 50 target forwards.
+#: Cheap drafts and a verification that grows slowly with its tokens: the budget's choices vary from step to step.
+BUDGET_COSTS = BatchCosts(batches=(1, 8), draft=(0.1, 0.12), target=((1.0, 1.05, 1.1, 1.2, 1.3), (1.2, 1.3, 1.4, 1.5, 1.6)))
 HOPELESS = BatchCosts(batches=(1, 8), draft=(50.0, 50.0), target=((1.0,) * 4, (1.0,) * 4))
 BUDGETS = [20, 6, 20, 0, 13, 20, 9]
 
@@ -211,6 +213,11 @@ BATCH_CASES = {
     "speculative-margin": (rules.Speculative, target_only,
                            lambda m: policies.StopPolicy(OnlineMargin(MarginLogistic(refit_every=3, min_count=4)),
                                                          Threshold(0.8, k_max=4))),
+    # the survival budget picks which rows draft on from every row's estimates so far
+    "speculative-survival_budget": (rules.Speculative, target_only,
+                                    lambda m: policies.StopPolicy(OnlineMargin(MarginLogistic(refit_every=3,
+                                                                                              min_count=4)),
+                                                                  policies.SurvivalStop(BUDGET_COSTS, k_max=4))),
     # the first round drafts, the later ones are target-only steps (the draft's cache catches up after them)
     "speculative-goodput_off": (rules.Speculative, target_only,
                                 lambda m: policies.GoodputHead(tiny_head(m, "post"), HOPELESS.batch_one(),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import pytest
@@ -20,7 +20,9 @@ from decode.policy_specs import (
     FixedSpec,
     GoodputHeadSpec,
     HeadSpec,
+    HeadBudgetSpec,
     HeuristicSpec,
+    MarginBudgetSpec,
     MarginGoodputSpec,
     MarginSpec,
     OracleSpec,
@@ -35,12 +37,22 @@ from decode.policy_specs import (
 )
 from decode.rules import Speculative
 from decode.sampling import Sampling
+from decode.batch_costs import BatchCosts
+from decode.policies import HeadEstimate, SurvivalStop
 from decode.stop_rules import Goodput, Threshold
 from decode.training_free import DraftConfidence, EntropyBound, OnlineMargin
 
 SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), ConfidenceGoodputSpec(), SVIPSpec(0.9), AdaEDLSpec(0.1),
          MarginSpec(0.5), MarginGoodputSpec(), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
          SVSpec("profile"), SVSpec("profile", k=3), PerfectHeadSpec(0.7), PerfectGoodputSpec(), OracleSpec()]
+#: The kinds that decide at measured batch costs (built with ``PolicyInputs.batch_costs``).
+BATCH_SPECS = [HeadBudgetSpec("pre"), MarginBudgetSpec()]
+COSTS = BatchCosts(batches=(1, 4), draft=(0.1, 0.2), target=((1.0, 1.1, 1.2), (1.5, 1.8, 2.1)))
+
+
+def buildable(spec: PolicySpec, inputs: PolicyInputs) -> PolicyInputs:
+    """``inputs`` with the measured batch costs where ``spec`` needs them."""
+    return replace(inputs, batch_costs=COSTS) if spec in BATCH_SPECS else inputs
 
 
 @pytest.fixture()
@@ -57,8 +69,8 @@ def inputs() -> PolicyInputs:
 def test_the_registry_holds_what_serving_needs_and_no_evaluation_trait():
     """Every spec of ``SPECS`` is of a registered kind, and a spec class declares its kind, its parameters and the
     artifact it reads only: how the evaluation sweeps, tables and draws a kind is declared there."""
-    assert [POLICY_SPECS[spec.kind] for spec in SPECS] == [type(spec) for spec in SPECS]
-    assert set(POLICY_SPECS) == {spec.kind for spec in SPECS}
+    assert [POLICY_SPECS[spec.kind] for spec in SPECS + BATCH_SPECS] == [type(spec) for spec in SPECS + BATCH_SPECS]
+    assert set(POLICY_SPECS) == {spec.kind for spec in SPECS + BATCH_SPECS}
     traits = {"symbol", "tuned", "grid", "grid_setting", "rows_alone", "bound", "perfect", "color"}
     assert not any(traits & set(dir(kind)) for kind in POLICY_SPECS.values())
 
@@ -73,7 +85,7 @@ def test_a_kind_cannot_be_registered_twice_under_one_name():
     assert POLICY_SPECS["fixed"] is FixedSpec
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=repr)
+@pytest.mark.parametrize("spec", SPECS + BATCH_SPECS, ids=repr)
 def test_each_spec_round_trips_through_its_flat_form(spec):
     assert policy_spec(spec.kind, spec.value, spec.artifact) == spec
 
@@ -104,6 +116,18 @@ def test_each_spec_builds_the_policy_it_names(inputs):
         assert type(policy.source) is source and type(policy.stop) is stop and policy.k_max == 20, name
     assert built["MarginSpec(threshold=0.5)"].stop.threshold == 0.5 and built["AdaEDLSpec(gamma=0.1)"].source.gamma == 0.1
     assert built["MarginGoodputSpec()"].stop.costs == inputs.costs
+
+
+def test_a_survival_budget_decides_at_the_measured_batch_costs_and_is_refused_without(inputs):
+    for spec, source in zip(BATCH_SPECS, (HeadEstimate, OnlineMargin)):
+        policy = spec.build(buildable(spec, inputs))
+        assert type(policy.source) is source and isinstance(policy.stop, SurvivalStop) and policy.stop.costs == COSTS
+        plan = policy.batch_plan()
+        assert isinstance(plan, policies.SurvivalBudget) and plan.costs == COSTS
+        with pytest.raises(ValueError, match=f"a {spec.kind} policy decides at measured batch costs"):
+            spec.build(inputs)
+    assert (policies.StopPolicy(OnlineMargin(), SurvivalStop(COSTS, 2, 12)).k_min,
+            HeadBudgetSpec("pre").build(buildable(BATCH_SPECS[0], inputs)).k_max) == (2, 12)  # the head's range
 
 
 def test_a_goodput_head_without_costs_and_an_unknown_kind_are_refused(inputs):
