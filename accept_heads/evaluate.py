@@ -43,6 +43,7 @@ from accept_heads.evaluation.executor import Executor, WorkerPool, default_worke
 from accept_heads.evaluation.families import check_grids, family_names
 from accept_heads.evaluation.figures import draw_all
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
+from accept_heads.evaluation.machine_costs import machine_batch_costs
 from accept_heads.evaluation.plan import (
     Choice,
     after_selection,
@@ -80,7 +81,6 @@ from ahconf.schema import ConfigError, CostConfig, EvaluateJob
 from data_gen.models import Trio
 from data_gen.prompts import check_prompt_choices
 from decode.artifacts.version import code_version
-from decode.batch_costs import measure_batch_costs
 from decode.costs import CostModel
 from decode.feature_draft import is_feature_draft
 from decode.head import AcceptanceHead
@@ -233,9 +233,9 @@ def evaluate(job: EvaluateJob) -> Results:
     axis_rules = batch_axis.axis_rules(job, rules) if e.batch_sizes else []
     if axis_rules:
         companion = trio.companion if artifacts.profiles else None
-        executor.batch_costs = measure_batch_costs(trio.target, trio.draft, batches=e.batch_sizes,
-                                                   max_length=e.latency_lengths, repeats=e.latency_repeats,
-                                                   companion=companion)
+        executor.batch_costs, costs_source = machine_batch_costs(
+            trio.target, trio.draft, models=trio.description, batches=e.batch_sizes, max_length=e.latency_lengths,
+            repeats=e.latency_repeats, companion=companion, refresh=e.batch_costs_refresh)
 
     with WorkerPool(executor, workers) as pool:
         records = execute(dev_sweeps(job, artifacts, rules), pool, "dev sweeps")
@@ -263,7 +263,7 @@ def evaluate(job: EvaluateJob) -> Results:
     metadata = {**describe(job, trio, device, rules, sets, choices, paper, fit, latency), **executor.described,
                 "workers": workers, "notes": notes}
     if axis_rules:
-        metadata["batch_axis"] = batch_axis.describe(job, executor.batch_costs, axis_rules, e.threads)
+        metadata["batch_axis"] = batch_axis.describe(job, executor.batch_costs, axis_rules, e.threads, costs_source)
     if timings:
         wall = wallclock.with_modelled(wall, table)
         metadata["wallclock"] = wallclock.describe(executor)

@@ -380,6 +380,9 @@ class EvaluateConfig:
     # this device (e.g. [1, 8, 32]; empty = none); the best fixed K per B is chosen on dev
     batch_sizes: List[int] = field(default_factory=list)
     batch_prompts: int = 32  # the first this-many prompts of each set decoded at every B
+    # the batch costs are measured once per machine and model set and reused (accept_heads.evaluation.machine_costs);
+    # true: measure them again (and store the new table)
+    batch_costs_refresh: bool = False
     batch_rules: Optional[List[str]] = None  # rules of the batch axis; null = every evaluated rule
     # wall clock at batch 1 after the selection, methods taking turns prompt by prompt in this process
     # (accept_heads.evaluation.wallclock): the roles timed (test and/or ood; empty = none), the first this-many

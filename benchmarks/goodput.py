@@ -1,7 +1,8 @@
 """``python -m benchmarks.decoding --batch-sizes 1 8 32 --goodput [--head PATH] [--profile PATH]``: goodput per B.
 
 Measures the batch costs of the pair (and of the companion, with ``--profile``) on this device
-(:func:`decode.batch_costs.measure_batch_costs`), decodes the same ``max(B)`` prompts in batches of
+(:func:`decode.batch_costs.measure_batch_costs`, once per machine and model set:
+:mod:`accept_heads.evaluation.machine_costs`), decodes the same ``max(B)`` prompts in batches of
 each size ``B`` with batched ``Fixed(K)`` for every ``K`` of ``--k-grid``, given a trained head with
 ``Head(h)`` and the batch-aware ``GoodputHead`` (no threshold), and given an SV profile with ``SV``
 (verification lengths chosen jointly at the measured ``t_t(B, T)``). Each method's goodput is given twice:
@@ -21,7 +22,8 @@ import torch
 from transformers import PreTrainedModel
 
 from decode.artifacts.serialization import load_head, load_profile
-from decode.batch_costs import BatchCosts, measure_batch_costs
+from accept_heads.evaluation.machine_costs import machine_batch_costs
+from decode.batch_costs import BatchCosts
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
 from decode.policies import SV, Fixed, GoodputHead, Head, Policy
@@ -95,8 +97,12 @@ def run_goodput(args: argparse.Namespace, target: PreTrainedModel, draft: PreTra
     if profile is not None and companion is None:
         raise ValueError("--profile needs the companion model the profile was fitted with (--companion)")
     sv_k = profile.metadata.k_range(1, profile.latency.numel())[1] if profile is not None else 0
-    costs = measure_batch_costs(target, draft, batches=sizes, max_length=max([*args.k_grid, sv_k]) + 1,
-                                companion=companion if profile is not None else None)
+    models = {role: {"id": name, "resolved": name, "dtype": args.dtype}
+              for role, name in (("target", args.target), ("draft", args.draft), ("companion", args.companion)) if name}
+    costs, source = machine_batch_costs(target, draft, models=models, batches=sizes,
+                                        max_length=max([*args.k_grid, sv_k]) + 1, repeats=5,
+                                        companion=companion if profile is not None else None)
+    print(f"batch costs {'read from' if source.reused else 'measured and stored in'} {source.path}")
     print_costs(costs)
     head = load_head(args.head, draft=draft, sampling=Sampling(), rule=Speculative()) if args.head else None
     policies: list[tuple[str, Policy]] = [(f"Fixed({k})", Fixed(k)) for k in args.k_grid]

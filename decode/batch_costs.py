@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -116,6 +117,15 @@ class BatchCosts:
         """JSON-ready fields (metadata)."""
         return {"batches": list(self.batches), "draft": list(self.draft), "target": [list(r) for r in self.target],
                 "companion": [list(r) for r in self.companion], "draft_widths": [list(r) for r in self.draft_widths]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchCosts:
+        """Inverse of :meth:`to_dict`."""
+        def table(name: str) -> tuple[tuple[float, ...], ...]:
+            return tuple(tuple(float(t) for t in row) for row in data.get(name, ()))
+
+        return cls(tuple(int(b) for b in data["batches"]), tuple(float(t) for t in data["draft"]), table("target"),
+                   table("companion"), table("draft_widths"))
 
 
 def table_time(batches: Sequence[float], table: Sequence[Sequence[float]], batch: float, total: float) -> float:

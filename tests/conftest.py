@@ -20,6 +20,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def repo_root() -> Path:
     return REPO_ROOT
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_costs_store(tmp_path_factory) -> None:
+    """Batch costs measured by a test are stored in its session's temp dir, never in the user's cache."""
+    os.environ["ACCEPT_HEADS_COSTS_DIR"] = str(tmp_path_factory.mktemp("batch-costs"))
+
 MICRO_SHAPES = {  # role: (layers, hidden, heads, seed)
     "target": (2, 48, 4, 1),
     "draft": (1, 32, 2, 2),

@@ -22,6 +22,7 @@ import torch
 
 from accept_heads.evaluation.families import families
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
+from accept_heads.evaluation.machine_costs import CostsSource
 from accept_heads.evaluation.plan import Choice, matching_artifacts
 from accept_heads.evaluation.runs import DecoderRunner, RunSpec
 from accept_heads.evaluation.specs import TargetAloneSpec
@@ -184,11 +185,13 @@ def _over(table: pd.DataFrame, reference: pd.Series, column: str) -> pd.Series:
     return table[column] / values.reindex(pd.MultiIndex.from_frame(table[keys])).to_numpy()
 
 
-def describe(job: EvaluateJob, costs: BatchCosts, rules: list[str], threads: int | None) -> dict[str, Any]:
-    """Metadata of the batch axis: sizes, prompts, rules, the measured costs and what the figures mean."""
+def describe(job: EvaluateJob, costs: BatchCosts, rules: list[str], threads: int | None,
+             source: CostsSource) -> dict[str, Any]:
+    """Metadata of the batch axis: sizes, prompts, rules, the measured costs (and where they were stored) and what
+    the figures mean."""
     e = job.evaluate
     return {"batch_sizes": list(e.batch_sizes), "prompts_per_set": e.batch_prompts, "rules": rules,
-            "batch_costs": costs.to_dict(), "threads_per_process": threads,
+            "batch_costs": costs.to_dict(), "batch_costs_source": source.to_dict(), "threads_per_process": threads,
             "measured": "generated tokens / wall seconds of the batched generates (each worker process with "
                         "evaluate.threads torch threads; prompts included)",
             "modelled": "generated tokens / seconds of the batch's forwards priced at batch_costs (prompts left out)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -37,7 +38,7 @@ def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
     for batch in (1, 2):
         at = test[test["batch"] == batch]
         assert set(at.loc[at["rule"] == "speculative", "family"]) == speculative
-        assert set(at.loc[at["rule"] == "greedy", "family"]) == speculative - {"head", "head-goodput", "sv"}
+        assert set(at.loc[at["rule"] == "greedy", "family"]) == speculative - {"head", "head-goodput", "head-budget", "sv"}
         assert set(at.loc[at["family"] == "head", "artifact"]) == {"pre", "post"}
     assert (test["rows"] == 3).all()  # every run decodes the same 3 prompts (at B=2: a batch of 2, then 1)
     assert (test["tokens_per_s"] > 0).all() and (test["modelled_s"] > 0).all()
@@ -55,6 +56,15 @@ def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
     assert (Path(config.evaluate.out_dir) / "figures" / "batch_axis.png").stat().st_size > 0
     meta = results.metadata["batch_axis"]
     assert meta["batch_sizes"] == [1, 2] and len(meta["batch_costs"]["companion"]) == 2  # SV's companion priced
+
+
+def test_the_batch_costs_are_the_machines_stored_table_recorded_with_the_run(axis):
+    _, results = axis
+    axis_meta = results.metadata["batch_axis"]
+    source = axis_meta["batch_costs_source"]
+    stored = json.loads(Path(source["path"]).read_text())
+    assert stored["costs"] == axis_meta["batch_costs"] and stored["key"] == source["key"]
+    assert source["key"]["batches"] == [1, 2] and source["key"]["models"]["target"]["id"]
 
 
 def test_the_fixed_k_of_each_batch_size_is_the_dev_grids_best(axis):
