@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from decode.artifacts.serialization import load_head, load_profile
 from accept_heads.evaluation.machine_costs import machine_batch_costs
+from decode.artifacts.serialization import load_head, load_profile
 from decode.batch_costs import BatchCosts
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone

@@ -23,7 +23,7 @@ def test_the_first_run_measures_and_stores_later_runs_reuse_and_another_key_meas
 
     monkeypatch.setattr(machine_costs, "measure_batch_costs", measure)
     models = {"target": {"id": "t", "resolved": str(tmp_path / "nowhere")}, "draft": {"id": "d"}}
-    args = dict(models=models, batches=[2, 1], max_length=2, repeats=3, root=tmp_path)
+    args = {"models": models, "batches": [2, 1], "max_length": 2, "repeats": 3, "root": tmp_path}
     costs, source = machine_batch_costs(None, None, **args)
     assert costs == TABLE and not source.reused and len(measured) == 1 and measured[0]["batches"] == [2, 1]
     again, reused = machine_batch_costs(None, None, **args)
