@@ -38,7 +38,7 @@ from decode.policies import (
 )
 from decode.profile import SVProfile
 from decode.stop_rules import Goodput, Threshold
-from decode.training_free import SVIP, DraftConfidence, EntropyBound, OnlineMargin
+from decode.training_free import SVIP, DraftConfidence, EntropyBound, OnlineMargin, RefitConfidence
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,17 @@ class ConfidenceGoodputSpec(SourceGoodputSpec):
 
     kind: ClassVar[str] = "confidence-goodput"
     source: ClassVar[type[AcceptanceSource]] = DraftConfidence
+
+
+@register_policy
+@dataclass(frozen=True)
+class RefitConfidenceSpec(PolicySpec):
+    """transformers' confidence stop on ``q(y)`` with its threshold refitted on the verified rounds (from 0.4)."""
+
+    kind: ClassVar[str] = "confidence-refit"
+
+    def build(self, inputs: PolicyInputs) -> Policy:
+        return RefitConfidence(k_max=inputs.k_max)
 
 
 @register_policy

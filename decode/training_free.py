@@ -9,13 +9,15 @@ rule of :mod:`decode.stop_rules` in a :class:`decode.policies.StopPolicy` (DESIG
   slope per position, refitted on the decoder's own verified rounds (:class:`MarginLogistic`).
 
 :class:`SVIP` is the per-token entropy stop of SVIP (stop once ``sqrt(H(q_i))`` exceeds ``h``), as
-:class:`decode.policies.Confidence` is the per-token confidence stop.
+:class:`decode.policies.Confidence` is the per-token confidence stop; :class:`RefitConfidence` is transformers'
+confidence stop on ``q_i(y_i)`` with its threshold refitted on the verified rounds (ROC, :func:`roc_threshold`).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -154,6 +156,79 @@ class OnlineMargin(AcceptanceSource):
                 self.fit.observe(i, self.margins[i], i <= accepted)
         self.margins = {}
         self.fit.end_round()
+
+
+def roc_threshold(probs: np.ndarray, matches: np.ndarray, miss_cost: float = 3.0) -> float | None:
+    """The threshold ``τ`` on ``probs`` minimising ``FPR + miss_cost · FNR`` of the rule ``p ≥ τ`` against ``matches``
+    (transformers' refit of its assistant confidence threshold; None without both outcomes). Candidates are each
+    observed probability and ``+∞`` (predict nothing); ties go to the higher ``τ``."""
+    positives, negatives = int(matches.sum()), int((1 - matches).sum())
+    if not positives or not negatives:
+        return None
+    order = np.argsort(-probs, kind="stable")
+    ranked, hits = probs[order], matches[order]
+    last = np.r_[np.nonzero(np.diff(ranked))[0], len(ranked) - 1]  # the end of each run of equal probabilities
+    tpr = np.r_[0.0, np.cumsum(hits)[last] / positives]
+    fpr = np.r_[0.0, np.cumsum(1 - hits)[last] / negatives]
+    thresholds = np.r_[np.inf, ranked[last]]
+    return float(thresholds[int(np.argmin(fpr + miss_cost * (1 - tpr)))])
+
+
+class RefitConfidence(Policy):
+    """transformers' confidence stop with its threshold refitted: stop drafting after ``y_i`` once the draft's
+    probability of it, ``q_i(y_i)``, falls below ``τ``; after every round ``τ`` is refitted on every verified
+    candidate so far (accepted, or the first rejected) by :func:`roc_threshold` (a missed acceptance costs three
+    false ones, as in transformers). It starts at ``tau`` (transformers' default 0.4) and learns across the
+    generations of one decoder; a batch's rows share it.
+    """
+
+    dynamic = True
+
+    def __init__(self, tau: float = 0.4, k_max: int = 20) -> None:
+        if not 0.0 <= tau <= 1.0 or k_max < 1:
+            raise ValueError(f"RefitConfidence needs tau in [0, 1] and k_max >= 1, got tau={tau}, k_max={k_max}")
+        self.k_max = k_max
+        self.fit = ConfidenceHistory(tau)
+        self.probs: list[float] = []  # this round's q_i(y_i)
+
+    def k_cap(self) -> int:
+        return self.k_max
+
+    def start_round(self) -> None:
+        self.probs = []
+
+    def round_estimates(self) -> list[float]:
+        return self.probs
+
+    def after_propose(self, state: DraftRound) -> Decision:
+        candidate = state.latest
+        prob = float(state.sampling.feature_probs(candidate.step.q_logits)[candidate.token])
+        self.probs = [*self.probs, prob]
+        return Decision.STOP if prob < self.fit.tau else Decision.CONTINUE
+
+    def end_round(self, drafted: int, verified: int, accepted: int) -> None:
+        observed = min(verified, accepted + 1, len(self.probs))
+        self.fit.add(self.probs[:observed], [j < accepted for j in range(observed)])
+
+    def __repr__(self) -> str:
+        return f"RefitConfidence(tau={self.fit.tau:.3g}, k_max={self.k_max})"
+
+
+class ConfidenceHistory:
+    """The verified candidates' ``q(y)`` and outcomes so far, and the threshold refitted on them."""
+
+    def __init__(self, tau: float) -> None:
+        self.tau = tau
+        self.probs: list[float] = []
+        self.matches: list[int] = []
+
+    def add(self, probs: list[float], accepted: list[bool]) -> None:
+        """Record a round's verified candidates and refit ``τ`` (kept where one outcome is still missing)."""
+        self.probs += probs
+        self.matches += [int(a) for a in accepted]
+        tau = roc_threshold(np.asarray(self.probs), np.asarray(self.matches, dtype=float))
+        if tau is not None:
+            self.tau = tau
 
 
 class SVIP(Policy):

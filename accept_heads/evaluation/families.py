@@ -42,6 +42,7 @@ from decode.policy_specs import (
     OracleSpec,
     PerfectGoodputSpec,
     PerfectHeadSpec,
+    RefitConfidenceSpec,
     SVIPSpec,
     SVSpec,
 )
@@ -197,6 +198,8 @@ for _family in (
     Family(ConfidenceSpec, symbol="τ", grid=lambda job: job.evaluate.confidence_taus, rows_alone=True,
            color="tab:green", timed=True, stop="τ", league="training-free"),
     Family(ConfidenceGoodputSpec, rows_alone=True, color="yellowgreen", stop="goodput", league="training-free"),
+    # transformers' refitted threshold learns along a set's prompts in order, so they decode one after another
+    Family(RefitConfidenceSpec, color="olivedrab", stop="q(y) ≥ τ refitted", league="training-free"),
     Family(SVIPSpec, symbol="√H", grid=SVIP_GRID, rows_alone=True, color="teal", stop="√H",
            league="training-free"),
     Family(AdaEDLSpec, symbol="γ", grid=ADAEDL_GAMMAS, rows_alone=True, color="goldenrod", stop="goodput, γ",

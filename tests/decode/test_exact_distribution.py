@@ -23,7 +23,7 @@ from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.head_config import PREVIOUS_TOKEN
 from decode.stop_rules import Goodput, Threshold
-from decode.training_free import SVIP, DraftConfidence, EntropyBound, MarginLogistic, OnlineMargin
+from decode.training_free import SVIP, DraftConfidence, EntropyBound, MarginLogistic, OnlineMargin, RefitConfidence
 
 PROMPT = torch.tensor([[0, 1]])
 LENGTH = 3
@@ -149,6 +149,7 @@ POLICIES: dict[str, Callable[[dict], policies.Policy]] = {
     "confidence_goodput": lambda m: policies.StopPolicy(DraftConfidence(), Goodput(
         CostModel(t_draft=0.3, t_target=1.0, t_companion=0.0), k_max=4)),
     "svip": lambda m: SVIP(h=0.97, k_max=4),
+    "confidence_refit": lambda m: RefitConfidence(tau=0.3, k_max=4),
 }
 RULES: dict[str, tuple[Callable[[], rules.Rule], Callable[[Tensor, Tensor], Tensor]]] = {
     "speculative": (rules.Speculative, target_only),

@@ -26,6 +26,7 @@ from decode.policy_specs import (
     MarginGoodputSpec,
     MarginSpec,
     OracleSpec,
+    RefitConfidenceSpec,
     PerfectGoodputSpec,
     PerfectHeadSpec,
     PolicyInputs,
@@ -40,9 +41,10 @@ from decode.sampling import Sampling
 from decode.batch_costs import BatchCosts
 from decode.policies import HeadEstimate, SurvivalStop
 from decode.stop_rules import Goodput, Threshold
-from decode.training_free import DraftConfidence, EntropyBound, OnlineMargin
+from decode.training_free import DraftConfidence, EntropyBound, OnlineMargin, RefitConfidence
 
-SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), ConfidenceGoodputSpec(), SVIPSpec(0.9), AdaEDLSpec(0.1),
+SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), ConfidenceGoodputSpec(), RefitConfidenceSpec(),
+         SVIPSpec(0.9), AdaEDLSpec(0.1),
          MarginSpec(0.5), MarginGoodputSpec(), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
          SVSpec("profile"), SVSpec("profile", k=3), PerfectHeadSpec(0.7), PerfectGoodputSpec(), OracleSpec()]
 #: The kinds that decide at measured batch costs (built with ``PolicyInputs.batch_costs``).
@@ -108,6 +110,8 @@ def test_each_spec_builds_the_policy_it_names(inputs):
     perfect_goodput = built["PerfectGoodputSpec()"]
     assert isinstance(perfect_goodput, policies.PerfectGoodput) and perfect_goodput.stop.costs == inputs.costs
     assert built["SVIPSpec(h=0.9)"].h == 0.9
+    refit = built["RefitConfidenceSpec()"]
+    assert isinstance(refit, RefitConfidence) and (refit.fit.tau, refit.k_max) == (0.4, 20)
     for name, source, stop in [("ConfidenceGoodputSpec()", DraftConfidence, Goodput),
                                ("AdaEDLSpec(gamma=0.1)", EntropyBound, Goodput),
                                ("MarginSpec(threshold=0.5)", OnlineMargin, Threshold),

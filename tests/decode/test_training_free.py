@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,8 +18,10 @@ from decode.training_free import (
     EntropyBound,
     MarginLogistic,
     OnlineMargin,
+    RefitConfidence,
     draft_entropy,
     fit_logistic,
+    roc_threshold,
     top2_margin,
 )
 
@@ -107,6 +110,40 @@ def test_margin_entropy_and_confidence_read_the_drafts_transformed_distribution(
     entropy = float(-(q * q.log()).sum())
     assert EntropyBound(0.5).estimate(state) == pytest.approx(1 - math.sqrt(0.5 * entropy), abs=1e-6)
     assert EntropyBound(100.0).estimate(state) == 0.0  # clipped at zero
+
+
+def test_the_refitted_threshold_minimises_transformers_roc_cost_over_every_candidate_threshold():
+    """Against a brute-force scan of the cost FPR + 3·FNR at every observed probability (and +∞); a negative
+    control: without a rejection there is nothing to refit."""
+    rng = np.random.default_rng(0)
+    probs = rng.random(200).round(2)  # ties
+    matches = (rng.random(200) < probs).astype(float)
+    tau = roc_threshold(probs, matches)
+
+    def cost(t: float) -> float:
+        predicted = probs >= t
+        return (predicted & (matches == 0)).sum() / (matches == 0).sum() + 3 * (
+            (~predicted) & (matches == 1)).sum() / matches.sum()
+
+    candidates = [np.inf, *np.unique(probs)]
+    best = min(cost(t) for t in candidates)
+    assert cost(tau) == pytest.approx(best) and tau == max(t for t in candidates if cost(t) == pytest.approx(best))
+    assert roc_threshold(probs, np.ones(200)) is None
+
+
+def test_refit_confidence_learns_its_threshold_from_the_verified_candidates_and_stops_below_it():
+    policy = RefitConfidence(tau=0.4, k_max=8)
+    rows = [policy.fresh(), policy.fresh()]
+    assert rows[0].fit is rows[1].fit is policy.fit  # a batch's rows share the fit
+    state = round_with([3.0, 0.1], Sampling())  # q(y_1) high, q(y_2) near ½
+    row = rows[0]
+    row.start_round()
+    row.after_propose(DraftRound(Sampling(), state.candidates[:1]))
+    assert row.after_propose(state) is Decision.CONTINUE  # q(y_2) ≈ 0.52 ≥ 0.4
+    row.end_round(2, 2, 1)  # y_1 accepted, y_2 rejected
+    assert policy.fit.matches == [1, 0] and 0.52 < policy.fit.tau <= 0.96
+    row.start_round()
+    assert row.after_propose(state) is Decision.STOP and row.round_estimates() == [pytest.approx(0.525, abs=0.01)]
 
 
 def test_svip_stops_once_the_square_root_of_the_entropy_exceeds_h():
