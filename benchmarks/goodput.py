@@ -3,19 +3,22 @@
 Measures the batch costs of the pair (and of the companion, with ``--profile``) on this device
 (:func:`decode.batch_costs.measure_batch_costs`, once per machine and model set:
 :mod:`accept_heads.evaluation.machine_costs`), decodes the same ``max(B)`` prompts in batches of
-each size ``B`` with batched ``Fixed(K)`` for every ``K`` of ``--k-grid``, given a trained head with
-``Head(h)`` and the batch-aware ``GoodputHead`` (no threshold), and given an SV profile with ``SV``
-(verification lengths chosen jointly at the measured ``t_t(B, T)``). Each method's goodput is given twice:
-modelled (its forwards priced at the measured costs, :meth:`BatchCosts.modelled_seconds`, prompts left out;
-free of timer noise) and measured (the wall clock of its decodes, every method and the target alone taking
-turns at each ``B``, after one warm-up decode each). Each is compared with the best fixed K at the same ``B``
-by the same measure and with the target alone (modelled: one token per row per forward, ``B / t_t(B, B)``;
-measured: HF ``generate`` on the same batches). The table of measured costs is printed first.
+each size ``B`` with batched ``Fixed(K)`` for every ``K`` of ``--k-grid``, the target alone through our own
+loop (``TargetOnly``, ``K = 0``) and vLLM's survival budget on its online margin logistic; given a trained head
+also with ``Head(h)``, the batch-aware ``GoodputHead`` (no threshold) and the survival budget on the head, and
+given an SV profile with ``SV`` (verification lengths chosen jointly at the measured ``t_t(B, T)``). Each method's
+goodput is given twice: modelled (its forwards priced at the measured costs, :meth:`BatchCosts.modelled_seconds`,
+prompts left out; free of timer noise) and measured (the wall clock of its decodes, every method and the target
+alone taking turns batch by batch, after one warm-up decode each). Each is compared with the best fixed K at the
+same ``B`` (``K = 0`` allowed) by the same measure and with the target alone (modelled: one token per row per
+forward, ``B / t_t(B, B)``; measured: HF ``generate`` and our own loop on the same batches). The table of measured
+costs is printed first.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,10 +29,21 @@ from decode.artifacts.serialization import load_head, load_profile
 from decode.batch_costs import BatchCosts
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
-from decode.policies import SV, Fixed, GoodputHead, Head, Policy
+from decode.policies import (
+    SV,
+    Fixed,
+    GoodputHead,
+    Head,
+    HeadEstimate,
+    Policy,
+    StopPolicy,
+    SurvivalStop,
+    TargetOnly,
+)
 from decode.rules import Speculative
 from decode.sampling import Sampling
 from decode.timing import Stopwatch
+from decode.training_free import OnlineMargin
 
 
 @dataclass
@@ -54,31 +68,51 @@ class GoodputRow:
 
 
 TARGET_ALONE = "target alone (HF generate)"
+TARGET_LOOP = "target alone (our loop, K=0)"
 
 
-def decode_rows(decoder: SpeculativeDecoder, prompts: list[torch.Tensor], batch: int, budget: int, costs: BatchCosts,
-                name: str) -> GoodputRow:
-    """Decode all ``prompts`` in batches of ``batch`` with ``decoder``, price their forwards and time them."""
-    tokens, seconds = 0, 0.0
-    with Stopwatch(prompts[0].device) as clock:
-        for start in range(0, len(prompts), batch):
-            totals = decoder.generate(prompts[start : start + batch], max_new_tokens=budget, seed=start).totals
-            tokens += totals.tokens
-            seconds += costs.modelled_seconds(totals.target_shapes, totals.draft_shapes, totals.companion_shapes)
-    return GoodputRow(name, batch, tokens, seconds, clock.seconds)
+@dataclass
+class Method:
+    """A method of the comparison: what decodes one batch of prompts (``seed``: the batch's seed) and returns its
+    tokens and the modelled seconds of its forwards."""
+
+    name: str
+    run: Callable[[list[torch.Tensor], int], tuple[int, float]]
 
 
-def target_rows(target: PreTrainedModel, prompts: list[torch.Tensor], batch: int, budget: int,
-                eos: int | list[int] | None, costs: BatchCosts) -> GoodputRow:
-    """The target alone on the same batches (HF ``generate``), timed; modelled at one token per row per forward
-    (the prompt's forward left out, as for the decoders)."""
-    tokens, seconds = 0, 0.0
-    with Stopwatch(prompts[0].device) as clock:
-        for start in range(0, len(prompts), batch):
-            run = generate_target_alone(target, prompts[start : start + batch], budget, eos, seed=start)
-            tokens += run.tokens
-            seconds += costs.target_alone_seconds(run.rows, run.steps)
-    return GoodputRow(TARGET_ALONE, batch, tokens, seconds, clock.seconds)
+def decoder_method(name: str, decoder: SpeculativeDecoder, budget: int, costs: BatchCosts) -> Method:
+    """A method of our decoder: its batch's forwards priced at the measured costs."""
+    def run(prompts: list[torch.Tensor], seed: int) -> tuple[int, float]:
+        totals = decoder.generate(prompts, max_new_tokens=budget, seed=seed).totals
+        return totals.tokens, costs.modelled_seconds(totals.target_shapes, totals.draft_shapes, totals.companion_shapes)
+
+    return Method(name, run)
+
+
+def target_method(target: PreTrainedModel, budget: int, eos: int | list[int] | None, costs: BatchCosts) -> Method:
+    """The target alone with HF ``generate``, modelled at one token per row per forward (the prompt's forward left
+    out, as for the decoders)."""
+    def run(prompts: list[torch.Tensor], seed: int) -> tuple[int, float]:
+        out = generate_target_alone(target, prompts, budget, eos, seed=seed)
+        return out.tokens, costs.target_alone_seconds(out.rows, out.steps)
+
+    return Method(TARGET_ALONE, run)
+
+
+def measure_turns(methods: list[Method], prompts: list[torch.Tensor], batch: int) -> list[GoodputRow]:
+    """Every method decodes the same batches of ``batch`` prompts, taking turns batch by batch (the first method
+    rotating), so drift on a shared machine hits all alike; a row per method."""
+    rows = [GoodputRow(m.name, batch, 0, 0.0) for m in methods]
+    for index, start in enumerate(range(0, len(prompts), batch)):
+        chunk = prompts[start : start + batch]
+        for turn in range(len(methods)):
+            m = (index + turn) % len(methods)
+            with Stopwatch(chunk[0].device) as clock:
+                tokens, modelled = methods[m].run(chunk, start)
+            rows[m].tokens += tokens
+            rows[m].modelled_s += modelled
+            rows[m].measured_s += clock.seconds
+    return rows
 
 
 def print_costs(costs: BatchCosts) -> None:
@@ -112,30 +146,38 @@ def run_goodput(args: argparse.Namespace, target: PreTrainedModel, draft: PreTra
                      ("GoodputHead (batch costs)", GoodputHead(head, costs.batch_one(), batch_costs=costs))]
     if profile is not None:
         policies.append((f"SV(k={sv_k}, batch costs)", SV(profile, k=sv_k, batch_latency=costs.verify_time)))
-    decoders = [(name, SpeculativeDecoder(target, draft, rule=Speculative(), policy=policy, sampling=Sampling(),
-                                          companion=companion if policy.companion else None, eos_token_id=eos))
-                for name, policy in policies]
+    margin = OnlineMargin()  # vLLM's estimator, learning along the whole comparison
+    policies += [("MarginBudget (survival, batch costs)",
+                  StopPolicy(margin, SurvivalStop(costs, k_max=max(args.k_grid)))),
+                 (TARGET_LOOP, TargetOnly())]
+    if head is not None:
+        policies.append(("HeadBudget (survival, batch costs)", StopPolicy(HeadEstimate(head), SurvivalStop(costs))))
     budget = args.max_new_tokens
-    for _, decoder in decoders:  # warm-up: first-call allocations and kernel selection stay out of the timings
-        decoder.generate(prompts[:1], max_new_tokens=budget, seed=0)
-    generate_target_alone(target, prompts[:1], budget, eos)
+    methods = [target_method(target, budget, eos, costs)] + [
+        decoder_method(name, SpeculativeDecoder(target, draft, rule=Speculative(), policy=policy, sampling=Sampling(),
+                                                companion=companion if policy.companion else None, eos_token_id=eos),
+                       budget, costs)
+        for name, policy in policies]
+    for method in methods:  # warm-up: first-call allocations and kernel selection stay out of the timings
+        method.run(prompts[:1], 0)
     rows: list[GoodputRow] = []
-    print(f"{'method':<28} {'B':>4} {'tokens':>7} {'modelled s':>11} {'goodput':>9} {'x best K':>9} {'x target':>9} "
-          f"{'tokens/s':>9} {'x best K':>9} {'x target':>9}")
+    print(f"{'method':<38} {'B':>4} {'tokens':>7} {'modelled s':>11} {'goodput':>9} {'x best K':>9} {'x target':>9} "
+          f"{'tokens/s':>9} {'x best K':>9} {'x HF':>9} {'x loop':>9}")
     for batch in sizes:
-        here = [target_rows(target, prompts, batch, budget, eos, costs)]
-        here += [decode_rows(decoder, prompts, batch, budget, costs, name) for name, decoder in decoders]
-        fixed = [r for r in here if r.method.startswith("Fixed")]
+        here = measure_turns(methods, prompts, batch)
+        fixed = [r for r in here if r.method.startswith("Fixed") or r.method == TARGET_LOOP]  # K = 0 allowed
         best = max(fixed, key=lambda r: r.goodput)
         best_measured = max(fixed, key=lambda r: r.measured)
+        hf, loop = here[0], next(r for r in here if r.method == TARGET_LOOP)
         for row in here:
             mark = ("*" if row is best else "") + ("+" if row is best_measured else "")
-            print(f"{row.method + (' ' + mark if mark else ''):<28} {batch:4d} {row.tokens:7d} {row.modelled_s:11.3f} "
-                  f"{row.goodput:9.1f} {row.goodput / best.goodput:8.3f}x {row.goodput / here[0].goodput:8.3f}x "
+            print(f"{row.method + (' ' + mark if mark else ''):<38} {batch:4d} {row.tokens:7d} {row.modelled_s:11.3f} "
+                  f"{row.goodput:9.1f} {row.goodput / best.goodput:8.3f}x {row.goodput / loop.goodput:8.3f}x "
                   f"{row.measured:9.1f} {row.measured / best_measured.measured:8.3f}x "
-                  f"{row.measured / here[0].measured:8.3f}x")
+                  f"{row.measured / hf.measured:8.3f}x {row.measured / loop.measured:8.3f}x")
         rows += here
-    print("modelled: tokens / seconds of the batched forwards priced at the measured costs (prompts left out); "
-          "measured: tokens / wall-clock seconds, the methods taking turns at each B; * / + = best fixed K at that B, "
-          "modelled / measured")
+    print("modelled: tokens / seconds of the batched forwards priced at the measured costs (prompts left out; "
+          "x target: over the target alone, one token per row per forward); measured: tokens / wall-clock seconds, "
+          "the methods taking turns batch by batch (x HF / x loop: over the target alone by HF generate / by our own "
+          "loop); * / + = best fixed K (K = 0: our loop) at that B, modelled / measured")
     return rows

@@ -138,6 +138,18 @@ class Fixed(Policy):
         return f"Fixed(k={self.k})"
 
 
+class TargetOnly(Policy):
+    """Draft nothing: every round is a target-only step. The target alone decoded by this project's own loop (its
+    caches, batching and sampling), the baseline a batched method is timed against without HF ``generate``'s
+    per-step overhead (``K = 0`` among the fixed lengths)."""
+
+    def k_cap(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "TargetOnly()"
+
+
 class Heuristic(Policy):
     """HF's ``heuristic`` schedule: ``k += 2`` after a fully accepted round, else ``k = max(1, k − 1)``.
 
@@ -465,8 +477,8 @@ class SurvivalStop(StopRule):
 
 class SurvivalBudget(BatchPlan):
     """vLLM's verification budget as a stopping time (DESIGN §7, "Survival budget"): after each drafting step the
-    rows still drafting are ranked by the survival ``Π_{j≤i} P̂_j · P̂_i`` their next candidate is forecast to reach,
-    and the top ``n`` draft on, ``n`` maximising the round's expected tokens (one per row plus every drafted
+    rows still drafting are ranked by the survival ``Π_{j≤i} P̂_j · P̂_i`` their next candidate is forecast to
+    reach, and the top ``n`` draft on, ``n`` maximising the round's expected tokens (one per row plus every drafted
     candidate's survival) over its modelled seconds at the measured ``t_d(B)`` and ``t_t(B, T)``; ``n = 0`` ends
     drafting. A round opens (each row drafts its first candidate) unless the rows' first-candidate forecasts, the mean
     ``P̂_1`` of their generation so far, say a target-only step is faster. Decisions read only what was drafted, so

@@ -159,9 +159,9 @@ class OnlineMargin(AcceptanceSource):
 
 
 def roc_threshold(probs: np.ndarray, matches: np.ndarray, miss_cost: float = 3.0) -> float | None:
-    """The threshold ``τ`` on ``probs`` minimising ``FPR + miss_cost · FNR`` of the rule ``p ≥ τ`` against ``matches``
-    (transformers' refit of its assistant confidence threshold; None without both outcomes). Candidates are each
-    observed probability and ``+∞`` (predict nothing); ties go to the higher ``τ``."""
+    """The threshold ``τ`` on ``probs`` minimising ``FPR + miss_cost · FNR`` of the rule ``p ≥ τ`` against
+    ``matches`` (transformers' refit of its assistant confidence threshold; None without both outcomes). Candidates
+    are each observed probability and ``+∞`` (predict nothing); ties go to the higher ``τ``."""
     positives, negatives = int(matches.sum()), int((1 - matches).sum())
     if not positives or not negatives:
         return None

@@ -38,7 +38,8 @@ from decode.training_free import MarginLogistic, OnlineMargin
 LAYOUTS = ["compact", "holes"]
 #: Batch costs at which drafting never pays: a draft forward costs 50 target forwards.
 #: Cheap drafts and a verification that grows slowly with its tokens: the budget's choices vary from step to step.
-BUDGET_COSTS = BatchCosts(batches=(1, 8), draft=(0.1, 0.12), target=((1.0, 1.05, 1.1, 1.2, 1.3), (1.2, 1.3, 1.4, 1.5, 1.6)))
+BUDGET_COSTS = BatchCosts(batches=(1, 8), draft=(0.1, 0.12),
+                          target=((1.0, 1.05, 1.1, 1.2, 1.3), (1.2, 1.3, 1.4, 1.5, 1.6)))
 HOPELESS = BatchCosts(batches=(1, 8), draft=(50.0, 50.0), target=((1.0,) * 4, (1.0,) * 4))
 BUDGETS = [20, 6, 20, 0, 13, 20, 9]
 

@@ -101,14 +101,19 @@ def test_bench_batch_sizes_on_saved_micro_models(saved_pair, capsys):
 def test_bench_goodput_prices_every_method_at_the_measured_batch_costs(saved_pair, capsys):
     rows = bench.main([*saved_pair, "--batch-sizes", "1", "3", "--goodput", "--k-grid", "1", "3"])
     printed = capsys.readouterr().out
-    names = ["target alone (HF generate)", "Fixed(1)", "Fixed(3)", "Head(h=0.5)", "GoodputHead (batch costs)"]
+    names = ["target alone (HF generate)", "Fixed(1)", "Fixed(3)", "Head(h=0.5)", "GoodputHead (batch costs)",
+             "MarginBudget (survival, batch costs)", "target alone (our loop, K=0)",
+             "HeadBudget (survival, batch costs)"]
     assert [(r.method, r.batch) for r in rows] == [(n, b) for b in (1, 3) for n in names]
     # the same 3 prompts at every B, each method both priced and timed
     assert all(r.tokens == 6 * 3 and r.modelled_s > 0 and r.measured_s > 0 for r in rows)
-    fixed = [line for line in printed.splitlines() if line.startswith("Fixed(")]
-    modelled_best = [line for line in fixed if re.match(r"Fixed\(\d\) \*", line)]
-    measured_best = [line for line in fixed if re.match(r"Fixed\(\d\) \*?\+", line)]
-    # one best fixed K per batch size by each measure
+    loop = [r for r in rows if r.method == "target alone (our loop, K=0)"]
+    hf = [r for r in rows if r.method == "target alone (HF generate)"]
+    assert [r.modelled_s for r in loop] == pytest.approx([r.modelled_s for r in hf])  # one token per row per forward
+    fixed = [line for line in printed.splitlines() if line.startswith(("Fixed(", "target alone (our loop"))]
+    modelled_best = [line for line in fixed if re.match(r"(Fixed\(\d\)|target alone \(our loop, K=0\)) \*", line)]
+    measured_best = [line for line in fixed if re.match(r"(Fixed\(\d\)|target alone \(our loop, K=0\)) \*?\+", line)]
+    # one best fixed K (K = 0 included) per batch size by each measure
     assert "measured costs" in printed and len(modelled_best) == len(measured_best) == 2
 
 

@@ -122,6 +122,7 @@ def random_profile() -> SVProfile:
 
 
 POLICIES: dict[str, Callable[[dict], policies.Policy]] = {
+    "target_only": lambda m: policies.TargetOnly(),
     "fixed1": lambda m: policies.Fixed(1),
     "fixed4": lambda m: policies.Fixed(4),
     "heuristic": lambda m: policies.Heuristic(k0=1),
