@@ -149,6 +149,21 @@ class ThresholdParameter:
         return cls(float(value))
 
 
+@dataclass(frozen=True)
+class FloatParameter:
+    """A mixin of specs whose one parameter is the float field named ``parameter`` (``h``, ``γ``, a threshold)."""
+
+    parameter: ClassVar[str]
+
+    @property
+    def value(self) -> float:
+        return float(getattr(self, self.parameter))
+
+    @classmethod
+    def of(cls, value: float | None, artifact: str | None) -> Self:
+        return cls(**{cls.parameter: float(value)})
+
+
 @register_policy
 @dataclass(frozen=True)
 class FixedSpec(CountParameter, PolicySpec):
@@ -177,22 +192,15 @@ class ConfidenceSpec(ThresholdParameter, PolicySpec):
 
 
 @dataclass(frozen=True)
-class SourceThresholdSpec(PolicySpec):
+class SourceThresholdSpec(FloatParameter, PolicySpec):
     """A training-free acceptance source (:mod:`decode.training_free`) under the threshold stop on ``Π``."""
 
     threshold: float
     source: ClassVar[type[AcceptanceSource]]
+    parameter: ClassVar[str] = "threshold"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return StopPolicy(self.source(), Threshold(self.threshold, inputs.k_min, inputs.k_max))
-
-    @property
-    def value(self) -> float:
-        return self.threshold
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
-        return cls(float(value))
 
 
 @dataclass(frozen=True)
@@ -228,43 +236,29 @@ class RefitConfidenceSpec(PolicySpec):
 
 @register_policy
 @dataclass(frozen=True)
-class SVIPSpec(PolicySpec):
+class SVIPSpec(FloatParameter, PolicySpec):
     """SVIP: stop once the draft's ``sqrt(H(q_i))`` exceeds ``h``."""
 
     h: float
     kind: ClassVar[str] = "svip"
+    parameter: ClassVar[str] = "h"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return SVIP(self.h, k_max=inputs.k_max)
 
-    @property
-    def value(self) -> float:
-        return self.h
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
-        return cls(float(value))
-
 
 @register_policy
 @dataclass(frozen=True)
-class AdaEDLSpec(PolicySpec):
+class AdaEDLSpec(FloatParameter, PolicySpec):
     """AdaEDL's entropy bound ``1 − sqrt(γ·H)`` as ``P̂`` under the goodput stop; ``γ`` is its parameter."""
 
     gamma: float
     kind: ClassVar[str] = "adaedl"
+    parameter: ClassVar[str] = "gamma"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         costs, batch_costs = inputs.goodput_costs(self.kind)
         return StopPolicy(EntropyBound(self.gamma), Goodput(costs, inputs.k_min, inputs.k_max, batch_costs))
-
-    @property
-    def value(self) -> float:
-        return self.gamma
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
-        return cls(float(value))
 
 
 @register_policy
@@ -401,22 +395,15 @@ class SVSpec(PolicySpec):
 
 @register_policy
 @dataclass(frozen=True)
-class PerfectHeadSpec(PolicySpec):
+class PerfectHeadSpec(FloatParameter, PolicySpec):
     """The head's threshold stop fed the true acceptance probabilities (a bound)."""
 
     threshold: float
     kind: ClassVar[str] = "perfect"
+    parameter: ClassVar[str] = "threshold"
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return PerfectHead(self.threshold, k_max=inputs.k_max)
-
-    @property
-    def value(self) -> float:
-        return self.threshold
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
-        return cls(float(value))
 
 
 @register_policy
