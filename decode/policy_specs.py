@@ -216,6 +216,15 @@ class SourceGoodputSpec(PolicySpec):
 
 @register_policy
 @dataclass(frozen=True)
+class ConfidenceThresholdSpec(SourceThresholdSpec):
+    """The draft's top probability as ``P̂`` under the threshold stop on ``Π`` (not per token)."""
+
+    kind: ClassVar[str] = "confidence-h"
+    source: ClassVar[type[AcceptanceSource]] = DraftConfidence
+
+
+@register_policy
+@dataclass(frozen=True)
 class ConfidenceGoodputSpec(SourceGoodputSpec):
     """The draft's top probability as ``P̂`` under the goodput stop."""
 

@@ -30,6 +30,7 @@ from decode.policy_specs import (
     AdaEDLSpec,
     ConfidenceGoodputSpec,
     ConfidenceSpec,
+    ConfidenceThresholdSpec,
     FixedSpec,
     GoodputHeadSpec,
     HeadBudgetSpec,
@@ -197,6 +198,8 @@ for _family in (
     Family(HeuristicSpec, rows_alone=True, color="tab:orange"),
     Family(ConfidenceSpec, symbol="τ", grid=lambda job: job.evaluate.confidence_taus, rows_alone=True,
            color="tab:green", timed=True, stop="τ", league="training-free"),
+    Family(ConfidenceThresholdSpec, symbol="h", grid=head_thresholds, rows_alone=True, color="darkgreen", stop="h",
+           league="training-free"),
     Family(ConfidenceGoodputSpec, rows_alone=True, color="yellowgreen", stop="goodput", league="training-free"),
     # transformers' refitted threshold learns along a set's prompts in order, so they decode one after another
     Family(RefitConfidenceSpec, color="olivedrab", stop="q(y) ≥ τ refitted", league="training-free"),

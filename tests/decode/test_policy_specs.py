@@ -17,6 +17,7 @@ from decode.policy_specs import (
     AdaEDLSpec,
     ConfidenceGoodputSpec,
     ConfidenceSpec,
+    ConfidenceThresholdSpec,
     FixedSpec,
     GoodputHeadSpec,
     HeadSpec,
@@ -43,7 +44,8 @@ from decode.policies import HeadEstimate, SurvivalStop
 from decode.stop_rules import Goodput, Threshold
 from decode.training_free import DraftConfidence, EntropyBound, OnlineMargin, RefitConfidence
 
-SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), ConfidenceGoodputSpec(), RefitConfidenceSpec(),
+SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), ConfidenceThresholdSpec(0.6), ConfidenceGoodputSpec(),
+         RefitConfidenceSpec(),
          SVIPSpec(0.9), AdaEDLSpec(0.1),
          MarginSpec(0.5), MarginGoodputSpec(), HeadSpec("pre", 0.8), GoodputHeadSpec("pre"),
          SVSpec("profile"), SVSpec("profile", k=3), PerfectHeadSpec(0.7), PerfectGoodputSpec(), OracleSpec()]
@@ -112,7 +114,8 @@ def test_each_spec_builds_the_policy_it_names(inputs):
     assert built["SVIPSpec(h=0.9)"].h == 0.9
     refit = built["RefitConfidenceSpec()"]
     assert isinstance(refit, RefitConfidence) and (refit.fit.tau, refit.k_max) == (0.4, 20)
-    for name, source, stop in [("ConfidenceGoodputSpec()", DraftConfidence, Goodput),
+    for name, source, stop in [("ConfidenceThresholdSpec(threshold=0.6)", DraftConfidence, Threshold),
+                               ("ConfidenceGoodputSpec()", DraftConfidence, Goodput),
                                ("AdaEDLSpec(gamma=0.1)", EntropyBound, Goodput),
                                ("MarginSpec(threshold=0.5)", OnlineMargin, Threshold),
                                ("MarginGoodputSpec()", OnlineMargin, Goodput)]:
