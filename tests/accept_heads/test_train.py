@@ -180,6 +180,13 @@ def test_a_dspark_head_learns_the_expected_acceptance_from_the_previous_token_an
     out = decoder.generate(prompt, max_new_tokens=12, seed=0)
     assert out.stats.generated == 12 and out.stats.rounds < 12 and len(out.stats.estimates) > 0
 
+    # as make demo trains it: from a feature cache (the previous token stored with the hidden state), h chosen on dev
+    cached = make_config(*train_overrides, f"paths.root={tmp_path / 'cached'}", f"paths.data_dir={data_dir}",
+                         "head=dspark", "head.markov_rank=8", "trainer.max_epochs=1", "trainer.feature_cache=true")
+    outcome = train(cached.train_job())
+    assert outcome.calibration.threshold in (0.5, 0.9)
+    assert load_head(outcome.head_path, draft=draft).config == head.config
+
 
 def test_a_run_stopped_mid_epoch_resumes_from_last_ckpt(make_config, train_overrides, tmp_path):
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
