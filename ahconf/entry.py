@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -30,6 +31,11 @@ def to_config(cfg: DictConfig) -> Config:
 OTHER_LIBRARIES_DEPRECATIONS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
 
 
+def no_advertisement(record: logging.LogRecord) -> bool:
+    """Drop Lightning's "💡 Tip" lines (an advertisement for its cloud logger, printed by every Trainer)."""
+    return not str(record.msg).startswith("💡 Tip")
+
+
 def quiet_library_output() -> None:
     """Keep the terminal for our own progress bars and tables: no per-file loading/saving bars, and none of
     :data:`OTHER_LIBRARIES_DEPRECATIONS`."""
@@ -38,6 +44,7 @@ def quiet_library_output() -> None:
 
     for message in OTHER_LIBRARIES_DEPRECATIONS:
         warnings.filterwarnings("ignore", message, FutureWarning)
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(no_advertisement)
     quiet_hub_logs()
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()

@@ -170,3 +170,15 @@ def test_each_stage_job_holds_the_root_configs_groups_and_pickles():
         for field in fields(job):
             assert getattr(job, field.name) is getattr(config, field.name)
         assert pickle.loads(pickle.dumps(job)) == job  # the evaluation's workers are spawned with it
+
+
+def test_the_entry_points_drop_lightnings_advertisement_and_keep_its_other_lines():
+    import logging
+
+    from ahconf.entry import quiet_library_output
+
+    quiet_library_output()
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    tip = logger.makeRecord(logger.name, logging.INFO, __file__, 0, "💡 Tip: try our cloud logger", (), None)
+    info = logger.makeRecord(logger.name, logging.INFO, __file__, 0, "GPU available: False", (), None)
+    assert not logger.filter(tip) and logger.filter(info)
