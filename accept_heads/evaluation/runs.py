@@ -70,7 +70,8 @@ class RunSpec:
         if self.param is None:
             return name
         symbol = family(self.family).symbol
-        value = int(self.param) if symbol in ("K", "γ", "k") else self.param
+        whole = symbol in ("K", "γ", "k") and float(self.param).is_integer()  # a count (AdaEDL's γ is not one)
+        value = int(self.param) if whole else self.param
         return f"{name}({symbol}={value})"
 
     def to_dict(self) -> dict[str, Any]:

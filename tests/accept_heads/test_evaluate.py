@@ -40,7 +40,7 @@ from decode.artifacts.hub import load_tokenizer, tokenizer_hash
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES
 from decode.metadata import ArtifactMetadata, HeadMetadata, InformationGain, ProfileMetadata
-from decode.policy_specs import POLICY_SPECS, HeadSpec, SVSpec
+from decode.policy_specs import POLICY_SPECS, AdaEDLSpec, HeadSpec, SVSpec
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 
 EVAL_OVERRIDES = [
@@ -602,5 +602,6 @@ def test_a_run_spec_flattens_its_typed_policy_into_the_table_keys():
                               "rule_param": None, "chosen_on": "dev", "policy": "head[pre](h=0.8)"}
     se = RunSpec(set="dev", rule="ensemble", policy=SEAlternateSpec(4), rule_param=0.5)
     assert (se.family, se.param, se.label) == ("se-alternate", 4.0, "se-alternate(γ=4)")
+    assert RunSpec(set="dev", rule="speculative", policy=AdaEDLSpec(0.05)).label == "adaedl(γ=0.05)"  # not a count
     for spec in (head, se, RunSpec(set="dev", rule="greedy", policy=SVSpec("profile", 3))):
         assert run_policy(spec.family, spec.param, spec.artifact) == spec.policy  # the flat form reads back
