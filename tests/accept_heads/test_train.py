@@ -180,8 +180,10 @@ def test_a_dspark_head_learns_the_expected_acceptance_from_the_previous_token_an
     out = decoder.generate(prompt, max_new_tokens=12, seed=0)
     assert out.stats.generated == 12 and out.stats.rounds < 12 and len(out.stats.estimates) > 0
 
-    # as make demo trains it: from a feature cache (the previous token stored with the hidden state), h chosen on dev
-    cached = make_config(*train_overrides, f"paths.root={tmp_path / 'cached'}", f"paths.data_dir={data_dir}",
+    # as make demo trains it: from a feature cache (the previous token stored with the hidden state), h chosen on dev;
+    # on a copy of the shared data, whose folder other tests read without caches
+    shutil.copytree(data_dir, tmp_path / "data")
+    cached = make_config(*train_overrides, f"paths.root={tmp_path / 'cached'}", f"paths.data_dir={tmp_path / 'data'}",
                          "head=dspark", "head.markov_rank=8", "trainer.max_epochs=1", "trainer.feature_cache=true")
     outcome = train(cached.train_job())
     assert outcome.calibration.threshold in (0.5, 0.9)
