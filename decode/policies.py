@@ -177,6 +177,11 @@ class Heuristic(Policy):
         return f"Heuristic(k0={self.k0}, k_max={self.k_max})"
 
 
+def draft_top_probability(state: DraftRound) -> float:
+    """``max q_i`` of the latest candidate's draft distribution (:meth:`Sampling.feature_probs`)."""
+    return float(state.sampling.feature_probs(state.latest.step.q_logits).max())
+
+
 class Confidence(Policy):
     """Stop drafting after ``y_i`` when the draft's top probability ``max q_i < tau`` (``y_i`` is kept)."""
 
@@ -198,7 +203,7 @@ class Confidence(Policy):
         return self.tops
 
     def after_propose(self, state: DraftRound) -> Decision:
-        top = float(state.sampling.feature_probs(state.latest.step.q_logits).max())
+        top = draft_top_probability(state)
         self.tops = [*self.tops, top]
         return Decision.STOP if top < self.tau else Decision.CONTINUE
 

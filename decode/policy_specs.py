@@ -69,6 +69,11 @@ class PolicyInputs:
             raise ValueError(f"a {kind} policy needs the cost model it stops by (PolicyInputs.costs)")
         return self.costs, None
 
+    def goodput_stop(self, kind: str) -> Goodput:
+        """The goodput stop of a ``kind`` run over this K range, at :meth:`goodput_costs`."""
+        costs, batch_costs = self.goodput_costs(kind)
+        return Goodput(costs, self.k_min, self.k_max, batch_costs)
+
 
 @dataclass(frozen=True)
 class NamedSpec:
@@ -210,8 +215,7 @@ class SourceGoodputSpec(PolicySpec):
     source: ClassVar[type[AcceptanceSource]]
 
     def build(self, inputs: PolicyInputs) -> Policy:
-        costs, batch_costs = inputs.goodput_costs(self.kind)
-        return StopPolicy(self.source(), Goodput(costs, inputs.k_min, inputs.k_max, batch_costs))
+        return StopPolicy(self.source(), inputs.goodput_stop(self.kind))
 
 
 @register_policy
@@ -266,8 +270,7 @@ class AdaEDLSpec(FloatParameter, PolicySpec):
     parameter: ClassVar[str] = "gamma"
 
     def build(self, inputs: PolicyInputs) -> Policy:
-        costs, batch_costs = inputs.goodput_costs(self.kind)
-        return StopPolicy(EntropyBound(self.gamma), Goodput(costs, inputs.k_min, inputs.k_max, batch_costs))
+        return StopPolicy(EntropyBound(self.gamma), inputs.goodput_stop(self.kind))
 
 
 @register_policy

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from decode.draft_round import Decision, DraftRound
 from decode.head import head_features
-from decode.policies import AcceptanceSource, Policy
+from decode.policies import AcceptanceSource, Policy, draft_top_probability
 from decode.sampling import Sampling
 
 
@@ -43,7 +43,7 @@ class DraftConfidence(AcceptanceSource):
     """``P̂_i = max q_i``: the draft's top probability, read once ``y_i`` is proposed."""
 
     def estimate(self, state: DraftRound) -> float:
-        return float(state.sampling.feature_probs(state.latest.step.q_logits).max())
+        return draft_top_probability(state)
 
 
 class EntropyBound(AcceptanceSource):
