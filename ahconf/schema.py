@@ -392,6 +392,9 @@ class EvaluateConfig:
     wallclock_prompts: Optional[int] = None
     wallclock_rules: List[str] = field(default_factory=lambda: ["speculative", "greedy"])
     wallclock_threads: Optional[int] = None
+    # static caches and compiled forwards for every decode of one prompt (decode.loops.compiled; the timed prompts
+    # and the wall clock): each process compiles once (inductor caches its graphs on disk); batches decode eager
+    compile: bool = False
 
     def __post_init__(self) -> None:
         for name in self.rules or []:

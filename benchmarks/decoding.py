@@ -37,6 +37,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 from accept_heads.evaluation.specs import HFConstantSpec
 from ahconf.entry import quiet_library_output
 from ahconf.schema import ModelSpec
+from benchmarks import engines
 from benchmarks.goodput import GoodputRow, run_goodput
 from data_gen.models import resolve_model_id
 from data_gen.zoo.paths import installed_zoo_dir
@@ -437,6 +438,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", help="with --goodput: an SV profile file / directory: also batched SV, its rows' "
                         "verification lengths chosen jointly at the measured t_t(B, T)")
     parser.add_argument("--companion", help="the profile's companion model (hub id or directory); default: the zoo's")
+    parser.add_argument("--engines", action="store_true",
+                        help="run python -m benchmarks.engines instead (the other options are its own; see its --help)")
     parser.add_argument("--k-grid", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8], metavar="K",
                         help="fixed K values of --goodput (default 1 2 3 4 5 6 8)")
     args = parser.parse_args(argv)
@@ -492,6 +495,9 @@ def load_companion(args: argparse.Namespace, device: torch.device) -> PreTrained
 
 def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | list[GoodputRow]:
     """Run the benchmark and print the table; returns the per-method (per-batch-size) results."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--engines" in argv:
+        return engines.main([arg for arg in argv if arg != "--engines"])
     args = parse_args(argv)
     quiet_library_output()
     if args.threads:

@@ -14,18 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 from rich.console import Console
-from rich.table import Table
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
 from ahconf.entry import quiet_library_output
+from benchmarks.turns import Decode, Timed, table, time_methods
 from data_gen.real import ensure_pair, pair_spec
 from data_gen.real.build import encoded_prompts
 from data_gen.real.feature import ROLE
@@ -33,26 +28,6 @@ from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer,
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies import Confidence, Fixed, Policy
 from decode.sampling import Sampling
-from decode.timing import Stopwatch
-
-Decode = Callable[[list[int], int], int]  # (prompt ids, seed) → tokens generated
-
-
-@dataclass
-class Timed:
-    """One method's per-prompt tokens and seconds."""
-
-    name: str
-    tokens: list[float]
-    seconds: list[float]
-
-    @property
-    def rate(self) -> float:
-        return sum(self.tokens) / sum(self.seconds)
-
-    def costs(self) -> PromptCosts:
-        return PromptCosts(tuple(str(i) for i in range(len(self.tokens))), np.array(self.tokens),
-                           np.array(self.seconds))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,33 +56,6 @@ def decoder_run(target: PreTrainedModel, draft: PreTrainedModel | None, policy: 
         return alone
     decoder = SpeculativeDecoder(target, draft, policy=policy, sampling=Sampling(), eos_token_id=None)
     return lambda prompt, seed: decoder.generate(prompt, max_new_tokens=budget, seed=seed).stats.generated
-
-
-def time_methods(methods: dict[str, Decode], prompts: list[list[int]], label: str) -> list[Timed]:
-    """Each method on every prompt, taking turns (after one untimed warm-up each)."""
-    for run in methods.values():
-        run(prompts[0][:32], 0)
-    timed = [Timed(name, [], []) for name in methods]
-    for seed, prompt in enumerate(tqdm(prompts, desc=label, unit="prompt")):
-        for result, run in zip(timed, methods.values()):
-            with Stopwatch(torch.device("cpu")) as watch:
-                tokens = run(prompt, seed)
-            result.tokens.append(tokens)
-            result.seconds.append(watch.seconds)
-    return timed
-
-
-def table(title: str, timed: list[Timed], seed: int) -> Table:
-    """tokens/s and the speed-up over the target alone (first method) with its paired interval."""
-    out = Table(title=title, caption="interval: 95 % paired bootstrap over prompts; methods took turns per prompt")
-    for column in ("method", "tokens/s", "vs target alone", "95 % interval"):
-        out.add_column(column, justify="left" if column == "method" else "right")
-    base = timed[0]
-    draws = paired_draws(len(base.tokens), seed)
-    for one in timed:
-        low, high = ratio_interval(one.costs(), base.costs(), draws)
-        out.add_row(one.name, f"{one.rate:.1f}", f"{one.rate / base.rate:.3f}", f"[{low:.3f}, {high:.3f}]")
-    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:

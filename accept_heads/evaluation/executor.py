@@ -89,7 +89,7 @@ class Executor:
         sets = load_sets(job.prompts, e, job.seed, trio.tokenizer, trio.target.config.max_position_embeddings)
         decoding = DecoderRunner(trio, sampling, job.rules, artifacts, e.max_new_tokens, job.seed,
                             job.head.k_min, job.head.k_max, batch_size=e.batch_size,
-                            timed_prompts=alone_prompts(e, max(len(s.prompts) for s in sets)))
+                            timed_prompts=alone_prompts(e, max(len(s.prompts) for s in sets)), compile=e.compile)
         hf = HFRunner(trio, sampling, e.max_new_tokens, job.seed)
         table = runners(decoding, hf, SERunner(trio, sampling, job.rules, e.max_new_tokens, job.seed))
         return cls(job, trio, device, artifacts, described, {s.name: s for s in sets}, decoding, hf, table)

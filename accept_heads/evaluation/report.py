@@ -186,7 +186,8 @@ def wallclock_table(wall: pd.DataFrame, described: dict[str, Any]) -> Table:
     (measured, with 95 % paired-bootstrap intervals), the modelled × best fixed K, and whether the timed outputs
     were the counted runs' own."""
     out = Table(title=f"wall clock — batch 1, methods taking turns per prompt ({described['device']}, "
-                      f"{described['dtype']}, {described['threads']} threads)", title_justify="left")
+                      f"{described['dtype']}, {described['threads']} threads; "
+                      f"{described.get('forwards', 'eager; the target alone by HF generate')})", title_justify="left")
     for column in ("set", "rule", "policy", "prompts", "tok/s", "×target [95% CI]", "×best K [95% CI]",
                    "×best K model", "×best K fitted", "same output"):
         out.add_column(column, justify="left" if column in ("set", "rule", "policy") else "right",

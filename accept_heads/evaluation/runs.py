@@ -27,7 +27,7 @@ from data_gen.seeding import prompt_seed
 from decode import SpeculativeDecoder
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
-from decode.policies import Policy
+from decode.policies import Policy, TargetOnly
 from decode.policy_specs import PolicyInputs, PolicySpec
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
@@ -214,6 +214,7 @@ class DecoderRunner:
     costs: CostModel | None = None  # the model the goodput head stops by (the evaluation's ``cost`` model)
     batch_size: int = 1  # prompts per batched generate (kinds whose rows decide as alone: the family's rows_alone)
     timed_prompts: int = 0  # the first this-many prompts of a batched run decode alone (they time the models)
+    compile: bool = False  # one prompt decodes with static caches and compiled forwards (decode.loops.compiled)
 
     def policy(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> Policy:
         """The length policy of ``spec`` (heads keep the K range they were calibrated with); with measured
@@ -230,7 +231,12 @@ class DecoderRunner:
         companion = self.trio.companion if policy.companion is not None else None
         rule = build_rule(spec.rule, self.rules, value=spec.rule_param)
         return SpeculativeDecoder(self.trio.target, self.trio.draft, rule=rule, policy=policy, companion=companion,
-                                  sampling=self.sampling)
+                                  sampling=self.sampling, compile=self.compile)
+
+    def target_alone(self, rule: str) -> SpeculativeDecoder:
+        """The target alone in our loop (:class:`~decode.policies.TargetOnly`) under ``rule``."""
+        return SpeculativeDecoder(self.trio.target, self.trio.draft, rule=build_rule(rule, self.rules),
+                                  policy=TargetOnly(), sampling=self.sampling, compile=self.compile)
 
     @torch.inference_mode()
     def run(self, spec: RunSpec, prompts: PromptSet, with_quality: bool) -> list[GenerationRecord]:

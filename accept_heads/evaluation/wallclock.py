@@ -105,15 +105,18 @@ def timed_specs(specs: Sequence[RunSpec], set_name: str, rule: str) -> list[RunS
 
 
 def timed_method(spec: RunSpec, decoding: DecoderRunner, hf: HFRunner) -> TimedMethod:
-    """How ``spec`` decodes one prompt: our decoder with its policy, HF assisted generation, or the target alone."""
+    """How ``spec`` decodes one prompt: our decoder with its policy, HF assisted generation, or the target alone
+    (HF ``generate``; compiled: :class:`decode.policies.TargetOnly` in our loop)."""
     def tail(sequences: torch.Tensor, prompt: EncodedPrompt) -> torch.Tensor:
         return sequences.reshape(-1)[len(prompt.token_ids):]
 
-    if isinstance(spec.policy, TargetAloneSpec):
+    alone = isinstance(spec.policy, TargetAloneSpec)
+    if alone and not decoding.compile:
         return TimedMethod(spec, lambda prompt: tail(hf.target_alone(spec.rule, prompt), prompt))
-    if family(spec.family).runner == "hf":
+    if not alone and family(spec.family).runner == "hf":
         return TimedMethod(spec, lambda prompt: tail(hf.assisted(spec, prompt), prompt))
-    decoder = decoding.decoder(spec)
+    # compiled, the target alone is our own loop drafting nothing, on the same compiled forwards
+    decoder = decoding.target_alone(spec.rule) if alone else decoding.decoder(spec)
 
     def ours(prompt: EncodedPrompt) -> torch.Tensor:
         seed = prompt_seed(decoding.seed, prompt.prompt_id)
@@ -213,4 +216,6 @@ def describe(executor: Executor) -> dict[str, Any]:
             "prompts": e.wallclock_prompts, "rules": e.wallclock_rules, "batch": 1, "warmup_prompts": 1,
             "order": "every prompt decoded by each method in turn, the first method rotating from prompt to prompt",
             "tokens_per_s": "generated tokens / seconds measured around each decode (device-synchronised)",
-            "intervals": "95 % paired bootstrap over prompts"}
+            "intervals": "95 % paired bootstrap over prompts",
+            "forwards": ("compiled, static caches; the target alone in our loop (TargetOnly)" if e.compile else
+                         "eager; the target alone by HF generate")}

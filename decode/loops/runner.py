@@ -9,6 +9,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from decode.cache_api import cache_kwargs, drop_last
+from decode.loops.compiled import CompiledModel
 from decode.loops.feature_feed import FeatureTape
 
 
@@ -82,14 +83,19 @@ class ModelRunner(RunnerBase):
     """
 
     def __init__(self, model: PreTrainedModel, vocab: int, capture_hidden: bool = False,
-                 tape: FeatureTape | None = None) -> None:
-        super().__init__(model, capture_hidden)
+                 tape: FeatureTape | None = None, compiled: CompiledModel | None = None) -> None:
+        super().__init__(model, capture_hidden and compiled is None)
         self.model = model
         self.vocab = vocab
         self.tape = tape
-        self.cache = DynamicCache(config=model.config)
-        self.cache.activate_past_recording()
-        self._sliding = any(self.cache.is_sliding)
+        self.compiled = compiled
+        self._keep = 0
+        if compiled is None:
+            self.cache = DynamicCache(config=model.config)
+            self.cache.activate_past_recording()
+            self._sliding = any(self.cache.is_sliding)
+        else:
+            self.cache, self._sliding = None, False  # a static cache from the pool at the first feed
         self.consumed = 0
         #: The shortest length :meth:`rollback` can restore (sliding-window layers dropped older states).
         self.floor = 0
@@ -99,6 +105,8 @@ class ModelRunner(RunnerBase):
     @property
     def hidden(self) -> Tensor | None:
         """Final hidden states ``[positions, H]`` of the latest forward (with ``capture_hidden``)."""
+        if self.compiled is not None:
+            return None if self.compiled.hidden is None else self.compiled.hidden[0, -self._keep:]
         states = self._captured()
         return None if states is None else states[0]
 
@@ -110,18 +118,27 @@ class ModelRunner(RunnerBase):
         extra = {} if inputs is None else {"features": inputs[:, self.consumed:end]}
         if self.tape is not None:
             extra["output_hidden_states"] = True
-        out = self.model(
-            input_ids=tokens[:, self.consumed : end],
-            **cache_kwargs(self.model, self.cache),
-            logits_to_keep=keep,
-            **extra,
-        )
+        if self.compiled is None:
+            out = self.model(input_ids=tokens[:, self.consumed:end], **cache_kwargs(self.model, self.cache),
+                             logits_to_keep=keep, **extra)
+        else:
+            if self.cache is None:
+                self.cache = self.compiled.acquire(tokens.shape[1])
+            out = self.compiled(tokens[:, self.consumed:end], self.cache, keep, **extra)
+        self._keep = keep
         if self.tape is not None:
             self.tape.write(0, self.consumed, self.tape.fused(out.hidden_states)[0])
         self.consumed = end
         self.calls += 1
         self._last_charged = True
-        return out.logits[0, :, : self.vocab].float()
+        return out.logits[0, -keep:, : self.vocab].float()
+
+    def close(self) -> None:
+        """Remove the hidden-state hook; give a static cache back to its pool."""
+        super().close()
+        if self.compiled is not None and self.cache is not None:
+            self.compiled.release(self.cache)
+            self.cache = None
 
     def uncount_last_call(self) -> None:
         """Stop charging the latest :meth:`feed`: it served as hindsight (:attr:`decode.draft_round.Decision.DROP`)."""

@@ -16,6 +16,7 @@ from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import check_compatibility
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
+from decode.loops.compiled import CompiledModel, compiled_models
 from decode.loops.emit import Emitter, OnTokens
 from decode.loops.feature_feed import draft_runner, feature_tape
 from decode.loops.prompt_input import id_list, is_batch, token_buffer
@@ -43,7 +44,8 @@ class SpeculativeDecoder:
 
     KV caches of all models are kept and rolled back on rejection; the prompt prefill is merged
     into each model's first call. ``eos_token_id`` defaults to the target's generation config;
-    pass ``None`` to decode without EOS.
+    pass ``None`` to decode without EOS. ``compile=True``: one prompt decodes with static caches and compiled
+    forwards (:mod:`decode.loops.compiled`; the first decode compiles); a batch of prompts decodes eager.
     """
 
     def __init__(
@@ -56,8 +58,11 @@ class SpeculativeDecoder:
         sampling: Sampling | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
         eos_token_id: int | Sequence[int] | None | str = _AUTO,
+        compile: bool = False,
     ) -> None:
         self.target, self.draft, self.companion = target, draft, companion
+        self.compile = compile
+        self._compiled: dict[str, CompiledModel | None] | None = None
         self.rule = rule if rule is not None else Speculative()
         self.policy = policy if policy is not None else Fixed(5)
         self.sampling = sampling if sampling is not None else Sampling()
@@ -78,6 +83,16 @@ class SpeculativeDecoder:
         if eos_token_id == _AUTO:
             eos_token_id = target.generation_config.eos_token_id
         self.eos: frozenset[int] = frozenset(id_list(eos_token_id))
+
+    def compiled_models(self) -> dict[str, CompiledModel | None]:
+        """The compiled forwards of ``target``, ``draft`` and ``companion`` (None each: eager), made at first use."""
+        if self._compiled is None:
+            names = ["target", "draft"] + (["companion"] if self.companion is not None else [])
+            models = [getattr(self, name) for name in names]
+            compiled = compiled_models(models) if self.compile else None
+            self._compiled = dict(zip(names, compiled or [None] * len(names)))
+            self._compiled.setdefault("companion", None)
+        return self._compiled
 
     def _check_artifacts(self) -> None:
         """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
@@ -147,11 +162,13 @@ class SpeculativeDecoder:
         policy.reset()
         row = Row(0, policy, generator, max_new_tokens, n)
         tape = feature_tape(self.draft, 1, tokens.shape[1])
+        fast = self.compiled_models()
         runners = Runners(
-            target=OneRow(ModelRunner(self.target, self.vocab, tape=tape)),
-            draft=draft_runner(OneRow(ModelRunner(self.draft, self.vocab,
+            target=OneRow(ModelRunner(self.target, self.vocab, tape=tape, compiled=fast["target"])),
+            draft=draft_runner(OneRow(ModelRunner(self.draft, self.vocab, compiled=fast["draft"],
                                                   capture_hidden=policy.needs_hidden or tape is not None)), tape),
-            companion=OneRow(ModelRunner(self.companion, self.vocab)) if policy.companion is not None else None,
+            companion=(OneRow(ModelRunner(self.companion, self.vocab, compiled=fast["companion"]))
+                       if policy.companion is not None else None),
             hindsight=OneRow(ModelRunner(self.target, self.vocab)) if policy.needs_hindsight else None,  # uncounted
             tape=tape,
         )
@@ -160,7 +177,8 @@ class SpeculativeDecoder:
             RoundLoop(self.rule, self.sampling, self.eos, BatchPlan(), tokens, [row], runners,
                       Emitter(on_tokens, [n])).run()
         finally:
-            runners.draft.close()
+            for runner in runners:
+                runner.close()
         stats, length = row.stats, row.cur
         stats.target_calls, stats.draft_calls = runners.target.calls, runners.draft.calls
         stats.companion_calls = runners.companion.calls if runners.companion is not None else 0

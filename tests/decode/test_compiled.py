@@ -1,0 +1,95 @@
+"""Compiled decoding (``compile=True``, :mod:`decode.loops.compiled`) decodes as eager decoding does.
+
+Float32 micro models: the compiled kernels' rounding differs from eager's far below any argmax gap, so greedy
+outputs are identical token for token, and sampled ones keep the rule's exact distribution.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch._dynamo.utils
+
+from decode import SpeculativeDecoder, policies, rules
+from decode.loops import compiled as compiled_module
+from tests.decode.conftest import micro_feature_draft
+from tests.decode.test_exact_distribution import check_case, report
+
+POLICIES = {
+    "target_only": lambda: policies.TargetOnly(),
+    "fixed3": lambda: policies.Fixed(3),
+    "confidence": lambda: policies.Confidence(tau=0.5),
+}
+PROMPTS = ([3, 1, 4], [1, 5, 9, 2, 6, 5, 3], list(range(40, 70)))  # the last is longer than a compiled feed
+
+
+def greedy_pair(models, policy: policies.Policy, draft=None) -> tuple[SpeculativeDecoder, SpeculativeDecoder]:
+    draft = models["draft"] if draft is None else draft
+    return tuple(SpeculativeDecoder(models["target"], draft, rule=rules.Greedy(), policy=policy, eos_token_id=None,
+                                    compile=compile) for compile in (False, True))
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_compiled_greedy_decoding_is_eager_greedy_decoding(wide, name):
+    eager, fast = greedy_pair(wide, POLICIES[name]())
+    for prompt in PROMPTS:
+        ids = torch.tensor([prompt])
+        expected, got = eager.generate(ids, 24), fast.generate(ids, 24)
+        assert torch.equal(got.sequences, expected.sequences), f"{name}, prompt of {len(prompt)}"
+        assert (got.stats.target_calls, got.stats.draft_calls) == (expected.stats.target_calls,
+                                                                   expected.stats.draft_calls)
+    assert fast.compiled_models()["target"] is not None and fast.compiled_models()["target"].log.graphs >= 1
+
+
+def test_a_feature_draft_decodes_compiled_as_eager(wide):
+    draft = micro_feature_draft(wide["target"], seed=31)
+    eager, fast = greedy_pair(wide, policies.Fixed(3), draft=draft)
+    for prompt in PROMPTS:
+        ids = torch.tensor([prompt])
+        assert torch.equal(fast.generate(ids, 24).sequences, eager.generate(ids, 24).sequences)
+    assert fast.compiled_models()["draft"].log.graphs >= 1
+
+
+def test_another_prompt_length_compiles_nothing(wide):
+    _, fast = greedy_pair(wide, policies.Fixed(3))
+    fast.generate(torch.tensor([PROMPTS[0]]), 24)  # compiles the one-token and the multi-token graphs
+    fast.generate(torch.tensor([PROMPTS[1]]), 24)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for length in (2, 5, 11, 16, 17, 33):
+        fast.generate(torch.tensor([list(range(1, length + 1))]), 24)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+    assert graphs > 0  # negative control: the counter does count this process's graphs
+
+
+@pytest.mark.parametrize("case", ["speculative-fixed4", "speculative-head_pre", "speculative-margin",
+                                  "speculative-sv", "weighted-confidence"])
+def test_compiled_decoding_keeps_the_exact_distribution(tiny, case):
+    tv, bound = check_case(tiny, case, 1000, compile=True)
+    report(f"{case} compiled n=1000", tv, bound)
+    assert tv <= bound, f"{case} compiled: TV {tv:.4f} exceeds {bound:.4f}"
+
+
+def test_without_a_compiler_it_decodes_eager_with_one_line(wide, monkeypatch):
+    monkeypatch.setattr(compiled_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(compiled_module, "_COMPILED", compiled_module.WeakKeyDictionary())
+    eager, fast = greedy_pair(wide, policies.Fixed(3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = fast.generate(torch.tensor([PROMPTS[0]]), 12)
+    lines = [str(w.message) for w in caught]
+    assert len(lines) == 1 and "no C++ compiler" in lines[0] and "runs eager" in lines[0]
+    assert fast.compiled_models() == {"target": None, "draft": None, "companion": None}
+    assert torch.equal(got.sequences, eager.generate(torch.tensor([PROMPTS[0]]), 12).sequences)
+
+
+def test_a_compiled_model_can_be_copied_and_the_copy_decodes_eager(wide):
+    import copy
+
+    _, fast = greedy_pair(wide, policies.Fixed(3))
+    fast.generate(torch.tensor([PROMPTS[0]]), 8)
+    twin = copy.deepcopy(wide["target"])
+    eager = SpeculativeDecoder(twin, wide["draft"], rule=rules.Greedy(), policy=policies.Fixed(3), eos_token_id=None)
+    ids = torch.tensor([PROMPTS[1]])
+    assert torch.equal(eager.generate(ids, 16).sequences, fast.generate(ids, 16).sequences)
