@@ -93,8 +93,8 @@ def vllm_rates(python: str, target_dir: Path, prompts: list[list[int]], budget: 
         request = Path(scratch) / "request.json"
         request.write_text(json.dumps({"model": str(target_dir), "prompts": prompts, "max_tokens": budget,
                                        "repeats": repeats}))
-        env = {**os.environ, **({"VLLM_CPU_OMP_THREADS_BIND": "all", "OMP_NUM_THREADS": str(threads)}
-                                if threads else {})}
+        # vLLM binds its threads to cores itself (VLLM_CPU_OMP_THREADS_BIND, default auto); --threads: the first n
+        env = {**os.environ, **({"VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}"} if threads else {})}
         print("waiting on vLLM's CPU engine (its own process: start-up, graph capture, then the timed rounds)")
         done = subprocess.run([python, str(VLLM_SCRIPT), str(request)], capture_output=True, text=True, env=env,
                               check=False)

@@ -17,7 +17,8 @@ def main(path: str) -> None:
 
     with open(path) as file:
         request = json.load(file)
-    llm = LLM(model=request["model"], dtype="bfloat16", max_model_len=2048, enforce_eager=False)
+    # a fraction of the machine's memory for weights and KV cache (the default takes nearly all of it)
+    llm = LLM(model=request["model"], dtype="bfloat16", max_model_len=2048, gpu_memory_utilization=0.25)
     params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"], ignore_eos=True)
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in request["prompts"]]
     llm.generate(prompts[:1], params, use_tqdm=False)

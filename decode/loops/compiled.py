@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
 
 import torch
+import torch._inductor.config
 from torch import Tensor
 from transformers import PreTrainedModel, StaticCache
 from transformers.cache_utils import StaticLayer
@@ -34,6 +35,9 @@ from decode.cache_api import cache_kwargs
 
 BUCKET = 256  # cache lengths are multiples of this
 SHORT = 16  # the longest feed that runs compiled
+# freezing: the weights are constants of the graph (on CPU prepacked for oneDNN's matmuls); cpp_wrapper: the code
+# that calls the kernels is C++ too (no Python between a step's few hundred kernels)
+INDUCTOR = {"freezing": True, "cpp_wrapper": True}
 RECOMPILE_LIMIT = 64  # graphs per forward code object (two per model, a few models, their caches' buckets)
 
 
@@ -75,8 +79,7 @@ class CompiledModel:
         model.get_output_embeddings().register_forward_hook(self._slot)
         # every model class shares its forward's code object, so its graphs for all models count towards one limit
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        # freezing: the weights are constants of the graph (prepacked for oneDNN's matmuls on CPU)
-        self._compiled = torch.compile(model, dynamic=None, options={"freezing": True})
+        self._compiled = torch.compile(model, dynamic=None)
 
     @property
     def hidden(self) -> Tensor | None:
@@ -107,19 +110,29 @@ class CompiledModel:
         if n > SHORT or not cache.layers[0].is_initialized:
             # a prompt (its first feed also allocates the cache's tensors): eager
             return self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
-        # a fresh dense tensor: no guard on where the feed sits in the token buffer (its offset, its row stride)
-        input_ids = input_ids.clone(memory_format=torch.contiguous_format)
-        if n > 1:
-            torch._dynamo.mark_dynamic(input_ids, 1, min=2, max=SHORT)
+        # fresh dense tensors (the ids, a feature draft's features): no guard on where the feed sits in its buffer
+        # (offset, row stride); their length is the graph's symbol from two tokens on
+        input_ids = fed(input_ids, n)
+        kwargs.update({name: fed(value, n) for name, value in extra.items()
+                       if isinstance(value, Tensor) and value.dim() > 1 and value.shape[1] == n})
         shape = (min(n, 2), cache.get_max_length())
-        if shape in self.log.shapes:
-            return self._compiled(input_ids=input_ids, **kwargs)
-        start = time.perf_counter()
-        out = self._compiled(input_ids=input_ids, **kwargs)
+        with torch._inductor.config.patch(INDUCTOR):  # read where a graph is compiled (any call may recompile)
+            if shape in self.log.shapes:
+                return self._compiled(input_ids=input_ids, **kwargs)
+            start = time.perf_counter()
+            out = self._compiled(input_ids=input_ids, **kwargs)
         self.log.shapes.add(shape)
         self.log.graphs += 1
         self.log.seconds += time.perf_counter() - start
         return out
+
+
+def fed(tensor: Tensor, n: int) -> Tensor:
+    """A contiguous copy of ``tensor [B, n, ...]``, its length marked symbolic when ``n >= 2``."""
+    tensor = tensor.clone(memory_format=torch.contiguous_format)
+    if n > 1:
+        torch._dynamo.mark_dynamic(tensor, 1, min=2, max=SHORT)
+    return tensor
 
 
 def compile_refusal(model: PreTrainedModel) -> str | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -180,3 +182,33 @@ def test_the_loops_bench_times_the_loop_against_another_revision(capsys):
     assert figures["B=1 HEAD generate ratio"] == figures["B=2 HEAD generate_batch ratio"] == 1.0  # the references
     key = "B=1 ours generate ratio"
     assert figures[f"{key} lo"] <= figures[key] <= figures[f"{key} hi"]
+
+
+def test_turns_add_the_repeats_up_and_show_their_spread(capsys):
+    from rich.console import Console
+
+    from benchmarks.turns import table, time_methods
+
+    calls: list[str] = []
+
+    def method(name: str, tokens: int):
+        def run(prompt: list[int], seed: int) -> int:
+            calls.append(name)
+            return tokens
+        return run
+
+    timed = time_methods({"a": method("a", 4), "b": method("b", 6)}, [[1, 2], [3], [4, 5, 6]], "x", repeats=2)
+    assert calls[:2] == ["a", "b"] and calls[2:8] == ["a", "b"] * 3  # warm-ups, then turns prompt by prompt
+    assert [one.tokens for one in timed] == [[8, 8, 8], [12, 12, 12]]
+    assert all(len(one.repeat_rates) == 2 and min(one.seconds) > 0 for one in timed)
+    Console(width=200).print(table("t", timed, seed=0, reference=1))
+    out = capsys.readouterr().out
+    assert "repeats (min–max)" in out and "vs b" in out and "2 repeats" in out
+
+
+def test_engines_without_vllm_say_so_in_one_line(capsys):
+    from benchmarks.engines import vllm_rates
+
+    assert vllm_rates(sys.executable, Path("nowhere"), [[1, 2]], 4, 1, None) is None
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("vLLM was not timed")]
+    assert len(lines) == 1 and "vllm" in lines[0].lower()
