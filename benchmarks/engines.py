@@ -102,7 +102,12 @@ def vllm_rates(python: str, target_dir: Path, prompts: list[list[int]], budget: 
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             print(f"vLLM was not timed: {python} {VLLM_SCRIPT.name} exited {done.returncode}: {last}")
             return None
-        return json.loads(done.stdout.strip().splitlines()[-1])["rates"]
+        # vLLM logs to stdout too: the figures are the line the script prints last of its own
+        lines = [line for line in done.stdout.splitlines() if line.startswith('{"rates"')]
+        if not lines:
+            print(f"vLLM was not timed: {VLLM_SCRIPT.name} printed no rates")
+            return None
+        return json.loads(lines[-1])["rates"]
 
 
 def compile_line(models: dict[str, CompiledModel | None]) -> str:

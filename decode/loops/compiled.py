@@ -10,8 +10,8 @@ tokens share one graph whose length is symbolic.
 
 Cache lengths are rounded up to :data:`BUCKET` and the caches are pooled: the compiled graph is specialised to
 its caches' shapes and addresses (transformers marks them static), so a decode reuses a released cache of its
-bucket rather than compiling for a new one. Inductor keeps what it compiled on disk (its FX graph cache), so a
-second process compiles faster.
+bucket rather than compiling for a new one. Frozen graphs are not taken from inductor's disk cache: each
+process compiles its graphs once (:class:`CompileLog` counts them and their seconds).
 
 :func:`compiled_models` makes them, or returns ``None`` with one line where a model cannot be compiled here
 (no C++ compiler, a cache layer that is not a full-attention static layer); decoding then runs eager.
