@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -33,11 +32,10 @@ from rich.console import Console
 from transformers import PreTrainedModel
 
 from ahconf.entry import quiet_library_output
+from benchmarks.real_pair import load_real_pair
 from benchmarks.turns import Decode, Timed, table, time_methods
-from data_gen.real import ensure_pair, pair_spec
 from data_gen.real.build import encoded_prompts
 from data_gen.real.feature import ROLE
-from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 from decode.loops.compiled import CompiledModel
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies import Confidence, Fixed, Policy, TargetOnly
@@ -121,18 +119,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
     quiet_library_output()
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        spec = pair_spec(args.pair)
-        pair = ensure_pair(args.pair)
-        if ROLE not in pair.roles:
-            raise ModelLoadError(f"the {args.pair} pair ships no feature draft; ship one first "
-                                 "(python -m data_gen.real --ship-feature-draft)")
-        dtype = resolve_dtype(spec.dtype)
-        target, draft = (load_causal_lm(str(pair.path(role)), dtype=dtype) for role in ("target", ROLE))
-    except (KeyError, ModelLoadError) as error:
-        print(f"error: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
-        sys.exit(2)
-    tokenizer = load_tokenizer(str(pair.path("target")))
+    real = load_real_pair(args.pair, ("target", ROLE))
+    spec, tokenizer, dtype = real.spec, real.tokenizer, real.dtype
+    target, draft = real.models["target"], real.models[ROLE]
     sets = {name: encoded_prompts(spec, tokenizer, "builtin", name, args.prompts, args.seed, style="function")
             for name in ("dev", "test")}
     budget, greedy, console = args.max_new_tokens, args.rule == "greedy", Console(width=140)
@@ -169,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
     console.print(table(title + " (against the compiled target alone)", test, args.seed, reference=3))
     print(compile_line(fast_decoder.compiled_models()))
     if args.vllm_python:
-        vllm = vllm_rates(args.vllm_python, pair.path("target"), sets["test"], budget, args.repeats, args.threads)
+        vllm = vllm_rates(args.vllm_python, real.target_dir, sets["test"], budget, args.repeats, args.threads)
         if vllm is not None:
             base = test[0].rate
             print(f"vLLM CPU engine, target alone: {sorted(vllm)[len(vllm) // 2]:.1f} tokens/s (repeats "

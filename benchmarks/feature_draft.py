@@ -13,18 +13,16 @@ with a 95 % paired-bootstrap interval over prompts of its speed-up over the targ
 from __future__ import annotations
 
 import argparse
-import sys
 
 import torch
 from rich.console import Console
 from transformers import PreTrainedModel
 
 from ahconf.entry import quiet_library_output
+from benchmarks.real_pair import load_real_pair
 from benchmarks.turns import Decode, Timed, table, time_methods
-from data_gen.real import ensure_pair, pair_spec
 from data_gen.real.build import encoded_prompts
 from data_gen.real.feature import ROLE
-from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies import Confidence, Fixed, Policy
 from decode.sampling import Sampling
@@ -63,18 +61,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
     quiet_library_output()
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        spec = pair_spec(args.pair)
-        pair = ensure_pair(args.pair)
-        if ROLE not in pair.roles:
-            raise ModelLoadError(f"the {args.pair} pair ships no feature draft; train and ship one first "
-                                 "(python -m data_gen.feature_draft, then python -m data_gen.real --ship-feature-draft)")
-        dtype = resolve_dtype(spec.dtype)
-        models = {role: load_causal_lm(str(pair.path(role)), dtype=dtype) for role in ("target", "draft", ROLE)}
-    except (KeyError, ModelLoadError) as error:
-        print(f"error: {error.args[0] if isinstance(error, KeyError) else error}", file=sys.stderr)
-        sys.exit(2)
-    tokenizer = load_tokenizer(str(pair.path("target")))
+    real = load_real_pair(args.pair, ("target", "draft", ROLE))
+    spec, models, tokenizer, dtype = real.spec, real.models, real.tokenizer, real.dtype
     sets = {name: encoded_prompts(spec, tokenizer, source, split, args.prompts, args.seed, style=style)
             for name, (source, split, style) in {"dev": ("builtin", "dev", "function"),
                                                  "test": ("builtin", "test", "function"),
