@@ -111,3 +111,17 @@ def test_every_timed_generation_is_the_counted_runs_output(executor):
     shifted = take_turns([timed_method(specs[0], reseeded, executor.hf)], executor.sets["test"].prompts)
     control = summarise(shifted, counted, seed=0)
     assert control["matches"].iloc[0] < 1.0
+
+
+def test_compiled_the_timed_decodes_are_the_counted_ones_and_the_target_alone_is_our_loop(executor):
+    """``evaluate.compile``: our timed decoder (compiled) reproduces the eager counted run's outputs, and the target
+    alone it is timed against is our own compiled loop drafting nothing."""
+    from decode.policies import TargetOnly
+
+    fast = replace(executor.decoding, compile=True)
+    spec = RunSpec("test", "speculative", FixedSpec(2), chosen_on="dev")
+    counted = frame(executor.run(spec))
+    timed = take_turns([timed_method(spec, fast, executor.hf)], executor.sets["test"].prompts)
+    assert summarise(timed, counted, seed=0)["matches"].iloc[0] == 1.0
+    alone = fast.target_alone("speculative")
+    assert isinstance(alone.policy, TargetOnly) and alone.compiled_models()["target"] is not None
