@@ -14,7 +14,8 @@ bucket rather than compiling for a new one. Frozen graphs are not taken from ind
 process compiles its graphs once (:class:`CompileLog` counts them and their seconds).
 
 :func:`compiled_models` makes them, or returns ``None`` with one line where a model cannot be compiled here
-(no C++ compiler, a cache layer that is not a full-attention static layer); decoding then runs eager.
+(no C++ compiler, a cache layer that is not a full-attention static layer); decoding then runs eager. A compilation
+that fails all the same (say, no Python headers for inductor's C++) leaves that model eager, after one line.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
 
 import torch
+import torch._dynamo.exc
 import torch._inductor.config
+import torch._inductor.exc
 from torch import Tensor
 from transformers import PreTrainedModel, StaticCache
 from transformers.cache_utils import StaticLayer
@@ -38,7 +41,10 @@ SHORT = 16  # the longest feed that runs compiled
 # freezing: the weights are constants of the graph (on CPU prepacked for oneDNN's matmuls); cpp_wrapper: the code
 # that calls the kernels is C++ too (no Python between a step's few hundred kernels)
 INDUCTOR = {"freezing": True, "cpp_wrapper": True}
-RECOMPILE_LIMIT = 64  # graphs per forward code object (two per model, a few models, their caches' buckets)
+RECOMPILE_LIMIT = 64
+# what a compilation that cannot work here raises (no C++ toolchain or Python headers, an unsupported op)
+COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
+                  torch._inductor.exc.CppCompileError)  # graphs per forward code object (two per model, a few models, their caches' buckets)
 
 
 @dataclass
@@ -74,6 +80,7 @@ class CompiledModel:
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
         self.log = CompileLog()
+        self.failed = False  # a compilation failed: every later call runs eager
         self._slot = HiddenSlot()
         self._free: dict[int, list[StaticCache]] = {}
         model.get_output_embeddings().register_forward_hook(self._slot)
@@ -107,7 +114,7 @@ class CompiledModel:
         ``keep`` positions (every position's where compiled: one graph whatever ``keep``)."""
         n = input_ids.shape[1]
         kwargs = {**cache_kwargs(self.model, cache), **extra}
-        if n > SHORT or not cache.layers[0].is_initialized:
+        if n > SHORT or not cache.layers[0].is_initialized or self.failed:
             # a prompt (its first feed also allocates the cache's tensors): eager
             return self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
         # fresh dense tensors (the ids, a feature draft's features): no guard on where the feed sits in its buffer
@@ -120,7 +127,14 @@ class CompiledModel:
             if shape in self.log.shapes:
                 return self._compiled(input_ids=input_ids, **kwargs)
             start = time.perf_counter()
-            out = self._compiled(input_ids=input_ids, **kwargs)
+            try:
+                out = self._compiled(input_ids=input_ids, **kwargs)
+            except COMPILE_ERRORS as error:  # raised before the graph ran: the cache is as it was
+                self.failed = True
+                first = (str(error).strip().splitlines() or ["no message"])[0][:160]
+                warnings.warn(f"{type(self.model).__name__}: torch.compile failed here ({type(error).__name__}: "
+                              f"{first}); it decodes eager", stacklevel=4)
+                return self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
         self.log.shapes.add(shape)
         self.log.graphs += 1
         self.log.seconds += time.perf_counter() - start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
 import pandas as pd
@@ -113,6 +114,7 @@ def test_every_timed_generation_is_the_counted_runs_output(executor):
     assert control["matches"].iloc[0] < 1.0
 
 
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler")
 def test_compiled_the_timed_decodes_are_the_counted_ones_and_the_target_alone_is_our_loop(executor):
     """``evaluate.compile``: our timed decoder (compiled) reproduces the eager counted run's outputs, and the target
     alone it is timed against is our own compiled loop drafting nothing."""

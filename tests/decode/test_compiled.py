@@ -6,6 +6,7 @@ outputs are identical token for token, and sampled ones keep the rule's exact di
 
 from __future__ import annotations
 
+import shutil
 import warnings
 
 import pytest
@@ -17,6 +18,9 @@ from decode.loops import compiled as compiled_module
 from tests.decode.conftest import micro_feature_draft
 from tests.decode.test_exact_distribution import check_case, report
 
+# without a C++ compiler decoding falls back to eager (the last two tests); the others need one
+needs_compiler = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                                    reason="no C++ compiler for torch.compile: compiled decoding falls back to eager")
 POLICIES = {
     "target_only": lambda: policies.TargetOnly(),
     "fixed3": lambda: policies.Fixed(3),
@@ -31,6 +35,7 @@ def greedy_pair(models, policy: policies.Policy, draft=None) -> tuple[Speculativ
                                     compile=compile) for compile in (False, True))
 
 
+@needs_compiler
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_compiled_greedy_decoding_is_eager_greedy_decoding(wide, name):
     eager, fast = greedy_pair(wide, POLICIES[name]())
@@ -43,6 +48,7 @@ def test_compiled_greedy_decoding_is_eager_greedy_decoding(wide, name):
     assert fast.compiled_models()["target"] is not None and fast.compiled_models()["target"].log.graphs >= 1
 
 
+@needs_compiler
 def test_a_feature_draft_decodes_compiled_as_eager(wide):
     draft = micro_feature_draft(wide["target"], seed=31)
     eager, fast = greedy_pair(wide, policies.Fixed(3), draft=draft)
@@ -52,6 +58,7 @@ def test_a_feature_draft_decodes_compiled_as_eager(wide):
     assert fast.compiled_models()["draft"].log.graphs >= 1
 
 
+@needs_compiler
 def test_another_prompt_length_compiles_nothing(wide):
     _, fast = greedy_pair(wide, policies.Fixed(3))
     fast.generate(torch.tensor([PROMPTS[0]]), 24)  # compiles the one-token and the multi-token graphs
@@ -63,6 +70,7 @@ def test_another_prompt_length_compiles_nothing(wide):
     assert graphs > 0  # negative control: the counter does count this process's graphs
 
 
+@needs_compiler
 @pytest.mark.parametrize("case", ["speculative-fixed4", "speculative-head_pre", "speculative-margin",
                                   "speculative-sv", "weighted-confidence"])
 def test_compiled_decoding_keeps_the_exact_distribution(tiny, case):
@@ -84,6 +92,7 @@ def test_without_a_compiler_it_decodes_eager_with_one_line(wide, monkeypatch):
     assert torch.equal(got.sequences, eager.generate(torch.tensor([PROMPTS[0]]), 12).sequences)
 
 
+@needs_compiler
 def test_a_compiled_model_can_be_copied_and_the_copy_decodes_eager(wide):
     import copy
 
@@ -93,3 +102,24 @@ def test_a_compiled_model_can_be_copied_and_the_copy_decodes_eager(wide):
     eager = SpeculativeDecoder(twin, wide["draft"], rule=rules.Greedy(), policy=policies.Fixed(3), eos_token_id=None)
     ids = torch.tensor([PROMPTS[1]])
     assert torch.equal(eager.generate(ids, 16).sequences, fast.generate(ids, 16).sequences)
+
+
+def test_a_compilation_that_fails_leaves_the_model_eager_after_one_line(wide, monkeypatch):
+    from torch._inductor.exc import CppCompileError
+
+    monkeypatch.setattr(compiled_module, "_COMPILED", compiled_module.WeakKeyDictionary())
+    eager, fast = greedy_pair(wide, policies.TargetOnly())
+    target = fast.compiled_models()["target"]
+
+    def broken(**kwargs):
+        raise CppCompileError(["c++"], "fatal error: Python.h: No such file or directory")
+
+    monkeypatch.setattr(target, "_compiled", broken)
+    ids = torch.tensor([PROMPTS[1]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = fast.generate(ids, 12)
+        fast.generate(ids, 12)  # no second line: the model stays eager
+    lines = [str(w.message) for w in caught]
+    assert len(lines) == 1 and "torch.compile failed" in lines[0] and "decodes eager" in lines[0]
+    assert target.failed and torch.equal(got.sequences, eager.generate(ids, 12).sequences)
