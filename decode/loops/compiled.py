@@ -41,10 +41,10 @@ SHORT = 16  # the longest feed that runs compiled
 # freezing: the weights are constants of the graph (on CPU prepacked for oneDNN's matmuls); cpp_wrapper: the code
 # that calls the kernels is C++ too (no Python between a step's few hundred kernels)
 INDUCTOR = {"freezing": True, "cpp_wrapper": True}
-RECOMPILE_LIMIT = 64
+RECOMPILE_LIMIT = 64  # graphs per forward code object (two per model, a few models, their caches' buckets)
 # what a compilation that cannot work here raises (no C++ toolchain or Python headers, an unsupported op)
 COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
-                  torch._inductor.exc.CppCompileError)  # graphs per forward code object (two per model, a few models, their caches' buckets)
+                  torch._inductor.exc.CppCompileError)
 
 
 @dataclass
@@ -116,7 +116,7 @@ class CompiledModel:
         kwargs = {**cache_kwargs(self.model, cache), **extra}
         if n > SHORT or not cache.layers[0].is_initialized or self.failed:
             # a prompt (its first feed also allocates the cache's tensors): eager
-            return self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
+            return self._eager(input_ids, keep, kwargs)
         # fresh dense tensors (the ids, a feature draft's features): no guard on where the feed sits in its buffer
         # (offset, row stride); their length is the graph's symbol from two tokens on
         input_ids = fed(input_ids, n)
@@ -134,11 +134,14 @@ class CompiledModel:
                 first = (str(error).strip().splitlines() or ["no message"])[0][:160]
                 warnings.warn(f"{type(self.model).__name__}: torch.compile failed here ({type(error).__name__}: "
                               f"{first}); it decodes eager", stacklevel=4)
-                return self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
+                return self._eager(input_ids, keep, kwargs)
         self.log.shapes.add(shape)
         self.log.graphs += 1
         self.log.seconds += time.perf_counter() - start
         return out
+
+    def _eager(self, input_ids: Tensor, keep: int, kwargs: dict[str, object]):
+        return self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
 
 
 def fed(tensor: Tensor, n: int) -> Tensor:
