@@ -4,7 +4,8 @@ A :class:`CompiledModel` wraps one model. Its KV caches are transformers' ``Stat
 written in place): rolling back is moving the cache's length back (``crop``), and the stale states past it are
 overwritten by the next feed and masked until then (the causal mask compares positions). Feeds of at most
 :data:`SHORT` tokens — a drafting step, a verification of ``K + 1`` tokens, a settled bonus — go through
-``torch.compile`` (inductor: C++ kernels on CPU, Triton on GPU); longer ones (a prompt) run eager on the same
+``torch.compile`` (inductor: C++ kernels on CPU, its matmuls the faster of its own GEMM and oneDNN's for each
+shape, timed once; Triton on GPU); longer ones (a prompt) run eager on the same
 cache, so a new prompt length never compiles anything. A one-token feed has its own graph; two to :data:`SHORT`
 tokens share one graph whose length is symbolic.
 
@@ -38,9 +39,13 @@ from decode.cache_api import cache_kwargs
 
 BUCKET = 256  # cache lengths are multiples of this
 SHORT = 16  # the longest feed that runs compiled
-# freezing: the weights are constants of the graph (on CPU prepacked for oneDNN's matmuls); cpp_wrapper: the code
-# that calls the kernels is C++ too (no Python between a step's few hundred kernels)
+# freezing: the weights are constants of the graph (prepacked for the matmuls); cpp_wrapper: the code that calls the
+# kernels is C++ too (no Python between a step's few hundred kernels)
 INDUCTOR = {"freezing": True, "cpp_wrapper": True}
+# on CPU each matmul shape is timed once between inductor's own C++ GEMM (micro-kernels for the CPU's AMX, AVX-512 or
+# AVX2) and oneDNN's, and the faster kept, so no CPU gets slower than oneDNN; quietly
+CPU_GEMMS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN", "autotune_num_choices_displayed": 0,
+             "max_autotune_report_choices_stats": False}
 RECOMPILE_LIMIT = 64  # graphs per forward code object (two per model, a few models, their caches' buckets)
 # what a compilation that cannot work here raises (no C++ toolchain or Python headers, an unsupported op)
 COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
@@ -123,12 +128,14 @@ class CompiledModel:
         kwargs.update({name: fed(value, n) for name, value in extra.items()
                        if isinstance(value, Tensor) and value.dim() > 1 and value.shape[1] == n})
         shape = (min(n, 2), cache.get_max_length())
-        with torch._inductor.config.patch(INDUCTOR):  # read where a graph is compiled (any call may recompile)
+        with torch._inductor.config.patch(inductor_options(input_ids.device)):  # read by any call that compiles
             if shape in self.log.shapes:
                 return self._compiled(input_ids=input_ids, **kwargs)
             start = time.perf_counter()
             try:
-                out = self._compiled(input_ids=input_ids, **kwargs)
+                with warnings.catch_warnings():  # the GEMM autotuner reads a deprecated storage API
+                    warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
+                    out = self._compiled(input_ids=input_ids, **kwargs)
             except COMPILE_ERRORS as error:  # raised before the graph ran: the cache is as it was
                 self.failed = True
                 first = (str(error).strip().splitlines() or ["no message"])[0][:160]
@@ -142,6 +149,11 @@ class CompiledModel:
 
     def _eager(self, input_ids: Tensor, keep: int, kwargs: dict[str, object]):
         return self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
+
+
+def inductor_options(device: torch.device) -> dict[str, object]:
+    """Inductor's settings for a model on ``device`` (:data:`INDUCTOR`, on CPU with :data:`CPU_GEMMS`)."""
+    return {**INDUCTOR, **(CPU_GEMMS if device.type == "cpu" else {})}
 
 
 def fed(tensor: Tensor, n: int) -> Tensor:
