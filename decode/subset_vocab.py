@@ -69,3 +69,30 @@ class SubsetVocabLlamaForCausalLM(LlamaForCausalLM):
 
 AutoConfig.register(MODEL_TYPE, SubsetVocabLlamaConfig, exist_ok=True)
 AutoModelForCausalLM.register(SubsetVocabLlamaConfig, SubsetVocabLlamaForCausalLM, exist_ok=True)
+
+
+def plain_llama(model: SubsetVocabLlamaForCausalLM) -> LlamaForCausalLM:
+    """``model`` as a stock :class:`LlamaForCausalLM`, for engines that load only stock architectures (vLLM).
+
+    Its output layer scores the whole vocabulary: the subset's rows are the draft's, every other row is zero, so a
+    token off the subset gets logit 0 rather than the lowest value. The greedy proposal is the draft's wherever its
+    best subset logit is positive (:func:`plain_greedy_agreement` counts it); a verifier keeps the output exact
+    either way.
+    """
+    fields = {key: value for key, value in model.config.to_dict().items()
+              if key not in ("draft_vocab_size", "model_type", "architectures", "auto_map")}
+    plain = LlamaForCausalLM(LlamaConfig(**fields)).to(dtype=model.dtype, device=model.device).eval()
+    state = {name: value for name, value in model.state_dict().items() if not name.startswith("lm_head.")}
+    head = model.lm_head.weight.new_zeros(model.config.vocab_size, model.config.hidden_size)  # [V, H]
+    head[model.subset] = model.lm_head.weight.detach()
+    plain.load_state_dict({**state, "lm_head.weight": head})
+    return plain
+
+
+def plain_greedy_agreement(model: SubsetVocabLlamaForCausalLM, input_ids: Tensor) -> float:
+    """The share of positions of ``input_ids [B, n]`` where :func:`plain_llama`'s greedy token is ``model``'s."""
+    with torch.no_grad():
+        scored = model.model(input_ids=input_ids).last_hidden_state @ model.lm_head.weight.T  # [B, n, subset]
+    best, _ = scored.max(-1)
+    # off the subset the plain export scores 0: its argmax leaves the subset exactly where every subset logit is < 0
+    return (best >= 0).float().mean().item()
