@@ -284,9 +284,10 @@ class Speculative(Rule):
 class Greedy(Rule):
     """Draft proposes ``argmax q``; accepted iff it equals ``argmax p``; output equals target greedy.
 
-    Implemented as :class:`Speculative` under a greedy (temperature 0) transform, whatever the
-    run's sampling transform: one-hot ``q`` and ``p`` make the ratio ``1[y = argmax p]``, the
-    residual ``onehot(argmax p)`` and the bonus ``argmax p``. The label is ``1[argmax q = argmax p]``.
+    :class:`Speculative` under a greedy (temperature 0) transform, whatever the run's sampling
+    transform: one-hot ``q`` and ``p`` make the ratio ``1[y = argmax p]``, the residual
+    ``onehot(argmax p)`` and the bonus ``argmax p``, so verifying draws nothing: it compares
+    argmaxes. The label is ``1[argmax q = argmax p]``.
     """
 
     name = "greedy"
@@ -294,6 +295,28 @@ class Greedy(Rule):
 
     def transform(self, sampling: Sampling) -> Sampling:
         return Sampling(temperature=0.0)
+
+    def verify(
+        self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling, generator: Generator | None,
+        draws: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`Rule.verify` with one-hot distributions: accept while ``y`` is the target's argmax; the token is
+        the target's argmax after the accepted prefix."""
+        n = y.shape[0]
+        best = p_logits[: n + 1].argmax(-1)  # [n + 1]
+        n_accepted = (y.to(best.device) == best[:n]).long().cumprod(0).sum()
+        return n_accepted, best[n_accepted]
+
+    def complete(self, p_logits: Tensor, q_logits: Tensor, sampling: Sampling, generator: Generator | None) -> Tensor:
+        """The target's argmax."""
+        return p_logits.argmax(-1)
+
+    def settle(
+        self, p_logits: Tensor, q_logits: Tensor, token: Tensor, sampling: Sampling, generator: Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        """A tentative bonus stands iff it is the target's argmax, which replaces it otherwise."""
+        best = p_logits.argmax(-1)
+        return token == best, best
 
     def label(
         self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling | None = None, *,
