@@ -46,6 +46,7 @@ from decode.artifacts.serialization import check_compatibility
 from decode.ensemble.ensemble_stats import EnsembleStats
 from decode.ensemble.sd_mode import MemberEnsemble, Members
 from decode.ensemble_fn import EnsembleFn
+from decode.loops.compiled import CompiledModel, compiled_models
 from decode.loops.emit import Emitter
 from decode.loops.prompt_input import id_list, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
@@ -77,7 +78,8 @@ class EnsembleDecoder:
     ``sd`` uses ``γ_1`` only, ``plain`` none). ``policy``: ``sd`` only, instead of
     ``proposal_lengths``; policies that need a companion (pre heads with companion features, SV)
     or hindsight (the analysis bounds: oracle, perfect predictors) are not supported. ``eos_token_id`` defaults to the union of the
-    models' generation configs; ``None`` decodes without EOS.
+    models' generation configs; ``None`` decodes without EOS. ``compile=True``: static caches and compiled forwards
+    for every model (:mod:`decode.loops.compiled`; the first decode compiles).
     """
 
     def __init__(
@@ -90,8 +92,11 @@ class EnsembleDecoder:
         policy: Policy | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
         eos_token_id: int | Sequence[int] | None | str = _AUTO,
+        compile: bool = False,
     ) -> None:
         self.models = list(models)
+        self.compile = compile
+        self._compiled: list[CompiledModel | None] | None = None
         n = len(self.models)
         if isinstance(ensemble, Ensemble):
             if n != 2:
@@ -139,6 +144,17 @@ class EnsembleDecoder:
         policy.to(self.device)
         return policy
 
+    def compiled_models(self) -> list[CompiledModel | None]:
+        """Each model's compiled forwards (None each: eager), made at first use."""
+        if self._compiled is None:
+            compiled = compiled_models(self.models) if self.compile else None
+            self._compiled = compiled or [None] * len(self.models)
+        return self._compiled
+
+    def runner(self, i: int, capture_hidden: bool = False) -> ModelRunner:
+        """A fresh runner of model ``i`` (its own KV cache), compiled where :meth:`compiled_models` says."""
+        return ModelRunner(self.models[i], self.vocab, capture_hidden=capture_hidden, compiled=self.compiled_models()[i])
+
     @torch.inference_mode()
     def generate(
         self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int = 64, seed: int = 0
@@ -151,9 +167,13 @@ class EnsembleDecoder:
         if self.mode == "sd":
             stats, length = self._decode_sd(tokens, n, max_new_tokens, generator)
         else:
-            runners = [ModelRunner(m, self.vocab) for m in self.models]
+            runners = [self.runner(i) for i in range(len(self.models))]
             engine = _Alternation(self, tokens, n, n + max_new_tokens, generator, runners)
-            engine.run_plain() if self.mode == "plain" else engine.run_alternate()
+            try:
+                engine.run_plain() if self.mode == "plain" else engine.run_alternate()
+            finally:
+                for runner in runners:
+                    runner.close()
             stats, length = engine.stats, engine.cur
             stats.calls = [runner.calls for runner in runners]
         stats.wall_time_s = time.perf_counter() - start
@@ -166,13 +186,14 @@ class EnsembleDecoder:
         policy = self.policy
         policy.reset()
         row = Row(0, policy, generator, budget, n)
-        draft = OneRow(ModelRunner(self.models[0], self.vocab, capture_hidden=policy.needs_hidden))
-        members = Members([ModelRunner(m, self.vocab) for m in self.models[1:]])
+        draft = OneRow(self.runner(0, capture_hidden=policy.needs_hidden))
+        members = Members([self.runner(i) for i in range(1, len(self.models))])
         try:
             RoundLoop(MemberEnsemble(self.ensemble), self.sampling, self.eos, BatchPlan(), tokens, [row],
                       Runners(members, draft), Emitter(None, [n])).run()
         finally:
             draft.close()
+            members.close()
         s = row.stats
         rejected = sum(a < v for a, v in zip(s.accepted_per_round, s.verified_per_round))
         others = len(self.models) - 1

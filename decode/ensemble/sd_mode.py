@@ -92,3 +92,8 @@ class Members:
 
     def uncount_last_call(self) -> None:
         raise RuntimeError("the ensemble decoder charges every member forward")
+
+    def close(self) -> None:
+        """Close every member's runner (a compiled one gives its cache back)."""
+        for runner in self.runners:
+            runner.close()

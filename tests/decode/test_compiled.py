@@ -13,7 +13,8 @@ import pytest
 import torch
 import torch._dynamo.utils
 
-from decode import SpeculativeDecoder, policies, rules
+from decode import EnsembleDecoder, SpeculativeDecoder, policies, rules
+from decode.ensemble_fn import EnsembleFn
 from decode.loops import compiled as compiled_module
 from tests.decode.conftest import micro_feature_draft
 from tests.decode.test_exact_distribution import check_case, report
@@ -68,6 +69,20 @@ def test_another_prompt_length_compiles_nothing(wide):
         fast.generate(torch.tensor([list(range(1, length + 1))]), 24)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
     assert graphs > 0  # negative control: the counter does count this process's graphs
+
+
+@needs_compiler
+@pytest.mark.parametrize("mode", ["plain", "alternate", "sd"])
+def test_the_ensemble_decoder_decodes_compiled_as_eager(wide, mode):
+    """Sampled at T = 1 with the same seeds, the three-model ensemble's outputs and calls are the eager ones."""
+    models = [wide["draft"], wide["companion"], wide["target"]]
+    eager, fast = (EnsembleDecoder(models, EnsembleFn("weighted"), [2, 1, 1], mode, eos_token_id=None, compile=compile)
+                   for compile in (False, True))
+    for seed, prompt in enumerate(PROMPTS):
+        expected, got = eager.generate(torch.tensor([prompt]), 20, seed), fast.generate(torch.tensor([prompt]), 20, seed)
+        assert torch.equal(got.sequences, expected.sequences), f"{mode}, prompt of {len(prompt)}"
+        assert got.stats.calls == expected.stats.calls
+    assert all(model is not None and model.log.graphs >= 1 for model in fast.compiled_models())
 
 
 @needs_compiler
