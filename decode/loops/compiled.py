@@ -92,6 +92,7 @@ class CompiledModel:
         # every model class shares its forward's code object, so its graphs for all models count towards one limit
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         self._compiled = torch.compile(model, dynamic=None)
+        self._options = inductor_options(model.device)
 
     @property
     def hidden(self) -> Tensor | None:
@@ -128,7 +129,7 @@ class CompiledModel:
         kwargs.update({name: fed(value, n) for name, value in extra.items()
                        if isinstance(value, Tensor) and value.dim() > 1 and value.shape[1] == n})
         shape = (min(n, 2), cache.get_max_length())
-        with torch._inductor.config.patch(inductor_options(input_ids.device)):  # read by any call that compiles
+        with torch._inductor.config.patch(self._options):  # read by any call that compiles
             if shape in self.log.shapes:
                 return self._compiled(input_ids=input_ids, **kwargs)
             start = time.perf_counter()
