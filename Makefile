@@ -60,7 +60,10 @@ more-heads: setup
 # shipped drafts and companion; collect T = 1 and greedy data on in-domain train prompts, the feature draft labelled
 # at each depth of a round; train the speculative and greedy heads and the SV profile (with the companion); evaluate on in-domain test and HumanEval (OOD) with every
 # choice made on dev, with the wall clock at batch 1 beside the modelled figures (runs/smollm2/eval/).
+# `make real COMPILE=true` evaluates with compiled forwards (`evaluate.compile`: the decodes of one prompt; batches
+# and the collection stay eager, docs/library.md "Fast forwards").
 REAL := +exp=smollm2
+COMPILE ?= false
 real: setup
 	$(OFFLINE) $(PY) -m data_gen.real
 	$(OFFLINE) $(PY) -m data_gen.collect $(REAL)
@@ -68,7 +71,7 @@ real: setup
 	$(TRAIN) $(REAL) head.name=speculative-pre
 	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
 	$(OFFLINE) $(PY) -m accept_heads.train $(REAL) head=sv_profile
-	$(OFFLINE) $(PY) -m accept_heads.evaluate $(REAL)
+	$(OFFLINE) $(PY) -m accept_heads.evaluate $(REAL) evaluate.compile=$(COMPILE)
 
 test: setup
 	$(OFFLINE) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
