@@ -31,6 +31,7 @@ from accept_heads.evaluation.runs import DecoderRunner, RunSpec, output_sha
 from accept_heads.evaluation.specs import TargetAloneSpec
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
+from decode.loops.compiled import compile_log
 from decode.timing import synchronize
 
 #: A prompt → its generated tokens (1-D).
@@ -217,5 +218,14 @@ def describe(executor: Executor) -> dict[str, Any]:
             "order": "every prompt decoded by each method in turn, the first method rotating from prompt to prompt",
             "tokens_per_s": "generated tokens / seconds measured around each decode (device-synchronised)",
             "intervals": "95 % paired bootstrap over prompts",
-            "forwards": ("compiled, static caches; the target alone in our loop (TargetOnly)" if e.compile else
-                         "eager; the target alone by HF generate")}
+            "forwards": ("compiled, static caches; the target alone in our loop (TargetOnly)" + compiled_here(executor)
+                         if e.compile else "eager; the target alone by HF generate")}
+
+
+def compiled_here(executor: Executor) -> str:
+    """What compiling cost the wall clock's process, per model of the trio that compiled (empty: none did)."""
+    trio = executor.trio
+    models = {"target": trio.target, "draft": trio.draft, "companion": trio.companion}
+    logs = {name: log for name, model in models.items() if model is not None and (log := compile_log(model))}
+    parts = [f"{name} {log.graphs} graphs in {log.seconds:.0f} s" for name, log in logs.items()]
+    return f"; compiled in this process: {', '.join(parts)}" if parts else ""

@@ -180,6 +180,12 @@ def compile_refusal(model: PreTrainedModel) -> str | None:
 _COMPILED: WeakKeyDictionary[PreTrainedModel, CompiledModel] = WeakKeyDictionary()
 
 
+def compile_log(model: PreTrainedModel) -> CompileLog | None:
+    """What compiling ``model`` has cost this process so far (None: it has no compiled forwards here)."""
+    compiled = _COMPILED.get(model)
+    return None if compiled is None else compiled.log
+
+
 def compiled_models(models: list[PreTrainedModel]) -> list[CompiledModel] | None:
     """The :class:`CompiledModel` of each model (one per model and process: its graphs, caches and hook are shared
     by every decoder of the model), or None (and one warning line) if any of them cannot be compiled here."""

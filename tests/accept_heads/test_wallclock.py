@@ -12,7 +12,15 @@ import torch
 from accept_heads.evaluation.executor import Executor
 from accept_heads.evaluation.runs import RunSpec, frame
 from accept_heads.evaluation.specs import HFConstantSpec, HFHeuristicSpec
-from accept_heads.evaluation.wallclock import TimedMethod, measure, summarise, take_turns, timed_method, timed_specs
+from accept_heads.evaluation.wallclock import (
+    TimedMethod,
+    compiled_here,
+    measure,
+    summarise,
+    take_turns,
+    timed_method,
+    timed_specs,
+)
 from data_gen.encoding import EncodedPrompt
 from decode.policy_specs import ConfidenceSpec, FixedSpec
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
@@ -127,3 +135,5 @@ def test_compiled_the_timed_decodes_are_the_counted_ones_and_the_target_alone_is
     assert summarise(timed, counted, seed=0)["matches"].iloc[0] == 1.0
     alone = fast.target_alone("speculative")
     assert isinstance(alone.policy, TargetOnly) and alone.compiled_models()["target"] is not None
+    compiled = compiled_here(executor)  # what the wall clock's table title reports
+    assert compiled.startswith("; compiled in this process: target ") and "draft " in compiled, compiled
