@@ -9,9 +9,10 @@ shape, timed once; Triton on GPU); longer ones (a prompt) run eager on the same
 cache, so a new prompt length never compiles anything. A one-token feed has its own graph; two to :data:`SHORT`
 tokens share one graph whose length is symbolic.
 
-Cache lengths are rounded up to :data:`BUCKET` and the caches are pooled: the compiled graph is specialised to
-its caches' shapes and addresses (transformers marks them static), so a decode reuses a released cache of its
-bucket rather than compiling for a new one. Frozen graphs are not taken from inductor's disk cache: each
+Cache lengths are rounded up to :data:`BUCKET` and the caches are pooled: a frozen graph keeps the addresses of the
+cache it was compiled with (transformers marks them static) and writes there whatever cache it is given, so each
+length's graphs are bound to one cache, a decode takes that cache when it is free, and a second cache of the same
+length (two decodes of one model at once) runs eager. Frozen graphs are not taken from inductor's disk cache: each
 process compiles its graphs once (:class:`CompileLog` counts them and their seconds).
 
 :func:`compiled_models` makes them, or returns ``None`` with one line where a model cannot be compiled here
@@ -88,6 +89,9 @@ class CompiledModel:
         self.failed = False  # a compilation failed: every later call runs eager
         self._slot = HiddenSlot()
         self._free: dict[int, list[StaticCache]] = {}
+        # the cache each length's graphs were compiled with: frozen graphs keep writing to it whatever cache they
+        # are given, so a second cache of that length (two decodes at once) runs eager
+        self._bound: dict[int, StaticCache] = {}
         model.get_output_embeddings().register_forward_hook(self._slot)
         # every model class shares its forward's code object, so its graphs for all models count towards one limit
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
@@ -104,7 +108,8 @@ class CompiledModel:
         size = -(-max(length, 1) // BUCKET) * BUCKET
         free = self._free.setdefault(size, [])
         if free:
-            cache = free.pop()
+            bound = self._bound.get(size)
+            cache = free.pop(next((i for i, c in enumerate(free) if c is bound), -1))
             for layer in cache.layers:
                 if layer.is_initialized:
                     layer.cumulative_length.zero_()
@@ -123,6 +128,8 @@ class CompiledModel:
         if n > SHORT or not cache.layers[0].is_initialized or self.failed:
             # a prompt (its first feed also allocates the cache's tensors): eager
             return self._eager(input_ids, keep, kwargs)
+        if self._bound.setdefault(cache.get_max_length(), cache) is not cache:
+            return self._eager(input_ids, keep, kwargs)  # another cache of this length holds the graphs
         # fresh dense tensors (the ids, a feature draft's features): no guard on where the feed sits in its buffer
         # (offset, row stride); their length is the graph's symbol from two tokens on
         input_ids = fed(input_ids, n)

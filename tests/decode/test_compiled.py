@@ -72,6 +72,29 @@ def test_another_prompt_length_compiles_nothing(wide):
 
 
 @needs_compiler
+def test_two_caches_of_one_length_each_get_their_own_tokens(wide):
+    """A frozen graph writes to the cache it was compiled with: a second cache of that length (two decodes of one
+    model at once) runs eager, so each cache holds its own tokens and scores them as the eager model does."""
+    model = wide["target"]
+    fast = compiled_module.compiled_models([model])[0]
+    prompt = torch.tensor([PROMPTS[1]])
+    with torch.inference_mode():  # as generate: the pooled caches are inference tensors
+        caches = [fast.acquire(8), fast.acquire(8)]
+        try:
+            for cache in caches:
+                fast(prompt, cache, 1)
+            steps = [fast(prompt[:, :1], cache, 1).logits[0, -1] for cache in caches]
+            expected = model(input_ids=torch.cat([prompt, prompt[:, :1]], dim=1)).logits[0, -1]
+        finally:
+            for cache in caches:
+                fast.release(cache)
+    assert [int(cache.layers[0].cumulative_length) for cache in caches] == [prompt.shape[1] + 1] * 2
+    for got in steps:
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert fast.log.graphs >= 1
+
+
+@needs_compiler
 @pytest.mark.parametrize("mode", ["plain", "alternate", "sd"])
 def test_the_ensemble_decoder_decodes_compiled_as_eager(wide, mode):
     """Sampled at T = 1 with the same seeds, the three-model ensemble's outputs and calls are the eager ones."""
