@@ -213,9 +213,3 @@ def test_engines_without_vllm_say_so_in_one_line(capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("vLLM was not timed")]
     assert len(lines) == 1 and "vllm" in lines[0].lower()
 
-
-def test_batch_forwards_refuses_caches_shorter_than_what_it_decodes():
-    from benchmarks.batch_forwards import main
-
-    with pytest.raises(SystemExit, match="--cache-lengths must exceed --prompt-tokens"):
-        main(["--prompt-tokens", "250", "--steps", "20", "--cache-lengths", "256", "512"])
