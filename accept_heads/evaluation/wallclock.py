@@ -227,5 +227,7 @@ def compiled_here(executor: Executor) -> str:
     trio = executor.trio
     models = {"target": trio.target, "draft": trio.draft, "companion": trio.companion}
     logs = {name: log for name, model in models.items() if model is not None and (log := compile_log(model))}
-    parts = [f"{name} {log.graphs} graphs in {log.seconds:.0f} s" for name, log in logs.items()]
+    parts = [f"{name} {log.graphs} graphs in {log.seconds:.0f} s"
+             + (f" ({log.eager_feeds} short feeds eager: a second cache)" if log.eager_feeds else "")
+             for name, log in logs.items()]
     return f"; compiled in this process: {', '.join(parts)}" if parts else ""

@@ -7,7 +7,7 @@ overwritten by the next feed and masked until then (the causal mask compares pos
 ``torch.compile`` (inductor: C++ kernels on CPU, its matmuls the faster of its own GEMM and oneDNN's for each
 shape, timed once; Triton on GPU); longer ones (a prompt) run eager on the same
 cache, so a new prompt length never compiles anything. A one-token feed has its own graph; two to :data:`SHORT`
-tokens share one graph whose length is symbolic.
+tokens share one graph whose length is symbolic; every other size is static, so each cache length has its own graphs.
 
 Cache lengths are rounded up to :data:`BUCKET` and the caches are pooled: a frozen graph keeps the addresses of the
 cache it was compiled with (transformers marks them static) and writes there whatever cache it is given, so each
@@ -55,10 +55,12 @@ COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.In
 
 @dataclass
 class CompileLog:
-    """What compiling cost a :class:`CompiledModel`: graphs built (first calls of a new shape) and their seconds."""
+    """What compiling cost a :class:`CompiledModel`: graphs built (first calls of a new shape) and their seconds;
+    ``eager_feeds``: short feeds that ran eager because another cache of their length holds the graphs."""
 
     graphs: int = 0
     seconds: float = 0.0
+    eager_feeds: int = 0
     shapes: set[tuple[int, int]] = field(default_factory=set)  # (feed length class, cache length) compiled
 
 
@@ -95,7 +97,10 @@ class CompiledModel:
         model.get_output_embeddings().register_forward_hook(self._slot)
         # every model class shares its forward's code object, so its graphs for all models count towards one limit
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        self._compiled = torch.compile(model, dynamic=None)
+        # dynamic=False: no automatic dynamic shapes, so each cache length keeps graphs of its own (a graph made
+        # dynamic in the cache's length would write every length's tokens to the one cache it was frozen with);
+        # only the lengths marked dynamic (a feed of two tokens or more, :func:`fed`) are symbolic
+        self._compiled = torch.compile(model, dynamic=False)
         self._options = inductor_options(model.device)
 
     @property
@@ -129,7 +134,8 @@ class CompiledModel:
             # a prompt (its first feed also allocates the cache's tensors): eager
             return self._eager(input_ids, keep, kwargs)
         if self._bound.setdefault(cache.get_max_length(), cache) is not cache:
-            return self._eager(input_ids, keep, kwargs)  # another cache of this length holds the graphs
+            self.log.eager_feeds += 1  # another cache of this length holds the graphs
+            return self._eager(input_ids, keep, kwargs)
         # fresh dense tensors (the ids, a feature draft's features): no guard on where the feed sits in its buffer
         # (offset, row stride); their length is the graph's symbol from two tokens on
         input_ids = fed(input_ids, n)

@@ -78,6 +78,7 @@ def test_two_caches_of_one_length_each_get_their_own_tokens(wide):
     model = wide["target"]
     fast = compiled_module.compiled_models([model])[0]
     prompt = torch.tensor([PROMPTS[1]])
+    eager_feeds = fast.log.eager_feeds
     with torch.inference_mode():  # as generate: the pooled caches are inference tensors
         caches = [fast.acquire(8), fast.acquire(8)]
         try:
@@ -92,6 +93,7 @@ def test_two_caches_of_one_length_each_get_their_own_tokens(wide):
     for got in steps:
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     assert fast.log.graphs >= 1
+    assert fast.log.eager_feeds - eager_feeds == 1  # the second cache's step, counted
 
 
 @needs_compiler
