@@ -31,7 +31,8 @@ from accept_heads.evaluation.runs import DecoderRunner, RunSpec, output_sha
 from accept_heads.evaluation.specs import TargetAloneSpec
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
-from decode.loops.compiled import compile_log
+from decode.loops.compiled import cache_length, compile_log
+from decode.loops.prompt_input import ROUND_SLACK
 from decode.timing import synchronize
 
 #: A prompt → its generated tokens (1-D).
@@ -69,11 +70,11 @@ def no_sync() -> None:
 
 def take_turns(methods: Sequence[TimedMethod], prompts: Sequence[EncodedPrompt], *,
                clock: Callable[[], float] = time.perf_counter, sync: Callable[[], None] = no_sync,
-               warmup: int = 1, progress: str | None = None) -> list[Timing]:
+               warmup: Sequence[EncodedPrompt] = (), progress: str | None = None) -> list[Timing]:
     """Decode every prompt with every method in turn (prompt ``i`` starts at method ``i mod M``), timing each
-    decode with ``clock`` between two ``sync`` calls; the first ``warmup`` prompts are decoded once by
-    every method beforehand, untimed (first-call allocations and thread start-up)."""
-    for prompt in prompts[:warmup]:
+    decode with ``clock`` between two ``sync`` calls; the ``warmup`` prompts are decoded once by every method
+    beforehand, untimed (first-call allocations, thread start-up, compiling: :func:`warmup_prompts`)."""
+    for prompt in warmup:
         for method in methods:
             method.decode(prompt)
     timings = []
@@ -92,6 +93,16 @@ def take_turns(methods: Sequence[TimedMethod], prompts: Sequence[EncodedPrompt],
                                   generated=len(tokens), seconds=seconds,
                                   output_sha=output_sha(tokens, 0, len(tokens))))
     return timings
+
+
+def warmup_prompts(prompts: Sequence[EncodedPrompt], max_new_tokens: int) -> list[EncodedPrompt]:
+    """The first prompt, and the first of each other cache length a compiled decode of them uses
+    (:func:`decode.loops.compiled.cache_length`): each length compiles its own graphs, which must not happen while
+    a method is timed."""
+    chosen: dict[int, EncodedPrompt] = {}
+    for prompt in prompts:
+        chosen.setdefault(cache_length(len(prompt.token_ids) + max_new_tokens + ROUND_SLACK), prompt)
+    return list(chosen.values())
 
 
 def timed_specs(specs: Sequence[RunSpec], set_name: str, rule: str) -> list[RunSpec]:
@@ -201,8 +212,9 @@ def measure(executor: Executor, specs: Sequence[RunSpec], counted: pd.DataFrame)
             for rule in rules:
                 methods = [timed_method(spec, executor.decoding, executor.hf)
                            for spec in timed_specs(specs, prompts.name, rule)]
-                timings += take_turns(methods, prompts.prompts[: e.wallclock_prompts],
-                                      sync=device_sync(executor.device),
+                timed = prompts.prompts[: e.wallclock_prompts]
+                timings += take_turns(methods, timed, sync=device_sync(executor.device),
+                                      warmup=warmup_prompts(timed, executor.decoding.max_new_tokens),
                                       progress=f"wall clock: {prompts.name} {rule} ({len(methods)} methods in turn)")
     finally:
         torch.set_num_threads(threads)
@@ -214,7 +226,8 @@ def describe(executor: Executor) -> dict[str, Any]:
     e = executor.job.evaluate
     return {"device": executor.device, "dtype": str(executor.trio.target.dtype).removeprefix("torch."),
             "threads": e.wallclock_threads or len(os.sched_getaffinity(0)), "sets": e.wallclock_sets,
-            "prompts": e.wallclock_prompts, "rules": e.wallclock_rules, "batch": 1, "warmup_prompts": 1,
+            "prompts": e.wallclock_prompts, "rules": e.wallclock_rules, "batch": 1,
+            "warmup_prompts": "the first, and the first of each other compiled cache length",
             "order": "every prompt decoded by each method in turn, the first method rotating from prompt to prompt",
             "tokens_per_s": "generated tokens / seconds measured around each decode (device-synchronised)",
             "intervals": "95 % paired bootstrap over prompts",

@@ -48,7 +48,7 @@ from decode.ensemble.sd_mode import MemberEnsemble, Members
 from decode.ensemble_fn import EnsembleFn
 from decode.loops.compiled import CompiledModel, compiled_models
 from decode.loops.emit import Emitter
-from decode.loops.prompt_input import id_list, token_buffer
+from decode.loops.prompt_input import ROUND_SLACK, id_list, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
 from decode.policies import BatchPlan, Fixed, Head, Policy
@@ -161,7 +161,7 @@ class EnsembleDecoder:
     ) -> EnsembleOutput:
         """Generate up to ``max_new_tokens`` tokens after ``input_ids`` (``[1, n]``, ids or text)."""
         tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "EnsembleDecoder", max_new_tokens,
-                                 slack=2, context=self.context)
+                                 slack=ROUND_SLACK, context=self.context)
         start = time.perf_counter()
         generator = torch.Generator(device=self.device).manual_seed(seed)
         if self.mode == "sd":

@@ -110,7 +110,7 @@ class CompiledModel:
 
     def acquire(self, length: int) -> StaticCache:
         """A cache for ``length`` tokens (rounded up to :data:`BUCKET`), emptied; give it back with :meth:`release`."""
-        size = -(-max(length, 1) // BUCKET) * BUCKET
+        size = cache_length(length)
         free = self._free.setdefault(size, [])
         if free:
             bound = self._bound.get(size)
@@ -163,6 +163,12 @@ class CompiledModel:
 
     def _eager(self, input_ids: Tensor, keep: int, kwargs: dict[str, object]):
         return self.model(input_ids=input_ids, logits_to_keep=keep, **kwargs)
+
+
+def cache_length(tokens: int) -> int:
+    """The length of the pooled cache that holds a buffer of ``tokens`` (a multiple of :data:`BUCKET`); each
+    length compiles graphs of its own."""
+    return -(-max(tokens, 1) // BUCKET) * BUCKET
 
 
 def inductor_options(device: torch.device) -> dict[str, object]:

@@ -50,6 +50,11 @@ def is_batch(inputs: object, attention_mask: Tensor | None = None) -> bool:
     return not isinstance(inputs[0], int)
 
 
+#: The positions a one-prompt decoder's token buffer keeps past ``max_new_tokens`` (the ``slack`` of
+#: :func:`token_buffer`).
+ROUND_SLACK = 2
+
+
 def token_buffer(
     prompt: Tensor | str | Sequence[int],
     tokenizer: PreTrainedTokenizerBase | None,

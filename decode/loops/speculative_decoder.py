@@ -19,7 +19,7 @@ from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.compiled import CompiledModel, compiled_models
 from decode.loops.emit import Emitter, OnTokens
 from decode.loops.feature_feed import draft_runner, feature_tape
-from decode.loops.prompt_input import id_list, is_batch, token_buffer
+from decode.loops.prompt_input import ROUND_SLACK, id_list, is_batch, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
 from decode.policies import SV, BatchPlan, Fixed, Head, Policy
@@ -154,7 +154,7 @@ class SpeculativeDecoder:
 
     def _generate_one(self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int, seed: int,
                       on_tokens: OnTokens | None = None) -> DecodeOutput:
-        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "SpeculativeDecoder", max_new_tokens, slack=2,
+        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "SpeculativeDecoder", max_new_tokens, slack=ROUND_SLACK,
                                  context=self.context)
         start = time.perf_counter()
         generator = torch.Generator(device=self.device).manual_seed(seed)

@@ -20,6 +20,7 @@ from accept_heads.evaluation.wallclock import (
     take_turns,
     timed_method,
     timed_specs,
+    warmup_prompts,
 )
 from data_gen.encoding import EncodedPrompt
 from decode.policy_specs import ConfidenceSpec, FixedSpec
@@ -55,7 +56,7 @@ def test_methods_take_turns_prompt_by_prompt_with_a_rotating_first_method():
     log: list[tuple[str, str]] = []
     clock = FakeClock()
     methods = [fake_method(k, log, clock, 1.0, 4) for k in (1, 2, 3)]
-    take_turns(methods, PROMPTS, clock=clock, warmup=1)
+    take_turns(methods, PROMPTS, clock=clock, warmup=PROMPTS[:1])
     warmup, timed = log[:3], log[3:]
     assert warmup == [("fixed(K=1)", "p0"), ("fixed(K=2)", "p0"), ("fixed(K=3)", "p0")]
     assert [prompt for _, prompt in timed] == [p.prompt_id for p in PROMPTS for _ in methods]  # no blocks
@@ -63,6 +64,13 @@ def test_methods_take_turns_prompt_by_prompt_with_a_rotating_first_method():
     assert firsts == ["fixed(K=1)", "fixed(K=2)", "fixed(K=3)", "fixed(K=1)"]
     for i in range(len(PROMPTS)):  # every method once per prompt
         assert sorted(label for label, _ in timed[3 * i : 3 * i + 3]) == ["fixed(K=1)", "fixed(K=2)", "fixed(K=3)"]
+
+
+def test_the_warm_up_decodes_one_prompt_of_each_compiled_cache_length():
+    """A cache length compiles its own graphs: each is met untimed first (prompt + 64 new tokens + the slack)."""
+    prompts = [EncodedPrompt(f"p{i}", [1] * n) for i, n in enumerate((10, 150, 200, 40, 500, 300))]
+    assert [p.prompt_id for p in warmup_prompts(prompts, 64)] == ["p0", "p2", "p4"]  # caches of 256, 512, 768
+    assert [p.prompt_id for p in warmup_prompts(prompts[:2], 64)] == ["p0"]  # negative control: one length
 
 
 def test_tokens_per_second_is_generated_tokens_over_its_own_measured_seconds():

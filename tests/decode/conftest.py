@@ -8,7 +8,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
 
-def micro_lm(vocab: int, seed: int, hidden: int = 16, layers: int = 1, init: float = 0.5) -> PreTrainedModel:
+def micro_lm(vocab: int, seed: int, hidden: int = 16, layers: int = 1, init: float = 0.5,
+             context: int = 256) -> PreTrainedModel:
     """A random float32 LlamaForCausalLM in eval mode, without EOS/BOS/PAD tokens."""
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -18,7 +19,7 @@ def micro_lm(vocab: int, seed: int, hidden: int = 16, layers: int = 1, init: flo
         num_hidden_layers=layers,
         num_attention_heads=2,
         num_key_value_heads=1,
-        max_position_embeddings=256,
+        max_position_embeddings=context,
         initializer_range=init,
         bos_token_id=None,
         eos_token_id=None,

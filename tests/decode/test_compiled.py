@@ -16,7 +16,7 @@ import torch._dynamo.utils
 from decode import EnsembleDecoder, SpeculativeDecoder, policies, rules
 from decode.ensemble_fn import EnsembleFn
 from decode.loops import compiled as compiled_module
-from tests.decode.conftest import micro_feature_draft
+from tests.decode.conftest import micro_feature_draft, micro_lm
 from tests.decode.test_exact_distribution import check_case, report
 
 # without a C++ compiler decoding falls back to eager (the last two tests); the others need one
@@ -69,6 +69,20 @@ def test_another_prompt_length_compiles_nothing(wide):
         fast.generate(torch.tensor([list(range(1, length + 1))]), 24)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
     assert graphs > 0  # negative control: the counter does count this process's graphs
+
+
+@needs_compiler
+def test_prompts_in_other_cache_lengths_decode_as_eager():
+    """Each cache length keeps graphs of its own: after a prompt whose cache is longer, a short prompt's cache is
+    written by its own graphs (one graph made dynamic in the cache's length wrote to the longer cache)."""
+    target = micro_lm(96, seed=21, hidden=32, layers=2, init=0.3, context=1024)
+    draft = micro_lm(96, seed=22, hidden=16, init=0.3, context=1024)
+    eager, fast = greedy_pair({"target": target, "draft": draft}, policies.Fixed(3))
+    generator = torch.Generator().manual_seed(0)
+    for length in (7, 300, 9):  # caches of 256, 512 and again 256 columns
+        ids = torch.randint(0, 96, (1, length), generator=generator)
+        assert torch.equal(fast.generate(ids, 24).sequences, eager.generate(ids, 24).sequences), f"prompt of {length}"
+    assert {cache for _, cache in fast.compiled_models()["target"].log.shapes} == {256, 512}
 
 
 @needs_compiler
