@@ -77,7 +77,7 @@ def test_tokens_per_second_is_generated_tokens_over_its_own_measured_seconds():
     clock, log = FakeClock(), []
     fast = fake_method(4, log, clock, seconds=0.5, tokens=6)  # 12 tok/s
     slow = fake_method(1, log, clock, seconds=2.0, tokens=8)  # 4 tok/s
-    timings = take_turns([fast, slow], PROMPTS, clock=clock, warmup=0)
+    timings = take_turns([fast, slow], PROMPTS, clock=clock)
     assert {t.seconds for t in timings if t.policy == "fixed(K=4)"} == {0.5}
     assert {(t.generated, t.seconds) for t in timings if t.policy == "fixed(K=1)"} == {(8, 2.0)}
     counted = pd.DataFrame({"set": [], "rule": [], "policy": [], "prompt_id": [], "output_sha": []})
