@@ -31,8 +31,7 @@ from accept_heads.evaluation.runs import DecoderRunner, RunSpec, output_sha
 from accept_heads.evaluation.specs import TargetAloneSpec
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
-from decode.loops.compiled import cache_length, compile_log
-from decode.loops.prompt_input import ROUND_SLACK
+from decode.loops.compiled import compile_log, prompt_cache_length
 from decode.timing import synchronize
 
 #: A prompt → its generated tokens (1-D).
@@ -97,11 +96,11 @@ def take_turns(methods: Sequence[TimedMethod], prompts: Sequence[EncodedPrompt],
 
 def warmup_prompts(prompts: Sequence[EncodedPrompt], max_new_tokens: int) -> list[EncodedPrompt]:
     """The first prompt, and the first of each other cache length a compiled decode of them uses
-    (:func:`decode.loops.compiled.cache_length`): each length compiles its own graphs, which must not happen while
-    a method is timed."""
+    (:func:`decode.loops.compiled.prompt_cache_length`): each length compiles its own graphs, which must not happen
+    while a method is timed."""
     chosen: dict[int, EncodedPrompt] = {}
     for prompt in prompts:
-        chosen.setdefault(cache_length(len(prompt.token_ids) + max_new_tokens + ROUND_SLACK), prompt)
+        chosen.setdefault(prompt_cache_length(len(prompt.token_ids), max_new_tokens), prompt)
     return list(chosen.values())
 
 

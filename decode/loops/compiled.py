@@ -37,6 +37,7 @@ from transformers import PreTrainedModel, StaticCache
 from transformers.cache_utils import StaticLayer
 
 from decode.cache_api import cache_kwargs
+from decode.loops.prompt_input import ROUND_SLACK
 
 BUCKET = 256  # cache lengths are multiples of this
 SHORT = 16  # the longest feed that runs compiled
@@ -169,6 +170,12 @@ def cache_length(tokens: int) -> int:
     """The length of the pooled cache that holds a buffer of ``tokens`` (a multiple of :data:`BUCKET`); each
     length compiles graphs of its own."""
     return -(-max(tokens, 1) // BUCKET) * BUCKET
+
+
+def prompt_cache_length(prompt_tokens: int, max_new_tokens: int) -> int:
+    """The cache length a compiled one-prompt decode of ``prompt_tokens`` uses: its token buffer's
+    (:func:`decode.loops.prompt_input.token_buffer`, with :data:`ROUND_SLACK`), rounded by :func:`cache_length`."""
+    return cache_length(prompt_tokens + max_new_tokens + ROUND_SLACK)
 
 
 def inductor_options(device: torch.device) -> dict[str, object]:

@@ -154,8 +154,8 @@ class SpeculativeDecoder:
 
     def _generate_one(self, input_ids: Tensor | str | Sequence[int], max_new_tokens: int, seed: int,
                       on_tokens: OnTokens | None = None) -> DecodeOutput:
-        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "SpeculativeDecoder", max_new_tokens, slack=ROUND_SLACK,
-                                 context=self.context)
+        tokens, n = token_buffer(input_ids, self.tokenizer, self.device, "SpeculativeDecoder", max_new_tokens,
+                                 slack=ROUND_SLACK, context=self.context)
         start = time.perf_counter()
         generator = torch.Generator(device=self.device).manual_seed(seed)
         policy = self.policy
