@@ -2,7 +2,8 @@
 
 Run on a GPU machine with ``make test PYTEST_ARGS="-m gpu"``: collect → train (``trainer=gpu``,
 bf16-mixed) → export → ``load_head`` → decode with every rule (and the ensemble decoder) →
-evaluate, on the micro models; plus the exact-distribution checks of both decoders on CUDA.
+evaluate, on the micro models; plus the exact-distribution checks of both decoders on CUDA, and compiled decoding
+(``compile=True``: CUDA graphs) against eager decoding.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._dynamo.utils
 
 from accept_heads.evaluate import evaluate
 from accept_heads.train import train
@@ -107,6 +109,38 @@ def test_speculative_decoder_samples_the_exact_distribution_on_cuda(rule: rules.
     wrong = _exact_two_token(target, draft, rules.Speculative() if rule.name == "ensemble" else
                              rules.Ensemble("weighted", weight=0.9), prompt)
     assert _tv(empirical, wrong) > _tv_bound(wrong, SAMPLES), "negative control: the check can fail"
+
+
+@pytest.mark.parametrize("policy", [policies.Fixed(3), policies.Confidence(tau=0.5)], ids=repr)
+def test_compiled_decoding_replays_cuda_graphs_and_decodes_as_eager(policy: policies.Policy) -> None:
+    """Greedy, float32: compiled decoding (CUDA graphs recorded, then replayed) gives eager decoding's tokens and
+    calls; no graph is left out of CUDA graphs."""
+    device = torch.device("cuda")
+    target = micro_lm(96, seed=21, hidden=32, layers=2, init=0.3).to(device)
+    draft = micro_lm(96, seed=22, hidden=16, init=0.3).to(device)
+    eager, fast = (SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policy, eos_token_id=None,
+                                      compile=compile) for compile in (False, True))
+    skips = torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]
+    for repeat in range(3):  # a shape's first call warms up, its second records, later ones replay
+        for prompt in ([3, 1, 4], [1, 5, 9, 2, 6, 5, 3], list(range(40, 70))):
+            ids = torch.tensor([prompt], device=device)
+            expected, got = eager.generate(ids, 24), fast.generate(ids, 24)
+            assert torch.equal(got.sequences, expected.sequences), f"repeat {repeat}, prompt of {len(prompt)}"
+            assert got.stats.target_calls == expected.stats.target_calls
+    assert fast.compiled_models()["target"].log.graphs >= 1 and fast.compiled_models()["draft"].log.graphs >= 1
+    assert torch._dynamo.utils.counters["inductor"]["cudagraph_skips"] == skips
+
+
+def test_compiled_decoding_samples_the_exact_distribution_on_cuda() -> None:
+    device = torch.device("cuda")
+    target, draft = micro_lm(4, seed=11, init=0.3).to(device), micro_lm(4, seed=12, init=0.3).to(device)
+    prompt = torch.tensor([[0, 1]], device=device)
+    rule = rules.Speculative()
+    exact = _exact_two_token(target, draft, rule, prompt)
+    decoder = SpeculativeDecoder(target, draft, rule=rule, policy=policies.Fixed(2), eos_token_id=None, compile=True)
+    empirical = _empirical(decoder, prompt)
+    assert _tv(empirical, exact) < _tv_bound(exact, SAMPLES)
+    assert decoder.compiled_models()["target"].log.graphs >= 1
 
 
 def test_ensemble_decoder_samples_the_exact_distribution_on_cuda() -> None:

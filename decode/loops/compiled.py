@@ -5,7 +5,8 @@ written in place): rolling back is moving the cache's length back (``crop``), an
 overwritten by the next feed and masked until then (the causal mask compares positions). Feeds of at most
 :data:`SHORT` tokens — a drafting step, a verification of ``K + 1`` tokens, a settled bonus — go through
 ``torch.compile`` (inductor: C++ kernels on CPU, its matmuls the faster of its own GEMM and oneDNN's for each
-shape, timed once; Triton on GPU); longer ones (a prompt) run eager on the same
+shape, timed once; Triton kernels on CUDA, replayed as CUDA graphs: one launch per forward instead of one per
+kernel, recorded once per feed length); longer ones (a prompt) run eager on the same
 cache, so a new prompt length never compiles anything. A one-token feed has its own graph; two to :data:`SHORT`
 tokens share one graph whose length is symbolic; every other size is static, so each cache length has its own graphs.
 
@@ -41,13 +42,16 @@ from decode.loops.prompt_input import ROUND_SLACK
 
 BUCKET = 256  # cache lengths are multiples of this
 SHORT = 16  # the longest feed that runs compiled
-# freezing: the weights are constants of the graph (prepacked for the matmuls); cpp_wrapper: the code that calls the
-# kernels is C++ too (no Python between a step's few hundred kernels)
-INDUCTOR = {"freezing": True, "cpp_wrapper": True}
-# on CPU each matmul shape is timed once between inductor's own C++ GEMM (micro-kernels for the CPU's AMX, AVX-512 or
-# AVX2) and oneDNN's, and the faster kept, so no CPU gets slower than oneDNN; quietly
-CPU_GEMMS = {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN", "autotune_num_choices_displayed": 0,
-             "max_autotune_report_choices_stats": False}
+# freezing: the weights are constants of the graph (prepacked for the matmuls)
+INDUCTOR = {"freezing": True}
+# on CPU, cpp_wrapper: the code that calls the kernels is C++ too (no Python between a step's few hundred kernels);
+# each matmul shape is timed once between inductor's own C++ GEMM (micro-kernels for the CPU's AMX, AVX-512 or AVX2)
+# and oneDNN's, and the faster kept, so no CPU gets slower than oneDNN; quietly
+CPU_OPTIONS = {"cpp_wrapper": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+               "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
+# on CUDA, a forward's kernels replay as one CUDA graph (cudagraph trees, as ``mode="reduce-overhead"``); a graph is
+# recorded per feed length by design, so the warning about many lengths is off
+CUDA_OPTIONS = {"triton.cudagraphs": True, "triton.cudagraph_dynamic_shape_warn_limit": None}
 RECOMPILE_LIMIT = 64  # graphs per forward code object (two per model, a few models, their caches' buckets)
 # what a compilation that cannot work here raises (no C++ toolchain or Python headers, an unsupported op)
 COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
@@ -103,6 +107,7 @@ class CompiledModel:
         # only the lengths marked dynamic (a feed of two tokens or more, :func:`fed`) are symbolic
         self._compiled = torch.compile(model, dynamic=False)
         self._options = inductor_options(model.device)
+        self._graphs = bool(self._options.get("triton.cudagraphs"))  # outputs live in the graphs' memory pool
 
     @property
     def hidden(self) -> Tensor | None:
@@ -145,7 +150,7 @@ class CompiledModel:
         shape = (min(n, 2), cache.get_max_length())
         with torch._inductor.config.patch(self._options):  # read by any call that compiles
             if shape in self.log.shapes:
-                return self._compiled(input_ids=input_ids, **kwargs)
+                return self._owned(self._compiled(input_ids=input_ids, **kwargs))
             start = time.perf_counter()
             try:
                 with warnings.catch_warnings():  # the GEMM autotuner reads a deprecated storage API
@@ -160,6 +165,15 @@ class CompiledModel:
         self.log.shapes.add(shape)
         self.log.graphs += 1
         self.log.seconds += time.perf_counter() - start
+        return self._owned(out)
+
+    def _owned(self, out):
+        """``out`` (and :attr:`hidden`) copied out of the CUDA graphs' memory pool, which the next compiled call
+        reuses; unchanged without CUDA graphs."""
+        if self._graphs:
+            out.logits = out.logits.clone()
+            if self._slot.hidden is not None:
+                self._slot.hidden = self._slot.hidden.clone()
         return out
 
     def _eager(self, input_ids: Tensor, keep: int, kwargs: dict[str, object]):
@@ -179,8 +193,9 @@ def prompt_cache_length(prompt_tokens: int, max_new_tokens: int) -> int:
 
 
 def inductor_options(device: torch.device) -> dict[str, object]:
-    """Inductor's settings for a model on ``device`` (:data:`INDUCTOR`, on CPU with :data:`CPU_GEMMS`)."""
-    return {**INDUCTOR, **(CPU_GEMMS if device.type == "cpu" else {})}
+    """Inductor's settings for a model on ``device``: :data:`INDUCTOR` with :data:`CPU_OPTIONS` or
+    :data:`CUDA_OPTIONS`."""
+    return {**INDUCTOR, **{"cpu": CPU_OPTIONS, "cuda": CUDA_OPTIONS}.get(device.type, {})}
 
 
 def fed(tensor: Tensor, n: int) -> Tensor:
