@@ -44,6 +44,7 @@ from accept_heads.evaluation.specs import HFConstantSpec
 from ahconf.entry import quiet_library_output
 from ahconf.schema import ModelSpec
 from benchmarks import engines
+from benchmarks.devices import add_device_option
 from benchmarks.goodput import GoodputRow, run_goodput
 from data_gen.models import resolve_model_id
 from data_gen.zoo.paths import installed_zoo_dir
@@ -418,8 +419,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--k", type=int, default=5, help="constant number of draft tokens per round (default 5)")
     parser.add_argument("--prompts", type=int, default=8, help="number of prompts (default 8)")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    add_device_option(parser)
     parser.add_argument(
         "--dtype", default="auto",
         help="auto (default: the checkpoint's dtype; float32 for --random-init), float32, bfloat16, float16",
@@ -520,7 +520,7 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
     quiet_library_output()
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device = args.device
     target, draft, described = load_pair(args, device)
     budget = args.max_new_tokens
     eos = target.generation_config.eos_token_id if args.stop_at_eos else None

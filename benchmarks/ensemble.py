@@ -22,6 +22,7 @@ from transformers import PreTrainedModel
 
 from ahconf.entry import quiet_library_output
 from benchmarks.decoding import PhaseTimer, make_prompts, zoo_dir_or_exit
+from benchmarks.devices import add_device_option
 from decode.artifacts.hub import load_causal_lm
 from decode.ensemble.decoder import EnsembleDecoder
 from decode.ensemble_fn import DEFAULT_MU, EnsembleFn
@@ -82,7 +83,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--mu", type=float, default=DEFAULT_MU, help="contrastive coefficient of every non-target model"
     )
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--device", default="cpu")
+    add_device_option(parser, default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return parser.parse_args(argv)
 
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     if args.threads:
         torch.set_num_threads(args.threads)
     root = Path(args.zoo_dir) if args.zoo_dir is not None else zoo_dir_or_exit()
-    device = torch.device(args.device)
+    device = args.device
     models: dict[str, PreTrainedModel] = {
         role: load_causal_lm(str(root / role), dtype="float32").to(device) for role in ROLES
     }

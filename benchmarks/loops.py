@@ -34,6 +34,7 @@ import torch
 
 from ahconf.entry import quiet_library_output
 from benchmarks.decoding import RANDOM_PAIRS, batch_prompts, load_pair
+from benchmarks.devices import add_device_option
 from decode.timing import Stopwatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=16, help="number of prompts (default 16)")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes over the prompts (default 3)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    add_device_option(parser)
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16, float16")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return parser.parse_args(argv)
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     quiet_library_output()
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device = args.device
     target, draft, described = load_pair(args, device)
     prompts = batch_prompts(args.target, args.prompts, target.config.get_text_config().vocab_size, device)
     import decode

@@ -65,6 +65,17 @@ def test_bench_compiled_rows_count_the_decoders_own_calls_over_runs(tmp_path, ca
     assert re.search(r"decode Fixed\(3\), compiled / HF assisted tokens/s over 2 runs: median [0-9.]+x \(runs ", printed)
 
 
+@pytest.mark.parametrize("name, expected", [("tpu:0", "names no device"), ("cuda:7", "CUDA")])
+def test_a_device_this_machine_lacks_is_one_line(capsys, name, expected):
+    if torch.cuda.device_count() > 7:
+        pytest.skip("this machine has the device")
+    with pytest.raises(SystemExit) as exit_info:
+        bench.parse_args(["--device", name])
+    error = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert exit_info.value.code == 2 and len(error) == 1 and expected in error[0]
+    assert bench.parse_args(["--device", "cpu"]).device == torch.device("cpu")
+
+
 def test_phase_timer_restores_what_it_wraps(make_lm):
     model, rule = make_lm(16, seed=1), Speculative()
     timer = bench.PhaseTimer(torch.device("cpu"))
