@@ -46,7 +46,7 @@ tests() {
   fi
   OMP_NUM_THREADS=1 taskset -c 12-15 python3 -m pytest -q -m gpu -p no:cacheprovider > "$OUT/gpu-tests.log" 2>&1 &
   local gpu=$!
-  OMP_NUM_THREADS=1 stage tests 420 taskset -c 0-11 python3 -m pytest -q -n 12 -p no:cacheprovider "${skip[@]}"
+  OMP_NUM_THREADS=1 stage tests 390 taskset -c 0-11 python3 -m pytest -q -n 12 -p no:cacheprovider "${skip[@]}"
   wait $gpu
   echo "gpu-tests: exit $? (python3 -m pytest -m gpu, cores 12-15)" | tee -a "$SUMMARY"
 }
@@ -63,7 +63,7 @@ for name in "$@"; do
       echo "parts: $(ls /tmp/parts | tr '\n' ' ')" | tee -a "$SUMMARY" ;;
     tests) tests ;;
     speed)
-      stage speed 300 python3 -m benchmarks.decoding --random-init 1b --dtype bfloat16 --k 5 --prompts 8 \
+      stage speed 290 python3 -m benchmarks.decoding --random-init 1b --dtype bfloat16 --k 5 --prompts 8 \
         --max-new-tokens 64 --compile --runs 3 ;;
     breakdown)
       stage breakdown 180 python3 -m benchmarks.decoding --random-init 1b --dtype bfloat16 --k 5 --prompts 8 \
