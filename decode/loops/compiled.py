@@ -192,6 +192,12 @@ def prompt_cache_length(prompt_tokens: int, max_new_tokens: int) -> int:
     return cache_length(prompt_tokens + max_new_tokens + ROUND_SLACK)
 
 
+def warmup_decodes(device: torch.device) -> int:
+    """Untimed decodes of a warm-up prompt a method needs before it is timed on ``device``: two on CUDA, where a
+    compiled feed length is recorded as a CUDA graph on its second call (its first warms up), else one."""
+    return 2 if device.type == "cuda" else 1
+
+
 def inductor_options(device: torch.device) -> dict[str, object]:
     """Inductor's settings for a model on ``device``: :data:`INDUCTOR` with :data:`CPU_OPTIONS` or
     :data:`CUDA_OPTIONS`."""
