@@ -556,9 +556,12 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
     def ours(prompt: torch.Tensor, seed: int) -> torch.Tensor:
         return decoder.generate(prompt, max_new_tokens=budget, seed=seed).sequences
 
+    fast_decoders: list[SpeculativeDecoder] = []
+
     def compiled(policy: Policy) -> Run:
-        fast = SpeculativeDecoder(target, draft, rule=rule, policy=policy, sampling=Sampling(), eos_token_id=eos,
-                                  compile=True)
+        fast_decoders.append(SpeculativeDecoder(target, draft, rule=rule, policy=policy, sampling=Sampling(),
+                                                eos_token_id=eos, compile=True))
+        fast = fast_decoders[-1]
         return lambda prompt, seed: fast.generate(prompt, max_new_tokens=budget, seed=seed)
 
     methods: list[tuple[str, Run, Rule | None, torch.nn.Module | None]] = [
@@ -592,6 +595,8 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
             if hf.rate and ours_result.rate and "Fixed" in ours_result.name:
                 ratios.setdefault(ours_result.name, []).append(ours_result.rate / hf.rate)
                 print(f"{ours_result.name} / HF assisted tokens/s: {ratios[ours_result.name][-1]:.2f}x")
+    if fast_decoders:  # the target's and the draft's compiled forwards are shared by every compiled decoder
+        print(engines.compile_line(fast_decoders[-1].compiled_models()))
     if args.runs > 1:
         for name, values in ratios.items():
             print(f"{name} / HF assisted tokens/s over {args.runs} runs: median {median(values):.2f}x "

