@@ -94,6 +94,9 @@ for name in "$@"; do
     real)
       # the wheel travelled as parts beside its checksum (travel.sh split): its name is the checksum file's
       WHEEL=$(basename "$(ls /tmp/parts/*.sha256 2>/dev/null | head -1)" .sha256)
+      if [[ -z $WHEEL ]]; then
+        echo "real: no wheel's parts in /tmp/parts (carry them first: the parts stage)" | tee -a "$SUMMARY"; continue
+      fi
       if [[ ! -f /tmp/parts/$WHEEL ]]; then
         cat /tmp/parts/$WHEEL.part* > /tmp/parts/$WHEEL 2>/dev/null
         (cd /tmp/parts && sha256sum -c --quiet $WHEEL.sha256) \
