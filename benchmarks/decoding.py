@@ -52,7 +52,6 @@ from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer,
 from decode.artifacts.serialization import load_head
 from decode.loops.batch_cache import LAYOUTS
 from decode.loops.batched import row_seed
-from decode.loops.compiled import warmup_decodes
 from decode.loops.prompt_input import pad_id
 from decode.loops.speculative_decoder import DecodeOutput, SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
@@ -219,14 +218,13 @@ Run = Callable[[torch.Tensor, int], torch.Tensor | DecodeOutput]
 def measure(
     methods: list[tuple[str, Run]], prompts: list[torch.Tensor], target: PreTrainedModel, draft: PreTrainedModel
 ) -> list[Result]:
-    """Time each ``run(prompt, seed)`` over all prompts (after untimed warm-ups: :func:`warmup_decodes`).
+    """Time each ``run(prompt, seed)`` over all prompts (after one warm-up call each).
 
     The methods take turns on every prompt, so a drift of the machine's speed hits them alike. Calls are counted by
     forward hooks, or taken from the decoder's stats where ``run`` returns a :class:`DecodeOutput`.
     """
     for _, run in methods:
-        for _ in range(warmup_decodes(prompts[0].device)):
-            run(prompts[0], 0)
+        run(prompts[0], 0)
     results = [Result(name) for name, _ in methods]
     counters = CallCounter(target), CallCounter(draft)
     try:

@@ -5,8 +5,8 @@
                                  [--device cpu|cuda] [--vllm-python PATH]
 
 (also ``python -m benchmarks.decoding --engines``). Every method decodes the same chat-rendered prompts at batch 1
-in the pair's precision, taking turns prompt by prompt, after untimed warm-ups (which compile; two on CUDA, where
-the second records the CUDA graphs):
+in the pair's precision, taking turns prompt by prompt, after an untimed warm-up each (which compiles every feed length
+and, on CUDA, records its CUDA graph):
 
 * the target alone by HF ``generate`` (dynamic cache, eager), by ``generate`` with a static cache (eager), and by
   this project's loop (``TargetOnly``, K = 0) eager and compiled (:mod:`decode.loops.compiled`);

@@ -17,7 +17,6 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
-from decode.loops.compiled import warmup_decodes
 from decode.loops.target_alone import generate_target_alone
 from decode.timing import Stopwatch
 
@@ -53,12 +52,10 @@ def hf_target_alone(target: PreTrainedModel, budget: int, greedy: bool = False, 
 
 def time_methods(methods: dict[str, Decode], prompts: list[list[int]], label: str, repeats: int = 1,
                  device: torch.device | None = None) -> list[Timed]:
-    """Each method on every prompt, taking turns (after untimed warm-ups: :func:`decode.loops.compiled.warmup_decodes`),
-    ``repeats`` times over."""
+    """Each method on every prompt, taking turns (after one untimed warm-up each), ``repeats`` times over."""
     device = device or torch.device("cpu")
     for run in methods.values():
-        for _ in range(warmup_decodes(device)):
-            run(prompts[0][:32], 0)
+        run(prompts[0][:32], 0)
     timed = [Timed(name, [0.0] * len(prompts), [0.0] * len(prompts)) for name in methods]
     for repeat in range(repeats):
         done = [(0.0, 0.0) for _ in methods]

@@ -31,7 +31,7 @@ from accept_heads.evaluation.runs import DecoderRunner, RunSpec, output_sha
 from accept_heads.evaluation.specs import TargetAloneSpec
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
-from decode.loops.compiled import compile_log, prompt_cache_length, warmup_decodes
+from decode.loops.compiled import compile_log, prompt_cache_length
 from decode.timing import synchronize
 
 #: A prompt → its generated tokens (1-D).
@@ -94,15 +94,14 @@ def take_turns(methods: Sequence[TimedMethod], prompts: Sequence[EncodedPrompt],
     return timings
 
 
-def warmup_prompts(prompts: Sequence[EncodedPrompt], max_new_tokens: int,
-                   device: str = "cpu") -> list[EncodedPrompt]:
+def warmup_prompts(prompts: Sequence[EncodedPrompt], max_new_tokens: int) -> list[EncodedPrompt]:
     """The first prompt, and the first of each other cache length a compiled decode of them uses
     (:func:`decode.loops.compiled.prompt_cache_length`): each length compiles its own graphs, which must not happen
-    while a method is timed; each as many times as ``device`` needs (:func:`decode.loops.compiled.warmup_decodes`)."""
+    while a method is timed."""
     chosen: dict[int, EncodedPrompt] = {}
     for prompt in prompts:
         chosen.setdefault(prompt_cache_length(len(prompt.token_ids), max_new_tokens), prompt)
-    return list(chosen.values()) * warmup_decodes(torch.device(device))
+    return list(chosen.values())
 
 
 def timed_specs(specs: Sequence[RunSpec], set_name: str, rule: str) -> list[RunSpec]:
@@ -214,8 +213,7 @@ def measure(executor: Executor, specs: Sequence[RunSpec], counted: pd.DataFrame)
                            for spec in timed_specs(specs, prompts.name, rule)]
                 timed = prompts.prompts[: e.wallclock_prompts]
                 timings += take_turns(methods, timed, sync=device_sync(executor.device),
-                                      warmup=warmup_prompts(timed, executor.decoding.max_new_tokens,
-                                                            executor.device),
+                                      warmup=warmup_prompts(timed, executor.decoding.max_new_tokens),
                                       progress=f"wall clock: {prompts.name} {rule} ({len(methods)} methods in turn)")
     finally:
         torch.set_num_threads(threads)
@@ -228,7 +226,7 @@ def describe(executor: Executor) -> dict[str, Any]:
     return {"device": executor.device, "dtype": str(executor.trio.target.dtype).removeprefix("torch."),
             "threads": e.wallclock_threads or len(os.sched_getaffinity(0)), "sets": e.wallclock_sets,
             "prompts": e.wallclock_prompts, "rules": e.wallclock_rules, "batch": 1,
-            "warmup_prompts": "the first, and the first of each other compiled cache length (twice on CUDA)",
+            "warmup_prompts": "the first, and the first of each other compiled cache length",
             "order": "every prompt decoded by each method in turn, the first method rotating from prompt to prompt",
             "tokens_per_s": "generated tokens / seconds measured around each decode (device-synchronised)",
             "intervals": "95 % paired bootstrap over prompts",

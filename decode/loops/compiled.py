@@ -9,6 +9,9 @@ shape, timed once; Triton kernels on CUDA, replayed as CUDA graphs: one launch p
 kernel, recorded once per feed length); longer ones (a prompt) run eager on the same
 cache, so a new prompt length never compiles anything. A one-token feed has its own graph; two to :data:`SHORT`
 tokens share one graph whose length is symbolic; every other size is static, so each cache length has its own graphs.
+The first short feed on a cache length first runs every feed length once on the cache (and on CUDA records each as a
+graph), then crops the cache back: what a decode meets later depends on what it drafts and accepts, and it should
+never compile or record while a decode is timed.
 
 Cache lengths are rounded up to :data:`BUCKET` and the caches are pooled: a frozen graph keeps the addresses of the
 cache it was compiled with (transformers marks them static) and writes there whatever cache it is given, so each
@@ -37,7 +40,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, StaticCache
 from transformers.cache_utils import StaticLayer
 
-from decode.cache_api import cache_kwargs
+from decode.cache_api import cache_kwargs, drop_last
 from decode.loops.prompt_input import ROUND_SLACK
 
 BUCKET = 256  # cache lengths are multiples of this
@@ -52,6 +55,8 @@ CPU_OPTIONS = {"cpp_wrapper": True, "max_autotune": True, "max_autotune_gemm_bac
 # on CUDA, a forward's kernels replay as one CUDA graph (cudagraph trees, as ``mode="reduce-overhead"``); a graph is
 # recorded per feed length by design, so the warning about many lengths is off
 CUDA_OPTIONS = {"triton.cudagraphs": True, "triton.cudagraph_dynamic_shape_warn_limit": None}
+# calls of a new feed length before it replays: on CUDA cudagraph trees warm a length up, then record it
+PREPARE_CALLS = {"cuda": 3}
 RECOMPILE_LIMIT = 64  # graphs per forward code object (two per model, a few models, their caches' buckets)
 # what a compilation that cannot work here raises (no C++ toolchain or Python headers, an unsupported op)
 COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
@@ -99,6 +104,7 @@ class CompiledModel:
         # the cache each length's graphs were compiled with: frozen graphs keep writing to it whatever cache they
         # are given, so a second cache of that length (two decodes at once) runs eager
         self._bound: dict[int, StaticCache] = {}
+        self._prepared: set[int] = set()  # cache lengths whose every feed length has run (:meth:`_prepare`)
         model.get_output_embeddings().register_forward_hook(self._slot)
         # every model class shares its forward's code object, so its graphs for all models count towards one limit
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
@@ -139,14 +145,40 @@ class CompiledModel:
         if n > SHORT or not cache.layers[0].is_initialized or self.failed:
             # a prompt (its first feed also allocates the cache's tensors): eager
             return self._eager(input_ids, keep, kwargs)
-        if self._bound.setdefault(cache.get_max_length(), cache) is not cache:
+        size = cache.get_max_length()
+        if self._bound.setdefault(size, cache) is not cache:
             self.log.eager_feeds += 1  # another cache of this length holds the graphs
             return self._eager(input_ids, keep, kwargs)
+        if size not in self._prepared:
+            self._prepared.add(size)
+            self._prepare(input_ids, cache, kwargs, extra)
+        return self._run(input_ids, cache, keep, kwargs, extra)
+
+    def _prepare(self, input_ids: Tensor, cache: StaticCache, kwargs: dict[str, object],
+                 extra: dict[str, object]) -> None:
+        """Run every feed length the cache has room for, :data:`PREPARE_CALLS` times, on stand-in tokens (``input_ids``'
+        first, with its features), each dropped from the cache again: its graphs compiled (and recorded) now."""
+        room = cache.get_max_length() - int(cache.get_seq_length())
+        for length in range(1, min(SHORT, room) + 1):
+            ids = input_ids[:, :1].expand(-1, length)
+            stand_in = {name: value[:, :1].expand(-1, length, *value.shape[2:]) if is_fed(value, input_ids.shape[1])
+                        else value for name, value in extra.items()}
+            for _ in range(PREPARE_CALLS.get(self.model.device.type, 1)):
+                self._run(ids, cache, 1, {**kwargs, **stand_in}, stand_in)
+                drop_last(cache, length)
+            if self.failed:
+                return
+
+    def _run(self, input_ids: Tensor, cache: StaticCache, keep: int, kwargs: dict[str, object],
+             extra: dict[str, object]):
+        """The compiled forward on ``cache`` (compiling a new shape), or eager once a compilation has failed."""
+        if self.failed:
+            return self._eager(input_ids, keep, kwargs)
+        n = input_ids.shape[1]
         # fresh dense tensors (the ids, a feature draft's features): no guard on where the feed sits in its buffer
         # (offset, row stride); their length is the graph's symbol from two tokens on
         input_ids = fed(input_ids, n)
-        kwargs.update({name: fed(value, n) for name, value in extra.items()
-                       if isinstance(value, Tensor) and value.dim() > 1 and value.shape[1] == n})
+        kwargs = {**kwargs, **{name: fed(value, n) for name, value in extra.items() if is_fed(value, n)}}
         shape = (min(n, 2), cache.get_max_length())
         with torch._inductor.config.patch(self._options):  # read by any call that compiles
             if shape in self.log.shapes:
@@ -160,7 +192,7 @@ class CompiledModel:
                 self.failed = True
                 first = (str(error).strip().splitlines() or ["no message"])[0][:160]
                 warnings.warn(f"{type(self.model).__name__}: torch.compile failed here ({type(error).__name__}: "
-                              f"{first}); it decodes eager", stacklevel=4)
+                              f"{first}); it decodes eager", stacklevel=5)
                 return self._eager(input_ids, keep, kwargs)
         self.log.shapes.add(shape)
         self.log.graphs += 1
@@ -192,16 +224,16 @@ def prompt_cache_length(prompt_tokens: int, max_new_tokens: int) -> int:
     return cache_length(prompt_tokens + max_new_tokens + ROUND_SLACK)
 
 
-def warmup_decodes(device: torch.device) -> int:
-    """Untimed decodes of a warm-up prompt a method needs before it is timed on ``device``: two on CUDA, where a
-    compiled feed length is recorded as a CUDA graph on its second call (its first warms up), else one."""
-    return 2 if device.type == "cuda" else 1
-
-
 def inductor_options(device: torch.device) -> dict[str, object]:
     """Inductor's settings for a model on ``device``: :data:`INDUCTOR` with :data:`CPU_OPTIONS` or
     :data:`CUDA_OPTIONS`."""
     return {**INDUCTOR, **{"cpu": CPU_OPTIONS, "cuda": CUDA_OPTIONS}.get(device.type, {})}
+
+
+def is_fed(value: object, n: int) -> bool:
+    """Whether a forward argument holds one entry per fed token (``[B, n, ...]``, such as a feature draft's
+    features)."""
+    return isinstance(value, Tensor) and value.dim() > 1 and value.shape[1] == n
 
 
 def fed(tensor: Tensor, n: int) -> Tensor:

@@ -71,8 +71,6 @@ def test_the_warm_up_decodes_one_prompt_of_each_compiled_cache_length():
     prompts = [EncodedPrompt(f"p{i}", [1] * n) for i, n in enumerate((10, 150, 200, 40, 500, 300))]
     assert [p.prompt_id for p in warmup_prompts(prompts, 64)] == ["p0", "p2", "p4"]  # caches of 256, 512, 768
     assert [p.prompt_id for p in warmup_prompts(prompts[:2], 64)] == ["p0"]  # negative control: one length
-    # on CUDA a compiled feed length records its CUDA graph on its second call: each warm-up prompt decodes twice
-    assert [p.prompt_id for p in warmup_prompts(prompts[:2], 64, "cuda")] == ["p0", "p0"]
 
 
 def test_tokens_per_second_is_generated_tokens_over_its_own_measured_seconds():

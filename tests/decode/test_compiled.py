@@ -72,6 +72,20 @@ def test_another_prompt_length_compiles_nothing(wide):
 
 
 @needs_compiler
+def test_the_first_step_on_a_cache_length_compiles_every_feed_length():
+    """Which feed lengths a decode meets depends on what it drafts and accepts: the first short feed on a cache length
+    runs them all on stand-in tokens, cropped off again, so nothing is left to compile while a decode is timed."""
+    models = {"target": micro_lm(96, seed=21, hidden=32, layers=2, init=0.3),
+              "draft": micro_lm(96, seed=22, hidden=16, init=0.3)}
+    eager, fast = greedy_pair(models, policies.TargetOnly())
+    ids = torch.tensor([PROMPTS[1]])
+    assert torch.equal(fast.generate(ids, 24).sequences, eager.generate(ids, 24).sequences)
+    target = fast.compiled_models()["target"].log
+    # the target alone feeds one token a step, yet the graph of two to 16 tokens a verification needs is there
+    assert (target.graphs, target.shapes) == (2, {(1, 256), (2, 256)})
+
+
+@needs_compiler
 def test_prompts_in_other_cache_lengths_decode_as_eager():
     """Each cache length keeps graphs of its own: after a prompt whose cache is longer, a short prompt's cache is
     written by its own graphs (one graph made dynamic in the cache's length wrote to the longer cache)."""
