@@ -57,6 +57,7 @@ CPU_OPTIONS = {"cpp_wrapper": True, "max_autotune": True, "max_autotune_gemm_bac
 CUDA_OPTIONS = {"triton.cudagraphs": True, "triton.cudagraph_dynamic_shape_warn_limit": None}
 # calls of a new feed length before it replays: on CUDA cudagraph trees warm a length up, then record it
 PREPARE_CALLS = {"cuda": 3}
+Signature = tuple[tuple[str, str], ...]
 RECOMPILE_LIMIT = 64  # graphs per forward code object (two per model, a few models, their caches' buckets)
 # what a compilation that cannot work here raises (no C++ toolchain or Python headers, an unsupported op)
 COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.InductorError,
@@ -65,8 +66,9 @@ COMPILE_ERRORS = (torch._dynamo.exc.TorchDynamoException, torch._inductor.exc.In
 
 @dataclass
 class CompileLog:
-    """What compiling cost a :class:`CompiledModel`: graphs built (first calls of a new shape) and their seconds;
-    ``eager_feeds``: short feeds that ran eager because another cache of their length holds the graphs."""
+    """What compiling cost a :class:`CompiledModel`: graphs built (first calls of a new shape or with other arguments)
+    and their seconds; ``eager_feeds``: short feeds that ran eager because another cache of their length holds the
+    graphs."""
 
     graphs: int = 0
     seconds: float = 0.0
@@ -104,7 +106,10 @@ class CompiledModel:
         # the cache each length's graphs were compiled with: frozen graphs keep writing to it whatever cache they
         # are given, so a second cache of that length (two decodes at once) runs eager
         self._bound: dict[int, StaticCache] = {}
-        self._prepared: set[int] = set()  # cache lengths whose every feed length has run (:meth:`_prepare`)
+        # graphs built, by (feed length class, cache length, the call's other arguments): a call with other arguments
+        # (the target's hidden states for a feature draft's tape) is a graph of its own
+        self._built: set[tuple[int, int, Signature]] = set()
+        self._prepared: set[tuple[int, Signature]] = set()  # every feed length has run (:meth:`_prepare`)
         model.get_output_embeddings().register_forward_hook(self._slot)
         # every model class shares its forward's code object, so its graphs for all models count towards one limit
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
@@ -149,8 +154,8 @@ class CompiledModel:
         if self._bound.setdefault(size, cache) is not cache:
             self.log.eager_feeds += 1  # another cache of this length holds the graphs
             return self._eager(input_ids, keep, kwargs)
-        if size not in self._prepared:
-            self._prepared.add(size)
+        if (size, signature(extra)) not in self._prepared:
+            self._prepared.add((size, signature(extra)))
             self._prepare(input_ids, cache, kwargs, extra)
         return self._run(input_ids, cache, keep, kwargs, extra)
 
@@ -181,7 +186,7 @@ class CompiledModel:
         kwargs = {**kwargs, **{name: fed(value, n) for name, value in extra.items() if is_fed(value, n)}}
         shape = (min(n, 2), cache.get_max_length())
         with torch._inductor.config.patch(self._options):  # read by any call that compiles
-            if shape in self.log.shapes:
+            if (*shape, signature(extra)) in self._built:
                 return self._owned(self._compiled(input_ids=input_ids, **kwargs))
             start = time.perf_counter()
             try:
@@ -194,6 +199,7 @@ class CompiledModel:
                 warnings.warn(f"{type(self.model).__name__}: torch.compile failed here ({type(error).__name__}: "
                               f"{first}); it decodes eager", stacklevel=5)
                 return self._eager(input_ids, keep, kwargs)
+        self._built.add((*shape, signature(extra)))
         self.log.shapes.add(shape)
         self.log.graphs += 1
         self.log.seconds += time.perf_counter() - start
@@ -228,6 +234,12 @@ def inductor_options(device: torch.device) -> dict[str, object]:
     """Inductor's settings for a model on ``device``: :data:`INDUCTOR` with :data:`CPU_OPTIONS` or
     :data:`CUDA_OPTIONS`."""
     return {**INDUCTOR, **{"cpu": CPU_OPTIONS, "cuda": CUDA_OPTIONS}.get(device.type, {})}
+
+
+def signature(extra: dict[str, object]) -> Signature:
+    """What tells a call's graph apart besides its shape: its other arguments' names, and the values of those that
+    are no tensors."""
+    return tuple(sorted((name, "tensor" if isinstance(value, Tensor) else repr(value)) for name, value in extra.items()))
 
 
 def is_fed(value: object, n: int) -> bool:

@@ -80,9 +80,21 @@ def test_the_first_step_on_a_cache_length_compiles_every_feed_length():
     eager, fast = greedy_pair(models, policies.TargetOnly())
     ids = torch.tensor([PROMPTS[1]])
     assert torch.equal(fast.generate(ids, 24).sequences, eager.generate(ids, 24).sequences)
-    target = fast.compiled_models()["target"].log
+    compiled = fast.compiled_models()["target"]
     # the target alone feeds one token a step, yet the graph of two to 16 tokens a verification needs is there
-    assert (target.graphs, target.shapes) == (2, {(1, 256), (2, 256)})
+    assert (compiled.log.graphs, compiled.log.shapes) == (2, {(1, 256), (2, 256)})
+    # a call with other arguments (the hidden states a feature draft's tape reads) has graphs of its own, made ready
+    # at its first short feed too
+    with torch.inference_mode():
+        cache = compiled.acquire(8)
+        try:
+            compiled(ids, cache, 1)
+            hidden = compiled(ids[:, :1], cache, 1, output_hidden_states=True).hidden_states[-1][0, -1]
+        finally:
+            compiled.release(cache)
+    expected = models["target"](input_ids=torch.cat([ids, ids[:, :1]], dim=1), output_hidden_states=True)
+    torch.testing.assert_close(hidden, expected.hidden_states[-1][0, -1], rtol=1e-4, atol=1e-4)
+    assert compiled.log.graphs == 4
 
 
 @needs_compiler
