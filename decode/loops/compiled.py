@@ -239,7 +239,8 @@ def inductor_options(device: torch.device) -> dict[str, object]:
 def signature(extra: dict[str, object]) -> Signature:
     """What tells a call's graph apart besides its shape: its other arguments' names, and the values of those that
     are no tensors."""
-    return tuple(sorted((name, "tensor" if isinstance(value, Tensor) else repr(value)) for name, value in extra.items()))
+    return tuple(sorted((name, "tensor" if isinstance(value, Tensor) else repr(value))
+                        for name, value in extra.items()))
 
 
 def is_fed(value: object, n: int) -> bool:
