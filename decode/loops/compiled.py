@@ -154,13 +154,14 @@ class CompiledModel:
         if self._bound.setdefault(size, cache) is not cache:
             self.log.eager_feeds += 1  # another cache of this length holds the graphs
             return self._eager(input_ids, keep, kwargs)
-        if (size, signature(extra)) not in self._prepared:
-            self._prepared.add((size, signature(extra)))
-            self._prepare(input_ids, cache, kwargs, extra)
-        return self._run(input_ids, cache, keep, kwargs, extra)
+        key = signature(extra)
+        if (size, key) not in self._prepared:
+            self._prepared.add((size, key))
+            self._prepare(input_ids, cache, kwargs, extra, key)
+        return self._run(input_ids, cache, keep, kwargs, extra, key)
 
-    def _prepare(self, input_ids: Tensor, cache: StaticCache, kwargs: dict[str, object],
-                 extra: dict[str, object]) -> None:
+    def _prepare(self, input_ids: Tensor, cache: StaticCache, kwargs: dict[str, object], extra: dict[str, object],
+                 key: Signature) -> None:
         """Run every feed length the cache has room for, :data:`PREPARE_CALLS` times, on stand-in tokens (``input_ids``'
         first, with its features), each dropped from the cache again: its graphs compiled (and recorded) now."""
         room = cache.get_max_length() - int(cache.get_seq_length())
@@ -169,14 +170,15 @@ class CompiledModel:
             stand_in = {name: value[:, :1].expand(-1, length, *value.shape[2:]) if is_fed(value, input_ids.shape[1])
                         else value for name, value in extra.items()}
             for _ in range(PREPARE_CALLS.get(self.model.device.type, 1)):
-                self._run(ids, cache, 1, {**kwargs, **stand_in}, stand_in)
+                self._run(ids, cache, 1, {**kwargs, **stand_in}, stand_in, key)
                 drop_last(cache, length)
             if self.failed:
                 return
 
     def _run(self, input_ids: Tensor, cache: StaticCache, keep: int, kwargs: dict[str, object],
-             extra: dict[str, object]):
-        """The compiled forward on ``cache`` (compiling a new shape), or eager once a compilation has failed."""
+             extra: dict[str, object], key: Signature):
+        """The compiled forward on ``cache`` (compiling a new shape; ``key``: ``signature(extra)``), or eager once a
+        compilation has failed."""
         if self.failed:
             return self._eager(input_ids, keep, kwargs)
         n = input_ids.shape[1]
@@ -186,7 +188,7 @@ class CompiledModel:
         kwargs = {**kwargs, **{name: fed(value, n) for name, value in extra.items() if is_fed(value, n)}}
         shape = (min(n, 2), cache.get_max_length())
         with torch._inductor.config.patch(self._options):  # read by any call that compiles
-            if (*shape, signature(extra)) in self._built:
+            if (*shape, key) in self._built:
                 return self._owned(self._compiled(input_ids=input_ids, **kwargs))
             start = time.perf_counter()
             try:
@@ -199,7 +201,7 @@ class CompiledModel:
                 warnings.warn(f"{type(self.model).__name__}: torch.compile failed here ({type(error).__name__}: "
                               f"{first}); it decodes eager", stacklevel=5)
                 return self._eager(input_ids, keep, kwargs)
-        self._built.add((*shape, signature(extra)))
+        self._built.add((*shape, key))
         self.log.shapes.add(shape)
         self.log.graphs += 1
         self.log.seconds += time.perf_counter() - start
