@@ -4,7 +4,9 @@ At position ``t`` its input is the embedding of token ``t`` and a feature of pos
 (``feature_layers`` of the target's ``hidden_states``, concatenated, then fused to one hidden width) where the
 target has read that position, else the draft's own output there. A projection ``fc`` maps the pair to one
 hidden state, then Llama decoder layers, the final norm and an output layer (the target's tied embeddings, or a
-:class:`decode.subset_vocab.SubsetVocabHead`: ``q = 0`` off the subset, lossless). Its own output at ``t`` (the
+:class:`decode.subset_vocab.SubsetVocabHead`, full or low-rank: ``q = 0`` off the subset, lossless). With
+``feature_norm`` (EAGLE-3.1) each of the target's layers is RMS-normalised before they are fused, and so is
+every feature the draft reads, the target's or its own fed back (``docs/design.md`` §8). Its own output at ``t`` (the
 output layer's input) is trained to be the target's feature at ``t`` (``docs/design.md`` §8), so it feeds the
 next drafting step. It keeps its own KV cache like any causal LM; :mod:`decode.loops.feature_feed` feeds it.
 
@@ -21,6 +23,7 @@ from huggingface_hub.dataclasses import strict
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from decode.cache_api import cache_kwargs
 from decode.subset_vocab import SubsetVocabHead
@@ -34,7 +37,8 @@ class FeatureDraftConfig(LlamaConfig):
 
     ``feature_layers``: indices into the target's ``hidden_states`` (HF's convention: ``n`` is the output of
     the first ``n`` layers, the last index the final norm's output); ``target_hidden_size``: their width;
-    ``draft_vocab_size``: how many tokens the output layer scores (None: all, through the tied embeddings).
+    ``draft_vocab_size``: how many tokens the output layer scores (None: all, through the tied embeddings);
+    ``draft_head_rank``: the rank of that subset's scores (None: full); ``feature_norm``: EAGLE-3.1's norms.
     """
 
     model_type = MODEL_TYPE
@@ -42,6 +46,8 @@ class FeatureDraftConfig(LlamaConfig):
     feature_layers: list[int] | None = None
     target_hidden_size: int | None = None
     draft_vocab_size: int | None = None
+    draft_head_rank: int | None = None
+    feature_norm: bool = False
 
 
 class FeatureDraftForCausalLM(LlamaForCausalLM):
@@ -62,8 +68,14 @@ class FeatureDraftForCausalLM(LlamaForCausalLM):
         #: Several target layers (EAGLE-3) or another width → one hidden state; None when they already are one.
         self.fuse = nn.Linear(width, hidden, bias=False) if width != hidden else None
         self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        #: EAGLE-3.1: one norm per target layer read (before fusing), one on every feature read.
+        self.feature_norms = (nn.ModuleList(LlamaRMSNorm(config.target_hidden_size, config.rms_norm_eps)
+                                            for _ in config.feature_layers) if config.feature_norm else None)
+        self.read_norm = LlamaRMSNorm(hidden, config.rms_norm_eps) if config.feature_norm else None
         if config.draft_vocab_size is not None:
-            self.lm_head = SubsetVocabHead(hidden, config.vocab_size, config.draft_vocab_size)
+            self.lm_head = SubsetVocabHead(hidden, config.vocab_size, config.draft_vocab_size, config.draft_head_rank)
+        elif config.draft_head_rank is not None:
+            raise ValueError("a low-rank output layer scores a subset: set draft_vocab_size too")
         self.post_init()
 
     @property
@@ -74,6 +86,9 @@ class FeatureDraftForCausalLM(LlamaForCausalLM):
     def fuse_features(self, features: Tensor) -> Tensor:
         """The target's concatenated features ``[..., len(feature_layers) · H_target]`` → the draft's ``[..., H]``."""
         features = features.to(self.fc.weight.dtype)
+        if self.feature_norms is not None:
+            parts = features.split(self.config.target_hidden_size, dim=-1)
+            features = torch.cat([norm(part) for norm, part in zip(self.feature_norms, parts)], dim=-1)
         return self.fuse(features) if self.fuse is not None else features
 
     def forward(self, input_ids: Tensor | None = None, features: Tensor | None = None, **kwargs: object
@@ -85,9 +100,13 @@ class FeatureDraftForCausalLM(LlamaForCausalLM):
         return super().forward(inputs_embeds=self.inputs(input_ids, features), **kwargs)
 
     def inputs(self, input_ids: Tensor, features: Tensor) -> Tensor:
-        """What the first layer reads ``[B, L, H]``: ``fc(embed(input_ids) ⊕ features)``."""
+        """What the first layer reads ``[B, L, H]``: ``fc(embed(input_ids) ⊕ features)`` (features normalised first
+        with ``feature_norm``; a zero feature, read where there is none, stays zero)."""
         embeds = self.model.embed_tokens(input_ids)
-        return self.fc(torch.cat([embeds, features.to(embeds.dtype)], dim=-1))
+        features = features.to(embeds.dtype)
+        if self.read_norm is not None:
+            features = self.read_norm(features)
+        return self.fc(torch.cat([embeds, features], dim=-1))
 
 
 def is_feature_draft(model: PreTrainedModel | None) -> bool:
@@ -124,7 +143,6 @@ def round_mask(attention_mask: Tensor, depth: int, dtype: torch.dtype) -> Tensor
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
-@torch.no_grad()
 def depth_hidden(draft: FeatureDraftForCausalLM, input_ids: Tensor, attention_mask: Tensor, reads: Tensor,
                  depths: int) -> list[Tensor]:
     """The draft's outputs (its output layer's input) ``[B, L, H]`` at depths ``1 .. depths`` of a round, along
@@ -133,7 +151,8 @@ def depth_hidden(draft: FeatureDraftForCausalLM, input_ids: Tensor, attention_ma
     Depth ``d`` at position ``t`` is the step of a round that started by feeding position ``t − d + 1`` with the
     target's feature (``reads``, :func:`feature_reads`) and then fed the next ``d − 1`` tokens each with the draft's
     own output before it. One forward per depth over the whole batch, every pass appended to one KV cache and
-    masked by :func:`round_mask`, so each step attends to exactly the keys an incremental round has.
+    masked by :func:`round_mask`, so each step attends to exactly the keys an incremental round has. Gradients flow
+    (training's training-time test unrolls through it); callers that only read wrap it in ``torch.no_grad``.
     """
     positions = (attention_mask.cumsum(-1) - 1).clamp_min(0)
     cache = DynamicCache(config=draft.config)

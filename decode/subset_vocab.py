@@ -24,19 +24,28 @@ MODEL_TYPE = "llama_subset_vocab"
 
 
 class SubsetVocabHead(nn.Module):
-    """``logits[..., token_ids] = x @ weight.T``; every other token of ``vocab_size`` gets the lowest finite logit."""
+    """``logits[..., token_ids] = x @ weight.T``; every other token of ``vocab_size`` gets the lowest finite logit.
 
-    def __init__(self, hidden_size: int, vocab_size: int, subset_size: int) -> None:
+    With a ``rank`` the subset's scores are low-rank (SlimSpec): ``x`` is first projected to ``rank`` dimensions
+    (``down``), and ``weight`` is ``[subset, rank]``.
+    """
+
+    def __init__(self, hidden_size: int, vocab_size: int, subset_size: int, rank: int | None = None) -> None:
         super().__init__()
         self.in_features = hidden_size
         self.out_features = vocab_size  # the width of the logits, as for nn.Linear
-        self.weight = nn.Parameter(torch.empty(subset_size, hidden_size))  # [subset, H]
+        self.down = nn.Linear(hidden_size, rank, bias=False) if rank is not None else None  # [rank, H]
+        self.weight = nn.Parameter(torch.empty(subset_size, rank or hidden_size))  # [subset, rank or H]
         self.register_buffer("token_ids", torch.arange(subset_size, dtype=torch.long))  # [subset] target ids
         nn.init.normal_(self.weight, std=0.02)
 
+    def scores(self, hidden: Tensor) -> Tensor:
+        """The subset's logits ``[..., subset]`` of hidden states ``[..., H]`` (column ``i``: ``token_ids[i]``)."""
+        return nn.functional.linear(self.down(hidden) if self.down is not None else hidden, self.weight)
+
     def forward(self, hidden: Tensor) -> Tensor:
         """``[..., vocab_size]`` logits of hidden states ``[..., H]``."""
-        scored = nn.functional.linear(hidden, self.weight)
+        scored = self.scores(hidden)
         logits = scored.new_full((*scored.shape[:-1], self.out_features), torch.finfo(scored.dtype).min)
         return logits.index_copy_(-1, self.token_ids, scored)
 

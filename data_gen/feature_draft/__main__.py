@@ -5,17 +5,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from safetensors import safe_open
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ahconf.entry import quiet_library_output
 from data_gen.model_store import file_hashes
 from decode.artifacts.hub import NATIVE_BF16, ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 
-from .build import FeatureRecipe, PromptSource, build_feature_draft
+from .build import FeatureRecipe, PromptSource, build_feature_draft, build_responses, encoded, shard_plan
+from .losses import DISTRIBUTION_LOSSES
 from .model import FeatureDraftShape
+from .response_pack import PackError, pack_responses, record_path, unpack_responses
 from .shards import ShardMismatchError
 from .training import FeatureTraining
 
@@ -36,15 +41,40 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--shards", type=int, default=default.shards, help="teacher shards (of --prompts-per-shard)")
     parser.add_argument("--prompts-per-shard", type=int, default=default.prompts_per_shard)
     parser.add_argument("--response-tokens", type=int, default=default.response_tokens)
+    parser.add_argument("--temperatures", type=float, nargs="+", default=list(default.temperatures), metavar="T",
+                        help="one pass over the prompts per temperature, 0 for greedy (default: 1)")
+    parser.add_argument("--generation-batch", type=int, default=default.generation_batch,
+                        help="prompts the target answers at once")
+    parser.add_argument("--stage", choices=("all", "responses", "pack"), default="all",
+                        help="responses: only generate the response shards (resumable), no teacher pass or training; "
+                        "pack: pack the response shards into --pack")
+    parser.add_argument("--pack", type=Path, default=None,
+                        help="a response pack (data_gen.feature_draft.response_pack): written by --stage pack, "
+                        "else unpacked into the data directory before anything is generated")
     parser.add_argument("--steps", type=int, default=training.steps)
     parser.add_argument("--tokens-per-step", type=int, default=training.tokens_per_step)
     parser.add_argument("--lr", type=float, default=training.lr)
     parser.add_argument("--unroll", type=int, default=training.unroll,
                         help="depths trained per position (1: the target's features only)")
     parser.add_argument("--regression-weight", type=float, default=training.regression_weight)
+    parser.add_argument("--loss", choices=sorted(DISTRIBUTION_LOSSES), default=training.loss,
+                        help="the distribution loss (kl: soft cross-entropy; tv: 1 - alpha; neg_log_alpha: -log alpha; "
+                        "lk: the LK hybrid)")
+    parser.add_argument("--causal-unroll", action="store_true",
+                        help="deeper depths attend causally over their own pass (v1) instead of decoding's masks")
+    parser.add_argument("--unreachable-top-k", type=int, default=training.unreachable_top_k, metavar="K",
+                        help="train a depth only where the round's earlier tokens were in the draft's top-K (0: off)")
+    parser.add_argument("--on-policy-steps", type=int, default=training.on_policy_steps,
+                        help="steps after --steps that train only where the draft is rejected")
     parser.add_argument("--layers", type=int, default=shape.layers, help="the draft's decoder layers")
     parser.add_argument("--feature-layers", type=int, nargs="+", default=None, metavar="N",
-                        help="the target's hidden_states read (default: the last; EAGLE-3: e.g. 2 15 30)")
+                        help="the target's hidden_states read (default: the last; EAGLE-3: e.g. 2 15 27)")
+    parser.add_argument("--teacher-layers", type=int, nargs="+", default=None, metavar="N",
+                        help="the target's hidden_states the teacher shards store (default: --feature-layers); "
+                        "store more to train drafts reading different ones from the same shards")
+    parser.add_argument("--head-rank", type=int, default=shape.head_rank,
+                        help="a low-rank output layer of this rank (default: full)")
+    parser.add_argument("--feature-norm", action="store_true", help="EAGLE-3.1's norms on the features read")
     parser.add_argument("--vocab-subset", type=int, default=shape.vocab_subset,
                         help="tokens its output layer scores (0: the whole vocabulary)")
     parser.add_argument("--prompt-source", default=PromptSource().source, help="prompt source (data_gen.prompts)")
@@ -61,13 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     quiet_library_output()
     recipe = FeatureRecipe(
         shape=FeatureDraftShape(layers=args.layers, vocab_subset=args.vocab_subset or None,
-                                feature_layers=tuple(args.feature_layers) if args.feature_layers else None),
+                                feature_layers=tuple(args.feature_layers) if args.feature_layers else None,
+                                head_rank=args.head_rank, feature_norm=args.feature_norm),
         training=dataclasses.replace(FeatureTraining(), steps=args.steps, tokens_per_step=args.tokens_per_step,
                                      lr=args.lr, unroll=args.unroll, regression_weight=args.regression_weight,
+                                     loss=args.loss, exact_masks=not args.causal_unroll,
+                                     unreachable_top_k=args.unreachable_top_k, on_policy_steps=args.on_policy_steps,
                                      seed=args.seed),
         prompts=dataclasses.replace(PromptSource(), source=args.prompt_source),
         shards=args.shards, prompts_per_shard=args.prompts_per_shard, response_tokens=args.response_tokens,
-        seed=args.seed,
+        temperatures=tuple(args.temperatures), generation_batch=args.generation_batch, seed=args.seed,
+        teacher_layers=tuple(args.teacher_layers) if args.teacher_layers else None,
     )
     out = args.out.expanduser()
     try:
@@ -75,14 +109,59 @@ def main(argv: list[str] | None = None) -> int:
         target = load_causal_lm(args.target, dtype=resolve_dtype(args.dtype))
         tokenizer = load_tokenizer(args.target)
         weights = file_hashes(Path(args.target), ["model.safetensors"]) if Path(args.target).is_dir() else {}
-        result = build_feature_draft(target, tokenizer, weights.get("model.safetensors", args.target), recipe, out,
-                                     args.data_dir or out.with_name(out.name + ".data"),
+        target_sha256, data_dir = weights.get("model.safetensors", args.target), args.data_dir or out.with_name(
+            out.name + ".data")
+        if args.stage == "pack" or args.pack is not None:
+            if args.pack is None:
+                raise ValueError("--stage pack writes the file --pack names: add --pack PATH")
+            pack_or_unpack(args.stage, args.pack.expanduser(), target, tokenizer, target_sha256, recipe, data_dir)
+            if args.stage == "pack":
+                return 0
+        if args.stage == "responses":
+            before, started = set(data_dir.glob("responses-*.safetensors")), time.perf_counter()
+            paths = build_responses(target, tokenizer, target_sha256, recipe, data_dir)
+            Console(width=120).print(responses_table(paths, set(paths) - before, time.perf_counter() - started))
+            return 0
+        result = build_feature_draft(target, tokenizer, target_sha256, recipe, out, data_dir,
                                      args.work_dir or out.with_name(out.name + ".work"))
-    except (ModelLoadError, ShardMismatchError, ValueError) as error:
+    except (ModelLoadError, ShardMismatchError, PackError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     Console(width=120).print(summary_table(result.record, out))
     return 0
+
+
+def pack_or_unpack(stage: str, pack: Path, target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                   target_sha256: str, recipe: FeatureRecipe, data_dir: Path) -> None:
+    """``--stage pack``: the data directory's response shards into ``pack``; else ``pack`` into the directory."""
+    plan = shard_plan(recipe, target, target_sha256)
+    if stage == "pack":
+        record = pack_responses(data_dir, plan, recipe.shards, pack)
+        print(f"packed {record['sequences']:,} responses ({record['response_tokens']:,} tokens) of {record['shards']} "
+              f"shards into {pack} ({pack.stat().st_size / 2 ** 20:.1f} MiB, sha256 in {record_path(pack).name})")
+        return
+    paths = unpack_responses(pack, plan, encoded(tokenizer, recipe.prompts, recipe.seed), data_dir)
+    print(f"unpacked {len(paths)} response shards from {pack} into {data_dir}", file=sys.stderr)
+
+
+def responses_table(paths: list[Path], made: set[Path], seconds: float) -> Table:
+    """The response shards: sequences and response tokens, all and made by this run, with this run's rate."""
+    table = Table(title=f"response shards in {paths[0].parent}" if paths else "no response shards",
+                  caption=f"{seconds:.0f} s this run; shards made earlier are read, not timed")
+    for column in ("shards", "sequences", "response tokens", "response tokens / s"):
+        table.add_column(column, justify="right")
+    rows = {"all": [0, 0, 0], "made by this run": [0, 0, 0]}
+    for path in paths:
+        with safe_open(str(path), "pt") as handle:
+            lengths, prompts = handle.get_tensor("lengths"), handle.get_tensor("prompt_lengths")
+        for name in ("all", "made by this run") if path in made else ("all",):
+            rows[name][0] += 1
+            rows[name][1] += len(lengths)
+            rows[name][2] += int((lengths - prompts).sum())
+    for name, (shards, sequences, tokens) in rows.items():
+        rate = f"{tokens / max(seconds, 1e-9):.0f}" if name != "all" and shards else "-"
+        table.add_row(f"{shards} ({name})", f"{sequences:,}", f"{tokens:,}", rate)
+    return table
 
 
 def summary_table(record: dict, out: Path) -> Table:

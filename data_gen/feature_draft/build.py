@@ -26,8 +26,8 @@ from decode.artifacts.hub import native_bf16
 from decode.feature_draft import FeatureDraftForCausalLM
 
 from .model import FeatureDraftShape, frequent_tokens, initial_draft, trained_tensors
-from .shards import ShardPlan, build_shards
-from .training import FeatureTraining, TeacherData, TrainingResult, train_feature_draft
+from .shards import ShardPlan, build_shards, read_sequences
+from .training import FeatureTraining, TrainingResult, train_feature_draft
 
 RECORD_FILE = "feature_draft.json"
 SHIPPED_DTYPE = torch.bfloat16
@@ -55,6 +55,9 @@ class FeatureRecipe:
     shards: int = 22
     prompts_per_shard: int = 256
     response_tokens: int = 128
+    temperatures: tuple[float, ...] = (1.0,)  # one pass over the prompts each (0: greedy)
+    teacher_layers: tuple[int, ...] | None = None  # the target layers the shards store (None: those the draft reads)
+    generation_batch: int = 64
     top_k: int = 32
     seed: int = 0
 
@@ -74,7 +77,16 @@ def shard_plan(recipe: FeatureRecipe, target: PreTrainedModel, target_sha256: st
     """The shards' plan for this recipe and target."""
     return ShardPlan(prompts_per_shard=recipe.prompts_per_shard, response_tokens=recipe.response_tokens,
                      top_k=recipe.top_k, seed=recipe.seed, target_sha256=target_sha256,
-                     feature_layers=recipe.shape.reads(target))
+                     feature_layers=recipe.teacher_layers or recipe.shape.reads(target), temperatures=recipe.temperatures,
+                     generation_batch=recipe.generation_batch)
+
+
+def build_responses(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target_sha256: str,
+                    recipe: FeatureRecipe, data_dir: Path) -> list[Path]:
+    """Only the response shards (the slow part, kept for a later teacher pass and training)."""
+    plan = shard_plan(recipe, target, target_sha256)
+    return build_shards(target, encoded(tokenizer, recipe.prompts, recipe.seed), data_dir, plan,
+                        tokenizer.eos_token_id, tokenizer.pad_token_id, len(tokenizer), recipe.shards, teacher=False)
 
 
 @dataclass(frozen=True)
@@ -94,12 +106,11 @@ def build_feature_draft(target: PreTrainedModel, tokenizer: PreTrainedTokenizerB
     plan = shard_plan(recipe, target, target_sha256)
     paths = build_shards(target, prompts, data_dir, plan, tokenizer.eos_token_id, tokenizer.pad_token_id,
                          len(tokenizer), recipe.shards)
-    data = TeacherData(paths, recipe.training.max_length)
-    subset = (frequent_tokens((shard["tokens"] for shard in data.shards), target.config.vocab_size,
-                               recipe.shape.vocab_subset)
+    stored = [read_sequences(path) for path in paths]
+    subset = (frequent_tokens((s.tokens for s in stored), target.config.vocab_size, recipe.shape.vocab_subset)
               if recipe.shape.vocab_subset is not None else None)
-    responses = sum(int((s["lengths"] - s["prompt_lengths"]).sum()) for s in data.shards)
-    del data
+    responses = sum(int((s.lengths - s.prompt_lengths).sum()) for s in stored)
+    del stored
     draft = initial_draft(target, recipe.shape, subset)
     bf16 = native_bf16("cuda" if torch.cuda.is_available() else "cpu")
     result = train_feature_draft(draft, paths, recipe.training, work_dir, precision="bf16-mixed" if bf16 else "32-true")

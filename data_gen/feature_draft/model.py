@@ -19,7 +19,7 @@ from transformers import PreTrainedModel
 from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM
 
 #: The draft's own tensors (the rest, its embeddings, are the target's and are never trained or shipped).
-TRAINED_PREFIXES = ("fc.", "fuse.", "model.layers.", "model.norm.", "lm_head.")
+TRAINED_PREFIXES = ("fc.", "fuse.", "feature_norms.", "read_norm.", "model.layers.", "model.norm.", "lm_head.")
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,15 @@ class FeatureDraftShape:
 
     ``feature_layers``: the target's ``hidden_states`` it reads (None: the last one, the output layer's input;
     EAGLE-3 reads a low, a middle and a high layer); ``vocab_subset``: tokens its output layer scores (None:
-    all, through the target's tied embeddings).
+    all, through the target's tied embeddings); ``head_rank``: that layer's rank (None: full; SlimSpec);
+    ``feature_norm``: EAGLE-3.1's norms on every target layer read and on every feature read.
     """
 
     layers: int = 1
     feature_layers: tuple[int, ...] | None = None
     vocab_subset: int | None = 8192
+    head_rank: int | None = None
+    feature_norm: bool = False
 
     def reads(self, target: PreTrainedModel) -> tuple[int, ...]:
         """The target's ``hidden_states`` indices it reads."""
@@ -56,6 +59,7 @@ def draft_config(target: PreTrainedModel, shape: FeatureDraftShape) -> FeatureDr
     fields = {k: v for k, v in target.config.to_dict().items() if k not in dropped}
     return FeatureDraftConfig(**fields, num_hidden_layers=shape.layers, feature_layers=list(shape.reads(target)),
                               target_hidden_size=target.config.hidden_size, draft_vocab_size=shape.vocab_subset,
+                              draft_head_rank=shape.head_rank, feature_norm=shape.feature_norm,
                               tie_word_embeddings=shape.vocab_subset is None)
 
 
@@ -75,14 +79,24 @@ def initial_draft(target: PreTrainedModel, shape: FeatureDraftShape, subset: Ten
             state[name] = source[origin + name.removeprefix(f"model.layers.{index}.")]
         for branch in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):  # the layer starts as the identity
             state[f"model.layers.{index}.{branch}"] = torch.zeros_like(state[f"model.layers.{index}.{branch}"])
-    # the features already passed the target's final norm: the draft's keeps their scale
-    state["model.norm.weight"] = torch.full((hidden,), float(source["model.norm.weight"].pow(2).mean().sqrt()))
+    # the features already passed the target's final norm: the draft's keeps their scale, and so does its norm on
+    # every feature read (EAGLE-3.1)
+    scale = float(source["model.norm.weight"].pow(2).mean().sqrt())
+    state["model.norm.weight"] = torch.full((hidden,), scale)
+    if shape.feature_norm:
+        state["read_norm.weight"] = torch.full((hidden,), scale)
     state["fc.weight"] = torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)
     state["fc.bias"] = torch.zeros(hidden)
     if shape.vocab_subset is not None:
         if subset is None or len(subset) != shape.vocab_subset:
             raise ValueError(f"a {shape.vocab_subset}-token output layer needs that many subset ids")
-        state["lm_head.weight"] = source["model.embed_tokens.weight"][subset]
+        rows = source["model.embed_tokens.weight"][subset]  # [S, H]
+        if shape.head_rank is None:
+            state["lm_head.weight"] = rows
+        else:  # the best rank-r approximation of the same rows: rows ≈ weight @ down
+            left, values, right = torch.linalg.svd(rows, full_matrices=False)
+            state["lm_head.weight"] = left[:, :shape.head_rank] * values[:shape.head_rank]
+            state["lm_head.down.weight"] = right[:shape.head_rank]
         state["lm_head.token_ids"] = subset.clone()
     draft.load_state_dict(state, strict=True)
     draft.model.embed_tokens.weight.requires_grad_(False)

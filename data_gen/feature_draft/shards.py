@@ -3,8 +3,10 @@
 Two kinds of shard under one directory, each a safetensors file written whole and renamed into place, so an
 interrupted run keeps every finished shard and redoes only the one it was writing:
 
-* ``responses-NNNNN.safetensors``: the target's T = 1 responses to a slice of the prompts (each prompt with its
-  own seeded stream, so a shard's content does not depend on which others exist);
+* ``responses-NNNNN.safetensors``: the target's responses to a slice of the prompts under one of the plan's
+  temperatures (each prompt with its own seeded stream, so a shard's content does not depend on which others
+  exist): shard ``i`` is pass ``i // shards_per_pass`` (its temperature; 0 is greedy) over slice
+  ``i % shards_per_pass`` of the prompts;
 * ``teacher-NNNNN.safetensors``: for the same sequences, the target's feature at every position (the hidden
   states a feature draft reads, :attr:`decode.feature_draft.FeatureDraftConfig.feature_layers`) and its top-k
   next-token probabilities there. Prompt positions count as well as response ones: the target's distribution is
@@ -45,7 +47,8 @@ class ShardMismatchError(ValueError):
 
 @dataclass(frozen=True)
 class ShardPlan:
-    """How prompts become shards: ``prompts_per_shard`` prompts each, responses of up to ``response_tokens``."""
+    """How prompts become shards: ``prompts_per_shard`` prompts each, responses of up to ``response_tokens``, one
+    pass over the prompts per temperature (0: greedy)."""
 
     prompts_per_shard: int = 256
     response_tokens: int = 128
@@ -55,10 +58,17 @@ class ShardPlan:
     seed: int = 0
     target_sha256: str = ""
     feature_layers: tuple[int, ...] = ()
+    temperatures: tuple[float, ...] = (1.0,)
+
+    def shards_per_pass(self, prompts: int) -> int:
+        """Shards one pass over ``prompts`` prompts takes."""
+        return (prompts + self.prompts_per_shard - 1) // self.prompts_per_shard
 
     def fingerprint(self, kind: str) -> dict[str, str]:
         """The metadata every shard of ``kind`` carries (what must match for it to be reused)."""
         fields = asdict(self)
+        if tuple(fields["temperatures"]) == (1.0,):  # a single T = 1 pass fingerprints as before passes existed
+            fields.pop("temperatures")
         if kind == RESPONSES:  # responses do not depend on how the teacher reads them
             for name in ("teacher_batch", "top_k", "feature_layers"):
                 fields.pop(name)
@@ -109,6 +119,12 @@ def read_shard(path: Path, plan: ShardPlan, kind: str) -> dict[str, Tensor] | No
         return {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (a safetensors handle, not a dict)
 
 
+def read_sequences(path: Path) -> Sequences:
+    """The token sequences of a response or teacher shard, without its other tensors."""
+    with safe_open(str(path), "pt") as handle:
+        return Sequences(handle.get_tensor("tokens"), handle.get_tensor("lengths"), handle.get_tensor("prompt_lengths"))
+
+
 def write_shard(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]) -> None:
     """Write the shard whole, then rename it into place (no half-written shard is ever read)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,21 +138,33 @@ def write_shard(path: Path, tensors: dict[str, Tensor], metadata: dict[str, str]
             os.unlink(tmp)
 
 
+def seed_label(first: int, temperature_pass: int) -> str:
+    """The name of prompt ``first``'s random stream in pass ``temperature_pass`` (the first pass keeps the names
+    shards had before passes existed)."""
+    return f"train/{first}" if temperature_pass == 0 else f"train/pass{temperature_pass}/{first}"
+
+
 def response_shard(target: PreTrainedModel, prompts: list[list[int]], first: int, plan: ShardPlan, eos: int | None,
-                   pad: int, vocab: int) -> Sequences:
-    """The target's T = 1 response to each of ``prompts`` (global indices from ``first``), EOS included."""
-    pairs: list[tuple[list[int], list[int]]] = []
-    for start in range(0, len(prompts), plan.generation_batch):
-        chunk = prompts[start:start + plan.generation_batch]
-        generators = [torch.Generator().manual_seed(prompt_seed(plan.seed, f"train/{first + start + i}"))
-                      for i in range(len(chunk))]
-        batch = generate_responses(target, chunk, sampling=Sampling(temperature=1.0),
+                   pad: int, vocab: int, temperature_pass: int = 0) -> Sequences:
+    """The target's response to each of ``prompts`` (global indices from ``first``) at the pass's temperature, EOS
+    included, in the prompts' order.
+
+    Generated in batches of similar prompt lengths (less left padding); every prompt samples from its own stream.
+    """
+    sampling = Sampling(temperature=plan.temperatures[temperature_pass])
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    responses: dict[int, list[int]] = {}
+    for start in range(0, len(order), plan.generation_batch):
+        rows = order[start:start + plan.generation_batch]
+        generators = [torch.Generator().manual_seed(prompt_seed(plan.seed, seed_label(first + i, temperature_pass)))
+                      for i in rows]
+        batch = generate_responses(target, [prompts[i] for i in rows], sampling=sampling,
                                    max_new_tokens=plan.response_tokens, eos_token_id=eos, pad_token_id=pad,
                                    generators=generators, vocab=vocab, keep_logits=False)
-        pairs.extend((prompt, batch.response_ids(row).tolist()) for row, prompt in enumerate(chunk))
+        responses.update((i, batch.response_ids(row).tolist()) for row, i in enumerate(rows))
         del batch
         release_freed_memory()
-    return Sequences.of(pairs)
+    return Sequences.of([(prompt, responses[i]) for i, prompt in enumerate(prompts)])
 
 
 @torch.inference_mode()
@@ -170,32 +198,42 @@ def teacher_shard(target: PreTrainedModel, sequences: Sequences, plan: ShardPlan
     return {**sequences.tensors(), "features": features, "top_ids": top_ids, "top_probs": top_probs}
 
 
+def responses(target: PreTrainedModel, prompts: list[list[int]], directory: Path, plan: ShardPlan, index: int,
+              eos: int | None, pad: int, vocab: int) -> Sequences:
+    """Response shard ``index``: read where it was made, else generated and written."""
+    stored = read_shard(shard_file(directory, RESPONSES, index), plan, RESPONSES)
+    if stored is not None:
+        return Sequences(stored["tokens"], stored["lengths"], stored["prompt_lengths"])
+    temperature_pass, part = divmod(index, plan.shards_per_pass(len(prompts)))
+    first = part * plan.prompts_per_shard
+    sequences = response_shard(target, prompts[first:first + plan.prompts_per_shard], first, plan, eos, pad, vocab,
+                               temperature_pass)
+    write_shard(shard_file(directory, RESPONSES, index), sequences.tensors(), plan.fingerprint(RESPONSES))
+    return sequences
+
+
 def build_shards(target: PreTrainedModel, prompts: list[list[int]], directory: Path, plan: ShardPlan,
                  eos: int | None, pad: int, vocab: int, shards: int,
-                 on_shard: Callable[[int], None] | None = None) -> list[Path]:
-    """Make (or keep) the first ``shards`` response and teacher shards; the teacher shards' paths.
+                 on_shard: Callable[[int], None] | None = None, teacher: bool = True) -> list[Path]:
+    """Make (or keep) the first ``shards`` response and teacher shards; the teacher shards' paths (without
+    ``teacher``: only the response shards, and their paths).
 
     Resumable: finished shards made by the same plan are kept; one made by another plan is refused.
     """
-    available = (len(prompts) + plan.prompts_per_shard - 1) // plan.prompts_per_shard
+    available = plan.shards_per_pass(len(prompts)) * len(plan.temperatures)
     if shards > available:
-        raise ValueError(f"{shards} shards need {shards * plan.prompts_per_shard} prompts; "
-                         f"there are {len(prompts)} ({available} shards)")
+        raise ValueError(f"{shards} shards need {shards * plan.prompts_per_shard} prompts over "
+                         f"{len(plan.temperatures)} temperature passes; there are {len(prompts)} prompts "
+                         f"({available} shards)")
     paths = []
     for index in tqdm(range(shards), desc="target data shards", unit="shard"):
-        teacher_path = shard_file(directory, TEACHER, index)
-        if read_shard(teacher_path, plan, TEACHER) is None:
-            first = index * plan.prompts_per_shard
-            stored = read_shard(shard_file(directory, RESPONSES, index), plan, RESPONSES)
-            if stored is None:
-                sequences = response_shard(target, prompts[first:first + plan.prompts_per_shard], first, plan,
-                                           eos, pad, vocab)
-                write_shard(shard_file(directory, RESPONSES, index), sequences.tensors(), plan.fingerprint(RESPONSES))
-            else:
-                sequences = Sequences(stored["tokens"], stored["lengths"], stored["prompt_lengths"])
-            write_shard(teacher_path, teacher_shard(target, sequences, plan), plan.fingerprint(TEACHER))
+        path = shard_file(directory, TEACHER if teacher else RESPONSES, index)
+        if read_shard(path, plan, TEACHER if teacher else RESPONSES) is None:
+            sequences = responses(target, prompts, directory, plan, index, eos, pad, vocab)
+            if teacher:
+                write_shard(path, teacher_shard(target, sequences, plan), plan.fingerprint(TEACHER))
             release_freed_memory()
         if on_shard is not None:
             on_shard(index)
-        paths.append(teacher_path)
+        paths.append(path)
     return paths

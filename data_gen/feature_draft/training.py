@@ -1,14 +1,18 @@
-"""Train a feature draft on the teacher shards with Lightning: soft cross-entropy to the target plus EAGLE's
-feature regression, at every depth of an unrolled round (``docs/design.md`` §8).
+"""Train a feature draft on the teacher shards with Lightning: a distribution loss to the target (:mod:`.losses`)
+plus EAGLE's feature regression, at every depth of an unrolled round (``docs/design.md`` §8, "Training recipe v2").
 
 Depth 1 reads the target's features (shifted one position); depth ``d > 1`` reads the draft's own outputs of
-depth ``d − 1`` (EAGLE-3's training-time test), so a candidate far into a round is trained as it is drafted.
+depth ``d − 1`` and the target's tokens (the training-time test), with decoding's exact attention masks, so a
+candidate far into a round is trained as it is drafted. An on-policy pass may follow: steps that train only where
+the draft, as it stands, is rejected.
 Batch ``i`` is a function of the seed and ``i`` alone and the sampler starts at the restored step, so a run
 resumed from its ``last.ckpt`` takes the very steps an uninterrupted one would (none twice, none skipped).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -23,7 +27,10 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from data_gen.schedule import warmup_cosine
-from decode.feature_draft import FeatureDraftForCausalLM
+from decode.feature_draft import FeatureDraftForCausalLM, depth_hidden, feature_reads
+from decode.subset_vocab import SubsetVocabHead
+
+from .losses import acceptance, distribution_loss, soft_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -36,12 +43,26 @@ class FeatureTraining:
     lr: float = 1e-3
     warmup_steps: int = 50
     min_lr_ratio: float = 0.1
-    unroll: int = 3  # depths trained per position (1: the target's features only, EAGLE-1)
-    regression_weight: float = 0.5  # of the feature regression (smooth L1) beside the soft cross-entropy
+    unroll: int = 4  # depths trained per position (1: the target's features only, EAGLE-1)
+    exact_masks: bool = True  # decoding's attention at every depth (False: causal over each depth's pass, v1)
+    loss: str = "kl"  # the distribution loss (data_gen.feature_draft.losses: kl, tv, neg_log_alpha, lk)
+    regression_weight: float = 0.5  # of the feature regression (smooth L1) beside the distribution loss
+    unreachable_top_k: int = 0  # GRIFFIN: train a depth only where the round's earlier tokens were in the top-k
+    on_policy_steps: int = 0  # steps after ``steps`` that train only where the draft is rejected
     held_out_sequences: int = 128  # the last sequences of the last shard: never trained on
     checkpoint_every: int = 100
     seed: int = 0
     depth_weights: tuple[float, ...] = field(default=())  # per depth (default: all 1)
+
+    def __post_init__(self) -> None:
+        distribution_loss(self.loss)  # an unknown name fails here, in one line
+        if self.unroll < 1:
+            raise ValueError(f"unroll must be at least 1, got {self.unroll}")
+
+    @property
+    def total_steps(self) -> int:
+        """The steps of the main run and of the on-policy pass."""
+        return self.steps + self.on_policy_steps
 
     def weight(self, depth: int) -> float:
         """The loss weight of depth ``depth`` (1-based)."""
@@ -58,14 +79,21 @@ class SequenceRef:
 
 
 class TeacherData:
-    """The teacher shards in memory: tokens ``[N]``, features ``[N, F]``, top-k ``[N, k]`` per shard."""
+    """The teacher shards in memory: tokens ``[N]``, features ``[N, F]``, top-k ``[N, k]`` per shard.
 
-    def __init__(self, paths: list[Path], max_length: int) -> None:
+    ``layers``: the target layers a draft reads, where the shards stored more (their plan's ``feature_layers``);
+    only those columns are kept in memory. None: every stored layer.
+    """
+
+    def __init__(self, paths: list[Path], max_length: int, layers: tuple[int, ...] | None = None) -> None:
         self.shards: list[dict[str, Tensor]] = []
         self.sequences: list[SequenceRef] = []
         for index, path in enumerate(paths):
             with safe_open(str(path), "pt") as handle:
                 shard = {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118 (a safetensors handle, not a dict)
+                stored = tuple(json.loads((handle.metadata() or {}).get("plan", "{}")).get("feature_layers", ()))
+            if layers is not None and tuple(layers) != stored:
+                shard["features"] = select_layers(shard["features"], stored, layers)
             self.shards.append(shard)
             starts = torch.cumsum(shard["lengths"].long(), 0) - shard["lengths"].long()
             self.sequences += [SequenceRef(index, int(s), min(int(n), max_length))
@@ -95,6 +123,16 @@ class TeacherData:
             out["top_probs"][row, :ref.length] = shard["top_probs"][span].float()
             out["mask"][row, :ref.length] = True
         return out
+
+
+def select_layers(features: Tensor, stored: tuple[int, ...], layers: tuple[int, ...]) -> Tensor:
+    """The columns of ``layers`` in features ``[N, len(stored) · H]`` stored for ``stored`` → ``[N, len(layers) · H]``."""
+    missing = [layer for layer in layers if layer not in stored]
+    if missing:
+        raise ValueError(f"the teacher shards store the target's layers {list(stored)}, not {missing}; "
+                         "make shards with those layers (another --data-dir)")
+    parts = features.chunk(len(stored), dim=-1)
+    return torch.cat([parts[stored.index(layer)] for layer in layers], dim=-1).contiguous()
 
 
 def batch_plan(refs: list[SequenceRef], tokens: int, steps: int, seed: int) -> list[list[SequenceRef]]:
@@ -164,43 +202,93 @@ def subset_columns(draft: FeatureDraftForCausalLM) -> Tensor:
     return columns
 
 
-def output_rows(draft: FeatureDraftForCausalLM) -> Tensor:
-    """The output layer's weight ``[subset or V, H]``."""
-    return draft.get_output_embeddings().weight
-
-
 @dataclass
 class DepthLosses:
-    """Losses of one depth: soft cross-entropy to the target, feature regression, and agreement with its argmax."""
+    """Losses of one depth over its trained positions: the training loss and what is logged beside it."""
 
-    cross_entropy: Tensor
-    regression: Tensor
-    agreement: Tensor
-    overlap: Tensor  # Σ_k min(p_k, q(y_k)) over the target's top-k: a lower bound of 1 − TV
+    loss: Tensor  # the configured distribution loss (:mod:`.losses`), mean over positions
+    cross_entropy: Tensor  # soft cross-entropy to the target's top-k
+    regression: Tensor  # smooth L1 of the draft's output on the target's (fused) feature
+    agreement: Tensor  # the draft's argmax is the target's
+    overlap: Tensor  # α = Σ_k min(p_k, q(y_k)) over the target's top-k: a lower bound of 1 − TV
+    positions: int
 
 
-def depth_losses(draft: FeatureDraftForCausalLM, batch: dict[str, Tensor], unroll: int, columns: Tensor
-                 ) -> list[DepthLosses]:
-    """Losses at depths 1..``unroll`` of every position ``t ≥ 1`` of the batch."""
-    mask = batch["mask"].clone()
-    mask[:, 0] = False  # position 0 has no feature before it
+def unrolled_hidden(draft: FeatureDraftForCausalLM, ids: Tensor, mask: Tensor, reads: Tensor, depths: int,
+                    exact_masks: bool) -> list[Tensor]:
+    """The draft's outputs ``[B, L, H]`` at depths ``1 .. depths`` along the target's tokens ``ids [B, L]``.
+
+    ``exact_masks``: decoding's attention (:func:`decode.feature_draft.depth_hidden`); else every depth attends
+    causally over its own pass (earlier positions' keys from the draft's own outputs: how the v1 draft trained).
+    """
+    if exact_masks:
+        return depth_hidden(draft, ids, mask.long(), reads, depths)
+    outputs = []
+    for _ in range(depths):
+        hidden = draft.model(inputs_embeds=draft.inputs(ids, reads), attention_mask=mask.long()).last_hidden_state
+        outputs.append(hidden)
+        reads = torch.cat([torch.zeros_like(hidden[:, :1]), hidden[:, :-1]], dim=1)
+    return outputs
+
+
+def shift_right(values: Tensor) -> Tensor:
+    """``values [B, L]`` one position later (False at position 0): what position ``t`` inherits from ``t − 1``."""
+    return torch.cat([torch.zeros_like(values[:, :1]), values[:, :-1]], dim=1)
+
+
+def draft_rejected(scores: Tensor, cols: Tensor) -> Tensor:
+    """Where the draft's proposal is rejected under the greedy rule ``[...]``: its argmax over the subset
+    (``scores [..., S]``) is not the target's top token (``cols [..., k]``, column 0; off the subset: always)."""
+    return scores.argmax(-1) != cols[..., 0]
+
+
+def subset_scores(draft: FeatureDraftForCausalLM, hidden: Tensor) -> Tensor:
+    """The draft's logits over the tokens its output layer scores ``[..., S]`` (column order: :func:`subset_columns`)."""
+    head = draft.get_output_embeddings()
+    return head.scores(hidden) if isinstance(head, SubsetVocabHead) else head(hidden)
+
+
+def depth_losses(draft: FeatureDraftForCausalLM, batch: dict[str, Tensor], training: FeatureTraining,
+                 columns: Tensor, on_policy: bool = False) -> list[DepthLosses]:
+    """Losses at depths ``1 .. training.unroll`` (``docs/design.md`` §8, "Training recipe v2").
+
+    Position ``t`` at depth ``d`` is step ``d`` of a round started at ``t − d + 1 ≥ 1`` (position 0 has no
+    feature before it). With ``unreachable_top_k`` a position counts only if, at every earlier step of its round,
+    the token fed next was among the draft's top-k there (GRIFFIN: a round never reaches it otherwise).
+    ``on_policy`` keeps only the positions where the draft, as it stands, is rejected (:func:`draft_rejected`).
+    """
+    loss_fn = distribution_loss(training.loss)
     target = draft.fuse_features(batch["features"])  # [B, L, H]: what each position's output is regressed on
-    reads = torch.cat([torch.zeros_like(target[:, :1]), target[:, :-1]], dim=1)
-    cols = columns.to(batch["top_ids"].device)[batch["top_ids"][mask]]  # [n, k]
-    probs = batch["top_probs"][mask] * (cols >= 0)
+    reads = feature_reads(target, batch["mask"].long())
+    cols = columns.to(batch["top_ids"].device)[batch["top_ids"]]  # [B, L, k] subset columns (−1 off it)
+    probs = batch["top_probs"] * (cols >= 0)
+    next_cols = columns.to(batch["ids"].device)[batch["ids"].roll(-1, dims=1)]  # [B, L]: the token fed next
+    valid = batch["mask"] & (torch.arange(batch["mask"].shape[1], device=batch["mask"].device) >= 1)[None]
+    reachable = torch.ones_like(valid)
     results = []
-    for _ in range(unroll):
-        hidden = draft.model(inputs_embeds=draft.inputs(batch["ids"], reads),
-                             attention_mask=batch["mask"].long()).last_hidden_state
-        log_q = F.linear(hidden[mask], output_rows(draft)).float().log_softmax(-1)
-        picked = log_q.gather(-1, cols.clamp_min(0))
+    hiddens = unrolled_hidden(draft, batch["ids"], batch["mask"], reads, training.unroll, training.exact_masks)
+    for hidden in hiddens:
+        keep = valid & reachable
+        scores = subset_scores(draft, hidden)  # [B, L, S]
+        if training.unreachable_top_k:
+            top = scores.detach().topk(training.unreachable_top_k, dim=-1).indices
+            reachable = shift_right(reachable & (top == next_cols[..., None]).any(-1))
+        if on_policy:
+            keep = keep & draft_rejected(scores.detach(), cols)
+        log_q = scores[keep].float().log_softmax(-1)  # [n, S]
+        picked = log_q.gather(-1, cols[keep].clamp_min(0))  # [n, k]
+        p = probs[keep]
+        count = int(keep.sum())
         results.append(DepthLosses(
-            cross_entropy=-(probs * picked).sum(-1).mean(),
-            regression=F.smooth_l1_loss(hidden[mask].float(), target[mask].detach().float()),
-            agreement=(log_q.argmax(-1) == cols[:, 0]).float().mean(),
-            overlap=torch.minimum(probs, picked.exp() * (cols >= 0)).sum(-1).mean(),
+            loss=loss_fn(p, picked).sum() / max(count, 1),
+            cross_entropy=soft_cross_entropy(p, picked).sum() / max(count, 1),
+            regression=F.smooth_l1_loss(hidden[keep].float(), target[keep].detach().float(), reduction="sum")
+            / max(count * hidden.shape[-1], 1),
+            agreement=(log_q.argmax(-1) == cols[keep][:, 0]).float().sum() / max(count, 1),
+            overlap=acceptance(p, picked).sum() / max(count, 1),
+            positions=count,
         ))
-        reads = torch.cat([torch.zeros_like(hidden[:, :1]), hidden[:, :-1]], dim=1)  # the next depth reads these
+        valid = batch["mask"] & shift_right(valid)  # the next depth: rounds started one position earlier
     return results
 
 
@@ -232,14 +320,17 @@ class FeatureDraftModule(L.LightningModule):
         self.register_buffer("columns", subset_columns(draft), persistent=False)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        losses = depth_losses(self.draft, batch, self.training_config.unroll, self.columns)
         config = self.training_config
-        loss = sum(config.weight(d) * (x.cross_entropy + config.regression_weight * x.regression)
+        on_policy = self.global_step >= config.steps
+        losses = depth_losses(self.draft, batch, config, self.columns, on_policy=on_policy)
+        loss = sum(config.weight(d) * (x.loss + config.regression_weight * x.regression)
                    for d, x in enumerate(losses, 1)) / sum(config.weight(d) for d in range(1, len(losses) + 1))
         for depth, x in enumerate(losses, 1):
             self.log(f"train/ce_depth{depth}", x.cross_entropy, prog_bar=depth == 1)
+            self.log(f"train/alpha_depth{depth}", x.overlap)
             self.log(f"train/agree_depth{depth}", x.agreement)
         self.log("train/loss", loss, prog_bar=True)
+        self.log("train/on_policy", float(on_policy))
         return loss
 
     def configure_optimizers(self):
@@ -247,7 +338,7 @@ class FeatureDraftModule(L.LightningModule):
         params = [p for p in self.draft.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
         schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: warmup_cosine(step, config.warmup_steps, config.steps, config.min_lr_ratio))
+            optimizer, lambda step: warmup_cosine(step, config.warmup_steps, config.total_steps, config.min_lr_ratio))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
@@ -274,36 +365,36 @@ def split_held_out(data: TeacherData, count: int) -> tuple[list[SequenceRef], li
 
 
 @torch.no_grad()
-def held_out_losses(draft: FeatureDraftForCausalLM, data: TeacherData, refs: list[SequenceRef], unroll: int,
-                    tokens: int = 8192) -> list[dict[str, float]]:
-    """Position-weighted held-out losses per depth."""
+def held_out_losses(draft: FeatureDraftForCausalLM, data: TeacherData, refs: list[SequenceRef],
+                    training: FeatureTraining, tokens: int = 8192) -> list[dict[str, float]]:
+    """Position-weighted held-out figures per depth (every position reached at that depth, with decoding's masks
+    whatever the training used: what decoding would see)."""
     columns = subset_columns(draft)
-    totals = [dict.fromkeys(("cross_entropy", "agreement", "overlap"), 0.0) for _ in range(unroll)]
-    weight = 0
+    measured = dataclasses.replace(training, exact_masks=True, unreachable_top_k=0)
+    totals = [dict.fromkeys(("cross_entropy", "agreement", "overlap"), 0.0) for _ in range(training.unroll)]
+    weights = [0] * training.unroll
     draft.eval()
     for batch_refs in in_order(refs, tokens):
-        batch = data.batch(batch_refs)
-        n = int(batch["mask"][:, 1:].sum())
-        for total, losses in zip(totals, depth_losses(draft, batch, unroll, columns)):
-            for name in total:
-                total[name] += float(getattr(losses, name)) * n
-        weight += n
-    return [{name: value / max(weight, 1) for name, value in total.items()} for total in totals]
+        for depth, losses in enumerate(depth_losses(draft, data.batch(batch_refs), measured, columns)):
+            for name in totals[depth]:
+                totals[depth][name] += float(getattr(losses, name)) * losses.positions
+            weights[depth] += losses.positions
+    return [{name: value / max(weight, 1) for name, value in total.items()} for total, weight in zip(totals, weights)]
 
 
 def train_feature_draft(draft: FeatureDraftForCausalLM, paths: list[Path], training: FeatureTraining,
                         work_dir: Path, precision: str, resume: bool = True,
                         callbacks: list[L.Callback] | None = None) -> TrainingResult:
     """Train ``draft`` in place on the teacher shards; checkpoints in ``work_dir`` (resumed from ``last.ckpt``)."""
-    data = TeacherData(paths, training.max_length)
+    data = TeacherData(paths, training.max_length, draft.feature_layers)
     train_refs, held_refs = split_held_out(data, training.held_out_sequences)
     module = FeatureDraftModule(draft.train(), training)
-    plan = batch_plan(train_refs, training.tokens_per_step, training.steps, training.seed)
-    loader = DataLoader(StepBatches(data, plan), batch_size=None, sampler=FromStep(module, training.steps))
+    plan = batch_plan(train_refs, training.tokens_per_step, training.total_steps, training.seed)
+    loader = DataLoader(StepBatches(data, plan), batch_size=None, sampler=FromStep(module, training.total_steps))
     checkpoints = work_dir / "checkpoints"
     last = checkpoints / "last.ckpt"
     trainer = L.Trainer(
-        max_steps=training.steps, max_epochs=-1, precision=precision, logger=False, enable_model_summary=False,
+        max_steps=training.total_steps, max_epochs=-1, precision=precision, logger=False, enable_model_summary=False,
         callbacks=[ModelCheckpoint(dirpath=checkpoints, save_top_k=0, save_last=True,
                                    every_n_train_steps=training.checkpoint_every),
                    StepReport(max(1, min(25, training.checkpoint_every))), *(callbacks or [])],
@@ -311,7 +402,7 @@ def train_feature_draft(draft: FeatureDraftForCausalLM, paths: list[Path], train
     )
     trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if resume and last.is_file() else None)
     trainer.save_checkpoint(last)
-    held_out = held_out_losses(draft, data, held_refs, training.unroll) if held_refs else []
+    held_out = held_out_losses(draft, data, held_refs, training) if held_refs else []
     return TrainingResult(steps=trainer.global_step, trained_positions=sum(r.length for r in train_refs),
                           held_out_positions=sum(r.length for r in held_refs), held_out=held_out,
                           config=asdict(training))

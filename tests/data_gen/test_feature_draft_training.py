@@ -19,7 +19,7 @@ from tests.decode.conftest import micro_lm
 
 VOCAB = 96
 SHAPE = FeatureDraftShape(layers=1, vocab_subset=48)
-TRAINING = FeatureTraining(steps=6, tokens_per_step=96, max_length=48, warmup_steps=2, unroll=2,
+TRAINING = FeatureTraining(steps=4, on_policy_steps=2, tokens_per_step=96, max_length=48, warmup_steps=2, unroll=2,
                            held_out_sequences=4, checkpoint_every=1)
 
 
@@ -103,10 +103,10 @@ def test_a_resumed_run_takes_the_steps_an_uninterrupted_one_takes(target, shards
     halves = initial_draft(target, SHAPE, subset())
     with pytest.raises(Interrupted):
         train_feature_draft(halves, shards, TRAINING, tmp_path / "halves", precision="32-true",
-                            callbacks=[InterruptAt(3)])
+                            callbacks=[InterruptAt(5)])  # in the on-policy pass
     resumed = initial_draft(target, SHAPE, subset())  # a fresh process: the weights come from last.ckpt
     result = train_feature_draft(resumed, shards, TRAINING, tmp_path / "halves", precision="32-true")
-    assert result.steps == TRAINING.steps
+    assert result.steps == TRAINING.total_steps
     for name, tensor in trained_tensors(whole, torch.float32).items():
         torch.testing.assert_close(trained_tensors(resumed, torch.float32)[name], tensor)
     # negative control: restarting from scratch instead of resuming ends elsewhere
@@ -118,11 +118,11 @@ def test_a_resumed_run_takes_the_steps_an_uninterrupted_one_takes(target, shards
 
 
 def test_training_lowers_the_held_out_loss_and_the_draft_decodes(target, shards, tmp_path):
-    training = dataclasses.replace(TRAINING, steps=40, lr=3e-3, checkpoint_every=40)
+    training = dataclasses.replace(TRAINING, steps=40, on_policy_steps=0, lr=3e-3, checkpoint_every=40)
     draft = initial_draft(target, SHAPE, subset())
     data = TeacherData(shards, training.max_length)
     held = data.sequences[-training.held_out_sequences:]
-    before = held_out_losses(draft, data, held, unroll=2)
+    before = held_out_losses(draft, data, held, training)
     result = train_feature_draft(draft, shards, training, tmp_path, precision="32-true")
     after = result.held_out
     assert after[0]["cross_entropy"] < before[0]["cross_entropy"] - 0.05

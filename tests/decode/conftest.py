@@ -74,8 +74,10 @@ def make_lm():
 
 
 def micro_feature_draft(target: PreTrainedModel, seed: int, hidden: int = 16, feature_layers: tuple[int, ...] | None = None,
-                        subset: list[int] | None = None, init: float = 0.5) -> PreTrainedModel:
-    """A random float32 feature draft reading ``target``'s hidden states (its final ones by default)."""
+                        subset: list[int] | None = None, init: float = 0.5, head_rank: int | None = None,
+                        feature_norm: bool = False) -> PreTrainedModel:
+    """A random float32 feature draft reading ``target``'s hidden states (its final ones by default); ``head_rank``
+    and ``feature_norm``: the v2 recipe's low-rank subset head and EAGLE-3.1's norms."""
     from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM
 
     torch.manual_seed(seed)
@@ -85,9 +87,13 @@ def micro_feature_draft(target: PreTrainedModel, seed: int, hidden: int = 16, fe
         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, initializer_range=init,
         bos_token_id=None, eos_token_id=None, pad_token_id=None, feature_layers=list(layers),
         target_hidden_size=target.config.hidden_size, draft_vocab_size=len(subset) if subset is not None else None,
-        tie_word_embeddings=subset is None,
+        tie_word_embeddings=subset is None, draft_head_rank=head_rank, feature_norm=feature_norm,
     )
     model = FeatureDraftForCausalLM(config)
+    if feature_norm:  # norms away from the identity, so a test sees them
+        with torch.no_grad():
+            for norm in [*model.feature_norms, model.read_norm]:
+                norm.weight.uniform_(0.5, 1.5)
     if subset is not None:
         model.lm_head.token_ids.copy_(torch.tensor(subset))
     return model.eval()

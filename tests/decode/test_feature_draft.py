@@ -53,6 +53,14 @@ def featured_wide(wide) -> dict:
     return {**wide, "draft": micro_feature_draft(wide["target"], seed=24, hidden=16, feature_layers=(1, 2), init=0.3)}
 
 
+@pytest.fixture(scope="module")
+def featured_v2(tiny) -> dict:
+    """The vocabulary-4 pair with a v2-recipe feature draft: EAGLE-3.1's norms and a rank-2 output layer over three
+    of the four tokens (``q = 0`` on token 2, reached only through the residual)."""
+    draft = micro_feature_draft(tiny["target"], seed=15, init=0.3, subset=[0, 1, 3], head_rank=2, feature_norm=True)
+    return {**tiny, "draft": draft}
+
+
 def exact_distribution(models: dict, mix, sampling: Sampling) -> torch.Tensor:
     """Probability of each continuation of PROMPT, the draft reading the target's features at every position."""
     target, draft = models["target"], models["draft"]
@@ -103,6 +111,7 @@ ALL_CASES = [f"{r}-{p}" for r, p in itertools.product(LOSSLESS, POLICIES)] + ["w
 DEFAULT_CASES = [f"speculative-{p}" for p in ("fixed4", "confidence", "head_pre", "head_post", "sv", "perfect")] + [
     "weighted-fixed1", "contrastive-fixed1"]
 BATCHED_CASES = ["speculative-fixed4", "speculative-head_post", "weighted-fixed1"]
+V2_CASES = ["speculative-fixed4", "speculative-confidence", "weighted-fixed1"]
 
 
 def case_parts(models: dict, case: str) -> tuple[rules.Rule, object, policies.Policy]:
@@ -116,6 +125,19 @@ def case_parts(models: dict, case: str) -> tuple[rules.Rule, object, policies.Po
 def test_one_prompt_is_lossless(featured, case, n):
     tv, bound = one_prompt_tv(featured, *case_parts(featured, case), n)
     report(f"feature draft {case} n={n}", tv, bound)
+    assert tv <= bound, f"{case}: TV {tv:.4f} exceeds {bound:.4f}"
+
+
+@pytest.mark.parametrize("case", [*V2_CASES, *(pytest.param(c, marks=pytest.mark.slow)
+                                                for c in sorted(set(ALL_CASES) - set(V2_CASES)))])
+def test_the_v2_draft_kind_is_lossless(featured_v2, case):
+    """The v2 recipe's options (normed features, a low-rank subset head that never proposes token 2) stay exact."""
+    draft = featured_v2["draft"]
+    with torch.no_grad():
+        q = draft(input_ids=PROMPT, features=torch.randn(1, PROMPT.shape[1], draft.config.hidden_size)).logits
+    assert q.softmax(-1)[0, :, 2].max() == 0 and draft.lm_head.down is not None
+    tv, bound = one_prompt_tv(featured_v2, *case_parts(featured_v2, case), N_DEFAULT)
+    report(f"feature draft v2 {case} n={N_DEFAULT}", tv, bound)
     assert tv <= bound, f"{case}: TV {tv:.4f} exceeds {bound:.4f}"
 
 
