@@ -5,8 +5,12 @@ draft reads the target's features up to the round's start, then its own outputs 
 (:func:`decode.feature_draft.depth_hidden`: every round start at once, one forward per depth). Greedy agreement at
 depth 1 is on the target's greedy responses. The old draft's acceptance on the same positions stands beside it. Its
 cost is one single-token forward at batch 1 on a cached context, as a share of the target's, the models taking
-turns. The modelled speed-up of a fixed K multiplies the depth acceptances along the path (an approximation:
-labelled so in every table).
+turns.
+
+Per depth two figures: *unconditional*, the mean over round starts of ``Π_{i≤d} α_i`` along the same round (the
+chance its first ``d`` candidates are all accepted, the target's tokens standing in for the accepted ones), and
+*conditional*, its ratio to depth ``d − 1`` (acceptance at ``d`` given ``1 .. d − 1`` accepted). The modelled
+speed-up of a fixed K is ``(1 + Σ_{j≤K} unconditional_j) / (1 + K c)`` (verification priced flat; labelled so).
 """
 
 from __future__ import annotations
@@ -43,13 +47,31 @@ class DepthFigures:
     role: str  # dev | ood
     prompts: int
     positions: int  # T = 1 response positions scored at depth 1
-    acceptance: tuple[float, ...]  # 1 − TV at depth 1, 2, ...
+    acceptance: tuple[float, ...]  # mean 1 − TV at depth 1, 2, ... over every position reached at that depth
     greedy_agreement: float  # depth 1, on greedy responses
     old_acceptance: float | None  # the other draft on the same positions
+    reached: tuple[float, ...] = ()  # unconditional: mean over rounds of Π_{i≤d} α_i (empty in records before it)
 
     @property
     def mean_acceptance(self) -> float:
         return sum(self.acceptance) / len(self.acceptance)
+
+    @property
+    def conditional(self) -> tuple[float, ...]:
+        """Acceptance at depth ``d`` given depths ``1 .. d − 1`` accepted (``reached_d / reached_{d−1}``)."""
+        before = (1.0, *self.reached[:-1])
+        return tuple(now / max(last, 1e-12) for now, last in zip(self.reached, before))
+
+    @property
+    def expected_chain(self) -> tuple[float, ...]:
+        """``Π_{i≤d}`` acceptance per depth: measured per round where recorded, else the depth means multiplied."""
+        if self.reached:
+            return self.reached
+        chain, out = 1.0, []
+        for alpha in self.acceptance:
+            chain *= alpha
+            out.append(chain)
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -62,12 +84,9 @@ class FeatureRealism:
     dtype: str
 
     def modelled_speedup(self, figures: DepthFigures, k: int, cost: float | None = None) -> float:
-        """Tokens per unit time of a fixed ``k`` over the target alone: ``(1 + Σ_j Π_{i≤j} α_i) / (1 + k c)``,
-        with the depth acceptances ``α`` as independent (an approximation)."""
-        expected, chain = 1.0, 1.0
-        for alpha in figures.acceptance[:k]:
-            chain *= alpha
-            expected += chain
+        """Tokens per unit time of a fixed ``k`` over the target alone: ``(1 + Σ_{j≤k} Π_{i≤j} α_i) / (1 + k c)``
+        (:attr:`DepthFigures.expected_chain`; verification priced as one step whatever it verifies)."""
+        expected = 1.0 + sum(figures.expected_chain[:k])
         return expected / (1 + k * (self.cost if cost is None else cost))
 
     def best_fixed_k(self, figures: DepthFigures) -> tuple[int, float]:
@@ -94,7 +113,8 @@ class FeatureRealism:
 
     @classmethod
     def from_dict(cls, data: JSONDict) -> FeatureRealism:
-        sets = tuple(DepthFigures(**{**s, "acceptance": tuple(s["acceptance"])}) for s in data["sets"])
+        sets = tuple(DepthFigures(**{**s, "acceptance": tuple(s["acceptance"]), "reached": tuple(s.get("reached", ()))})
+                     for s in data["sets"])
         return cls(**{**data, "sets": sets})
 
 
@@ -117,6 +137,16 @@ class _Sums:
 
     def means(self) -> tuple[float, ...]:
         return tuple(o / max(c, 1) for o, c in zip(self.overlap, self.counts))
+
+
+def round_products(overlaps: list[list[float]]) -> list[list[float]]:
+    """Per depth ``d``, ``Π_{i≤d} α_i`` of every round start reaching ``d`` (``overlaps[d − 1][s]``: depth ``d`` of
+    the round started at index ``s``, the same ``s`` at every depth)."""
+    products, chain = [], None
+    for values in overlaps:
+        chain = list(values) if chain is None else [a * b for a, b in zip(chain, values)]
+        products.append(chain)
+    return products
 
 
 def _rounds(target: PreTrainedModel, draft: FeatureDraftForCausalLM, ids: Tensor, depths: int
@@ -162,7 +192,7 @@ def measure_set(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokeniz
     """The figures of one prompt set."""
     target, draft, old = models["target"], models["feature_draft"], models.get("draft")
     vocab = len(tokenizer)
-    sums, old_sum, old_count, agree, greedy_positions = _Sums(), 0.0, 0, 0, 0
+    sums, reached, old_sum, old_count, agree, greedy_positions = _Sums(), _Sums(), 0.0, 0, 0, 0
     for start in range(0, len(prompts), CHUNK):
         chunk = prompts[start:start + CHUNK]
         for greedy in (False, True):
@@ -176,13 +206,14 @@ def measure_set(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokeniz
                     agree, greedy_positions = agree + hits, greedy_positions + count
                     continue
                 overlaps, old_overlaps = depth_overlaps(target, draft, sequence, len(prompt), depths, old)
-                for depth, values in enumerate(overlaps, 1):
-                    for value in values:
+                for depth, (values, products) in enumerate(zip(overlaps, round_products(overlaps)), 1):
+                    for value, product in zip(values, products):
                         sums.add(depth, value)
+                        reached.add(depth, product)
                 old_sum, old_count = old_sum + sum(old_overlaps), old_count + len(old_overlaps)
     return DepthFigures(name=name, role=role, prompts=len(prompts), positions=sums.counts[0],
                         acceptance=sums.means(), greedy_agreement=agree / max(greedy_positions, 1),
-                        old_acceptance=old_sum / old_count if old_count else None)
+                        old_acceptance=old_sum / old_count if old_count else None, reached=reached.means())
 
 
 @torch.inference_mode()

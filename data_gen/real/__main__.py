@@ -16,7 +16,15 @@ from data_gen.zoo.summary import checks_table
 from decode.artifacts.hub import ModelLoadError
 
 from .feature import ROLE
-from .pair_store import ENV_VAR, Pair, PairRealismError, ensure_pair, rebuild_pair, ship_feature_draft
+from .pair_store import (
+    ENV_VAR,
+    Pair,
+    PairRealismError,
+    ensure_pair,
+    measure_feature_draft,
+    rebuild_pair,
+    ship_feature_draft,
+)
 from .pairs import PAIRS
 from .realism import PairRealism
 
@@ -43,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--force", action="store_true", help="with --rebuild: install it even if it misses a target")
     parser.add_argument("--ship", action="store_true",
                         help="maintainers, with --rebuild: write the trained tensors and record into the package")
+    parser.add_argument("--measure-feature-draft", type=Path, default=None, metavar="DIR",
+                        help="measure the feature draft trained in DIR beside the shipped one (depths 1-6, "
+                        "conditional and unconditional) and print both; nothing is shipped")
     parser.add_argument("--ship-feature-draft", type=Path, default=None, metavar="DIR",
                         help="maintainers: measure the feature draft trained in DIR (python -m data_gen.feature_draft) "
                         "and ship it with the pair")
@@ -58,6 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --force and --ship go with --rebuild", file=sys.stderr)
         return 2
     try:
+        if args.measure_feature_draft is not None:
+            drafts = measure_feature_draft(args.pair, args.measure_feature_draft.expanduser(), args.cache_dir)
+            console.print(feature_table(drafts))
+            for name, realism in drafts.items():
+                console.print(checks_table(f"{name} against the goals (data_gen.feature_draft.realism)",
+                                           realism.checks()))
+            return 0
         if args.ship_feature_draft is not None:
             pair = ship_feature_draft(args.pair, args.ship_feature_draft, args.cache_dir)
         elif args.rebuild:
@@ -76,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(realism_table(PairRealism.from_dict(pair.record["realism"]), "the " + pair.record["origin"]))
     if ROLE in pair.record:
         realism = FeatureRealism.from_dict(pair.record[ROLE]["realism"])
-        console.print(feature_table(realism))
+        console.print(feature_table({"shipped": realism}))
         console.print(checks_table("the feature draft against the goals (data_gen.feature_draft.realism)",
                                    realism.checks()))
     return 0
@@ -106,23 +124,33 @@ def summary_table(pair: Pair) -> Table:
     return table
 
 
-def feature_table(realism: FeatureRealism) -> Table:
-    """The feature draft by depth beside the pair's draft, on each prompt set."""
-    depths = len(realism.sets[0].acceptance)
-    old_cost = f"{realism.old_cost:.3f}" if realism.old_cost is not None else "-"
+def feature_table(drafts: dict[str, FeatureRealism]) -> Table:
+    """Feature drafts by depth (conditional and unconditional where measured) beside the pair's draft, per set."""
+    first = next(iter(drafts.values()))
+    depths = max(len(one.acceptance) for realism in drafts.values() for one in realism.sets)
+    old_cost = f"{first.old_cost:.3f}" if first.old_cost is not None else "-"
     table = Table(title="feature draft (EAGLE-style) by depth in the round, beside the draft",
-                  caption=f"1 - TV(p, q) at T = 1 along the target's responses; greedy agreement at depth 1; cost: one "
-                  f"draft step / one target step, batch 1, {realism.dtype} (the draft: {old_cost}); modelled: "
-                  "(1 + Σ_j Π_i≤j α_i) / (1 + K c), depth acceptances taken as independent (an approximation)")
-    columns = ["prompt set", "positions", *(f"depth {d}" for d in range(1, depths + 1)), "greedy agree",
-               "draft (old)", "cost", "best K (modelled)"]
+                  caption=f"1 - TV(p, q) at T = 1 along the target's responses: conditional (given the earlier depths "
+                  "accepted) and unconditional (all of depths 1..d accepted: the mean over rounds of the product along "
+                  "each round); without a per-round record, the mean at each depth; greedy agreement at depth 1; cost: "
+                  f"one draft step / one target step, batch 1, {first.dtype} (the draft: {old_cost}); modelled: "
+                  "(1 + Σ_j≤K unconditional_j) / (1 + K c), verification priced flat")
+    columns = ["feature draft", "prompt set", "figure", "positions", *(f"depth {d}" for d in range(1, depths + 1)),
+               "greedy agree", "draft (old)", "cost", "best K (modelled)"]
     for column in columns:
-        table.add_column(column, justify="left" if column == "prompt set" else "right")
-    for one in realism.sets:
-        best_k, speedup = realism.best_fixed_k(one)
-        old = f"{one.old_acceptance:.3f}" if one.old_acceptance is not None else "-"
-        table.add_row(one.name, f"{one.positions:,}", *(f"{a:.3f}" for a in one.acceptance),
-                      f"{one.greedy_agreement:.3f}", old, f"{realism.cost:.3f}", f"K={best_k}: {speedup:.2f}x")
+        table.add_column(column, justify="left" if column in ("feature draft", "prompt set", "figure") else "right")
+    for name, realism in drafts.items():
+        for one in realism.sets:
+            best_k, speedup = realism.best_fixed_k(one)
+            old = f"{one.old_acceptance:.3f}" if one.old_acceptance is not None else "-"
+            rows = ([("conditional", one.conditional), ("unconditional", one.reached)] if one.reached
+                    else [("mean at the depth", one.acceptance)])
+            for index, (figure, values) in enumerate(rows):
+                cells = [f"{a:.3f}" for a in values] + ["-"] * (depths - len(values))
+                tail = ([f"{one.greedy_agreement:.3f}", old, f"{realism.cost:.3f}", f"K={best_k}: {speedup:.2f}x"]
+                        if index == 0 else [""] * 4)
+                table.add_row(name if index == 0 else "", one.name if index == 0 else "", figure,
+                              f"{one.positions:,}" if index == 0 else "", *cells, *tail)
     return table
 
 

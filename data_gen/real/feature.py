@@ -27,6 +27,7 @@ from .pairs import RECORD_FILE, PairSpec
 ROLE = FEATURE_DRAFT_ROLE
 SHIPPED_FILE = f"{ROLE}.safetensors"
 TRAINED_FILE = "trained.safetensors"  # as data_gen.feature_draft writes it
+REALISM_DEPTHS = 6  # depths of a round measured
 
 
 def load_shipped(path: Path, target: PreTrainedModel, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
@@ -51,4 +52,4 @@ def realism_of(spec: PairSpec, pair_root: Path, draft_dir: Path) -> FeatureReali
               ROLE: load_causal_lm(str(draft_dir), dtype=dtype)}
     return measure_feature_realism(models, tokenizer, realism_sets(spec, tokenizer, recipe),
                                    tokens=recipe.realism_tokens, seed=recipe.seed, repeats=recipe.latency_repeats,
-                                   depths=4, dtype=str(models["target"].dtype).split(".")[-1])
+                                   depths=REALISM_DEPTHS, dtype=str(models["target"].dtype).split(".")[-1])

@@ -200,10 +200,7 @@ def ship_feature_draft(name: str, draft_dir: Path, cache_dir: str | Path | None 
     pair = ensure_pair(name, cache_dir)
     built = json.loads((draft_dir / FEATURE_BUILD_RECORD).read_text())
     with tempfile.TemporaryDirectory(prefix=".feature-", dir=pair.root.parent) as staging:
-        installed = Path(staging) / feature.ROLE
-        target = load_causal_lm(str(pair.path("target")), dtype=torch.float32)
-        save_student(feature.load_shipped(draft_dir / feature.TRAINED_FILE, target), installed)
-        load_tokenizer(str(pair.path("target"))).save_pretrained(installed)
+        installed = install_trained_feature_draft(pair, draft_dir, Path(staging))
         realism = feature.realism_of(spec, pair.root, installed)
         digest = file_hashes(installed, [WEIGHTS])[WEIGHTS]
     shutil.copyfile(draft_dir / feature.TRAINED_FILE, spec.shipped_dir / feature.SHIPPED_FILE)
@@ -214,6 +211,30 @@ def ship_feature_draft(name: str, draft_dir: Path, cache_dir: str | Path | None 
                        f"{TRAINED_DIR}/{feature.SHIPPED_FILE}": record["shipped_files"][feature.SHIPPED_FILE]}
     write_json(spec.shipped_dir / RECORD_FILE, record)
     return ensure_pair(name, cache_dir, reinstall=True)
+
+
+def install_trained_feature_draft(pair: Pair, draft_dir: Path, staging: Path) -> Path:
+    """The feature draft trained in ``draft_dir``, assembled on the pair's target as users install it, under
+    ``staging``; its directory."""
+    installed = staging / feature.ROLE
+    target = load_causal_lm(str(pair.path("target")), dtype=torch.float32)
+    save_student(feature.load_shipped(draft_dir / feature.TRAINED_FILE, target), installed)
+    load_tokenizer(str(pair.path("target"))).save_pretrained(installed)
+    return installed
+
+
+def measure_feature_draft(name: str, draft_dir: Path, cache_dir: str | Path | None = None
+                          ) -> dict[str, feature.FeatureRealism]:
+    """The realism by depth of the feature draft trained in ``draft_dir`` beside the shipped one's, both measured
+    now on the same prompts (nothing is shipped or installed)."""
+    spec = _spec(name)
+    pair = ensure_pair(name, cache_dir)
+    if not (draft_dir / feature.TRAINED_FILE).is_file():
+        raise PairError(f"{draft_dir} holds no {feature.TRAINED_FILE}; train one with python -m data_gen.feature_draft")
+    with tempfile.TemporaryDirectory(prefix=".feature-", dir=pair.root.parent) as staging:
+        installed = install_trained_feature_draft(pair, draft_dir, Path(staging))
+        return {draft_dir.name: feature.realism_of(spec, pair.root, installed),
+                "shipped": feature.realism_of(spec, pair.root, pair.root / feature.ROLE)}
 
 
 def _ship(spec: PairSpec, staging: Path, record: dict[str, Any]) -> None:

@@ -225,3 +225,20 @@ def test_a_response_pack_restores_the_shards_and_refuses_what_does_not_match(tmp
     pack.write_bytes(bytes(data))
     with pytest.raises(PackError, match="sha256"):
         unpack_responses(pack, plan, prompts, tmp_path / "other")
+
+
+def test_realism_chains_each_rounds_acceptances_and_reads_older_records():
+    """Unconditional acceptance at depth d is the mean over rounds of the product along each round; conditional is
+    its ratio to depth d − 1; a record from before per-round products falls back to the depth means."""
+    from data_gen.feature_draft.realism import DepthFigures, FeatureRealism, round_products
+
+    overlaps = [[0.5, 1.0, 0.2], [0.4, 0.5], [1.0]]  # depth d, round s (deeper depths reach fewer rounds)
+    assert round_products(overlaps) == [[0.5, 1.0, 0.2], [0.2, 0.5], [0.2]]
+    figures = DepthFigures("dev", "dev", 1, 3, acceptance=(0.5, 0.45, 1.0), greedy_agreement=0.5,
+                           old_acceptance=None, reached=(0.5, 0.35, 0.2))
+    assert figures.conditional == pytest.approx((0.5, 0.7, 0.2 / 0.35))
+    realism = FeatureRealism((figures,), cost=0.1, old_cost=None, dtype="float32")
+    assert realism.modelled_speedup(figures, 2) == pytest.approx((1 + 0.5 + 0.35) / 1.2)
+    old = FeatureRealism.from_dict({**realism.to_dict(), "sets": [
+        {k: v for k, v in figures.__dict__.items() if k != "reached"}]})
+    assert old.sets[0].expected_chain == pytest.approx((0.5, 0.225, 0.225))

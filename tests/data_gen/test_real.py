@@ -19,7 +19,8 @@ from data_gen.feature_draft.build import FeatureRecipe, PromptSource, build_feat
 from data_gen.feature_draft.model import FeatureDraftShape
 from data_gen.feature_draft.training import FeatureTraining
 from data_gen.real import PAIRS, SMOLLM2, PairError, PairRecipe, StudentShape, ensure_pair, rebuild_pair
-from data_gen.real.pair_store import ship_feature_draft
+from data_gen.real.feature import REALISM_DEPTHS
+from data_gen.real.pair_store import measure_feature_draft, ship_feature_draft
 from data_gen.real.pairs import RECORD_FILE
 from data_gen.real.source import SourceError, WheelSource, fetch_wheel
 from decode import Sampling, SpeculativeDecoder, policies, rules
@@ -141,8 +142,13 @@ def test_a_feature_draft_trains_ships_and_installs_with_the_pair(micro_env, tmp_
     shipped = ship_feature_draft(spec.name, built.directory, tmp_path / "build-cache")
     record = spec.shipped_record()
     assert "feature_draft.safetensors" in record["shipped_files"] and "feature_draft" in shipped.roles
-    depths = record["feature_draft"]["realism"]["sets"][0]["acceptance"]
-    assert len(depths) == 4 and all(0 < a <= 1 for a in depths)
+    figures = record["feature_draft"]["realism"]["sets"][0]
+    depths, reached = figures["acceptance"], figures["reached"]
+    assert len(depths) == len(reached) == REALISM_DEPTHS and all(0 < a <= 1 for a in depths)
+    assert reached[0] == pytest.approx(depths[0]) and all(b <= a for a, b in zip(reached, reached[1:]))
+    beside = measure_feature_draft(spec.name, built.directory, tmp_path / "build-cache")
+    assert list(beside) == ["fd", "shipped"]
+    assert beside["fd"].sets[0].reached == pytest.approx(beside["shipped"].sets[0].reached)  # the same draft
     installed = ensure_pair(spec.name, tmp_path / "user-cache", from_wheel=wheel)
     name = "feature_draft/model.safetensors"
     assert file_sha256(installed.root / name) == record["files"][name]
