@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -145,7 +146,7 @@ def test_a_feature_draft_trains_ships_and_installs_with_the_pair(micro_env, tmp_
     figures = record["feature_draft"]["realism"]["sets"][0]
     depths, reached = figures["acceptance"], figures["reached"]
     assert len(depths) == len(reached) == REALISM_DEPTHS and all(0 < a <= 1 for a in depths)
-    assert reached[0] == pytest.approx(depths[0]) and all(b <= a for a, b in zip(reached, reached[1:]))
+    assert reached[0] == pytest.approx(depths[0]) and all(b <= a for a, b in itertools.pairwise(reached))
     beside = measure_feature_draft(spec.name, built.directory, tmp_path / "build-cache")
     assert list(beside) == ["fd", "shipped"]
     assert beside["fd"].sets[0].reached == pytest.approx(beside["shipped"].sets[0].reached)  # the same draft
