@@ -211,6 +211,7 @@ class DepthLosses:
     regression: Tensor  # smooth L1 of the draft's output on the target's (fused) feature
     agreement: Tensor  # the draft's argmax is the target's
     overlap: Tensor  # α = Σ_k min(p_k, q(y_k)) over the target's top-k: a lower bound of 1 − TV
+    reached: Tensor  # Π of α along each kept position's round up to this depth (unconditional), mean; no gradient
     positions: int
 
 
@@ -265,6 +266,7 @@ def depth_losses(draft: FeatureDraftForCausalLM, batch: dict[str, Tensor], train
     next_cols = columns.to(batch["ids"].device)[batch["ids"].roll(-1, dims=1)]  # [B, L]: the token fed next
     valid = batch["mask"] & (torch.arange(batch["mask"].shape[1], device=batch["mask"].device) >= 1)[None]
     reachable = torch.ones_like(valid)
+    chain: Tensor | None = None  # [B, L] Π α along the round ending at each position (0 where not kept)
     results = []
     hiddens = unrolled_hidden(draft, batch["ids"], batch["mask"], reads, training.unroll, training.exact_masks)
     for hidden in hiddens:
@@ -279,6 +281,9 @@ def depth_losses(draft: FeatureDraftForCausalLM, batch: dict[str, Tensor], train
         picked = log_q.gather(-1, cols[keep].clamp_min(0))  # [n, k]
         p = probs[keep]
         count = int(keep.sum())
+        alpha = torch.zeros(valid.shape, device=valid.device)
+        alpha[keep] = acceptance(p, picked).detach()
+        chain = alpha if chain is None else shift_right(chain) * alpha
         results.append(DepthLosses(
             loss=loss_fn(p, picked).sum() / max(count, 1),
             cross_entropy=soft_cross_entropy(p, picked).sum() / max(count, 1),
@@ -286,6 +291,7 @@ def depth_losses(draft: FeatureDraftForCausalLM, batch: dict[str, Tensor], train
             / max(count * hidden.shape[-1], 1),
             agreement=(log_q.argmax(-1) == cols[keep][:, 0]).float().sum() / max(count, 1),
             overlap=acceptance(p, picked).sum() / max(count, 1),
+            reached=chain[keep].sum() / max(count, 1),
             positions=count,
         ))
         valid = batch["mask"] & shift_right(valid)  # the next depth: rounds started one position earlier
@@ -366,20 +372,28 @@ def split_held_out(data: TeacherData, count: int) -> tuple[list[SequenceRef], li
 
 @torch.no_grad()
 def held_out_losses(draft: FeatureDraftForCausalLM, data: TeacherData, refs: list[SequenceRef],
-                    training: FeatureTraining, tokens: int = 8192) -> list[dict[str, float]]:
+                    training: FeatureTraining, tokens: int = 8192, depths: int | None = None) -> list[dict[str, float]]:
     """Position-weighted held-out figures per depth (every position reached at that depth, with decoding's masks
-    whatever the training used: what decoding would see)."""
+    whatever the training used: what decoding would see), at depths ``1 .. depths`` (default: those trained).
+
+    ``reached`` is the unconditional figure (Π α along each round, :class:`DepthLosses`); ``conditional`` its ratio
+    to the depth before.
+    """
     columns = subset_columns(draft)
-    measured = dataclasses.replace(training, exact_masks=True, unreachable_top_k=0)
-    totals = [dict.fromkeys(("cross_entropy", "agreement", "overlap"), 0.0) for _ in range(training.unroll)]
-    weights = [0] * training.unroll
+    measured = dataclasses.replace(training, exact_masks=True, unreachable_top_k=0, unroll=depths or training.unroll)
+    names = ("cross_entropy", "agreement", "overlap", "reached")
+    totals = [dict.fromkeys(names, 0.0) for _ in range(measured.unroll)]
+    weights = [0] * measured.unroll
     draft.eval()
     for batch_refs in in_order(refs, tokens):
         for depth, losses in enumerate(depth_losses(draft, data.batch(batch_refs), measured, columns)):
-            for name in totals[depth]:
+            for name in names:
                 totals[depth][name] += float(getattr(losses, name)) * losses.positions
             weights[depth] += losses.positions
-    return [{name: value / max(weight, 1) for name, value in total.items()} for total, weight in zip(totals, weights)]
+    figures = [{name: value / max(weight, 1) for name, value in total.items()} for total, weight in zip(totals, weights)]
+    for depth, one in enumerate(figures):
+        one["conditional"] = one["reached"] / max(figures[depth - 1]["reached"] if depth else 1.0, 1e-12)
+    return figures
 
 
 def train_feature_draft(draft: FeatureDraftForCausalLM, paths: list[Path], training: FeatureTraining,

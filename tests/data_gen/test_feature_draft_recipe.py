@@ -5,6 +5,7 @@ low-rank head's start, and response shards over several temperatures."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -242,3 +243,51 @@ def test_realism_chains_each_rounds_acceptances_and_reads_older_records():
     old = FeatureRealism.from_dict({**realism.to_dict(), "sets": [
         {k: v for k, v in figures.__dict__.items() if k != "reached"}]})
     assert old.sets[0].expected_chain == pytest.approx((0.5, 0.225, 0.225))
+
+
+def test_the_unconditional_figure_multiplies_alpha_along_each_round(pair):
+    target, draft = pair
+    batch = teacher_batch(target, SEQUENCES)
+    columns = subset_columns(draft)
+    losses = depth_losses(draft, batch, FeatureTraining(unroll=3), columns)
+    with torch.no_grad():  # α per position and depth, computed here from the draft's logits
+        reads = feature_reads(draft.fuse_features(batch["features"]), batch["mask"].long())
+        hiddens = unrolled_hidden(draft, batch["ids"], batch["mask"], reads, 3, exact_masks=True)
+        p = batch["top_probs"]
+        alphas = [torch.minimum(p, draft.get_output_embeddings()(h).softmax(-1).gather(-1, batch["top_ids"])).sum(-1)
+                  for h in hiddens]
+    for depth in range(1, 4):
+        products = []
+        for row, sequence in enumerate(SEQUENCES):
+            for t in range(depth, len(sequence)):  # round start t − depth + 1 ≥ 1
+                products.append(math.prod(float(alphas[j][row, t - depth + 1 + j]) for j in range(depth)))
+        assert losses[depth - 1].positions == len(products)
+        assert losses[depth - 1].reached.item() == pytest.approx(sum(products) / len(products), rel=1e-4)
+    assert losses[0].reached.item() == pytest.approx(losses[0].overlap.item())
+
+
+def test_the_ablation_trains_each_arm_once_and_prints_its_table(tmp_path, capsys):
+    from data_gen.feature_draft.ablation import main
+
+    target = micro_lm(VOCAB, seed=31, hidden=32, layers=2, init=0.3)
+    target.save_pretrained(tmp_path / "target")
+    generator = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(1, VOCAB, (int(n),), generator=generator).tolist()
+               for n in torch.randint(3, 12, (12,), generator=generator)]
+    plan = ShardPlan(prompts_per_shard=6, response_tokens=10, generation_batch=3, teacher_batch=3, top_k=8,
+                     target_sha256="micro", feature_layers=(2,))
+    build_shards(target, prompts, tmp_path / "data", plan, eos=None, pad=0, vocab=VOCAB, shards=2)
+    argv = ["--target", str(tmp_path / "target"), "--data-dir", str(tmp_path / "data"), "--shards", "2",
+            "--out", str(tmp_path / "ablation"), "--steps", "2", "--tokens-per-step", "64", "--vocab-subset", "48",
+            "--repeats", "1", "--held-out-sequences", "3", "--arms", "base (v2 defaults)", "loss lk",
+            "--dtype", "float32"]
+    assert main([*argv[:3], str(tmp_path / "missing"), *argv[4:]]) == 2
+    assert "lacks teacher-00000" in capsys.readouterr().err
+    assert main(argv) == 0
+    results = json.loads((tmp_path / "ablation" / "ablation.json").read_text())["arms"]
+    assert [r["arm"] for r in results] == ["base (v2 defaults)", "loss lk"] and results[1]["training"]["loss"] == "lk"
+    assert len(results[0]["held_out"]) == 8 and results[0]["accepted_length"]["2"] > 1
+    assert "feature-draft recipe ablation" in capsys.readouterr().out
+    finished = {p: p.stat().st_mtime_ns for p in (tmp_path / "ablation").glob("*/result.json")}
+    assert len(finished) == 2 and main(argv) == 0  # a second run reads the results, trains nothing
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished
