@@ -166,16 +166,20 @@ def responses_table(paths: list[Path], made: set[Path], seconds: float) -> Table
 
 def summary_table(record: dict, out: Path) -> Table:
     """Data, training and held-out figures per depth."""
-    data, training = record["data"], record["training"]
+    data, training, spent = record["data"], record["training"], record["time"]
     table = Table(title=f"feature draft written to {out}",
                   caption=f"{data['response_tokens']:,} target-response tokens and {data['positions']:,} positions in "
-                  f"{data['shards']} shards; {training['steps']} steps in {record['build_seconds']:.0f} s; "
-                  "overlap: Σ min(p, q) over the target's top-k, a lower bound of 1 − TV")
-    for column in ("held out at depth", "soft cross-entropy", "argmax agreement", "overlap"):
+                  f"{data['shards']} shards; {training['steps']} steps; {record['build_seconds']:.0f} s in all: "
+                  f"{spent['response_seconds']:.0f} s generating ({spent['response_tokens_per_second']:.0f} response "
+                  f"tokens/s), {spent['teacher_seconds']:.0f} s teacher pass "
+                  f"({spent['teacher_positions_per_second']:.0f} positions/s), {spent['training_seconds']:.0f} s "
+                  "training (shards made earlier are read, not timed); overlap: Σ min(p, q) over the target's top-k, a "
+                  "lower bound of 1 − TV; unconditional: its product along each round")
+    for column in ("held out at depth", "soft cross-entropy", "argmax agreement", "overlap", "unconditional"):
         table.add_column(column, justify="right")
     for depth, figures in enumerate(training["held_out"], 1):
         table.add_row(str(depth), f"{figures['cross_entropy']:.3f}", f"{figures['agreement']:.3f}",
-                      f"{figures['overlap']:.3f}")
+                      f"{figures['overlap']:.3f}", f"{figures['reached']:.3f}")
     return table
 
 

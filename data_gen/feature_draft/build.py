@@ -26,7 +26,7 @@ from decode.artifacts.hub import native_bf16
 from decode.feature_draft import FeatureDraftForCausalLM
 
 from .model import FeatureDraftShape, frequent_tokens, initial_draft, trained_tensors
-from .shards import ShardPlan, build_shards, read_sequences
+from .shards import ShardPlan, ShardTimes, build_shards, read_sequences
 from .training import FeatureTraining, TrainingResult, train_feature_draft
 
 RECORD_FILE = "feature_draft.json"
@@ -104,23 +104,28 @@ def build_feature_draft(target: PreTrainedModel, tokenizer: PreTrainedTokenizerB
     started = time.perf_counter()
     prompts = encoded(tokenizer, recipe.prompts, recipe.seed)
     plan = shard_plan(recipe, target, target_sha256)
+    times = ShardTimes()
     paths = build_shards(target, prompts, data_dir, plan, tokenizer.eos_token_id, tokenizer.pad_token_id,
-                         len(tokenizer), recipe.shards)
+                         len(tokenizer), recipe.shards, times=times)
     stored = [read_sequences(path) for path in paths]
     subset = (frequent_tokens((s.tokens for s in stored), target.config.vocab_size, recipe.shape.vocab_subset)
               if recipe.shape.vocab_subset is not None else None)
     responses = sum(int((s.lengths - s.prompt_lengths).sum()) for s in stored)
+    sequences = sum(len(s.lengths) for s in stored)
     del stored
     draft = initial_draft(target, recipe.shape, subset)
     bf16 = native_bf16("cuda" if torch.cuda.is_available() else "cpu")
+    training_started = time.perf_counter()
     result = train_feature_draft(draft, paths, recipe.training, work_dir, precision="bf16-mixed" if bf16 else "32-true")
+    training_seconds = time.perf_counter() - training_started
     record = {
         "recipe": recipe.to_dict(),
         "target_sha256": target_sha256,
         "machine": machine_class(),
         "training_precision": "bf16" if bf16 else "fp32",
-        "data": {"shards": recipe.shards, "sequences": min(len(prompts), recipe.shards * recipe.prompts_per_shard),
-                 "response_tokens": responses, "positions": result.trained_positions + result.held_out_positions},
+        "data": {"shards": recipe.shards, "sequences": sequences, "response_tokens": responses,
+                 "positions": result.trained_positions + result.held_out_positions},
+        "time": {**times.to_dict(), "training_seconds": round(training_seconds, 1)},
         "training": _training(result),
         "params": sum(t.numel() for t in trained_tensors(draft, torch.float32).values()),
         "build_seconds": round(time.perf_counter() - started, 1),

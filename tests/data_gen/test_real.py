@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from rich.console import Console
 from safetensors.torch import load_file
 from transformers import LlamaForCausalLM
 
+from data_gen.feature_draft.__main__ import summary_table as feature_summary_table
 from data_gen.feature_draft.build import FeatureRecipe, PromptSource, build_feature_draft
 from data_gen.feature_draft.model import FeatureDraftShape
 from data_gen.feature_draft.training import FeatureTraining
@@ -139,6 +141,11 @@ def test_a_feature_draft_trains_ships_and_installs_with_the_pair(micro_env, tmp_
     built = build_feature_draft(target, load_tokenizer(str(target_dir)), "micro", recipe, tmp_path / "fd",
                                 tmp_path / "fd.data", tmp_path / "fd.work")
     assert built.record["training"]["steps"] == 3 and len(built.record["training"]["held_out"]) == 2
+    spent = built.record["time"]  # where the time went, as the command's summary prints it
+    assert spent["response_tokens"] == built.record["data"]["response_tokens"] and spent["teacher_positions"] > 0
+    console = Console(record=True, width=200)
+    console.print(feature_summary_table(built.record, built.directory))
+    assert "response tokens/s" in console.export_text()
 
     shipped = ship_feature_draft(spec.name, built.directory, tmp_path / "build-cache")
     record = spec.shipped_record()
