@@ -7,8 +7,9 @@ the SV profile and the greedy oracle, for each rule of ``evaluate.rules`` (defau
 generation. K, τ, SE's γ and then (at the rule's chosen K) a rule's swept parameter are chosen on dev and applied
 to test / OOD, and each head at the ``h`` it records (chosen on the same dev prompts after training;
 ``evaluate.thresholds``: chosen here). Every run is costed with two cost models
-(:mod:`accept_heads.evaluation.cost_models`): ``cost.*`` (the paper's pair) and ``t_d``, ``t_c``, ``t_t`` fitted on the
-measured calls with the target's latency shape measured at the start. Writes the table, metadata and figures under
+(:mod:`accept_heads.evaluation.cost_models`): ``cost`` (``cost.source``: the configured pair, by default the paper's,
+or this machine's measured cost profile) and ``t_d``, ``t_c``, ``t_t`` fitted on the measured calls with the target's
+latency shape measured at the start. Writes the table, metadata and figures under
 ``evaluate.out_dir`` (see
 :mod:`accept_heads.evaluation.results`).
 """
@@ -31,14 +32,7 @@ from accept_heads.evaluation import batch_axis, wallclock
 from accept_heads.evaluation.baselines import describe_hf
 from accept_heads.evaluation.batch_axis import BatchRun
 from accept_heads.evaluation.bootstrap import add_intervals
-from accept_heads.evaluation.cost_models import (
-    CostFit,
-    Latency,
-    companion_price_source,
-    fit_costs,
-    measure_latency,
-    paper_model,
-)
+from accept_heads.evaluation.cost_models import CostFit, Latency, Pricing, fit_costs, measure_latency, pricing
 from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
 from accept_heads.evaluation.families import check_grids, family_names
 from accept_heads.evaluation.figures import draw_all
@@ -77,7 +71,7 @@ from accept_heads.evaluation.table import (
 )
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.rule_config import build_rule
-from ahconf.schema import ConfigError, CostConfig, EvaluateJob
+from ahconf.schema import ConfigError, EvaluateJob
 from data_gen.models import Trio
 from data_gen.prompts import check_prompt_choices
 from decode.artifacts.version import code_version
@@ -119,11 +113,11 @@ def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"pred": [], "label": [], "head": []})
 
 
-def dev_choices(job: EvaluateJob, artifacts: Artifacts, records: list[Record], paper: CostModel,
+def dev_choices(job: EvaluateJob, artifacts: Artifacts, records: list[Record], cost: CostModel,
                 notes: dict[str, str]) -> list[Choice]:
-    """K, τ, h and γ chosen on the dev rows of ``records`` at ``paper`` costs; each head's ``h`` the one it records
+    """K, τ, h and γ chosen on the dev rows of ``records`` at ``cost``; each head's ``h`` the one it records
     (chosen on dev after training), unless ``evaluate.thresholds`` has it chosen here."""
-    table = costed(records, paper)
+    table = costed(records, cost)
     choices = select(table, "throughput_cost")
     if job.evaluate.thresholds is not None:
         return choices
@@ -139,29 +133,26 @@ def cost_tuples(generations: pd.DataFrame) -> pd.DataFrame:
     return table[~table["family"].isin(family_names(bound=True)) & (table["generated"] > 0)]
 
 
-def results_table(generations: pd.DataFrame, paper: CostModel, latency: Latency,
+def results_table(generations: pd.DataFrame, cost: CostModel, latency: Latency,
                   seed: int) -> tuple[pd.DataFrame, CostFit]:
-    """One row per run, costed with ``paper`` (``cost``) and with the model fitted on the wall time of the
+    """One row per run, costed with ``cost`` and with the model fitted on the wall time of the
     generations decoded alone; comparisons with their 95 % paired-bootstrap interval over prompts (draws
     seeded by ``seed``)."""
     table = aggregate(generations)
     tuples = cost_tuples(generations)
     fit = fit_costs(tuples["draft_calls"], tuples["companion_calls"], verification_units(tuples, latency.shape),
                     tuples["wall_s"])
-    for name, model in (("cost", paper), ("fitted", fit.model(latency.shape, latency.alone_ratio))):
+    for name, model in (("cost", cost), ("fitted", fit.model(latency.shape, latency.alone_ratio))):
         add_costs(table, name, model)
         add_comparisons(table, name)
         add_intervals(table, generations, name, model, seed)
     return sort_rows(table), fit
 
 
-def cost_models(paper: CostModel, fit: CostFit, latency: Latency, cost: CostConfig) -> dict[str, Any]:
+def cost_models(priced: Pricing, fit: CostFit, latency: Latency) -> dict[str, Any]:
     """Metadata: the model behind each ``*_cost`` / ``*_fitted`` column, and what it assumes."""
     return {
-        "cost": {**paper.to_dict(), "t_companion_from": companion_price_source(cost),
-                 "assumes": "cost.* pair; t_companion from t_companion_from (the paper measures no companion); "
-                 "verification latency flat in L (latency_shape [1]); the target alone at cost.t_target_alone "
-                 "(null: t_target)"},
+        "cost": {**priced.record, "assumes": priced.assumes},
         "fitted": {**fit.model(latency.shape, latency.alone_ratio).to_dict(),
                    "assumes": "t_d, t_c, t_t fitted (cost_fit); latency_shape measured on this device at the start "
                    "(latency); the target alone at t_t x latency.alone_ratio (a one-token forward over a "
@@ -170,7 +161,7 @@ def cost_models(paper: CostModel, fit: CostFit, latency: Latency, cost: CostConf
 
 
 def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: list[PromptSet],
-             choices: list[Choice], paper: CostModel, fit: CostFit, latency: Latency) -> dict[str, Any]:
+             choices: list[Choice], priced: Pricing, fit: CostFit, latency: Latency) -> dict[str, Any]:
     """Metadata of the run: models, sampling, rules, prompt sets and seeds, selection, costs, settings."""
     return {
         "command": "accept_heads.evaluate", "exp_name": job.exp_name, "code_version": code_version(),
@@ -183,7 +174,8 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         "selection_criterion": "max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
                                "a rule's swept parameter (FSD T) at its chosen K; each head's h the one it records, "
                                "chosen so on the dev prompts after training (unless evaluate.thresholds)",
-        "cost": asdict(job.cost), "cost_models": cost_models(paper, fit, latency, job.cost), "cost_fit": fit.to_dict(),
+        "cost": asdict(job.cost), "cost_models": cost_models(priced, fit, latency), "cost_profile": priced.profile,
+        "cost_fit": fit.to_dict(),
         "cost_fit_tuples": "per run of our decoder, companion runs included, bounds excluded, over its generations "
                            "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
                            "latency_shape(verified length), wall s)",
@@ -228,8 +220,9 @@ def evaluate(job: EvaluateJob) -> Results:
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
     latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency_lengths, e.latency_repeats)
-    paper = paper_model(job.cost, latency)
-    executor.decoding.costs = paper  # the goodput head stops by the model the selection uses
+    priced = pricing(job.cost, trio, lambda: latency.companion_ratio, compiled=e.compile, repeats=e.latency_repeats,
+                     threads=e.threads)
+    executor.decoding.costs = priced.model  # the goodput head stops by the model the selection uses
     axis_rules = batch_axis.axis_rules(job, rules) if e.batch_sizes else []
     if axis_rules:
         companion = trio.companion if artifacts.profiles else None
@@ -239,18 +232,19 @@ def evaluate(job: EvaluateJob) -> Results:
 
     with WorkerPool(executor, workers) as pool:
         records = execute(dev_sweeps(job, artifacts, rules), pool, "dev sweeps")
-        choices = dev_choices(job, artifacts, records, paper, notes)  # K, τ, h and γ here, T below: dev rows only
+        # K, τ, h and γ here, T below: dev rows only
+        choices = dev_choices(job, artifacts, records, priced.model, notes)
         while (edge := edge_rules(choices, e.fixed_k)) and (more := extended_k(e.fixed_k)):
             records += execute([s for rule in edge for s in fixed_specs(job.rules, "dev", rule, more)], pool,
                                f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
             e.fixed_k = sorted(e.fixed_k + more)  # test / OOD decode each rule's chosen K from this grid
-            choices = dev_choices(job, artifacts, records, paper, notes)
+            choices = dev_choices(job, artifacts, records, priced.model, notes)
         if note := edge_note(choices, e.fixed_k):
             notes["fixed_k_edge"] = note
         if swept := swept_rules(rules):
             records += execute([s for rule in swept for s in rule_sweep(job, "dev", rule, choices)], pool,
                                f"dev sweep of {', '.join(swept)}'s parameter")
-            costs = costed(records, paper)
+            costs = costed(records, priced.model)
             choices += [c for rule in swept for c in select_rule_param(costs, "throughput_cost", rule, choices)]
         applied = after_selection(job, artifacts, sets, rules, choices)
         records += execute(applied, pool, "test / OOD")
@@ -258,9 +252,9 @@ def evaluate(job: EvaluateJob) -> Results:
 
     generations = mark_dev_choices(frame(records), choices)
     timings, wall = wallclock.measure(executor, applied, generations) if e.wallclock_sets else ([], pd.DataFrame())
-    table, fit = results_table(generations, paper, latency, job.seed)
+    table, fit = results_table(generations, priced.model, latency, job.seed)
     calibration = calibration_frame(job, artifacts, trio, notes)
-    metadata = {**describe(job, trio, device, rules, sets, choices, paper, fit, latency), **executor.described,
+    metadata = {**describe(job, trio, device, rules, sets, choices, priced, fit, latency), **executor.described,
                 "workers": workers, "notes": notes}
     if axis_rules:
         metadata["batch_axis"] = batch_axis.describe(job, executor.batch_costs, axis_rules, e.threads, costs_source)

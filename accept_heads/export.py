@@ -88,7 +88,7 @@ def head_metadata(
         k_min=job.head.k_min,
         k_max=job.head.k_max,
         calibration=None if calibration is None else ThresholdSweep(
-            cost=asdict(job.cost), table=tuple(calibration.rows), prompts=calibration.prompts["count"],
+            cost=calibration.cost, table=tuple(calibration.rows), prompts=calibration.prompts["count"],
             max_new_tokens=calibration.max_new_tokens, prompt_set=calibration.prompts,
         ),
     )

@@ -4,9 +4,10 @@ The head decodes the dev set every other choice is made on (``evaluate.prompts.d
 source, ``evaluate.max_new_tokens`` each: :func:`accept_heads.evaluation.inputs.load_split`) at each ``h`` of
 ``head.thresholds``, as the evaluation's own runs (:class:`accept_heads.evaluation.runs.DecoderRunner`: the configured
 models and dtypes, each prompt's seed, the evaluation's batching and torch threads), and the ``h`` with the highest
-modelled throughput at ``cost.*`` wins (:func:`accept_heads.selection.best_value`, ties to the smaller). Training
-records it in the head; the evaluation, :class:`decode.policies.Head` and the ``generate`` door decode at it, so the
-evaluation's dev rows of the head are these runs again.
+modelled throughput at the evaluation's ``cost`` model (:func:`accept_heads.evaluation.cost_models.pricing`) wins
+(:func:`accept_heads.selection.best_value`, ties to the smaller). Training records it in the head; the evaluation,
+:class:`decode.policies.Head` and the ``generate`` door decode at it, so the evaluation's dev rows of the head are
+these runs again.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from accept_heads.evaluation.cost_models import configured_model, one_call_seconds
+from accept_heads.evaluation.cost_models import one_call_seconds, pricing
 from accept_heads.evaluation.executor import alone_prompts, place
 from accept_heads.evaluation.inputs import Artifacts, PromptSet, load_split
 from accept_heads.evaluation.runs import DecoderRunner, RunSpec
@@ -38,12 +39,13 @@ NAME = "head"
 
 @dataclass(frozen=True)
 class Calibration:
-    """The choice of ``h``: one row per threshold of the grid, the chosen one, and the dev prompts decoded."""
+    """The choice of ``h``: one row per threshold of the grid, the chosen one, the dev prompts decoded and the costs."""
 
     rows: list[SweepRow]
     threshold: float
     prompts: JSONDict  # PromptSet.describe(): source, split, count and prompt ids
     max_new_tokens: int
+    cost: JSONDict  # Pricing.record: the prices the sweep was modelled at and where they come from
 
 
 def sweep_thresholds(runner: DecoderRunner, rule: Rule, rules: RulesConfig, dev: PromptSet,
@@ -75,12 +77,14 @@ def choose_threshold(job: TrainJob, head: AcceptanceHead, rule: Rule, sampling: 
     place(trio)
     context = trio.target.config.max_position_embeddings
     dev = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "dev", e.prompts["dev"])
-    ratio = None
-    if head.config.companion_features and trio.companion is not None and job.cost.t_companion is None:
+
+    def companion_ratio() -> float | None:
+        if not head.config.companion_features or trio.companion is None:
+            return None
         prompt = dev.prompts[0].token_ids
-        ratio = (one_call_seconds(trio.companion, prompt, e.latency_repeats)
-                 / one_call_seconds(trio.draft, prompt, e.latency_repeats))
-    cost = configured_model(job.cost, ratio)
+        return (one_call_seconds(trio.companion, prompt, e.latency_repeats)
+                / one_call_seconds(trio.draft, prompt, e.latency_repeats))
+
     runner = DecoderRunner(trio, sampling, job.rules, Artifacts(heads={NAME: head.to(trio.draft.device)}),
                            e.max_new_tokens, job.seed, job.head.k_min, job.head.k_max, batch_size=e.batch_size,
                            timed_prompts=alone_prompts(e, len(dev.prompts)))
@@ -88,7 +92,9 @@ def choose_threshold(job: TrainJob, head: AcceptanceHead, rule: Rule, sampling: 
     if e.threads is not None:
         torch.set_num_threads(e.threads)
     try:
-        rows = sweep_thresholds(runner, rule, job.rules, dev, [float(h) for h in job.head.thresholds], cost)
+        priced = pricing(job.cost, trio, companion_ratio, compiled=e.compile, repeats=e.latency_repeats,
+                         threads=e.threads)
+        rows = sweep_thresholds(runner, rule, job.rules, dev, [float(h) for h in job.head.thresholds], priced.model)
     finally:
         torch.set_num_threads(threads)
-    return Calibration(rows, best_threshold(rows), dev.describe(), e.max_new_tokens)
+    return Calibration(rows, best_threshold(rows), dev.describe(), e.max_new_tokens, priced.record)

@@ -27,6 +27,7 @@ LOGGERS = ("csv", "wandb", "tensorboard", "none")
 TRUNCATION = ("skip", "left")
 SPLITS = ("train", "dev", "test")
 ENGINES = ("vllm", "sglang", "tgi", "transformers")  # OpenAI-compatible servers data_gen.regenerate speaks to
+COST_SOURCES = ("configured", "measured")  # where the cost model's prices come from (CostConfig.source)
 
 
 class ConfigError(ValueError):
@@ -314,16 +315,23 @@ class LoggerConfig:
 class CostConfig:
     """Cost model T = t_d N_d + t_c N_c + t_t N_t (DESIGN §5); defaults: the paper's 7B/70B pair.
 
+    ``source``: ``configured`` prices at the ``t_*`` below, flat in the verified length; ``measured`` at this
+    machine's stored cost profile of the models (``accept_heads.evaluation.machine_costs``, printed by
+    ``python -m benchmarks.costs``), ``t_t(L)`` as measured, and leaves the ``t_*`` below unused.
     ``t_companion`` null: ``t_d`` times the companion/draft one-call latency ratio measured on this device.
     ``t_target_alone``: what "× target alone" divides by (null: ``t_t``, which flatters by ``t_t / t_alone``).
     """
 
+    source: str = "configured"
     t_draft: float = 0.0236
     t_target: float = 0.112
     t_companion: Optional[float] = None
     # the target decoding alone, seconds per token: the paper's target-alone step (a verification call reads
     # one more token than a target-alone step); null = t_target
     t_target_alone: Optional[float] = 0.108
+
+    def __post_init__(self) -> None:
+        _choice("cost.source", self.source, COST_SOURCES)
 
 
 #: The levers ``python -m accept_heads.levers`` can try (recalibrations, a retrained head, forecasts of the next

@@ -48,7 +48,7 @@ class SweepRow:
 class ThresholdSweep:
     """How a head's ``h`` was chosen on dev: one row per threshold, at these costs, on these prompts."""
 
-    cost: dict[str, float | None]  # the cost config: seconds per call (t_draft, t_target, t_companion, ...)
+    cost: JSONDict  # the prices: seconds per call (t_draft, t_target, t_companion, ...) and where they come from
     table: tuple[SweepRow, ...]
     prompts: int  # dev prompts decoded
     max_new_tokens: int  # new tokens per prompt

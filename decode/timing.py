@@ -6,15 +6,20 @@ calls after one untimed warm-up call, the calls of several runs taking turns (dr
 them alike). A cost table predicts what decoding pays, a typical forward: the median is moved neither by a
 call another process interrupted nor by a lucky one, where the minimum keeps the luckiest.
 :func:`forward_seconds` times a model's forward of new tokens on a cached context with it: the SV profile's
-latency table, the evaluation's cost fit and the batch costs all measure with it.
+latency table, the evaluation's cost fit and the batch costs all measure with it; :func:`eager_forward` is the
+:data:`ForwardFactory` the tables of several models measure with by default, taking turns. :func:`machine_class` names
+where a time was measured.
 """
 
 from __future__ import annotations
 
+import platform
 import statistics
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -25,6 +30,28 @@ from decode.cache_api import cache_kwargs, drop_last
 from decode.feature_draft import is_feature_draft
 
 Key = TypeVar("Key", bound=Hashable)
+
+
+def device_name() -> str:
+    """The accelerator's name, else the CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def machine_class(device: torch.device) -> str:
+    """What a time measured on ``device`` depends on of the machine, in words: a GPU's name, or the CPU's name, the
+    SIMD path torch computes with and its thread count (``AMD EPYC, AVX512, 2 threads``)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    threads = torch.get_num_threads()
+    return (f"{device_name()}, {torch.backends.cpu.get_cpu_capability()}, "
+            f"{threads} thread{'' if threads == 1 else 's'}")
 
 
 def synchronize(device: torch.device) -> None:
@@ -98,6 +125,17 @@ class CachedForward:
     def __call__(self, tokens: Tensor) -> None:
         self.model(**forward_inputs(self.model, tokens), **cache_kwargs(self.model, self.cache))
         drop_last(self.cache, tokens.shape[1])
+
+
+#: How timed forwards are made: ``(model, context [B, C] ids)`` → a context manager holding a call that feeds
+#: ``tokens [B, w]`` after the cached context and cuts the cache back (:func:`eager_forward`,
+#: :func:`decode.loops.step_costs.compiled_forward`).
+ForwardFactory = Callable[[PreTrainedModel, Tensor], AbstractContextManager[Callable[[Tensor], None]]]
+
+
+def eager_forward(model: PreTrainedModel, context: Tensor) -> AbstractContextManager[Callable[[Tensor], None]]:
+    """The :data:`ForwardFactory` of eager forwards: a :class:`CachedForward` (nothing to give back)."""
+    return nullcontext(CachedForward(model, context))
 
 
 @torch.inference_mode()

@@ -74,6 +74,19 @@ def test_default_is_the_embedded_tiny_trio():
     assert config.evaluate.prompts == {"dev": 40, "test": 80, "ood": 40} and config.evaluate.max_new_tokens == 96
 
 
+@pytest.mark.parametrize("exp, source", [("smollm2", "measured"), ("tiny", "configured"), ("llama70b", "configured"),
+                                         ("qwen72b_sv", "configured"), (None, "configured")])
+def test_the_real_pair_is_modelled_at_measured_costs_the_paper_configs_and_the_trio_at_the_pair(exp, source):
+    config = to_config(_compose(*([f"+exp={exp}"] if exp else [])))
+    assert config.cost.source == source
+    assert config.evaluate_job().cost.source == config.train_job().cost.source == source  # every stage prices alike
+
+
+def test_a_typo_in_the_cost_source_fails_when_the_config_is_built():
+    with pytest.raises(ConfigError, match="cost.source='mesured' is not valid; choose one of configured, measured"):
+        to_config(_compose("+exp=smollm2", "cost.source=mesured"))
+
+
 @pytest.mark.parametrize("exp, grid", [("tiny", [0.3, 0.5, 0.7, 0.85, 0.95]), ("smollm2", [0.5, 0.7, 0.85]),
                                        ("llama70b", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])])
 def test_an_experiments_thresholds_are_what_the_evaluation_sweeps_unless_overridden(exp, grid):

@@ -1,9 +1,16 @@
 """The evaluation's two cost models (DESIGN §5): the latency measurement behind them and the forward-time fit.
 
-* ``cost`` (``cost.*``, default the paper's 7B/70B pair): ``t_d``, ``t_t`` as configured; the paper
-  measured no companion, so ``t_c = t_d · (t_c/t_d measured here)`` (one-call latencies of our
-  companion and draft); verification latency flat in ``L`` (the paper's ``t_t`` is per target call, at
-  batch size 1 where latency is nearly flat, DESIGN §3).
+* ``cost`` (:func:`pricing`, by ``cost.source``), what the dev selection, the heads' ``h`` and the goodput stops
+  price by:
+
+  - ``configured`` (default; the paper's 7B/70B pair): ``t_d``, ``t_t`` as configured; the paper measured no
+    companion, so ``t_c = t_d · (t_c/t_d measured here)`` (one-call latencies of our companion and draft);
+    verification latency flat in ``L`` (the paper's ``t_t`` is per target call, at batch size 1 where latency is
+    nearly flat, DESIGN §3);
+  - ``measured`` (the real pair): every price from this machine's stored cost profile
+    (:func:`~accept_heads.evaluation.machine_costs.machine_profile`, compiled forwards where ``evaluate.compile``):
+    ``t_t = T(2)`` with ``shape(L) = T(L + 1) / T(2)`` (a round verifying ``L`` candidates feeds ``L + 1`` tokens),
+    the target alone ``T(1)``, ``t_d`` and ``t_c`` the draft's and the companion's one-token steps.
 * ``fitted``: ``t_d``, ``t_c``, ``t_t`` fitted on the measured wall times of our decoder's runs, with the
   latency shape measured at the start of the evaluation on this device (:func:`measure_latency`, the
   SV profile's :func:`~accept_heads.profile_fit.verification_latency`; a profile's own table may come
@@ -16,16 +23,19 @@ fitted ``t_t`` times the measured ratio of a one-token forward to a verification
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from accept_heads.evaluation.machine_costs import machine_profile
 from accept_heads.profile_fit import device_description, verification_latency
 from ahconf.schema import CostConfig
 from data_gen.models import Trio
 from decode.costs import CostModel, LatencyShape
+from decode.json_types import JSONDict
 from decode.timing import forward_seconds
 
 
@@ -92,9 +102,50 @@ def companion_price_source(cost: CostConfig) -> str:
     return "cost.t_companion" if cost.t_companion is not None else "t_d x the companion/draft call ratio measured here"
 
 
-def paper_model(cost: CostConfig, latency: Latency) -> CostModel:
-    """:func:`configured_model` with the companion ratio measured at the start of the evaluation."""
-    return configured_model(cost, latency.companion_ratio)
+@dataclass(frozen=True)
+class Pricing:
+    """The ``cost`` model (``cost.source``) and what every table modelled at it says of it."""
+
+    model: CostModel
+    source: str  # cost.source
+    caption: str  # which costs: the configured pair, or the machine class, dtype and ratios they were measured with
+    t_companion_from: str  # where t_c comes from
+    assumes: str  # what the model assumes, in words (the results' metadata)
+    profile: JSONDict | None = None  # measured: the profile and its stored file
+
+    @property
+    def record(self) -> JSONDict:
+        """The prices and where they come from (a head's threshold sweep, the levers, the results' metadata)."""
+        return {"source": self.source, "caption": self.caption, **self.model.to_dict(),
+                "t_companion_from": self.t_companion_from}
+
+
+def pricing(cost: CostConfig, trio: Trio, companion_ratio: Callable[[], float | None], *, compiled: bool,
+            repeats: int, threads: int | None) -> Pricing:
+    """The ``cost`` model of ``trio``: :func:`configured_model` (``companion_ratio()`` read only where
+    ``cost.t_companion`` is null), or this machine's stored cost profile at ``threads`` torch threads (the
+    evaluation's ``evaluate.threads``; None: as many as now), measured now where there is none, with ``repeats`` timed
+    forwards per shape; compiled forwards where ``compiled`` and the models compile here."""
+    if cost.source == "measured":
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads or previous)
+        try:
+            profile, stored = machine_profile(trio.target, trio.draft, trio.companion, models=trio.description,
+                                              repeats=repeats, compiled=compiled)
+        finally:
+            torch.set_num_threads(previous)
+        fast = compiled and profile.compiled is not None
+        caption = profile.caption(fast)
+        return Pricing(profile.cost_model(fast), cost.source, caption, "the companion's one-token step, measured",
+                       "every price from this machine's cost profile: t_t = T(2) (a verification of one candidate), "
+                       "latency_shape(L) = T(L + 1) / T(2), the target alone at T(1), t_d and t_c one-token steps",
+                       {"profile": profile.to_dict(), "stored": stored.to_dict()})
+    model = configured_model(cost, companion_ratio() if cost.t_companion is None else None)
+    caption = (f"the cost pair t_d = {model.t_draft:g} s, t_t = {model.t_target:g} s, t_c = {model.t_companion:.4g} s "
+               "(flat in L)")
+    return Pricing(model, cost.source, caption, companion_price_source(cost),
+                   "cost.* pair; t_companion from t_companion_from (the paper measures no companion); verification "
+                   "latency flat in L (latency_shape [1]); the target alone at cost.t_target_alone (null: t_target)")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def family_color(family: str) -> str:
     return PALETTE[uncoloured.index(family) % len(PALETTE)] if family in uncoloured else "grey"
 
 
-COST = "cost"  # the configured cost pair (default: the paper's 0.0236 s / 0.112 s)
+COST = "cost"  # the cost model's columns (cost.source: the configured pair, or this machine's measured costs)
 
 
 def _panels(count: int, width: float = 4.6, height: float = 3.8) -> tuple[Figure, list[Axes]]:
@@ -52,8 +53,8 @@ def _panels(count: int, width: float = 4.6, height: float = 3.8) -> tuple[Figure
 
 
 def _cost_note(results: Results) -> str:
-    cost = results.metadata["cost"]
-    return f"t_d = {cost['t_draft']:g} s, t_t = {cost['t_target']:g} s"
+    """Which costs the figure is modelled at (the ``cost`` model's caption, wrapped for a title)."""
+    return textwrap.fill(results.metadata["cost_models"]["cost"]["caption"], 110)
 
 
 def _family_label(family: str, artifact: object) -> str:
@@ -123,7 +124,7 @@ def draw_throughput_vs_k(results: Results) -> Figure | None:
     for ax, rule in zip(axes, rules):
         rows = fixed[fixed["rule"] == rule].sort_values("param")
         ax.plot(rows["param"], rows[f"speedup_target_{COST}"], "o-", color=family_color("fixed"),
-                label="fixed K (cost pair)")
+                label="fixed K (cost model)")
         ax.plot(rows["param"], rows["speedup_target_fitted"], "o--", color="grey", alpha=0.7,
                 label="fixed K (fitted pair)")
         chosen = rows[rows["chosen_on"] == "dev"]
@@ -139,7 +140,7 @@ def draw_throughput_vs_k(results: Results) -> Figure | None:
                ylabel="modelled speed-up over the target alone")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    figure.suptitle(f"Throughput vs K (cost pair: {_cost_note(results)})")
+    figure.suptitle(f"Throughput vs K, at {_cost_note(results)}")
     return figure
 
 
@@ -167,7 +168,7 @@ def draw_throughput_vs_h(results: Results) -> Figure | None:
                ylabel="modelled speed-up over the target alone")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    figure.suptitle(f"Throughput vs h (cost pair: {_cost_note(results)})")
+    figure.suptitle(f"Throughput vs h, at {_cost_note(results)}")
     return figure
 
 
@@ -278,7 +279,7 @@ def draw_se(results: Results) -> Figure | None:
     fixed = table[table["family"] == "fixed"].sort_values("param")
     if se.empty and fixed.empty:
         return None
-    cost = results.metadata["cost"]
+    cost = results.metadata["cost_models"]["cost"]
     figure, (ax,) = _panels(1, width=6.5)
     for family, group in se.groupby("family", sort=False):
         group = group.sort_values("param")
@@ -295,7 +296,7 @@ def draw_se(results: Results) -> Figure | None:
                     label=f"DESIGN §4 formula, α = {alpha:.2f}")
     ax.axhline(1.0, color="black", lw=0.8, label="plain ensemble")
     ax.set(xlabel="γ (draft proposals per round)", ylabel="modelled speed-up over the plain ensemble",
-           title=f"Speculative Ensemble ({_cost_note(results)})")
+           title=f"Speculative Ensemble, at {_cost_note(results)}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return figure

@@ -1,4 +1,4 @@
-"""Batch costs measured once per machine and model set, then reused by every run (DESIGN §7).
+"""Batch costs and cost profiles measured once per machine and model set, then reused by every run (DESIGN §5, §7).
 
 A goodput head, SV's joint lengths and the survival budget decide at measured batch prices; a process that times its
 own table decides at that table's noise, so repeated runs of one job chose differently. Here the first run on a
@@ -6,6 +6,11 @@ machine measures the table (the median of repeated forwards, :func:`decode.batch
 stores it under ``$ACCEPT_HEADS_COSTS_DIR`` (default ``~/.cache/accept-heads/batch-costs``), keyed by what the
 prices depend on: the CPU or GPU, torch and its thread count, the models (their ids, files and dtypes) and the grid.
 Later runs read it; ``refresh`` measures again. Every run records the table it used and where it came from.
+
+The cost profile (:func:`machine_profile`, ``cost.source=measured``) is the same at batch 1, eager and compiled
+(:func:`decode.loops.step_costs.measure_cost_profile`): one file per machine class and model set beside the batch
+costs, measured again, with one printed line, when what it was measured with (torch, the models' files, their
+dtypes) has changed since.
 """
 
 from __future__ import annotations
@@ -22,22 +27,13 @@ from transformers import PreTrainedModel
 
 from data_gen.model_store import cache_dir
 from data_gen.shards import write_json_atomic
-from decode.batch_costs import BatchCosts, measure_batch_costs
+from decode.batch_costs import BatchCosts, CostProfile, measure_batch_costs
 from decode.json_types import JSONDict
+from decode.loops.compiled import SHORT
+from decode.loops.step_costs import CONTEXT, measure_cost_profile
+from decode.timing import device_name, machine_class
 
 COSTS_ENV = "ACCEPT_HEADS_COSTS_DIR"
-
-
-def device_name() -> str:
-    """The accelerator's name, else the CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def model_files(description: JSONDict) -> JSONDict:
@@ -72,8 +68,7 @@ def machine_batch_costs(target: PreTrainedModel, draft: PreTrainedModel, *, mode
                      "threads": torch.get_num_threads(), "models": models, "files": model_files(models),
                      "batches": sorted(set(batches)), "max_length": max_length, "repeats": repeats,
                      "companion": companion is not None}
-    name = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    path = (root or cache_dir(COSTS_ENV, "batch-costs")) / f"{name}.json"
+    path = costs_dir(root) / f"{digest(key)}.json"
     if path.is_file() and not refresh:
         stored: dict[str, Any] = json.loads(path.read_text())
         return BatchCosts.from_dict(stored["costs"]), CostsSource(str(path), True, key)
@@ -82,3 +77,63 @@ def machine_batch_costs(target: PreTrainedModel, draft: PreTrainedModel, *, mode
                                 companion=companion)
     write_json_atomic(path, {"key": key, "costs": costs.to_dict()})
     return costs, CostsSource(str(path), False, key)
+
+
+def costs_dir(root: Path | None = None) -> Path:
+    """Where measured costs are stored: ``root``, else ``$ACCEPT_HEADS_COSTS_DIR``, else
+    ``~/.cache/accept-heads/batch-costs``."""
+    return root or cache_dir(COSTS_ENV, "batch-costs")
+
+
+def digest(data: JSONDict) -> str:
+    """A short name for ``data`` (sha256 of its JSON)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def profile_key(target: PreTrainedModel, draft: PreTrainedModel, companion: PreTrainedModel | None,
+                models: JSONDict) -> JSONDict:
+    """What a cost profile's prices depend on: the machine class (:func:`decode.timing.machine_class`: the device,
+    its SIMD path and torch's threads), torch, the models (their description, files and dtypes) and what is timed."""
+    dtypes = {role: str(model.dtype) for role, model in (("target", target), ("draft", draft), ("companion", companion))
+              if model is not None}
+    return {"machine": machine_class(target.device), "arch": platform.machine(), "torch": torch.__version__,
+            "models": models, "files": model_files(models), "dtypes": dtypes, "context": CONTEXT, "lengths": SHORT}
+
+
+def profile_path(key: JSONDict, root: Path | None = None) -> Path:
+    """The profile's file: one per machine class and model set (named by the models' ids), whatever torch or the
+    models' files are (a profile measured with others is stale)."""
+    models = key["models"]
+    ids = {role: spec.get("id") for role, spec in models.items() if isinstance(spec, dict)}
+    name = f"{models.get('name') or 'models'}-{digest({'machine': key['machine'], 'arch': key['arch'], 'ids': ids})}"
+    return costs_dir(root) / f"profile-{name}.json"
+
+
+def stale(stored: dict[str, Any] | None, key: JSONDict, compiled: bool) -> str | None:
+    """Why the stored profile cannot price this run (None: it can)."""
+    if stored is None:
+        return "no cost profile of these models is stored for this machine"
+    changed = sorted(name for name in key.keys() | stored["key"].keys() if stored["key"].get(name) != key.get(name))
+    if changed:
+        return f"the stored cost profile is stale ({', '.join(changed)} changed)"
+    if compiled and stored["profile"].get("compiled") is None:
+        return "the stored cost profile has no compiled forwards"
+    return None
+
+
+def machine_profile(target: PreTrainedModel, draft: PreTrainedModel, companion: PreTrainedModel | None = None, *,
+                    models: JSONDict, repeats: int, compiled: bool = False, refresh: bool = False,
+                    root: Path | None = None) -> tuple[CostProfile, CostsSource]:
+    """This machine's cost profile of the models (``models``: the trio's description): the stored one, else (one
+    printed line says why) measured now, with compiled forwards too where ``compiled``, and stored."""
+    key = profile_key(target, draft, companion, models)
+    path = profile_path(key, root)
+    stored = json.loads(path.read_text()) if path.is_file() else None
+    reason = "a new measurement was asked for" if refresh else stale(stored, key, compiled)
+    if reason is None and stored is not None:
+        return CostProfile.from_dict(stored["profile"]), CostsSource(str(path), True, key)
+    forwards = "eager and compiled" if compiled else "eager"
+    print(f"{reason}: measuring it ({key['machine']}, batch 1, {forwards} forwards; stored in {path})", flush=True)
+    profile = measure_cost_profile(target, draft, companion, repeats=repeats, compiled=compiled)
+    write_json_atomic(path, {"key": key, "profile": profile.to_dict()})
+    return profile, CostsSource(str(path), False, key)

@@ -39,10 +39,11 @@ def _with_interval(row: pd.Series, column: str, digits: int, suffix: str, scale:
 
 
 def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> Table:
-    """One set's rows (the grid points of a sweep are left to the saved table and the figures)."""
+    """One set's rows (the grid points of a sweep are left to the saved table and the figures); ``cost``: the
+    ``cost`` model's metadata (its caption says which costs)."""
     rows = table[(table["set"] == set_name) & (table["chosen_on"] != "grid")]
-    out = Table(title=f"{set_name} — modelled at t_d={cost['t_draft']:g}, t_t={cost['t_target']:g}, "
-                      f"t_c={cost['t_companion']:.4g} (cost) and at the fitted t_d, t_c, t_t(L)", title_justify="left")
+    out = Table(title=f"{set_name} — modelled at {cost['caption']} (cost) and at the fitted t_d, t_c, t_t(L)",
+                title_justify="left")
     for column in ("rule", "policy", "chosen on", "discard", "verif.", "acc. len", "accept @1..4",
                    "×target", "×target fit", "×best K [95% CI]", "oracle gap [95% CI]", "perfect gap [95% CI]"):
         out.add_column(column, justify="left" if column in ("rule", "policy", "accept @1..4") else "right")
@@ -58,9 +59,9 @@ def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> T
     return out
 
 
-def selection_table(selection: list[Choice]) -> Table:
-    """The parameters chosen on dev."""
-    out = Table(title="chosen on the dev split (max modelled throughput at the cost pair)", title_justify="left")
+def selection_table(selection: list[Choice], caption: str) -> Table:
+    """The parameters chosen on dev (at the costs ``caption`` names)."""
+    out = Table(title=f"chosen on the dev split (max modelled throughput at {caption})", title_justify="left")
     for column in ("rule", "family", "artifact", "value", "chosen on", "dev tokens / modelled s"):
         out.add_column(column)
     for choice in selection:
@@ -84,14 +85,14 @@ def _cell(row: pd.Series | None, column: str, digits: int, suffix: str, scale: f
     return _with_interval(row, column, digits, suffix, scale) if row is not None else "—"
 
 
-def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
+def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]], caption: str) -> Table:
     """Per head decoded here, test / OOD set and stop rule (each family with a ``stop``: threshold h chosen on dev,
     goodput): the best fixed K, the head and both bounds (the perfect predictor with the same stop, the realised
     oracle) as × the best fixed K, and the head's share of the gap from the best fixed K to each bound, with 95 %
-    intervals (DESIGN §5)."""
+    intervals (DESIGN §5), at the costs ``caption`` names."""
     sets = list(dict.fromkeys(table.loc[table["role"] != "dev", "set"]))
     decoded = set(table.loc[table["role"] != "dev", "artifact"].dropna())
-    out = Table(title="heads and bounds — × best fixed K at the cost pair, and the share of the gap to each bound "
+    out = Table(title=f"heads and bounds — × best fixed K at {caption}, and the share of the gap to each bound "
                       "[95% paired-bootstrap CI over prompts]", title_justify="left")
     for column in ("head", "rule", "dev AUROC", "set", "stop", "best K ×target", "head ×best K", "perfect ×best K",
                    "oracle ×best K", "share of perfect gap", "share of oracle gap"):
@@ -119,16 +120,16 @@ def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]]) -> Table:
     return out
 
 
-def league_table(table: pd.DataFrame) -> Table:
+def league_table(table: pd.DataFrame, caption: str) -> Table:
     """The predictor league per test / OOD set and rule: every acceptance source under each of its stops (learned
     heads and training-free sources, each at its dev choice) as × the best fixed K and × the best training-free
-    source chosen on dev, with 95 % intervals; the best fixed K first."""
+    source chosen on dev, with 95 % intervals, at the costs ``caption`` names; the best fixed K first."""
     league = family_names(league="learned") + family_names(league="training-free")
     rows = table[(table["role"] != "dev") & at_dev_choice(table)
                  & (table["family"].isin(league) | ((table["family"] == "fixed") & (table["chosen_on"] == "dev")))]
     best_free = best_training_free(table, "throughput_cost")
     out = Table(title="predictor league — each acceptance source and stop at its dev choice, × the best fixed K and "
-                      "× the best training-free source (chosen on dev) at the cost pair [95% paired-bootstrap CI]",
+                      f"× the best training-free source (chosen on dev) at {caption} [95% paired-bootstrap CI]",
                 title_justify="left")
     for column in ("set", "rule", "side", "source", "stop", "×target", "×best K [95% CI]",
                    "×best training-free [95% CI]"):
@@ -181,13 +182,14 @@ def batch_axis_table(axis: pd.DataFrame, batch_costs: dict[str, Any]) -> Table:
     return out
 
 
-def wallclock_table(wall: pd.DataFrame, described: dict[str, Any]) -> Table:
+def wallclock_table(wall: pd.DataFrame, described: dict[str, Any], caption: str) -> Table:
     """Per timed set, rule and method: measured tokens/s at batch 1, × the target alone and × the best fixed K
-    (measured, with 95 % paired-bootstrap intervals), the modelled × best fixed K, and whether the timed outputs
-    were the counted runs' own."""
+    (measured, with 95 % paired-bootstrap intervals), the modelled × best fixed K (at the costs ``caption`` names and
+    the fitted ones), and whether the timed outputs were the counted runs' own."""
     out = Table(title=f"wall clock — batch 1, methods taking turns per prompt ({described['device']}, "
                       f"{described['dtype']}, {described['threads']} threads; "
-                      f"{described.get('forwards', 'eager; the target alone by HF generate')})", title_justify="left")
+                      f"{described.get('forwards', 'eager; the target alone by HF generate')}); ×best K model at "
+                      f"{caption}", title_justify="left")
     for column in ("set", "rule", "policy", "prompts", "tok/s", "×target [95% CI]", "×best K [95% CI]",
                    "×best K model", "×best K fitted", "same output"):
         out.add_column(column, justify="left" if column in ("set", "rule", "policy") else "right",
@@ -201,8 +203,8 @@ def wallclock_table(wall: pd.DataFrame, described: dict[str, Any]) -> Table:
 
 
 def cost_lines(metadata: dict[str, Any]) -> list[str]:
-    """The fitted ``t_d``, ``t_c``, ``t_t(L)`` and R², and what the cost pair assumes."""
-    fit, fitted, paper = metadata["cost_fit"], metadata["cost_models"]["fitted"], metadata["cost_models"]["cost"]
+    """The fitted ``t_d``, ``t_c``, ``t_t(L)`` and R², and which costs the ``cost`` model has."""
+    fit, fitted, cost = metadata["cost_fit"], metadata["cost_models"]["fitted"], metadata["cost_models"]["cost"]
     t_c = (f"{1000 * fit['t_companion']:.2f} ms" if fit["companion_runs"]
            else "not identified (no companion run)")
     ratio = fit["t_draft"] / fit["t_target"] if fit["t_target"] > 0 else math.nan
@@ -212,9 +214,19 @@ def cost_lines(metadata: dict[str, Any]) -> list[str]:
         f"t_d = {1000 * fit['t_draft']:.2f} ms, t_c = {t_c}, t_t(L=1) = {1000 * fit['t_target']:.2f} ms "
         f"(t_d/t_t = {_num(ratio, 3)}), R² (uncentred) = {fit['r2']:.3f}",
         f"fitted t_t(L) for L = 1..{len(fitted['latency_shape'])} (ms, measured latency shape): {lengths}",
-        f"cost pair: t_d = {paper['t_draft']:g} s, t_t = {paper['t_target']:g} s (flat in L), "
-        f"t_c = {paper['t_companion']:.4g} s ({paper['t_companion_from']})",
+        _cost_model_line(cost, metadata.get("cost_profile")),
     ]
+
+
+def _cost_model_line(cost: dict[str, Any], profile: Any) -> str:
+    """What the ``cost`` model prices at: the configured pair, or the measured profile (``profile``: where it is
+    stored; None for a configured pair)."""
+    if cost["source"] == "configured":
+        return (f"cost pair: t_d = {cost['t_draft']:g} s, t_t = {cost['t_target']:g} s (flat in L), "
+                f"t_c = {cost['t_companion']:.4g} s ({cost['t_companion_from']})")
+    return (f"cost model: {cost['caption']} (t_d = {1000 * cost['t_draft']:.2f} ms, t_t = T(2) = "
+            f"{1000 * cost['t_target']:.2f} ms, t_c = {1000 * cost['t_companion']:.2f} ms; stored in "
+            f"{profile['stored']['path']})")
 
 
 def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str, Path],
@@ -224,18 +236,19 @@ def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str,
     console = Console()
     if not console.is_terminal:
         console = Console(width=WIDTH)  # logs and pipes: do not squeeze the table into 80 columns
-    console.print(selection_table(recorded_choices(metadata)))
+    cost = metadata["cost_models"]["cost"]
+    console.print(selection_table(recorded_choices(metadata), cost["caption"]))
     for set_name in dict.fromkeys(table.loc[table["role"] != "dev", "set"]):
-        console.print(results_table(table, set_name, metadata["cost_models"]["cost"]))
-    console.print(league_table(table))
+        console.print(results_table(table, set_name, cost))
+    console.print(league_table(table, cost["caption"]))
     if source_calibration is not None and len(source_calibration):
         console.print(source_calibration_table(source_calibration))
     if metadata["heads"]:
-        console.print(heads_table(table, metadata["heads"]))
+        console.print(heads_table(table, metadata["heads"], cost["caption"]))
     if batch_axis is not None and len(batch_axis):
         console.print(batch_axis_table(batch_axis, metadata["batch_axis"]["batch_costs"]))
     if wallclock is not None and len(wallclock):
-        console.print(wallclock_table(wallclock, metadata["wallclock"]))
+        console.print(wallclock_table(wallclock, metadata["wallclock"], cost["caption"]))
     for line in cost_lines(metadata):
         console.print(line, markup=False)
     for note in metadata["notes"].values():

@@ -192,7 +192,7 @@ def _matches(timed: pd.DataFrame, counted: pd.DataFrame) -> float:
 
 def with_modelled(summary: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     """``summary`` beside the modelled figures of the same runs (the results table's throughput and speed-up over
-    the best fixed K at the cost pair, ``_cost``, and at the costs fitted on this machine, ``_fitted``)."""
+    the best fixed K at the ``cost`` model, ``_cost``, and at the costs fitted on this machine, ``_fitted``)."""
     columns = [f"{metric}_{model}" for model in ("cost", "fitted") for metric in ("throughput", "speedup_fixed")]
     modelled = table[["set", "rule", "policy", *columns]].drop_duplicates(["set", "rule", "policy"])
     return summary.merge(modelled, on=["set", "rule", "policy"], how="left")

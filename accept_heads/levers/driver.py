@@ -13,7 +13,7 @@ from rich.table import Table
 from tqdm.auto import tqdm
 
 from accept_heads.evaluation.bootstrap import PromptCosts, generation_seconds, paired_draws, ratio_interval
-from accept_heads.evaluation.cost_models import configured_model
+from accept_heads.evaluation.cost_models import Pricing, pricing
 from accept_heads.evaluation.inputs import PromptSet, discover, load_split
 from accept_heads.evaluation.runs import Generation
 from accept_heads.levers.fitting import fit, retrain
@@ -59,12 +59,17 @@ class Variant:
 
 @dataclass
 class LeverBench:
-    """What every decode here needs: the models, the cost pair, the run's sampling and settings."""
+    """What every decode here needs: the models, the ``cost`` model, the run's sampling and settings."""
 
     job: EvaluateJob
     trio: Trio
     sampling: Sampling
-    cost: CostModel
+    priced: Pricing
+
+    @property
+    def cost(self) -> CostModel:
+        """The prices every decode here is modelled at."""
+        return self.priced.model
 
     def policy(self, head: AcceptanceHead, stop: str, threshold: float, recalibration: Recalibration | None,
                log: list | None = None, forecaster: Forecaster | None = None, perfect: bool = False) -> Policy:
@@ -115,7 +120,8 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     e = job.evaluate
     dev = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "dev", e.prompts["dev"])
     train = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "train", e.prompts["dev"])  # as many
-    lab = LeverBench(job, trio, sampling, configured_model(job.cost, None))
+    lab = LeverBench(job, trio, sampling, pricing(job.cost, trio, lambda: None, compiled=e.compile,
+                                                  repeats=e.latency_repeats, threads=e.threads))
     thresholds = job.thresholds
     rows, fits = [], {}
     heads = {n: h for n, h in artifacts.heads.items() if not h.config.companion_features}
@@ -154,11 +160,11 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
                                  "dev_throughput": throughput(run), "effect": throughput(run) / throughput(base),
                                  "effect_lo": low, "effect_hi": high,
                                  "kept": bool(variant.lever) and not variant.perfect and low > 1.0})
-    return pd.DataFrame(rows), {"fits": fits, "notes": notes}
+    return pd.DataFrame(rows), {"fits": fits, "notes": notes, "cost_model": lab.priced.record}
 
 
-def print_levers(table: pd.DataFrame) -> None:
-    out = Table(title="levers on dev — throughput at the cost pair over the head as exported [95% paired-bootstrap "
+def print_levers(table: pd.DataFrame, caption: str) -> None:
+    out = Table(title=f"levers on dev — throughput at {caption} over the head as exported [95% paired-bootstrap "
                       "CI over dev prompts]; kept only if the interval is above 1", title_justify="left")
     for column in ("head", "lever", "stop", "h (dev)", "dev tok / modelled s", "effect [95% CI]", "kept"):
         out.add_column(column, justify="left" if column in ("head", "lever", "stop") else "right")
@@ -181,6 +187,6 @@ def run_levers(job: EvaluateJob) -> pd.DataFrame:
     write_json_atomic(out / "levers.json", {"command": "accept_heads.levers", "code_version": code_version(),
                                             "fit_prompts (train split)": job.evaluate.prompts["dev"], "dev_prompts": job.evaluate.prompts["dev"],
                                             "cost": asdict(job.cost), "seed": job.seed, **described})
-    print_levers(table)
+    print_levers(table, described["cost_model"]["caption"])
     print(f"levers: {out / 'levers.csv'}, {out / 'levers.json'}")
     return table

@@ -37,6 +37,7 @@ from accept_heads.evaluation.table import (
 from ahconf.schema import ConfigError, CostConfig
 from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
 from decode.artifacts.hub import load_tokenizer, tokenizer_hash
+from decode.batch_costs import CostProfile
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES
 from decode.metadata import ArtifactMetadata, HeadMetadata, InformationGain, ProfileMetadata
@@ -229,7 +230,7 @@ def test_the_league_compares_each_source_with_the_best_training_free_one_chosen_
                                       heads["throughput_cost"] / reference["throughput_cost"].iloc[0])
     assert (heads["speedup_free_cost_lo"] <= heads["speedup_free_cost"] + 1e-9).all()
     console = Console(width=240, record=True)
-    console.print(league_table(results.table))
+    console.print(league_table(results.table, results.metadata["cost_models"]["cost"]["caption"]))
     printed = console.export_text()
     assert "training-free (best, dev)" in printed and "learned" in printed and "margin-goodput" in printed
 
@@ -438,6 +439,33 @@ def test_an_explicit_evaluate_thresholds_chooses_h_on_dev_over_the_recorded_one(
     assert set(test["param"]) <= {0.6, 0.9} and not any(k.startswith("h[") for k in results.metadata["notes"])
 
 
+
+def test_measured_costs_price_the_runs_and_every_table_says_which(make_config, micro_trio, micro_root, tmp_path,
+                                                                  monkeypatch, capsys):
+    """``cost.source=measured`` (the real pair's): the machine's cost profile is measured once, stored, and prices the
+    selection and the ``*_cost`` columns; the report's tables and the figures name the machine class and the ratios."""
+    monkeypatch.setenv("ACCEPT_HEADS_COSTS_DIR", str(tmp_path / "costs"))
+    write_artifacts(tmp_path / "heads", micro_trio["draft"])
+    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
+                         f"paths.head_dir={tmp_path / 'heads'}", "evaluate.rules=[speculative]",
+                         "evaluate.hf_baselines=false", "evaluate.calibration_rows=0", "evaluate.bounds=false",
+                         "cost.source=measured")
+    results = evaluate(config.evaluate_job())
+    meta, printed = results.metadata, capsys.readouterr().out
+    profile = CostProfile.from_dict(meta["cost_profile"]["profile"])
+    cost = meta["cost_models"]["cost"]
+    assert cost["source"] == "measured" and cost["caption"] == profile.caption() and "thread" in profile.machine
+    model = profile.cost_model()
+    assert (cost["t_target"], cost["t_target_alone"]) == (model.t_target, model.target_alone)
+    assert cost["latency_shape"] == list(model.latency.values) and len(cost["latency_shape"]) == 15
+    assert Path(meta["cost_profile"]["stored"]["path"]).is_file() and "no cost profile" in printed
+    assert printed.count("costs measured on") >= 4  # the selection, each test / OOD set, the league, the heads
+    again = aggregate(results.generations)  # the runs priced by hand at the profile's cost model
+    add_costs(again, "cost", model)
+    both = results.table.merge(again, on=KEYS, suffixes=("", "_again"))
+    assert len(both) == len(results.table) and np.allclose(both["throughput_cost"], both["throughput_cost_again"])
+
+
 def test_fixed_k_grid_grows_past_an_edge_choice():
     choices = [Choice(rule="fuzzy", rule_param=0.3, family="fixed", artifact=None, value=10.0, dev_throughput=1.0),
                Choice(rule="greedy", rule_param=None, family="fixed", artifact=None, value=3.0, dev_throughput=1.0)]
@@ -556,7 +584,8 @@ def test_results_carry_metadata(evaluated, micro_trio):
     sets = {s["name"]: s for s in meta["sets"]}
     assert (sets["dev"]["split"], sets["test"]["split"], sets["builtin:module"]["role"]) == ("dev", "test", "ood")
     assert all(s["count"] == 2 and len(s["prompt_ids"]) == 2 for s in sets.values())
-    assert meta["cost"] == {"t_draft": 0.0236, "t_target": 0.112, "t_companion": None, "t_target_alone": 0.108}
+    assert meta["cost"] == {"source": "configured", "t_draft": 0.0236, "t_target": 0.112, "t_companion": None,
+                            "t_target_alone": 0.108}
     assert meta["cost_fit"]["n"] > 0
     assert meta["cost_fit"]["companion_runs"] > 0  # the SV runs are fitted too
     latency = meta["latency"]

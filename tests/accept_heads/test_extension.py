@@ -144,7 +144,8 @@ def test_a_policy_declared_in_one_file_is_swept_tabled_timed_batched_and_drawn(a
     assert label in rendered(results_table(table, "test", results.metadata["cost_models"]["cost"]))
     wall = results.wallclock
     assert list(wall.loc[wall["family"] == "alternating", "policy"]) == [label]  # timed at its dev choice
-    assert label in rendered(wallclock_table(wall, results.metadata["wallclock"]))
+    caption = results.metadata["cost_models"]["cost"]["caption"]
+    assert label in rendered(wallclock_table(wall, results.metadata["wallclock"], caption))
     assert any(p.startswith("alternating(K=") for p in results.batch_axis["policy"])  # on the batch axis
     legends = {text.get_text() for name in ("pareto", "throughput_vs_k") if (figure := FIGURES[name](results))
                for ax in figure.axes if ax.get_legend() for text in ax.get_legend().get_texts()}

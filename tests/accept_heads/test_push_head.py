@@ -50,7 +50,7 @@ def export_dir(tmp_path, make_config) -> Path:
     manifest = micro_manifest()
     common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
     rows = [SweepRow(0.2, 64, 40, 30, 6, 2.13, 30.0), SweepRow(0.4, 64, 48, 26, 10, 1.91, 33.5)]
-    calibration = Calibration(rows, 0.4, {"count": 2, "prompt_ids": ["a", "b"]}, 8)
+    calibration = Calibration(rows, 0.4, {"count": 2, "prompt_ids": ["a", "b"]}, 8, {"source": "configured"})
     head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1))
     meta = head_metadata(common, config.train_job(), head.config, {"val/binary_kl": 0.25, "val/auroc": 0.8}, calibration)
     directory = tmp_path / "export"

@@ -1,15 +1,22 @@
-"""Measured batch costs (``decode.batch_costs``) and the goodput head that stops rows at the batch's prices."""
+"""Measured batch costs (``decode.batch_costs``), a machine's cost profile at batch 1, and the goodput head that stops
+rows at the batch's prices."""
 
 from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
 
 import pytest
 import torch
 from test_batched import comparable, make_decoder, wide_prompts
 
 from decode import HeadConfig, policies, rules, stop_rules
-from decode.batch_costs import BatchCosts, measure_batch_costs
+from decode.batch_costs import BatchCosts, CostProfile, measure_batch_costs
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES, AcceptanceHead
+from decode.loops.compiled import SHORT, compile_log
+from decode.loops.step_costs import measure_cost_profile
 from decode.loops.target_alone import generate_target_alone
 from decode.profile import SVProfile
 
@@ -192,3 +199,62 @@ def test_rows_draft_longer_where_verification_is_cheap_in_its_length(wide):
 
     cheap, dear = drafted_per_round(flat), drafted_per_round(steep)
     assert cheap > dear + 1.0, (cheap, dear)
+
+
+#: A profile's target forwards of m = 1..4 tokens (T(m), seconds) and the draft's one-token step.
+STEPS = (0.040, 0.050, 0.060, 0.080)
+PROFILE = CostProfile("a CPU, AVX512, 1 thread", "bfloat16",
+                      BatchCosts(batches=(1,), draft=(0.003,), target=(STEPS,), companion=((0.01, 0.02, 0.03, 0.04),)))
+
+
+class Rounds:
+    """What the cost model reads of a generation: its calls and the candidates each round verified."""
+
+    def __init__(self, verified: list[int], draft_calls: int) -> None:
+        self.target_calls, self.draft_calls, self.companion_calls = len(verified), draft_calls, 0
+        self.verified_per_round = verified
+
+
+def test_a_profile_prices_a_round_of_l_candidates_at_the_forward_of_l_plus_one_tokens():
+    model = PROFILE.cost_model()
+    assert PROFILE.ratios() == pytest.approx((1.0, 1.25, 1.5, 2.0))  # T(m) / T(1)
+    assert (model.t_target, model.target_alone, model.t_draft, model.t_companion) == (0.050, 0.040, 0.003, 0.01)
+    assert model.latency.values == pytest.approx((1.0, 0.060 / 0.050, 0.080 / 0.050))  # T(L + 1) / T(2)
+    # rounds verifying 3, 1 and 2 candidates feed 4, 2 and 3 tokens: T(4) + T(2) + T(3), and six draft steps
+    assert model.time(Rounds([3, 1, 2], draft_calls=6)) == pytest.approx(0.080 + 0.050 + 0.060 + 6 * 0.003)
+    assert PROFILE.shares() == pytest.approx({"draft": 0.075, "companion": 0.25})
+
+
+def test_a_profile_says_where_and_how_it_was_measured():
+    caption = PROFILE.caption()
+    assert "a CPU, AVX512, 1 thread" in caption and "bfloat16" in caption and "eager" in caption
+    assert "draft 0.075" in caption and "1.00 1.25 1.50 2.00" in caption
+    with pytest.raises(ValueError, match="no compiled forwards"):
+        PROFILE.caption(compiled=True)
+    with pytest.raises(ValueError, match="batch size 1"):
+        CostProfile("a CPU", "float32", BatchCosts(batches=(1, 2), draft=(1.0, 1.0), target=((1.0,), (1.0,))))
+
+
+def test_a_profile_round_trips_through_its_json():
+    compiled = replace(PROFILE, compiled=BatchCosts(batches=(1,), draft=(0.002,), target=((0.03, 0.035, 0.04, 0.05),)))
+    for profile in (PROFILE, compiled):
+        assert CostProfile.from_dict(json.loads(json.dumps(profile.to_dict()))) == profile
+    assert compiled.ratios(compiled=True)[-1] == pytest.approx(0.05 / 0.03)
+
+
+def test_a_measured_profile_times_every_feed_of_a_compiled_round_at_batch_one(wide):
+    profile = measure_cost_profile(wide["target"], wide["draft"], wide["companion"], repeats=1, context=8)
+    assert profile.dtype == "float32" and "thread" in profile.machine and profile.compiled is None
+    costs = profile.eager
+    assert costs.batches == (1,) and len(costs.target[0]) == len(costs.companion[0]) == SHORT
+    assert profile.ratios()[0] == 1.0 and all(a <= b for a, b in zip(profile.ratios(), profile.ratios()[1:]))
+    assert costs.draft == (costs.draft_widths[0][0],) and set(profile.shares()) == {"draft", "companion"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler")
+def test_a_compiled_profile_times_the_models_compiled_forwards(wide):
+    profile = measure_cost_profile(wide["target"], wide["draft"], repeats=1, context=8, compiled=True)
+    assert profile.compiled is not None and len(profile.compiled.target[0]) == SHORT
+    assert compile_log(wide["target"]).graphs >= 2  # the one-token graph and the symbolic one
+    assert "compiled" in profile.caption(compiled=True)
