@@ -90,7 +90,7 @@ def run_arm(target: torch.nn.Module, paths: list[Path], base_shape: FeatureDraft
     figures = held_out_losses(draft, data, held, training, depths=EVAL_DEPTHS)
     del data
     timed = draft.to(target.dtype).eval()
-    cost = step_costs({"target": target, "feature_draft": timed}, context, repeats)["feature_draft"]
+    cost = step_costs({"target": target, "feature_draft": timed}, context, repeats).feature_draft
     reached = [one["reached"] for one in figures]
     result = {"arm": arm.name, "shape": dataclasses.asdict(shape), "training": dataclasses.asdict(training),
               "held_out": figures, "cost": cost, "train_seconds": round(seconds, 1),

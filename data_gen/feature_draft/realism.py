@@ -10,11 +10,14 @@ turns.
 Per depth two figures: *unconditional*, the mean over round starts of ``Π_{i≤d} α_i`` along the same round (the
 chance its first ``d`` candidates are all accepted, the target's tokens standing in for the accepted ones), and
 *conditional*, its ratio to depth ``d − 1`` (acceptance at ``d`` given ``1 .. d − 1`` accepted). The modelled
-speed-up of a fixed K is ``(1 + Σ_{j≤K} unconditional_j) / (1 + K c)`` (verification priced flat; labelled so).
+speed-up of a fixed K is ``(1 + Σ_{j≤K} unconditional_j) / (K c + v_K)``, ``v_K`` the target's forward of
+``K + 1`` tokens over its single-token one, measured beside the draft's step (flat, ``v_K = 1``, in records from
+before it; every table says which).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
@@ -82,12 +85,23 @@ class FeatureRealism:
     cost: float  # feature-draft step / target step, batch 1
     old_cost: float | None
     dtype: str
+    verify_costs: tuple[float, ...] = ()  # T(k + 1) / T(1) for k = 1, 2, ...: verifying k candidates (empty: flat)
+
+    def verification(self, k: int) -> float:
+        """A verification of ``k`` candidates over one target step: measured where recorded, else 1 (flat)."""
+        return self.verify_costs[k - 1] if k <= len(self.verify_costs) else 1.0
+
+    @property
+    def priced(self) -> str:
+        """How the modelled speed-ups price a round, in words."""
+        return ("verification of K candidates at the measured T(K + 1) / T(1)" if self.verify_costs
+                else "verification priced flat (one target step whatever it verifies)")
 
     def modelled_speedup(self, figures: DepthFigures, k: int, cost: float | None = None) -> float:
-        """Tokens per unit time of a fixed ``k`` over the target alone: ``(1 + Σ_{j≤k} Π_{i≤j} α_i) / (1 + k c)``
-        (:attr:`DepthFigures.expected_chain`; verification priced as one step whatever it verifies)."""
+        """Tokens per unit time of a fixed ``k`` over the target alone: ``(1 + Σ_{j≤k} Π_{i≤j} α_i) / (k c + v_k)``
+        (:attr:`DepthFigures.expected_chain`; ``v_k`` = :meth:`verification`)."""
         expected = 1.0 + sum(figures.expected_chain[:k])
-        return expected / (1 + k * (self.cost if cost is None else cost))
+        return expected / (k * (self.cost if cost is None else cost) + self.verification(k))
 
     def best_fixed_k(self, figures: DepthFigures) -> tuple[int, float]:
         """The fixed K (within the measured depths) with the highest modelled speed-up, and that speed-up."""
@@ -113,6 +127,7 @@ class FeatureRealism:
 
     @classmethod
     def from_dict(cls, data: JSONDict) -> FeatureRealism:
+        data = {**data, "verify_costs": tuple(data.get("verify_costs", ()))}
         sets = tuple(DepthFigures(**{**s, "acceptance": tuple(s["acceptance"]), "reached": tuple(s.get("reached", ()))})
                      for s in data["sets"])
         return cls(**{**data, "sets": sets})
@@ -216,14 +231,30 @@ def measure_set(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokeniz
                         old_acceptance=old_sum / old_count if old_count else None, reached=reached.means())
 
 
+@dataclass(frozen=True)
+class StepCosts:
+    """Shares of one target step (a single-token forward at batch 1 on a cached context)."""
+
+    feature_draft: float  # the feature draft's step
+    draft: float | None  # the tokens-only draft's step, where it was timed
+    verify: tuple[float, ...]  # the target's forward of k + 1 tokens (verifying k candidates), k = 1, 2, ...
+
+
 @torch.inference_mode()
-def step_costs(models: dict[str, PreTrainedModel], context: list[int], repeats: int) -> dict[str, float]:
-    """Each draft's median single-token forward on a cached ``context``, as a share of the target's (turns taken)."""
+def step_costs(models: dict[str, PreTrainedModel], context: list[int], repeats: int, verify: int = 0) -> StepCosts:
+    """Each draft's median single-token forward on a cached ``context`` and the target's forward of ``k + 1`` tokens
+    for ``k = 1 .. verify``, as shares of the target's single-token forward (every run taking turns)."""
     ids = torch.tensor([context])
-    runs = {role: partial(CachedForward(models[role], ids), ids[:, -1:])
-            for role in ("target", "feature_draft", "draft") if role in models}
+    runs: dict[object, Callable[[], object]] = {
+        role: partial(CachedForward(models[role], ids[:, :-1]), ids[:, -1:])
+        for role in ("target", "feature_draft", "draft") if role in models}
+    target = CachedForward(models["target"], ids[:, :-verify - 1]) if verify else None
+    for k in range(1, verify + 1):
+        runs[("verify", k)] = partial(target, ids[:, -verify - 1:][:, :k + 1])
     times = medians_taking_turns(runs, repeats, ids.device)
-    return {role: seconds / times["target"] for role, seconds in times.items() if role != "target"}
+    base = times["target"]
+    return StepCosts(times["feature_draft"] / base, times["draft"] / base if "draft" in times else None,
+                     tuple(times[("verify", k)] / base for k in range(1, verify + 1)))
 
 
 def measure_feature_realism(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokenizerBase,
@@ -233,5 +264,5 @@ def measure_feature_realism(models: dict[str, PreTrainedModel], tokenizer: PreTr
     figures = tuple(measure_set(models, tokenizer, name, role, prompts, tokens=tokens, seed=seed, depths=depths)
                     for name, (role, prompts) in sets.items())
     first_dev = next(prompts for role, prompts in sets.values() if role == "dev")[0]
-    costs = step_costs(models, first_dev, repeats)
-    return FeatureRealism(figures, costs["feature_draft"], costs.get("draft"), dtype)
+    costs = step_costs(models, first_dev, repeats, verify=depths)
+    return FeatureRealism(figures, costs.feature_draft, costs.draft, dtype, costs.verify)

@@ -134,7 +134,7 @@ def feature_table(drafts: dict[str, FeatureRealism]) -> Table:
                   "accepted) and unconditional (all of depths 1..d accepted: the mean over rounds of the product along "
                   "each round); without a per-round record, the mean at each depth; greedy agreement at depth 1; cost: "
                   f"one draft step / one target step, batch 1, {first.dtype} (the draft: {old_cost}); modelled: "
-                  "(1 + Σ_j≤K unconditional_j) / (1 + K c), verification priced flat")
+                  f"(1 + Σ_j≤K unconditional_j) / (K c + v_K), v_K: {first.priced}")
     columns = ["feature draft", "prompt set", "figure", "positions", *(f"depth {d}" for d in range(1, depths + 1)),
                "greedy agree", "draft (old)", "cost", "best K (modelled)"]
     for column in columns:

@@ -239,7 +239,11 @@ def test_realism_chains_each_rounds_acceptances_and_reads_older_records():
                            old_acceptance=None, reached=(0.5, 0.35, 0.2))
     assert figures.conditional == pytest.approx((0.5, 0.7, 0.2 / 0.35))
     realism = FeatureRealism((figures,), cost=0.1, old_cost=None, dtype="float32")
-    assert realism.modelled_speedup(figures, 2) == pytest.approx((1 + 0.5 + 0.35) / 1.2)
+    assert realism.modelled_speedup(figures, 2) == pytest.approx((1 + 0.5 + 0.35) / 1.2)  # flat: v_K = 1
+    measured = FeatureRealism((figures,), cost=0.1, old_cost=None, dtype="float32", verify_costs=(1.1, 1.3, 1.4))
+    assert measured.modelled_speedup(figures, 2) == pytest.approx((1 + 0.5 + 0.35) / (0.2 + 1.3))
+    assert "measured" in measured.priced and "flat" in realism.priced
+    assert FeatureRealism.from_dict(measured.to_dict()) == measured
     old = FeatureRealism.from_dict({**realism.to_dict(), "sets": [
         {k: v for k, v in figures.__dict__.items() if k != "reached"}]})
     assert old.sets[0].expected_chain == pytest.approx((0.5, 0.225, 0.225))

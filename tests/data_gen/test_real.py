@@ -154,6 +154,8 @@ def test_a_feature_draft_trains_ships_and_installs_with_the_pair(micro_env, tmp_
     depths, reached = figures["acceptance"], figures["reached"]
     assert len(depths) == len(reached) == REALISM_DEPTHS and all(0 < a <= 1 for a in depths)
     assert reached[0] == pytest.approx(depths[0]) and all(b <= a for a, b in itertools.pairwise(reached))
+    verify = record["feature_draft"]["realism"]["verify_costs"]  # T(k + 1) / T(1), measured beside the draft's step
+    assert len(verify) == REALISM_DEPTHS and all(v > 0 for v in verify)
     beside = measure_feature_draft(spec.name, built.directory, tmp_path / "build-cache")
     assert list(beside) == ["fd", "shipped"]
     assert beside["fd"].sets[0].reached == pytest.approx(beside["shipped"].sets[0].reached)  # the same draft
