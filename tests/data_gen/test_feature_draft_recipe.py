@@ -92,6 +92,13 @@ def teacher_batch(target, sequences: list[list[int]], top_k: int = 4) -> dict[st
             "top_probs": top.values, "mask": mask}
 
 
+def random_prompts(count: int, seed: int) -> list[list[int]]:
+    """``count`` prompts of 3 to 11 random ids."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, VOCAB, (int(n),), generator=generator).tolist()
+            for n in torch.randint(3, 12, (count,), generator=generator)]
+
+
 SEQUENCES = [[5, 17, 3, 88, 41, 9, 60, 2, 33, 71, 12], [44, 8, 90, 15, 27, 3, 66]]
 
 
@@ -176,9 +183,7 @@ def test_a_low_rank_head_starts_as_the_best_rank_r_approximation():
 
 def test_response_shards_take_one_pass_per_temperature(tmp_path):
     target = micro_lm(VOCAB, seed=31, hidden=32, layers=2, init=0.3)
-    generator = torch.Generator().manual_seed(4)
-    prompts = [torch.randint(1, VOCAB, (int(n),), generator=generator).tolist()
-               for n in torch.randint(3, 12, (6,), generator=generator)]
+    prompts = random_prompts(6, seed=4)
     plan = ShardPlan(prompts_per_shard=3, response_tokens=6, generation_batch=2, target_sha256="micro",
                      temperatures=(1.0, 0.0))
     paths = build_shards(target, prompts, tmp_path, plan, eos=None, pad=0, vocab=VOCAB, shards=4, teacher=False)
@@ -201,9 +206,7 @@ def test_response_shards_take_one_pass_per_temperature(tmp_path):
 
 def test_a_response_pack_restores_the_shards_and_refuses_what_does_not_match(tmp_path):
     target = micro_lm(VOCAB, seed=31, hidden=32, layers=2, init=0.3)
-    generator = torch.Generator().manual_seed(5)
-    prompts = [torch.randint(1, VOCAB, (int(n),), generator=generator).tolist()
-               for n in torch.randint(3, 12, (5,), generator=generator)]
+    prompts = random_prompts(5, seed=5)
     plan = ShardPlan(prompts_per_shard=2, response_tokens=5, generation_batch=2, target_sha256="micro",
                      temperatures=(1.0, 0.0))
     made = build_shards(target, prompts, tmp_path / "made", plan, eos=None, pad=0, vocab=VOCAB, shards=5,
@@ -275,9 +278,7 @@ def test_the_ablation_trains_each_arm_once_and_prints_its_table(tmp_path, capsys
 
     target = micro_lm(VOCAB, seed=31, hidden=32, layers=2, init=0.3)
     target.save_pretrained(tmp_path / "target")
-    generator = torch.Generator().manual_seed(6)
-    prompts = [torch.randint(1, VOCAB, (int(n),), generator=generator).tolist()
-               for n in torch.randint(3, 12, (12,), generator=generator)]
+    prompts = random_prompts(12, seed=6)
     plan = ShardPlan(prompts_per_shard=6, response_tokens=10, generation_batch=3, teacher_batch=3, top_k=8,
                      target_sha256="micro", feature_layers=(2,))
     build_shards(target, prompts, tmp_path / "data", plan, eos=None, pad=0, vocab=VOCAB, shards=2)
