@@ -5,23 +5,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from safetensors import safe_open
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ahconf.entry import quiet_library_output
 from data_gen.model_store import file_hashes
 from decode.artifacts.hub import NATIVE_BF16, ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 
-from .build import FeatureRecipe, PromptSource, build_feature_draft, build_responses, encoded, shard_plan
+from .build import FeatureRecipe, PromptSource, build_data, build_feature_draft, encoded, shard_plan
 from .losses import DISTRIBUTION_LOSSES
 from .model import FeatureDraftShape
 from .response_pack import PackError, pack_responses, record_path, unpack_responses
-from .shards import ShardMismatchError
+from .shards import ShardMismatchError, ShardTimes, read_sequences
 from .training import FeatureTraining
 
 
@@ -45,9 +43,9 @@ def parser() -> argparse.ArgumentParser:
                         help="one pass over the prompts per temperature, 0 for greedy (default: 1)")
     parser.add_argument("--generation-batch", type=int, default=default.generation_batch,
                         help="prompts the target answers at once")
-    parser.add_argument("--stage", choices=("all", "responses", "pack"), default="all",
-                        help="responses: only generate the response shards (resumable), no teacher pass or training; "
-                        "pack: pack the response shards into --pack")
+    parser.add_argument("--stage", choices=("all", "responses", "teacher", "pack"), default="all",
+                        help="responses: only generate the response shards (resumable); teacher: the response and "
+                        "teacher shards, no training; pack: pack the response shards into --pack")
     parser.add_argument("--pack", type=Path, default=None,
                         help="a response pack (data_gen.feature_draft.response_pack): written by --stage pack, "
                         "else unpacked into the data directory before anything is generated")
@@ -117,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             pack_or_unpack(args.stage, args.pack.expanduser(), target, tokenizer, target_sha256, recipe, data_dir)
             if args.stage == "pack":
                 return 0
-        if args.stage == "responses":
-            before, started = set(data_dir.glob("responses-*.safetensors")), time.perf_counter()
-            paths = build_responses(target, tokenizer, target_sha256, recipe, data_dir)
-            Console(width=120).print(responses_table(paths, set(paths) - before, time.perf_counter() - started))
+        if args.stage in ("responses", "teacher"):
+            times = ShardTimes()
+            paths = build_data(target, tokenizer, target_sha256, recipe, data_dir, args.stage == "teacher", times)
+            Console(width=120).print(shards_table(paths, times))
             return 0
         result = build_feature_draft(target, tokenizer, target_sha256, recipe, out, data_dir,
                                      args.work_dir or out.with_name(out.name + ".work"))
@@ -144,23 +142,21 @@ def pack_or_unpack(stage: str, pack: Path, target: PreTrainedModel, tokenizer: P
     print(f"unpacked {len(paths)} response shards from {pack} into {data_dir}", file=sys.stderr)
 
 
-def responses_table(paths: list[Path], made: set[Path], seconds: float) -> Table:
-    """The response shards: sequences and response tokens, all and made by this run, with this run's rate."""
-    table = Table(title=f"response shards in {paths[0].parent}" if paths else "no response shards",
-                  caption=f"{seconds:.0f} s this run; shards made earlier are read, not timed")
-    for column in ("shards", "sequences", "response tokens", "response tokens / s"):
+def shards_table(paths: list[Path], times: ShardTimes) -> Table:
+    """The shards: sequences and response tokens in all, and what this run made at what rate."""
+    table = Table(title=f"shards in {paths[0].parent}" if paths else "no shards",
+                  caption="shards made earlier are read, not timed")
+    for column in ("shards", "sequences", "response tokens", "made by this run", "seconds", "per second"):
         table.add_column(column, justify="right")
-    rows = {"all": [0, 0, 0], "made by this run": [0, 0, 0]}
-    for path in paths:
-        with safe_open(str(path), "pt") as handle:
-            lengths, prompts = handle.get_tensor("lengths"), handle.get_tensor("prompt_lengths")
-        for name in ("all", "made by this run") if path in made else ("all",):
-            rows[name][0] += 1
-            rows[name][1] += len(lengths)
-            rows[name][2] += int((lengths - prompts).sum())
-    for name, (shards, sequences, tokens) in rows.items():
-        rate = f"{tokens / max(seconds, 1e-9):.0f}" if name != "all" and shards else "-"
-        table.add_row(f"{shards} ({name})", f"{sequences:,}", f"{tokens:,}", rate)
+    sequences = [read_sequences(path) for path in paths]
+    spent = times.to_dict()
+    table.add_row(str(len(paths)), f"{sum(len(s.lengths) for s in sequences):,}",
+                  f"{sum(int((s.lengths - s.prompt_lengths).sum()) for s in sequences):,}",
+                  f"{times.response_tokens:,} response tokens", f"{times.response_seconds:.0f}",
+                  f"{spent['response_tokens_per_second']:.0f}")
+    if times.teacher_positions:
+        table.add_row("", "", "", f"{times.teacher_positions:,} teacher positions", f"{times.teacher_seconds:.0f}",
+                      f"{spent['teacher_positions_per_second']:.0f}")
     return table
 
 

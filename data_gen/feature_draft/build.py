@@ -81,12 +81,14 @@ def shard_plan(recipe: FeatureRecipe, target: PreTrainedModel, target_sha256: st
                      generation_batch=recipe.generation_batch)
 
 
-def build_responses(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target_sha256: str,
-                    recipe: FeatureRecipe, data_dir: Path) -> list[Path]:
-    """Only the response shards (the slow part, kept for a later teacher pass and training)."""
+def build_data(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target_sha256: str,
+               recipe: FeatureRecipe, data_dir: Path, teacher: bool, times: ShardTimes) -> list[Path]:
+    """Only the shards, no training: the response shards (the slow part, kept for a later teacher pass and
+    training), and with ``teacher`` the teacher shards too; their paths."""
     plan = shard_plan(recipe, target, target_sha256)
     return build_shards(target, encoded(tokenizer, recipe.prompts, recipe.seed), data_dir, plan,
-                        tokenizer.eos_token_id, tokenizer.pad_token_id, len(tokenizer), recipe.shards, teacher=False)
+                        tokenizer.eos_token_id, tokenizer.pad_token_id, len(tokenizer), recipe.shards, teacher=teacher,
+                        times=times)
 
 
 @dataclass(frozen=True)

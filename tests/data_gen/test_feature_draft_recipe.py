@@ -10,8 +10,10 @@ import math
 
 import pytest
 import torch
+from rich.console import Console
 from safetensors.torch import load_file
 
+from data_gen.feature_draft.__main__ import shards_table
 from data_gen.feature_draft.losses import (
     DISTRIBUTION_LOSSES,
     acceptance,
@@ -22,7 +24,7 @@ from data_gen.feature_draft.losses import (
 )
 from data_gen.feature_draft.model import FeatureDraftShape, initial_draft
 from data_gen.feature_draft.response_pack import PackError, pack_responses, record_path, unpack_responses
-from data_gen.feature_draft.shards import RESPONSES, ShardPlan, build_shards, read_shard, shard_file
+from data_gen.feature_draft.shards import RESPONSES, ShardPlan, ShardTimes, build_shards, read_shard, shard_file
 from data_gen.feature_draft.training import (
     FeatureTraining,
     depth_losses,
@@ -186,8 +188,14 @@ def test_response_shards_take_one_pass_per_temperature(tmp_path):
     prompts = random_prompts(6, seed=4)
     plan = ShardPlan(prompts_per_shard=3, response_tokens=6, generation_batch=2, target_sha256="micro",
                      temperatures=(1.0, 0.0))
-    paths = build_shards(target, prompts, tmp_path, plan, eos=None, pad=0, vocab=VOCAB, shards=4, teacher=False)
+    times = ShardTimes()
+    paths = build_shards(target, prompts, tmp_path, plan, eos=None, pad=0, vocab=VOCAB, shards=4, teacher=False,
+                         times=times)
     assert paths == [shard_file(tmp_path, RESPONSES, i) for i in range(4)]
+    assert times.response_tokens == 12 * 6 and times.teacher_positions == 0  # every response runs its 6 tokens
+    console = Console(record=True, width=160)
+    console.print(shards_table(paths, times))
+    assert "72 response tokens" in console.export_text()
     greedy = read_shard(paths[3], plan, RESPONSES)  # pass 1 (T = 0), the second slice: prompts 3..5
     at = 0
     for row, prompt in enumerate(prompts[3:]):
