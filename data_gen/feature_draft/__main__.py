@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompts-per-shard", type=int, default=default.prompts_per_shard)
     parser.add_argument("--response-tokens", type=int, default=default.response_tokens)
     parser.add_argument("--temperatures", type=float, nargs="+", default=list(default.temperatures), metavar="T",
-                        help="one pass over the prompts per temperature, 0 for greedy (default: 1)")
+                        help="one pass over the prompts per temperature, 0 for greedy (default: 1 0)")
     parser.add_argument("--generation-batch", type=int, default=default.generation_batch,
                         help="prompts the target answers at once")
     parser.add_argument("--stage", choices=("all", "responses", "teacher", "pack"), default="all",

@@ -52,12 +52,12 @@ class FeatureRecipe:
     shape: FeatureDraftShape = field(default_factory=FeatureDraftShape)
     training: FeatureTraining = field(default_factory=FeatureTraining)
     prompts: PromptSource = field(default_factory=PromptSource)
-    shards: int = 22
+    shards: int = 46  # every train-split stub once at each temperature (the shipped response pack)
     prompts_per_shard: int = 256
     response_tokens: int = 128
-    temperatures: tuple[float, ...] = (1.0,)  # one pass over the prompts each (0: greedy)
+    temperatures: tuple[float, ...] = (1.0, 0.0)  # one pass over the prompts each (0: greedy)
     teacher_layers: tuple[int, ...] | None = None  # the target layers the shards store (None: those the draft reads)
-    generation_batch: int = 64
+    generation_batch: int = 32
     top_k: int = 32
     seed: int = 0
 
