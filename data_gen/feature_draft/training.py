@@ -415,7 +415,7 @@ def train_feature_draft(draft: FeatureDraftForCausalLM, paths: list[Path], train
         gradient_clip_val=1.0, num_sanity_val_steps=0, deterministic=False,
     )
     trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if resume and last.is_file() else None)
-    trainer.save_checkpoint(last)
+    trainer.save_checkpoint(last, weights_only=False)  # the optimiser too: a later run resumes from it
     held_out = held_out_losses(draft, data, held_refs, training) if held_refs else []
     return TrainingResult(steps=trainer.global_step, trained_positions=sum(r.length for r in train_refs),
                           held_out_positions=sum(r.length for r in held_refs), held_out=held_out,
