@@ -106,7 +106,7 @@ def ablation_table(results: list[dict], depths: int = 6) -> Table:
                   "cond.: given the earlier depths accepted; uncond.: all of depths 1..d; E[len] at K: "
                   "1 + Σ_j≤K uncond._j; cost: draft step / target step, batch 1")
     for column in ("arm", "figure", *(f"d{d}" for d in range(1, depths + 1)), "agree d1",
-                   *(f"E[len] K={k}" for k in (2, 4, 6, 8)), "cost", "train s"):
+                   *(f"E(len) K={k}" for k in (2, 4, 6, 8)), "cost", "train s"):
         table.add_column(column, justify="left" if column in ("arm", "figure") else "right")
     for result in results:
         held = result["held_out"]
