@@ -103,7 +103,7 @@ def ablation_table(results: list[dict], depths: int = 6) -> Table:
     """One row per arm: α by depth (conditional, then unconditional), accepted length by K, cost, training time."""
     table = Table(title="feature-draft recipe ablation (held-out sequences, decoding's masks)",
                   caption="alpha = Σ_k min(p, q) over the target's top-k (a lower bound of 1 - TV), T = 1 labels; "
-                  "cond.: given the earlier depths accepted; uncond.: all of depths 1..d; E[len] at K: "
+                  "cond.: given the earlier depths accepted; uncond.: all of depths 1..d; E(len) at K: "
                   "1 + Σ_j≤K uncond._j; cost: draft step / target step, batch 1")
     for column in ("arm", "figure", *(f"d{d}" for d in range(1, depths + 1)), "agree d1",
                    *(f"E(len) K={k}" for k in (2, 4, 6, 8)), "cost", "train s"):
