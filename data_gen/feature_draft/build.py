@@ -52,7 +52,7 @@ class FeatureRecipe:
     shape: FeatureDraftShape = field(default_factory=FeatureDraftShape)
     training: FeatureTraining = field(default_factory=FeatureTraining)
     prompts: PromptSource = field(default_factory=PromptSource)
-    shards: int = 46  # every train-split stub once at each temperature (the shipped response pack)
+    shards: int = 46  # every train-split stub once at each temperature
     prompts_per_shard: int = 256
     response_tokens: int = 128
     temperatures: tuple[float, ...] = (1.0, 0.0)  # one pass over the prompts each (0: greedy)

@@ -17,12 +17,9 @@ from rich.console import Console
 from safetensors.torch import load_file
 from transformers import LlamaForCausalLM
 
-import data_gen.feature_draft
 from data_gen.feature_draft.__main__ import summary_table as feature_summary_table
-from data_gen.feature_draft.build import FeatureRecipe, PromptSource, build_feature_draft, encoded
+from data_gen.feature_draft.build import FeatureRecipe, PromptSource, build_feature_draft
 from data_gen.feature_draft.model import FeatureDraftShape
-from data_gen.feature_draft.response_pack import record_path, unpack_responses
-from data_gen.feature_draft.shards import ShardPlan
 from data_gen.feature_draft.training import FeatureTraining
 from data_gen.real import PAIRS, SMOLLM2, PairError, PairRecipe, StudentShape, ensure_pair, rebuild_pair
 from data_gen.real.feature import REALISM_DEPTHS
@@ -259,28 +256,3 @@ def test_the_installed_draft_accepts_as_recorded_on_a_few_dev_prompts():
     head.copy_(head[torch.randperm(head.shape[0], generator=torch.Generator().manual_seed(0))])
     assert abs(measured() - recorded["acceptance"]) > 0.1
 
-
-SHIPPED_PACK = Path(data_gen.feature_draft.__file__).parent / "data" / "smollm2-responses.safetensors"
-
-
-def test_the_shipped_response_pack_matches_its_sha256():
-    """The regenerated responses the recipe-v2 draft trains on ship packed (docs/real.md): at least 1M target-response
-    tokens, T = 1 and greedy, every byte as recorded."""
-    record = json.loads(record_path(SHIPPED_PACK).read_text())
-    assert file_sha256(SHIPPED_PACK) == record["sha256"]
-    plan = json.loads(record["metadata"]["plan"])
-    assert record["response_tokens"] >= 1_000_000 and plan["temperatures"] == [1.0, 0.0]
-
-
-@pytest.mark.slow
-def test_the_shipped_response_pack_answers_the_installed_targets_prompts(tmp_path):
-    """Unpacked against the train-split prompts as this machine's tokenizer renders them: the same prompts, in order
-    (a pack made for other prompts is refused)."""
-    pair = _installed_smollm2()
-    record = json.loads(record_path(SHIPPED_PACK).read_text())
-    fields = json.loads(record["metadata"]["plan"])
-    plan = ShardPlan(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
-    assert plan.target_sha256 == file_sha256(pair.path("target") / "model.safetensors")
-    prompts = encoded(load_tokenizer(str(pair.path("target"))), PromptSource(), plan.seed)
-    paths = unpack_responses(SHIPPED_PACK, plan, prompts, tmp_path)
-    assert len(paths) == record["shards"]
