@@ -17,18 +17,16 @@ before it; every table says which).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from functools import partial
 
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_gen.zoo.realism import RealismCheck, sample_responses
+from decode.batch_costs import forward_tables
 from decode.feature_draft import FeatureDraftForCausalLM, depth_hidden, feature_reads, target_features
 from decode.json_types import JSONDict
-from decode.timing import CachedForward, medians_taking_turns
 
 CHUNK = 16  # prompts per generation batch
 
@@ -240,21 +238,16 @@ class StepCosts:
     verify: tuple[float, ...]  # the target's forward of k + 1 tokens (verifying k candidates), k = 1, 2, ...
 
 
-@torch.inference_mode()
 def step_costs(models: dict[str, PreTrainedModel], context: list[int], repeats: int, verify: int = 0) -> StepCosts:
-    """Each draft's median single-token forward on a cached ``context`` and the target's forward of ``k + 1`` tokens
-    for ``k = 1 .. verify``, as shares of the target's single-token forward (every run taking turns)."""
-    ids = torch.tensor([context])
-    runs: dict[object, Callable[[], object]] = {
-        role: partial(CachedForward(models[role], ids[:, :-1]), ids[:, -1:])
-        for role in ("target", "feature_draft", "draft") if role in models}
-    target = CachedForward(models["target"], ids[:, :-verify - 1]) if verify else None
-    for k in range(1, verify + 1):
-        runs[("verify", k)] = partial(target, ids[:, -verify - 1:][:, :k + 1])
-    times = medians_taking_turns(runs, repeats, ids.device)
-    base = times["target"]
-    return StepCosts(times["feature_draft"] / base, times["draft"] / base if "draft" in times else None,
-                     tuple(times[("verify", k)] / base for k in range(1, verify + 1)))
+    """Each draft's median single-token forward after a ``len(context)``-token cached prefix and the target's forward
+    of ``k + 1`` tokens for ``k = 1 .. verify``, as shares of the target's single-token forward, every forward taking
+    turns (:func:`decode.batch_costs.forward_tables`, the measurement the cost profile makes)."""
+    roles = [role for role in ("target", "feature_draft", "draft") if role in models]
+    tables = forward_tables({role: models[role] for role in roles}, (1,), verify + 1, len(context), repeats)
+    target = tables["target"][0]  # [m − 1]: T(m)
+    return StepCosts(tables["feature_draft"][0][0] / target[0],
+                     tables["draft"][0][0] / target[0] if "draft" in tables else None,
+                     tuple(seconds / target[0] for seconds in target[1:]))
 
 
 def measure_feature_realism(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokenizerBase,
