@@ -16,6 +16,7 @@ from data_gen.zoo.summary import checks_table
 from decode.artifacts.hub import ModelLoadError
 
 from .feature import ROLE
+from .feature import ROLES as FEATURE_ROLES
 from .pair_store import (
     ENV_VAR,
     Pair,
@@ -92,11 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     console.print(summary_table(pair))
     console.print(realism_table(PairRealism.from_dict(pair.record["realism"]), "the " + pair.record["origin"]))
-    if ROLE in pair.record:
-        realism = FeatureRealism.from_dict(pair.record[ROLE]["realism"])
-        console.print(feature_table({"shipped": realism}))
+    drafts = {role: FeatureRealism.from_dict(pair.record[role]["realism"]) for role in FEATURE_ROLES
+              if role in pair.record}
+    if drafts:  # the shipped feature draft beside the one it replaced, measured together when it shipped
+        console.print(feature_table(drafts))
         console.print(checks_table("the feature draft against the goals (data_gen.feature_draft.realism)",
-                                   realism.checks()))
+                                   drafts[ROLE].checks()))
     return 0
 
 

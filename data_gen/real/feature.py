@@ -4,7 +4,9 @@ Its trained tensors ship as ``data_gen/real/<name>/feature_draft.safetensors`` (
 the file's metadata); the install assembles ``feature_draft/`` from them and the target's embeddings. Its
 record (recipe, data, training, realism by depth) lives under ``feature_draft`` in ``pair.json``. Maintainers
 ship a trained one with ``python -m data_gen.real --ship-feature-draft DIR`` (``DIR``: what
-``python -m data_gen.feature_draft`` wrote; :func:`data_gen.real.pair_store.ship_feature_draft`).
+``python -m data_gen.feature_draft`` wrote; :func:`data_gen.real.pair_store.ship_feature_draft`); the one it
+replaces stays installable as ``feature_draft_previous`` (``real:<name>/feature_draft_previous``), its file and
+record moved under that name.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from safetensors import safe_open
 from transformers import PreTrainedModel
 
-from ahconf.schema import FEATURE_DRAFT_ROLE
+from ahconf.schema import FEATURE_DRAFT_ROLE, PREVIOUS_FEATURE_DRAFT_ROLE
 from data_gen.feature_draft.model import assemble_draft
 from data_gen.feature_draft.realism import FeatureRealism, measure_feature_realism
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, resolve_dtype
@@ -25,9 +27,15 @@ from decode.feature_draft import FeatureDraftConfig
 from .pairs import RECORD_FILE, PairSpec
 
 ROLE = FEATURE_DRAFT_ROLE
-SHIPPED_FILE = f"{ROLE}.safetensors"
+PREVIOUS_ROLE = PREVIOUS_FEATURE_DRAFT_ROLE
+ROLES = (ROLE, PREVIOUS_ROLE)  # the shipped feature draft, then the one it replaced
 TRAINED_FILE = "trained.safetensors"  # as data_gen.feature_draft writes it
 REALISM_DEPTHS = 6  # depths of a round measured
+
+
+def shipped_file(role: str) -> str:
+    """The file a feature-draft role's trained tensors ship in."""
+    return f"{role}.safetensors"
 
 
 def load_shipped(path: Path, target: PreTrainedModel, dtype: torch.dtype = torch.float32) -> PreTrainedModel:

@@ -71,8 +71,8 @@ class Pair(InstalledModels):
 
     @property
     def roles(self) -> tuple[str, ...]:
-        """The three models, and the feature draft where the pair ships one."""
-        return ROLES + ((feature.ROLE,) if feature.ROLE in self.record else ())
+        """The three models, and the feature drafts the pair ships (the current one, the one it replaced)."""
+        return ROLES + tuple(role for role in feature.ROLES if role in self.record)
 
     @property
     def recipe(self) -> PairRecipe:
@@ -166,10 +166,11 @@ def install_models(target_dir: Path, staging: Path, recipe: PairRecipe) -> None:
         trained = load_file(staging / TRAINED_DIR / f"{role}.safetensors")
         save_student(assemble(target, recipe.shape(role), trained), staging / role)
         tokenizer.save_pretrained(staging / role)
-    shipped = staging / TRAINED_DIR / feature.SHIPPED_FILE
-    if shipped.is_file():  # a pair that ships a feature draft
-        save_student(feature.load_shipped(shipped, target), staging / feature.ROLE)
-        tokenizer.save_pretrained(staging / feature.ROLE)
+    for role in feature.ROLES:
+        shipped = staging / TRAINED_DIR / feature.shipped_file(role)
+        if shipped.is_file():  # a pair that ships a feature draft (and kept the one it replaced)
+            save_student(feature.load_shipped(shipped, target), staging / role)
+            tokenizer.save_pretrained(staging / role)
 
 
 def save_student(model: torch.nn.Module, directory: Path) -> None:
@@ -194,8 +195,11 @@ def verify(spec: PairSpec, root: Path, shown_as: Path | None = None) -> dict[str
 
 def ship_feature_draft(name: str, draft_dir: Path, cache_dir: str | Path | None = None) -> Pair:
     """Maintainers: ship the feature draft trained in ``draft_dir`` (``python -m data_gen.feature_draft``'s output)
-    with the installed pair ``name``: its tensors into the package, its realism by depth (measured on the draft as
-    users will install it) into ``pair.json``; then the pair is installed again from what now ships."""
+    with the pair, its realism measured on the pair's realism sets, and reinstall the pair.
+
+    The feature draft shipped until now moves to ``feature_draft_previous`` (file, record and installed weights),
+    re-measured now beside the new one so their figures compare; an older previous one is dropped.
+    """
     spec = _spec(name)
     pair = ensure_pair(name, cache_dir)
     built = json.loads((draft_dir / FEATURE_BUILD_RECORD).read_text())
@@ -203,14 +207,40 @@ def ship_feature_draft(name: str, draft_dir: Path, cache_dir: str | Path | None 
         installed = install_trained_feature_draft(pair, draft_dir, Path(staging))
         realism = feature.realism_of(spec, pair.root, installed)
         digest = file_hashes(installed, [WEIGHTS])[WEIGHTS]
-    shutil.copyfile(draft_dir / feature.TRAINED_FILE, spec.shipped_dir / feature.SHIPPED_FILE)
     record = spec.shipped_record()
+    _drop_feature_role(spec, record, feature.PREVIOUS_ROLE)
+    if feature.ROLE in record:
+        previous = record.pop(feature.ROLE) | {
+            "realism": feature.realism_of(spec, pair.root, pair.root / feature.ROLE).to_dict()}
+        _move_feature_role(spec, record, feature.ROLE, feature.PREVIOUS_ROLE)
+        record[feature.PREVIOUS_ROLE] = previous
+    shipped_name = feature.shipped_file(feature.ROLE)
+    shutil.copyfile(draft_dir / feature.TRAINED_FILE, spec.shipped_dir / shipped_name)
     record[feature.ROLE] = {k: v for k, v in built.items() if k != "files"} | {"realism": realism.to_dict()}
-    record["shipped_files"] = file_hashes(spec.shipped_dir, [*record["shipped_files"], feature.SHIPPED_FILE])
+    record["shipped_files"] = file_hashes(spec.shipped_dir, [*record["shipped_files"], shipped_name])
     record["files"] = {**record["files"], f"{feature.ROLE}/{WEIGHTS}": digest,
-                       f"{TRAINED_DIR}/{feature.SHIPPED_FILE}": record["shipped_files"][feature.SHIPPED_FILE]}
+                       f"{TRAINED_DIR}/{shipped_name}": record["shipped_files"][shipped_name]}
     write_json(spec.shipped_dir / RECORD_FILE, record)
     return ensure_pair(name, cache_dir, reinstall=True)
+
+
+def _drop_feature_role(spec: PairSpec, record: dict[str, Any], role: str) -> None:
+    """Remove a shipped feature-draft role: its record, its file in the package and its recorded files."""
+    shipped_name = feature.shipped_file(role)
+    record.pop(role, None)
+    (spec.shipped_dir / shipped_name).unlink(missing_ok=True)
+    record["shipped_files"] = {k: v for k, v in record["shipped_files"].items() if k != shipped_name}
+    record["files"] = {k: v for k, v in record["files"].items()
+                       if k not in (f"{role}/{WEIGHTS}", f"{TRAINED_DIR}/{shipped_name}")}
+
+
+def _move_feature_role(spec: PairSpec, record: dict[str, Any], source: str, destination: str) -> None:
+    """Ship ``source``'s file as ``destination``'s (same bytes, so the same sha256s), its recorded files renamed."""
+    old, new = feature.shipped_file(source), feature.shipped_file(destination)
+    os.replace(spec.shipped_dir / old, spec.shipped_dir / new)
+    record["shipped_files"] = {(new if k == old else k): v for k, v in record["shipped_files"].items()}
+    renamed = {f"{source}/{WEIGHTS}": f"{destination}/{WEIGHTS}", f"{TRAINED_DIR}/{old}": f"{TRAINED_DIR}/{new}"}
+    record["files"] = {renamed.get(k, k): v for k, v in record["files"].items()}
 
 
 def install_trained_feature_draft(pair: Pair, draft_dir: Path, staging: Path) -> Path:

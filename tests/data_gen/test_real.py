@@ -159,11 +159,19 @@ def test_a_feature_draft_trains_ships_and_installs_with_the_pair(micro_env, tmp_
     beside = measure_feature_draft(spec.name, built.directory, tmp_path / "build-cache")
     assert list(beside) == ["fd", "shipped"]
     assert beside["fd"].sets[0].reached == pytest.approx(beside["shipped"].sets[0].reached)  # the same draft
+    first = record["files"]["feature_draft/model.safetensors"]
+    again = ship_feature_draft(spec.name, built.directory, tmp_path / "build-cache")  # the first one moves aside
+    record = spec.shipped_record()
+    assert again.roles[-2:] == ("feature_draft", "feature_draft_previous")
+    assert {"feature_draft.safetensors", "feature_draft_previous.safetensors"} <= set(record["shipped_files"])
+    assert record["files"]["feature_draft_previous/model.safetensors"] == first
+    assert len(record["feature_draft_previous"]["realism"]["sets"][0]["reached"]) == REALISM_DEPTHS
     installed = ensure_pair(spec.name, tmp_path / "user-cache", from_wheel=wheel)
-    name = "feature_draft/model.safetensors"
-    assert file_sha256(installed.root / name) == record["files"][name]
+    for role in ("feature_draft", "feature_draft_previous"):
+        name = f"{role}/model.safetensors"
+        assert file_sha256(installed.root / name) == record["files"][name]
+        assert is_feature_draft(load_causal_lm(str(installed.path(role)), dtype=torch.float32))
     draft = load_causal_lm(str(installed.path("feature_draft")), dtype=torch.float32)
-    assert is_feature_draft(draft)
     decoder = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policies.Fixed(3),
                                  sampling=Sampling(temperature=0.0), eos_token_id=None)
     out = decoder.generate([5, 7, 11, 13], max_new_tokens=12)
