@@ -350,7 +350,7 @@ class EvaluateConfig:
 
     out_dir: str = "${paths.run_dir}/eval"
     rules: Optional[List[str]] = None  # rules to decode with; null = rules.names
-    # prompts per set; what the default sample resolves: docs/results.md, "Figures that were in code comments"
+    # prompts per set; what the default sample resolves: docs/log/figures-from-code-comments.md
     prompts: Dict[str, int] = field(default_factory=lambda: {"dev": 40, "test": 80, "ood": 40})
     max_new_tokens: int = 96
     fixed_k: List[int] = field(default_factory=lambda: list(range(1, 11)))

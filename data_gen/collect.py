@@ -190,7 +190,7 @@ class Labeller:
 
 
 #: Padded tokens per teacher-forced part of a batch of given responses on CPU: the tiny target's forward runs
-#: faster in parts this size than over a whole batch at once (docs/results.md, "Figures behind the defaults").
+#: faster in parts this size than over a whole batch at once (docs/log/figures-behind-the-defaults.md).
 CPU_FORCED_TOKENS = 2048
 
 

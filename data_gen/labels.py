@@ -122,7 +122,7 @@ def draft_candidates(q_logits: Tensor, lengths: list[int], sampling: Sampling, g
 
 
 #: Elements of one ``[positions, V]`` tensor in a chunk of :func:`batch_columns`. On CPU, 2 MiB of
-#: float32 keeps a chunk's intermediates in cache (docs/results.md, "Figures behind the defaults"); on an
+#: float32 keeps a chunk's intermediates in cache (docs/log/figures-behind-the-defaults.md); on an
 #: accelerator the bound only caps their memory.
 CPU_CHUNK_ELEMENTS = 2**19
 DEVICE_CHUNK_ELEMENTS = 2**25
@@ -140,7 +140,7 @@ def _map(fn: Callable[[int], T], items: range, device: torch.device) -> list[T]:
 
     For row-wise work in many small operations (cache-sized chunks, one row's draws): split by item,
     the cores run without the thread barrier that intra-op parallelism puts after every operation,
-    which stalls whenever a core is busy elsewhere (docs/results.md, "Figures that were in code comments").
+    which stalls whenever a core is busy elsewhere (docs/log/figures-from-code-comments.md).
     Every operation being row-wise, the values are those of the plain loop.
     """
     threads = torch.get_num_threads()

@@ -2,7 +2,7 @@
 
 Terms ``p log x`` are computed as ``p · log(x)`` with a vectorised ``log`` and ``0 · log 0 = 0``
 (:func:`_kl_from_logs`), not with ``torch.xlogy``, whose CPU kernel is scalar and took a large share of data
-collection's column time (docs/results.md, "Figures that were in code comments"); each ``log`` is taken
+collection's column time (docs/log/figures-from-code-comments.md); each ``log`` is taken
 once and shared (:func:`divergences`).
 """
 

@@ -25,13 +25,15 @@ class ModelShape:
 class ZooRecipe:
     """Every knob of a zoo build. The default instance is the real ``tiny-code`` zoo."""
 
-    vocab_size: int = 512  # short tokens (docs/results.md): a target trainable in minutes is confident on many
+    # short tokens (docs/log/figures-from-code-comments.md): a target trainable in minutes is confident on many
+    vocab_size: int = 512
     context: int = 256
     target: ModelShape = field(default_factory=lambda: ModelShape(4, 256, 4, 688, seed=1))
     draft: ModelShape = field(default_factory=lambda: ModelShape(2, 128, 2, 344, seed=2))
     companion: ModelShape = field(default_factory=lambda: ModelShape(1, 192, 3, 512, seed=3))
     # Target pre-training (next-token cross-entropy).
-    target_steps: int = 1000  # batches of 16 × 256 tokens: most of one pass over the train split (docs/results.md)
+    # batches of 16 × 256 tokens: most of one pass over the train split (docs/log/figures-from-code-comments.md)
+    target_steps: int = 1000
     target_batch: int = 16
     target_lr: float = 3e-3
     # Distillation of draft and companion from the target (shared target forward).
