@@ -106,3 +106,57 @@ def test_the_override_parser_finds_a_typo():
     assert found == ["head.depht=3"]
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"), pytest.raises(Exception, match="depht"):
         compose(config_name="config", overrides=found)
+
+
+LOG = ROOT / "docs" / "log"
+RESULTS = ROOT / "docs" / "results.md"
+
+
+def heading_anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.DOTALL)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(r"^#+ (.*)$", text, flags=re.MULTILINE)}
+
+
+def broken_links(path: Path, root: Path = ROOT) -> list[str]:
+    """The relative links of a Markdown file whose file or heading anchor does not exist (code spans skipped)."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.DOTALL)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        if not resolved.exists() or (anchor and resolved.suffix == ".md" and anchor not in heading_anchors(resolved)):
+            broken.append(f"{path.relative_to(root)}: {target}")
+    return broken
+
+
+def test_every_relative_link_in_the_docs_resolves(tmp_path):
+    pages = [*DOCS, *sorted(LOG.glob("*.md"))]
+    assert len(pages) > 20 and [b for page in pages for b in broken_links(page)] == []
+    # negative control: a missing file and a missing section are both reported
+    (tmp_path / "page.md").write_text("# A page\n[x](page.md#a-page) [y](page.md#no-such-section) [z](gone.md)\n")
+    assert [b.split(": ")[1] for b in broken_links(tmp_path / "page.md", tmp_path)] == [
+        "page.md#no-such-section", "gone.md"]
+
+
+def test_results_holds_current_figures_each_row_linked_to_the_log():
+    """docs/results.md: at most 250 lines, and every table row links to a dated entry in docs/log/ that exists."""
+    lines = RESULTS.read_text().splitlines()
+    assert len(lines) <= 250
+    rows = [line for i, line in enumerate(lines) if line.startswith("|") and i > 1
+            and lines[i - 1].startswith("|") and not line.startswith("|---")]
+    assert len(rows) > 50
+    unlinked = [row[:80] for row in rows if not re.search(r"\]\(log/[\w.-]+\.md\)", row)]
+    assert unlinked == []
+    targets = {t for row in rows for t in re.findall(r"\]\((log/[\w.-]+\.md)\)", row)}
+    assert [t for t in targets if not (RESULTS.parent / t).is_file()] == []
+
+
+def test_the_log_index_lists_every_entry():
+    index = (LOG / "README.md").read_text()
+    entries = sorted(p.name for p in LOG.glob("*.md") if p.name != "README.md")
+    assert len(entries) > 20 and [name for name in entries if f"]({name})" not in index] == []
