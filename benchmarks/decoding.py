@@ -55,7 +55,9 @@ from decode.loops.batched import row_seed
 from decode.loops.prompt_input import pad_id
 from decode.loops.speculative_decoder import DecodeOutput, SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
-from decode.policies import Fixed, Head, Policy, TargetOnly
+from decode.policies.base import Policy
+from decode.policies.schedules import Fixed, TargetOnly
+from decode.policies.stop_policy import Head
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 from decode.stats import CallCounter

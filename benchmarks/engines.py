@@ -45,7 +45,8 @@ from data_gen.real.build import encoded_prompts
 from data_gen.real.feature import ROLE
 from decode.loops.compiled import CompiledModel
 from decode.loops.speculative_decoder import SpeculativeDecoder
-from decode.policies import Confidence, Fixed, Policy, TargetOnly
+from decode.policies.base import Policy
+from decode.policies.schedules import Confidence, Fixed, TargetOnly
 from decode.rules import Greedy, Speculative
 from decode.sampling import Sampling
 from decode.subset_vocab import SubsetVocabLlamaForCausalLM, plain_greedy_agreement, plain_llama

@@ -24,7 +24,8 @@ from benchmarks.turns import Decode, Timed, hf_target_alone, table, time_methods
 from data_gen.real.build import encoded_prompts
 from data_gen.real.feature import ROLE
 from decode.loops.speculative_decoder import SpeculativeDecoder
-from decode.policies import Confidence, Fixed, Policy
+from decode.policies.base import Policy
+from decode.policies.schedules import Confidence, Fixed
 from decode.sampling import Sampling
 
 

@@ -29,21 +29,15 @@ from decode.artifacts.serialization import load_head, load_profile
 from decode.batch_costs import BatchCosts
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
-from decode.policies import (
-    SV,
-    Fixed,
-    GoodputHead,
-    Head,
-    HeadEstimate,
-    Policy,
-    StopPolicy,
-    SurvivalStop,
-    TargetOnly,
-)
+from decode.policies.base import Policy
+from decode.policies.schedules import Fixed, TargetOnly
+from decode.policies.sources import HeadEstimate, OnlineMargin
+from decode.policies.stop_policy import GoodputHead, Head, StopPolicy
+from decode.policies.stops import SurvivalStop
+from decode.policies.sv import SV
 from decode.rules import Speculative
 from decode.sampling import Sampling
 from decode.timing import Stopwatch
-from decode.training_free import OnlineMargin
 
 
 @dataclass

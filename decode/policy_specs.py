@@ -20,25 +20,14 @@ from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
 from decode.metadata import recorded_k_range
-from decode.policies import (
-    SV,
-    AcceptanceSource,
-    Confidence,
-    Fixed,
-    GoodputHead,
-    Head,
-    HeadEstimate,
-    Heuristic,
-    Oracle,
-    PerfectGoodput,
-    PerfectHead,
-    Policy,
-    StopPolicy,
-    SurvivalStop,
-)
+from decode.policies.base import Policy
+from decode.policies.bounds import Oracle, PerfectGoodput, PerfectHead
+from decode.policies.schedules import SVIP, Confidence, Fixed, Heuristic, RefitConfidence
+from decode.policies.sources import AcceptanceSource, DraftConfidence, EntropyBound, HeadEstimate, OnlineMargin
+from decode.policies.stop_policy import GoodputHead, Head, StopPolicy
+from decode.policies.stops import Goodput, SurvivalStop, Threshold
+from decode.policies.sv import SV
 from decode.profile import SVProfile
-from decode.stop_rules import Goodput, Threshold
-from decode.training_free import SVIP, DraftConfidence, EntropyBound, OnlineMargin, RefitConfidence
 
 
 @dataclass(frozen=True)
@@ -198,7 +187,7 @@ class ConfidenceSpec(ThresholdParameter, PolicySpec):
 
 @dataclass(frozen=True)
 class SourceThresholdSpec(FloatParameter, PolicySpec):
-    """A training-free acceptance source (:mod:`decode.training_free`) under the threshold stop on ``Π``."""
+    """A training-free acceptance source (:mod:`decode.policies.sources`) under the threshold stop on ``Π``."""
 
     threshold: float
     source: ClassVar[type[AcceptanceSource]]

@@ -35,9 +35,9 @@ from decode import SpeculativeDecoder
 from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.head import AcceptanceHead
-from decode.policies import Policy
+from decode.policies.base import Policy
+from decode.policies.stops import Goodput, StopRule, Threshold
 from decode.sampling import Sampling
-from decode.stop_rules import Goodput, StopRule, Threshold
 
 
 @dataclass(frozen=True)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import cast
 
 import numpy as np
 import torch
 
 from decode.draft_round import Decision, DraftRound
 from decode.head import AcceptanceHead, head_features
-from decode.policies import HeadEstimate, StopPolicy, TrueAcceptance
-from decode.stop_rules import StopRule
+from decode.policies.sources import HeadEstimate, TrueAcceptance
+from decode.policies.stop_policy import StopPolicy
+from decode.policies.stops import StopRule
 
 #: Round features of a candidate, in the order of a recalibration's weights.
 FEATURES = ("bias", "logit", "position", "log_keep", "previous_accepted", "entropy", "entropy_change")
@@ -49,11 +49,11 @@ class Recalibration:
 Forecaster = Recalibration | AcceptanceHead
 
 
-class LeverPolicy(StopPolicy):
+class LeverPolicy(StopPolicy[HeadEstimate, StopRule]):
     """A head's stop with one lever: each candidate's round features are computed, recorded with its true acceptance
     probability and the next one's (``log``; needs hindsight), and the stop rule is fed the ``recalibration`` of the
     head's estimate instead of the estimate — or, with a ``forecaster``, drafts ``y_{i+1}`` while the rule says the
-    forecast ``F̂_{i+1}`` of its acceptance pays (:meth:`~decode.stop_rules.StopRule.next_pays`)."""
+    forecast ``F̂_{i+1}`` of its acceptance pays (:meth:`~decode.policies.stops.StopRule.next_pays`)."""
 
     def __init__(self, head: AcceptanceHead, stop: StopRule, recalibration: Recalibration | None = None,
                  log: list | None = None, forecaster: Forecaster | None = None) -> None:
@@ -83,7 +83,7 @@ class LeverPolicy(StopPolicy):
 
     def estimate(self, state: DraftRound) -> float:
         """The head's ``P̂_i``, its inputs kept for the log and the forecaster."""
-        source = cast(HeadEstimate, self.source)
+        source = self.source
         self._inputs = source.inputs(state)
         return source.predict(*self._inputs)
 
@@ -117,7 +117,7 @@ class LeverPolicy(StopPolicy):
             return float(self.forecaster.predict(*inputs))
 
 
-class PerfectPreDraft(StopPolicy):
+class PerfectPreDraft(StopPolicy[TrueAcceptance, StopRule]):
     """The forecast stop fed the truth (a reference): whether ``y_i`` is drafted is decided on its true acceptance
     probability before its draw (read in hindsight from the drafted candidate, which is withdrawn with its draft
     call uncounted when the stop says it should not have been, as the realised oracle's; DESIGN §5), and the drafted

@@ -51,7 +51,9 @@ from decode.loops.emit import Emitter
 from decode.loops.prompt_input import ROUND_SLACK, id_list, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
-from decode.policies import BatchPlan, Fixed, Head, Policy
+from decode.policies.base import BatchPlan, Policy
+from decode.policies.schedules import Fixed
+from decode.policies.stop_policy import Head
 from decode.rules import Ensemble, sample, uniform
 from decode.sampling import Sampling
 

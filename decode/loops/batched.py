@@ -26,7 +26,7 @@ from decode.loops.emit import Emitter, OnTokens
 from decode.loops.feature_feed import draft_runner, feature_tape
 from decode.loops.prompt_input import check_context, prompt_ids
 from decode.loops.round_loop import RoundLoop, Row, Runners
-from decode.policies import Policy
+from decode.policies.base import Policy
 from decode.rules import Rule
 from decode.sampling import Sampling
 from decode.stats import DecodeStats

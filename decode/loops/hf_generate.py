@@ -48,7 +48,8 @@ from decode.loops.batched import BatchDecodeOutput
 from decode.loops.emit import OnTokens
 from decode.loops.prompt_input import id_list
 from decode.loops.speculative_decoder import SpeculativeDecoder
-from decode.policies import Head, Policy
+from decode.policies.base import Policy
+from decode.policies.stop_policy import Head
 from decode.policy_specs import PolicyInputs, SVSpec
 from decode.profile import SVProfile
 from decode.rules import Greedy, Rule, Speculative

@@ -34,7 +34,7 @@ from torch import Generator, Tensor
 from decode.draft_round import Candidate, Decision, DraftRound, DraftStep, Hindsight
 from decode.loops.emit import Emitter
 from decode.loops.feature_feed import FeatureTape
-from decode.policies import BatchPlan, Policy
+from decode.policies.base import BatchPlan, Policy
 from decode.rules import Rule, uniform
 from decode.sampling import Sampling
 from decode.stats import DecodeStats

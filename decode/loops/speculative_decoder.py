@@ -22,7 +22,10 @@ from decode.loops.feature_feed import draft_runner, feature_tape
 from decode.loops.prompt_input import ROUND_SLACK, id_list, is_batch, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
-from decode.policies import SV, BatchPlan, Fixed, Head, Policy
+from decode.policies.base import BatchPlan, Policy
+from decode.policies.schedules import Fixed
+from decode.policies.stop_policy import Head
+from decode.policies.sv import SV
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 from decode.stats import DecodeStats

@@ -29,7 +29,7 @@ from accept_heads.train import train
 from ahconf.schema import ConfigError
 from data_gen.collect import collect
 from data_gen.shards import load_split
-from decode.policies import Policy
+from decode.policies.base import Policy
 from decode.policy_specs import POLICY_SPECS, CountParameter, PolicyInputs, PolicySpec, register_policy
 from decode.rules import RULES, Rule, register_rule
 from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides

@@ -26,8 +26,8 @@ from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, pol
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES
 from decode.metadata import HeadMetadata
-from decode.policies import Head
-from decode.stop_rules import Goodput, Threshold
+from decode.policies.stop_policy import Head
+from decode.policies.stops import Goodput, Threshold
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
 from tests.decode.conftest import micro_lm

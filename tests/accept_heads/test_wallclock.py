@@ -134,7 +134,7 @@ def test_every_timed_generation_is_the_counted_runs_output(executor):
 def test_compiled_the_timed_decodes_are_the_counted_ones_and_the_target_alone_is_our_loop(executor):
     """``evaluate.compile``: our timed decoder (compiled) reproduces the eager counted run's outputs, and the target
     alone it is timed against is our own compiled loop drafting nothing."""
-    from decode.policies import TargetOnly
+    from decode.policies.schedules import TargetOnly
 
     fast = replace(executor.decoding, compile=True)
     spec = RunSpec("test", "speculative", FixedSpec(2), chosen_on="dev")

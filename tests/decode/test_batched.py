@@ -31,9 +31,9 @@ from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.loops.batch_cache import BatchRunner
 from decode.loops.batched import row_seed
+from decode.policies.sources import MarginLogistic, OnlineMargin
+from decode.policies.stops import Threshold
 from decode.profile import goodput_length, joint_goodput_lengths
-from decode.stop_rules import Threshold
-from decode.training_free import MarginLogistic, OnlineMargin
 
 LAYOUTS = ["compact", "holes"]
 #: Batch costs at which drafting never pays: a draft forward costs 50 target forwards.

@@ -22,8 +22,9 @@ from decode import EnsembleDecoder, HeadConfig, Sampling, SpeculativeDecoder, SV
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.head_config import PREVIOUS_TOKEN
-from decode.stop_rules import Goodput, Threshold
-from decode.training_free import SVIP, DraftConfidence, EntropyBound, MarginLogistic, OnlineMargin, RefitConfidence
+from decode.policies.schedules import SVIP, RefitConfidence
+from decode.policies.sources import DraftConfidence, EntropyBound, MarginLogistic, OnlineMargin
+from decode.policies.stops import Goodput, Threshold
 
 PROMPT = torch.tensor([[0, 1]])
 LENGTH = 3

@@ -12,6 +12,9 @@ from decode import AcceptanceHead, HeadConfig, SVProfile, policies
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES
 from decode.metadata import HeadMetadata
+from decode.policies.schedules import RefitConfidence
+from decode.policies.sources import DraftConfidence, EntropyBound, HeadEstimate, OnlineMargin
+from decode.policies.stops import Goodput, SurvivalStop, Threshold
 from decode.policy_specs import (
     POLICY_SPECS,
     AdaEDLSpec,
@@ -40,9 +43,6 @@ from decode.policy_specs import (
 from decode.rules import Speculative
 from decode.sampling import Sampling
 from decode.batch_costs import BatchCosts
-from decode.policies import HeadEstimate, SurvivalStop
-from decode.stop_rules import Goodput, Threshold
-from decode.training_free import DraftConfidence, EntropyBound, OnlineMargin, RefitConfidence
 
 SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), ConfidenceThresholdSpec(0.6), ConfidenceGoodputSpec(),
          RefitConfidenceSpec(),

@@ -8,8 +8,10 @@ import math
 import pytest
 
 from decode.batch_costs import BatchCosts
-from decode.policies import StopPolicy, SurvivalBudget, SurvivalStop
-from decode.training_free import DraftConfidence
+from decode.policies.batch_plans import SurvivalBudget
+from decode.policies.sources import DraftConfidence
+from decode.policies.stop_policy import StopPolicy
+from decode.policies.stops import SurvivalStop
 
 #: Drafting is cheap and a verification costs the same for any number of tokens: drafting on pays for likely tokens.
 FLAT = BatchCosts(batches=(1, 4), draft=(0.05, 0.06), target=((1.0, 1.0, 1.0, 1.0), (1.2, 1.2, 1.2, 1.2)))

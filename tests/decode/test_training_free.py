@@ -9,21 +9,19 @@ import pytest
 import torch
 
 from decode.draft_round import Decision, DraftRound, DraftStep
-from decode.policies import StopPolicy
-from decode.sampling import Sampling
-from decode.stop_rules import Threshold
-from decode.training_free import (
-    SVIP,
+from decode.policies.schedules import SVIP, RefitConfidence, roc_threshold
+from decode.policies.sources import (
     DraftConfidence,
     EntropyBound,
     MarginLogistic,
     OnlineMargin,
-    RefitConfidence,
     draft_entropy,
     fit_logistic,
-    roc_threshold,
     top2_margin,
 )
+from decode.policies.stop_policy import StopPolicy
+from decode.policies.stops import Threshold
+from decode.sampling import Sampling
 
 
 def sample(frequencies: dict[float, tuple[int, int]]) -> list[tuple[float, bool]]:

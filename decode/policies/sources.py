@@ -1,30 +1,34 @@
-"""Training-free acceptance sources and stops: what the engines estimate acceptance with, at no training cost.
+"""Acceptance sources: where an estimate-driven policy's ``P̂_i`` comes from, and when it is read (DESIGN §2).
 
-Each source gives ``P̂_i`` for the latest candidate from the draft's own output, so it composes with any stop
-rule of :mod:`decode.stop_rules` in a :class:`decode.policies.StopPolicy` (DESIGN §2, "Training-free sources"):
+A source gives ``P̂_i`` for the latest candidate; a :class:`~decode.policies.stop_policy.StopPolicy` keeps the running
+``Π`` and asks its stop rule (:mod:`decode.policies.stops`). Trained: :class:`HeadEstimate`. In hindsight (a bound,
+DESIGN §5): :class:`TrueAcceptance`. Training-free, what the engines estimate acceptance with (DESIGN §2,
+"Training-free sources"):
 
 - :class:`DraftConfidence`: the draft's top probability ``max q_i`` (HF's and llama.cpp's confidence);
 - :class:`EntropyBound`: AdaEDL's entropy bound ``1 − sqrt(γ·H(q_i))``;
 - :class:`OnlineMargin`: vLLM's online logistic on the draft's top-2 log-probability margin, one intercept and
   slope per position, refitted on the decoder's own verified rounds (:class:`MarginLogistic`).
-
-:class:`SVIP` is the per-token entropy stop of SVIP (stop once ``sqrt(H(q_i))`` exceeds ``h``), as
-:class:`decode.policies.Confidence` is the per-token confidence stop; :class:`RefitConfidence` is transformers'
-confidence stop on ``q_i(y_i)`` with its threshold refitted on the verified rounds (ROC, :func:`roc_threshold`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from decode.draft_round import Decision, DraftRound
-from decode.head import head_features
-from decode.policies import AcceptanceSource, Policy, draft_top_probability
+from decode.draft_round import DraftRound
+from decode.head import AcceptanceHead, head_features
+from decode.policies.base import CompanionUse
+from decode.profile import companion_indicators
 from decode.sampling import Sampling
+
+
+def draft_top_probability(state: DraftRound) -> float:
+    """``max q_i`` of the latest candidate's draft distribution (:meth:`Sampling.feature_probs`)."""
+    return float(state.sampling.feature_probs(state.latest.step.q_logits).max())
 
 
 def draft_entropy(sampling: Sampling, q_logits: Tensor) -> float:
@@ -37,6 +41,79 @@ def top2_margin(sampling: Sampling, q_logits: Tensor) -> float:
     """``log q(top 1) − log q(top 2)`` of the draft's confidence-type distribution: its top-2 logit margin."""
     top = sampling.feature_probs(q_logits).topk(2, dim=-1).values.clamp_min(1e-30).log()
     return float(top[..., 0] - top[..., 1])
+
+
+class AcceptanceSource:
+    """Where an estimate-driven policy's ``P̂_i`` comes from, and when it is read (DESIGN §2)."""
+
+    decides_after: Literal["propose", "feed"] = "propose"
+    needs_hidden = False
+    needs_hindsight = False
+    companion: CompanionUse = None
+
+    def estimate(self, state: DraftRound) -> float:
+        """``P̂_i`` of the latest candidate ``y_i``."""
+        raise NotImplementedError
+
+    def end_round(self, verified: int, accepted: int) -> None:
+        """Feedback after verification: ``accepted`` of the ``verified`` candidates were accepted."""
+
+    def fresh(self) -> AcceptanceSource:
+        """The source for one row of a batch (default: this one; a source with per-round state copies it)."""
+        return self
+
+    def to(self, device: torch.device) -> None:
+        """Move any model it holds to ``device``."""
+
+
+class HeadEstimate(AcceptanceSource):
+    """A trained head's ``P̂_i``. A ``pre`` head reads the state that produced ``q_i`` plus features of ``y_i``,
+    once ``y_i`` is proposed (no extra draft call); a ``post`` head reads the draft forward that consumed ``y_i``,
+    so a round it stops costs one draft call more than fixed-K drafting."""
+
+    needs_hidden = True
+
+    def __init__(self, head: AcceptanceHead) -> None:
+        self.head = head.eval()
+        self.decides_after = "propose" if head.config.timing == "pre" else "feed"
+        self.companion = "step" if head.config.companion_features else None
+
+    def to(self, device: torch.device) -> None:
+        self.head.to(device)
+
+    def inputs(self, state: DraftRound) -> tuple[Tensor, Tensor | None]:
+        """The head's input for ``y_i``: the draft's hidden state and (``pre``) the candidate's features."""
+        config = self.head.config
+        if config.timing != "pre":
+            return state.next.hidden, None
+        candidate = state.latest
+        q_logits, y = candidate.step.q_logits, candidate.token
+        q = state.sampling.feature_probs(q_logits)
+        companion = None
+        if config.companion_features:
+            indicators = companion_indicators(state.sampling, q_logits, candidate.companion_logits, y)
+            companion = (indicators.x, indicators.y)
+        return candidate.step.hidden, head_features(q, y, config.features, companion, config.depth_of(state.i),
+                                                    candidate.step.input_token)
+
+    def predict(self, hidden: Tensor, features: Tensor | None) -> float:
+        """``P̂`` from the head's inputs (:meth:`inputs`)."""
+        with torch.no_grad():
+            return float(self.head.predict(hidden.float(), features))
+
+    def estimate(self, state: DraftRound) -> float:
+        return self.predict(*self.inputs(state))
+
+
+class TrueAcceptance(AcceptanceSource):
+    """Each candidate's true acceptance probability, read in hindsight once it is proposed (an analysis bound: what
+    a perfectly calibrated head could reach with a stop rule; DESIGN §5). It needs no head and no hidden state, and
+    stopping on ``p`` and ``q`` alone keeps every rule lossless."""
+
+    needs_hindsight = True
+
+    def estimate(self, state: DraftRound) -> float:
+        return state.latest.hindsight.accept_prob
 
 
 class DraftConfidence(AcceptanceSource):
@@ -156,97 +233,3 @@ class OnlineMargin(AcceptanceSource):
                 self.fit.observe(i, self.margins[i], i <= accepted)
         self.margins = {}
         self.fit.end_round()
-
-
-def roc_threshold(probs: np.ndarray, matches: np.ndarray, miss_cost: float = 3.0) -> float | None:
-    """The threshold ``τ`` on ``probs`` minimising ``FPR + miss_cost · FNR`` of the rule ``p ≥ τ`` against
-    ``matches`` (transformers' refit of its assistant confidence threshold; None without both outcomes). Candidates
-    are each observed probability and ``+∞`` (predict nothing); ties go to the higher ``τ``."""
-    positives, negatives = int(matches.sum()), int((1 - matches).sum())
-    if not positives or not negatives:
-        return None
-    order = np.argsort(-probs, kind="stable")
-    ranked, hits = probs[order], matches[order]
-    last = np.r_[np.nonzero(np.diff(ranked))[0], len(ranked) - 1]  # the end of each run of equal probabilities
-    tpr = np.r_[0.0, np.cumsum(hits)[last] / positives]
-    fpr = np.r_[0.0, np.cumsum(1 - hits)[last] / negatives]
-    thresholds = np.r_[np.inf, ranked[last]]
-    return float(thresholds[int(np.argmin(fpr + miss_cost * (1 - tpr)))])
-
-
-class RefitConfidence(Policy):
-    """transformers' confidence stop with its threshold refitted: stop drafting after ``y_i`` once the draft's
-    probability of it, ``q_i(y_i)``, falls below ``τ``; after every round ``τ`` is refitted on every verified
-    candidate so far (accepted, or the first rejected) by :func:`roc_threshold` (a missed acceptance costs three
-    false ones, as in transformers). It starts at ``tau`` (transformers' default 0.4) and learns across the
-    generations of one decoder; a batch's rows share it.
-    """
-
-    dynamic = True
-
-    def __init__(self, tau: float = 0.4, k_max: int = 20) -> None:
-        if not 0.0 <= tau <= 1.0 or k_max < 1:
-            raise ValueError(f"RefitConfidence needs tau in [0, 1] and k_max >= 1, got tau={tau}, k_max={k_max}")
-        self.k_max = k_max
-        self.fit = ConfidenceHistory(tau)
-        self.probs: list[float] = []  # this round's q_i(y_i)
-
-    def k_cap(self) -> int:
-        return self.k_max
-
-    def start_round(self) -> None:
-        self.probs = []
-
-    def round_estimates(self) -> list[float]:
-        return self.probs
-
-    def after_propose(self, state: DraftRound) -> Decision:
-        candidate = state.latest
-        prob = float(state.sampling.feature_probs(candidate.step.q_logits)[candidate.token])
-        self.probs = [*self.probs, prob]
-        return Decision.STOP if prob < self.fit.tau else Decision.CONTINUE
-
-    def end_round(self, drafted: int, verified: int, accepted: int) -> None:
-        observed = min(verified, accepted + 1, len(self.probs))
-        self.fit.add(self.probs[:observed], [j < accepted for j in range(observed)])
-
-    def __repr__(self) -> str:
-        return f"RefitConfidence(tau={self.fit.tau:.3g}, k_max={self.k_max})"
-
-
-class ConfidenceHistory:
-    """The verified candidates' ``q(y)`` and outcomes so far, and the threshold refitted on them."""
-
-    def __init__(self, tau: float) -> None:
-        self.tau = tau
-        self.probs: list[float] = []
-        self.matches: list[int] = []
-
-    def add(self, probs: list[float], accepted: list[bool]) -> None:
-        """Record a round's verified candidates and refit ``τ`` (kept where one outcome is still missing)."""
-        self.probs += probs
-        self.matches += [int(a) for a in accepted]
-        tau = roc_threshold(np.asarray(self.probs), np.asarray(self.matches, dtype=float))
-        if tau is not None:
-            self.tau = tau
-
-
-class SVIP(Policy):
-    """SVIP's stop: after ``y_i``, stop drafting once ``sqrt(H(q_i)) > h`` (``y_i`` is kept; ``H`` in nats)."""
-
-    dynamic = True
-
-    def __init__(self, h: float = 1.0, k_max: int = 20) -> None:
-        if h < 0 or k_max < 1:
-            raise ValueError(f"SVIP needs h >= 0 and k_max >= 1, got h={h}, k_max={k_max}")
-        self.h, self.k_max = h, k_max
-
-    def k_cap(self) -> int:
-        return self.k_max
-
-    def after_propose(self, state: DraftRound) -> Decision:
-        entropy = draft_entropy(state.sampling, state.latest.step.q_logits)
-        return Decision.STOP if math.sqrt(entropy) > self.h else Decision.CONTINUE
-
-    def __repr__(self) -> str:
-        return f"SVIP(h={self.h}, k_max={self.k_max})"

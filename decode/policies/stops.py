@@ -2,9 +2,10 @@
 
 A stop rule sees numbers only: the latest candidate's index ``i``, the running keep-probability
 ``Π_i = Π_{j≤i} P̂_j`` and the latest estimate ``P̂_i``. Whatever supplies ``P̂`` (a trained head, the truth in
-hindsight, a recalibrated head) is an acceptance source of :class:`decode.policies.StopPolicy`, which keeps
-``Π`` and asks its rule. :class:`Threshold` is SpecDec++'s swept ``h``; :class:`Goodput` derives the stop from
-the costs, alone or, with measured batch costs, for a batch as a whole (DESIGN §7).
+hindsight, a training-free source) is an acceptance source (:mod:`decode.policies.sources`) of a
+:class:`~decode.policies.stop_policy.StopPolicy`, which keeps ``Π`` and asks its rule. :class:`Threshold` is
+SpecDec++'s swept ``h``; :class:`Goodput` derives the stop from the costs, alone or, with measured batch costs, for a
+batch as a whole; :class:`SurvivalStop` leaves the stop to the batch's survival budget (DESIGN §7).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Goodput(StopRule):
     ``λ`` counts the round's calls as the decoder does (``end_round``). With measured ``batch_costs`` and inside
     the batched loop (:meth:`join_batch`) the rule is taken for the batch as a whole: the rule only records its
     ``outlook`` (and the first candidates' mean ``P̂``, the next round's :attr:`forecast`) and
-    :class:`decode.policies.BatchGoodput` stops the rows together.
+    :class:`~decode.policies.batch_plans.BatchGoodput` stops the rows together.
     """
 
     def __init__(self, costs: CostModel, k_min: int = 1, k_max: int = 20, batch_costs: BatchCosts | None = None,
@@ -122,6 +123,21 @@ class Goodput(StopRule):
         self.tokens += accepted + 1
         self.seconds += (drafted * self.step_cost() + extra_draft_call * self.costs.t_draft
                          + self.costs.t_target * float(self.costs.latency(verified)))
+
+
+class SurvivalStop(StopRule):
+    """The stop of a row whose batch decides for it (:class:`~decode.policies.batch_plans.SurvivalBudget`, at
+    measured ``costs``): alone it never stops before ``k_max``."""
+
+    def __init__(self, costs: BatchCosts, k_min: int = 1, k_max: int = 20) -> None:
+        super().__init__(k_min, k_max)
+        self.costs = costs
+
+    def stops(self, i: int, keep: float, accept: float) -> bool:
+        return False
+
+    def next_pays(self, i: int, keep: float, forecast: float) -> bool:
+        return True
 
 
 def drafting_pays(outlooks: list[tuple[float, float]], i: int, k_max: int, throughput: float,
