@@ -29,7 +29,9 @@ from decode.costs import CostModel
 from decode.head import AcceptanceHead
 from decode.json_types import JSONDict
 from decode.metadata import SweepRow
-from decode.policy_specs import HeadSpec
+from decode.policies.sources import HeadEstimate
+from decode.policies.stops import Threshold
+from decode.policy_specs import SourceStopSpec
 from decode.rules import Rule
 from decode.sampling import Sampling
 
@@ -53,8 +55,8 @@ def sweep_thresholds(runner: DecoderRunner, rule: Rule, rules: RulesConfig, dev:
     """Decode ``dev`` with head :data:`NAME` of ``runner`` at each threshold; one :class:`SweepRow` per threshold."""
     rows = []
     for threshold in thresholds:
-        spec = RunSpec(set=dev.name, rule=rule.name, policy=HeadSpec(NAME, threshold),
-                       rule_param=rule_value(rule.name, rules))
+        policy = SourceStopSpec(HeadEstimate.name, Threshold.name, threshold, NAME)
+        spec = RunSpec(set=dev.name, rule=rule.name, policy=policy, rule_param=rule_value(rule.name, rules))
         run = costed(runner.run(spec, dev, with_quality=False), cost).iloc[0]
         throughput = float(run["throughput_cost"])
         rows.append(SweepRow(threshold=threshold, generated=int(run["generated"]), draft_calls=int(run["draft_calls"]),

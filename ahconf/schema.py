@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from decode.policy_specs import POLICY_SPECS
+from decode.policy_specs import policy_kind, policy_kinds, source_stop_aliases
 from decode.rules import RULES, from_spec
 
 ZOO_PREFIX = "zoo:"
@@ -358,7 +358,7 @@ class EvaluateConfig:
     # null: each head decodes at the h it records (chosen on dev after training), over head.thresholds on dev;
     # a list: h is chosen here on dev over it instead, for every head and the perfect predictor
     thresholds: Optional[List[float]] = None
-    # dev grid of any tuned policy kind by its name (decode.policy_specs.POLICY_SPECS), over the field above or the
+    # dev grid of any tuned policy kind by its name (decode.policy_specs.policy_kinds), over the field above or the
     # grid the evaluation declares for the kind (accept_heads.evaluation.families), e.g. {confidence: [0.2, 0.4]}
     grids: Dict[str, List[float]] = field(default_factory=dict)
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
@@ -412,7 +412,8 @@ class EvaluateConfig:
         for name in self.levers:
             _choice("evaluate.levers", name, LEVER_NAMES)
         for kind in self.grids:
-            _choice("evaluate.grids", kind, tuple(POLICY_SPECS))
+            _choice("evaluate.grids", kind, (*policy_kinds(), *source_stop_aliases()))
+        self.grids = {policy_kind(kind): grid for kind, grid in self.grids.items()}  # an alias names its kind
         for name, grid in self.rule_grids.items():
             _choice("evaluate.rule_grids", name, tuple(rule for rule, cls in RULES.items() if cls.swept))
             for value in grid:

@@ -1,67 +1,34 @@
 """Length policies named by typed specs: a policy's kind and its own parameters, built through one registry.
 
-A spec is what a plan, a results table or a config names (``FixedSpec(k=4)``, ``HeadSpec("pre", 0.8)``);
-:meth:`PolicySpec.build` makes the :class:`~decode.policies.Policy` from the artifacts and costs it needs
-(:class:`PolicyInputs`), and :func:`policy_spec` reads one back from its flat form (one parameter value, one
-artifact name). :func:`register_policy` adds a spec class to :data:`POLICY_SPECS` where it is defined, in
-registration order. Only what serving needs is here: how the evaluation sweeps, tables, times and draws each
-kind is declared in the evaluation (``accept_heads.evaluation.families``; DESIGN §6).
+A spec is what a plan, a results table or a config names (``FixedSpec(k=4)``, ``SourceStopSpec("head", "h", 0.8,
+"pre")``); :meth:`PolicySpec.build` makes the :class:`~decode.policies.base.Policy` from the artifacts and costs it
+needs (:class:`~decode.policies.base.PolicyInputs`), and :func:`policy_spec` reads one back from its flat form (its
+kind, one parameter value, one artifact name). :func:`register_policy` adds a spec class to :data:`POLICY_SPECS` where
+it is defined, in registration order.
+
+A kind is a schedule's (``fixed``, ``svip``, ...) or an acceptance source under a stop rule (:class:`SourceStopSpec`,
+the spec ``source-stop``): every source of :data:`~decode.policies.sources.SOURCES` under every rule of
+:data:`~decode.policies.stops.STOPS` (:func:`source_stop_kinds`), named ``<source>-<stop>`` or, under the stop its
+source names, by the source alone (``head`` is the head under the threshold stop ``h``; ``head-h`` reads as it).
+Only what serving needs is here: how the evaluation sweeps, tables, times and draws each kind is declared in the
+evaluation (``accept_heads.evaluation.families``; DESIGN §6).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeVar
 
 from typing_extensions import Self
 
-from decode.batch_costs import BatchCosts
-from decode.costs import CostModel
-from decode.head import AcceptanceHead
 from decode.metadata import recorded_k_range
-from decode.policies.base import Policy
-from decode.policies.bounds import Oracle, PerfectGoodput, PerfectHead
+from decode.policies.base import Policy, PolicyInputs
+from decode.policies.bounds import Oracle
 from decode.policies.schedules import SVIP, Confidence, Fixed, Heuristic, RefitConfidence
-from decode.policies.sources import AcceptanceSource, DraftConfidence, EntropyBound, HeadEstimate, OnlineMargin
-from decode.policies.stop_policy import GoodputHead, Head, StopPolicy
-from decode.policies.stops import Goodput, SurvivalStop, Threshold
+from decode.policies.sources import SOURCES
+from decode.policies.stop_policy import StopPolicy
+from decode.policies.stops import STOPS
 from decode.policies.sv import SV
-from decode.profile import SVProfile
-
-
-@dataclass(frozen=True)
-class PolicyInputs:
-    """What building a policy may need: the heads and profiles by name, the cost models and the K range.
-
-    ``k_min`` / ``k_max`` apply where a head's metadata does not carry the range it was calibrated with.
-    """
-
-    heads: Mapping[str, AcceptanceHead] = field(default_factory=dict)
-    profiles: Mapping[str, SVProfile] = field(default_factory=dict)
-    costs: CostModel | None = None  # the goodput stop's cost model at batch size 1
-    batch_costs: BatchCosts | None = None  # measured batch costs: the goodput head and SV decide at a batch's prices
-    k_min: int = 1
-    k_max: int = 20
-
-    def head(self, name: str) -> tuple[AcceptanceHead, int, int]:
-        """Head ``name`` with its calibrated ``k_min`` and ``k_max``."""
-        head = self.heads[name]
-        return (head, *recorded_k_range(head.metadata, self.k_min, self.k_max))
-
-    def goodput_costs(self, kind: str) -> tuple[CostModel, BatchCosts | None]:
-        """The costs a goodput stop of ``kind`` decides by: the measured batch costs' batch-1 model with them,
-        else :attr:`costs`."""
-        if self.batch_costs is not None:
-            return self.batch_costs.batch_one(), self.batch_costs
-        if self.costs is None:
-            raise ValueError(f"a {kind} policy needs the cost model it stops by (PolicyInputs.costs)")
-        return self.costs, None
-
-    def goodput_stop(self, kind: str) -> Goodput:
-        """The goodput stop of a ``kind`` run over this K range, at :meth:`goodput_costs`."""
-        costs, batch_costs = self.goodput_costs(kind)
-        return Goodput(costs, self.k_min, self.k_max, batch_costs)
 
 
 @dataclass(frozen=True)
@@ -82,8 +49,13 @@ class NamedSpec:
         return None
 
     @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> NamedSpec:
-        """The spec from its flat form: the parameter value and the artifact name (a results-table row)."""
+    def kinds(cls) -> list[str]:
+        """The kinds it names, in table order (one: its ``kind``)."""
+        return [cls.kind]
+
+    @classmethod
+    def of(cls, kind: str, value: float | None, artifact: str | None) -> NamedSpec:
+        """The spec of ``kind`` from its flat form: the parameter value and the artifact name (a results-table row)."""
         return cls()
 
 
@@ -95,22 +67,21 @@ class PolicySpec(NamedSpec):
         raise NotImplementedError
 
 
-#: Every policy kind and its spec class, in registration order (:func:`register_policy` adds to it).
+#: Every policy spec class, in registration order, by the name it is registered under (:func:`register_policy`):
+#: a schedule's kind, or ``source-stop`` for :class:`SourceStopSpec`, which names many kinds.
 POLICY_SPECS: dict[str, type[PolicySpec]] = {}
 
 Spec = TypeVar("Spec", bound=type[PolicySpec])
 
 
-def register_policy(cls: Spec) -> Spec:
-    """Class decorator: add a spec class to :data:`POLICY_SPECS` under its ``kind`` (after the ones there)."""
-    if cls.kind in POLICY_SPECS and POLICY_SPECS[cls.kind] is not cls:
-        raise ValueError(f"policy kind {cls.kind!r} is already registered by {POLICY_SPECS[cls.kind].__name__}")
-    POLICY_SPECS[cls.kind] = cls
+def register_policy(cls: Spec, name: str | None = None) -> Spec:
+    """Class decorator: add a spec class to :data:`POLICY_SPECS` under ``name``, by default its ``kind`` (after the
+    ones there)."""
+    name = cls.kind if name is None else name
+    if name in POLICY_SPECS and POLICY_SPECS[name] is not cls:
+        raise ValueError(f"policy kind {name!r} is already registered by {POLICY_SPECS[name].__name__}")
+    POLICY_SPECS[name] = cls
     return cls
-
-
-Counted = TypeVar("Counted", bound="CountParameter")
-Thresholded = TypeVar("Thresholded", bound="ThresholdParameter")
 
 
 @dataclass(frozen=True)
@@ -124,7 +95,7 @@ class CountParameter:
         return float(self.k)
 
     @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> Self:
+    def of(cls, kind: str, value: float | None, artifact: str | None) -> Self:
         return cls(int(value))
 
 
@@ -139,23 +110,8 @@ class ThresholdParameter:
         return self.tau
 
     @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> Self:
+    def of(cls, kind: str, value: float | None, artifact: str | None) -> Self:
         return cls(float(value))
-
-
-@dataclass(frozen=True)
-class FloatParameter:
-    """A mixin of specs whose one parameter is the float field named ``parameter`` (``h``, ``γ``, a threshold)."""
-
-    parameter: ClassVar[str]
-
-    @property
-    def value(self) -> float:
-        return float(getattr(self, self.parameter))
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> Self:
-        return cls(**{cls.parameter: float(value)})
 
 
 @register_policy
@@ -185,46 +141,6 @@ class ConfidenceSpec(ThresholdParameter, PolicySpec):
         return Confidence(self.tau, k_max=inputs.k_max)
 
 
-@dataclass(frozen=True)
-class SourceThresholdSpec(FloatParameter, PolicySpec):
-    """A training-free acceptance source (:mod:`decode.policies.sources`) under the threshold stop on ``Π``."""
-
-    threshold: float
-    source: ClassVar[type[AcceptanceSource]]
-    parameter: ClassVar[str] = "threshold"
-
-    def build(self, inputs: PolicyInputs) -> Policy:
-        return StopPolicy(self.source(), Threshold(self.threshold, inputs.k_min, inputs.k_max))
-
-
-@dataclass(frozen=True)
-class SourceGoodputSpec(PolicySpec):
-    """A training-free acceptance source under the goodput stop (no parameter)."""
-
-    source: ClassVar[type[AcceptanceSource]]
-
-    def build(self, inputs: PolicyInputs) -> Policy:
-        return StopPolicy(self.source(), inputs.goodput_stop(self.kind))
-
-
-@register_policy
-@dataclass(frozen=True)
-class ConfidenceThresholdSpec(SourceThresholdSpec):
-    """The draft's top probability as ``P̂`` under the threshold stop on ``Π`` (not per token)."""
-
-    kind: ClassVar[str] = "confidence-h"
-    source: ClassVar[type[AcceptanceSource]] = DraftConfidence
-
-
-@register_policy
-@dataclass(frozen=True)
-class ConfidenceGoodputSpec(SourceGoodputSpec):
-    """The draft's top probability as ``P̂`` under the goodput stop."""
-
-    kind: ClassVar[str] = "confidence-goodput"
-    source: ClassVar[type[AcceptanceSource]] = DraftConfidence
-
-
 @register_policy
 @dataclass(frozen=True)
 class RefitConfidenceSpec(PolicySpec):
@@ -238,133 +154,89 @@ class RefitConfidenceSpec(PolicySpec):
 
 @register_policy
 @dataclass(frozen=True)
-class SVIPSpec(FloatParameter, PolicySpec):
+class SVIPSpec(PolicySpec):
     """SVIP: stop once the draft's ``sqrt(H(q_i))`` exceeds ``h``."""
 
     h: float
     kind: ClassVar[str] = "svip"
-    parameter: ClassVar[str] = "h"
+
+    @property
+    def value(self) -> float:
+        return self.h
+
+    @classmethod
+    def of(cls, kind: str, value: float | None, artifact: str | None) -> Self:
+        return cls(float(value))
 
     def build(self, inputs: PolicyInputs) -> Policy:
         return SVIP(self.h, k_max=inputs.k_max)
 
 
-@register_policy
+def source_stop_kind(source: str, stop: str) -> str:
+    """The kind of ``source`` under ``stop``: the source's name alone under the stop it names, else
+    ``<source>-<stop>``."""
+    return source if SOURCES[source].named_stop == stop else f"{source}-{stop}"
+
+
+def source_stop_kinds() -> dict[str, tuple[str, str]]:
+    """Every kind of an acceptance source under a stop rule → (source, stop), sources then stops in registration
+    order: each pair but where both take a parameter (a kind's flat form carries one) and where a source read in
+    hindsight meets a stop only a batch takes (the bounds decode one prompt at a time)."""
+    return {source_stop_kind(name, stop): (name, stop) for name, source in SOURCES.items()
+            for stop, rule in STOPS.items()
+            if not (source.parameter and rule.parameter) and not (source.needs_hindsight and rule.batch_only)}
+
+
+def source_stop_aliases() -> dict[str, str]:
+    """``<source>-<stop>`` → the kind it names where that is the source's name alone (``head-h`` → ``head``)."""
+    return {f"{source}-{stop}": kind for kind, (source, stop) in source_stop_kinds().items()
+            if kind != f"{source}-{stop}"}
+
+
 @dataclass(frozen=True)
-class AdaEDLSpec(FloatParameter, PolicySpec):
-    """AdaEDL's entropy bound ``1 − sqrt(γ·H)`` as ``P̂`` under the goodput stop; ``γ`` is its parameter."""
+class SourceStopSpec(PolicySpec):
+    """An acceptance source under a stop rule (:class:`~decode.policies.stop_policy.StopPolicy`; DESIGN §2), by
+    their registered names; ``parameter``: the one the source or the stop takes, ``head``: the head the source reads.
 
-    gamma: float
-    kind: ClassVar[str] = "adaedl"
-    parameter: ClassVar[str] = "gamma"
+    The drafting range is the source's (a head's: the one it was calibrated with; DESIGN §5).
+    """
 
-    def build(self, inputs: PolicyInputs) -> Policy:
-        return StopPolicy(EntropyBound(self.gamma), inputs.goodput_stop(self.kind))
-
-
-@register_policy
-@dataclass(frozen=True)
-class MarginSpec(SourceThresholdSpec):
-    """vLLM's online top-2-margin logistic as ``P̂`` under the threshold stop."""
-
-    kind: ClassVar[str] = "margin"
-    source: ClassVar[type[AcceptanceSource]] = OnlineMargin
-
-
-@register_policy
-@dataclass(frozen=True)
-class MarginGoodputSpec(SourceGoodputSpec):
-    """vLLM's online top-2-margin logistic as ``P̂`` under the goodput stop."""
-
-    kind: ClassVar[str] = "margin-goodput"
-    source: ClassVar[type[AcceptanceSource]] = OnlineMargin
-
-
-@register_policy
-@dataclass(frozen=True)
-class HeadSpec(PolicySpec):
-    head: str
-    threshold: float
-    kind: ClassVar[str] = "head"
-    reads: ClassVar[Literal["head", "profile"] | None] = "head"
-
-    def build(self, inputs: PolicyInputs) -> Policy:
-        head, k_min, k_max = inputs.head(self.head)
-        return Head(head, threshold=self.threshold, k_min=k_min, k_max=k_max)
+    source: str
+    stop: str
+    parameter: float | None = None
+    head: str | None = None
 
     @property
-    def value(self) -> float:
-        return self.threshold
+    def kind(self) -> str:  # a kind per pair, not per class
+        return source_stop_kind(self.source, self.stop)
 
     @property
-    def artifact(self) -> str:
+    def value(self) -> float | None:
+        return self.parameter
+
+    @property
+    def artifact(self) -> str | None:
         return self.head
 
     @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
-        return cls(str(artifact), float(value))
-
-
-@register_policy
-@dataclass(frozen=True)
-class GoodputHeadSpec(PolicySpec):
-    head: str
-    kind: ClassVar[str] = "head-goodput"
-    reads: ClassVar[Literal["head", "profile"] | None] = "head"
-
-    def build(self, inputs: PolicyInputs) -> Policy:
-        head, k_min, k_max = inputs.head(self.head)
-        costs, batch_costs = inputs.goodput_costs(self.kind)
-        return GoodputHead(head, costs, k_min=k_min, k_max=k_max, batch_costs=batch_costs)
-
-    @property
-    def artifact(self) -> str:
-        return self.head
+    def kinds(cls) -> list[str]:
+        return list(source_stop_kinds())
 
     @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
-        return cls(str(artifact))
-
-
-def survival_budget(source: AcceptanceSource, inputs: PolicyInputs, kind: str, k_min: int, k_max: int) -> Policy:
-    """``source`` under :class:`~decode.policies.SurvivalBudget` at the measured batch costs."""
-    if inputs.batch_costs is None:
-        raise ValueError(f"a {kind} policy decides at measured batch costs (PolicyInputs.batch_costs): the "
-                         "evaluation's batch axis measures them")
-    return StopPolicy(source, SurvivalStop(inputs.batch_costs, k_min, k_max))
-
-
-@register_policy
-@dataclass(frozen=True)
-class HeadBudgetSpec(PolicySpec):
-    """A trained head's ``P̂`` under the batch's survival budget."""
-
-    head: str
-    kind: ClassVar[str] = "head-budget"
-    reads: ClassVar[Literal["head", "profile"] | None] = "head"
+    def of(cls, kind: str, value: float | None, artifact: str | None) -> SourceStopSpec:
+        source, stop = source_stop_kinds()[source_stop_aliases().get(kind, kind)]
+        takes = SOURCES[source].parameter or STOPS[stop].parameter
+        return cls(source, stop, float(value) if takes else None, str(artifact) if SOURCES[source].reads else None)
 
     def build(self, inputs: PolicyInputs) -> Policy:
-        head, k_min, k_max = inputs.head(self.head)
-        return survival_budget(HeadEstimate(head), inputs, self.kind, k_min, k_max)
-
-    @property
-    def artifact(self) -> str:
-        return self.head
-
-    @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
-        return cls(str(artifact))
+        source_class, stop_class = SOURCES[self.source], STOPS[self.stop]
+        source = source_class.build(self.parameter if source_class.parameter else None, self.head, inputs)
+        stop = stop_class.build(self.parameter if stop_class.parameter else None, inputs, self.kind,
+                                source.companion is not None, *source.k_range(inputs))
+        return StopPolicy(source, stop)
 
 
-@register_policy
-@dataclass(frozen=True)
-class MarginBudgetSpec(PolicySpec):
-    """vLLM's online top-2-margin logistic under the batch's survival budget (vLLM's adaptive verification)."""
-
-    kind: ClassVar[str] = "margin-budget"
-
-    def build(self, inputs: PolicyInputs) -> Policy:
-        return survival_budget(OnlineMargin(), inputs, self.kind, inputs.k_min, inputs.k_max)
+register_policy(SourceStopSpec, "source-stop")
 
 
 @register_policy
@@ -390,34 +262,8 @@ class SVSpec(PolicySpec):
         return self.profile
 
     @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> PolicySpec:
+    def of(cls, kind: str, value: float | None, artifact: str | None) -> PolicySpec:
         return cls(str(artifact), None if value is None else int(value))
-
-
-@register_policy
-@dataclass(frozen=True)
-class PerfectHeadSpec(FloatParameter, PolicySpec):
-    """The head's threshold stop fed the true acceptance probabilities (a bound)."""
-
-    threshold: float
-    kind: ClassVar[str] = "perfect"
-    parameter: ClassVar[str] = "threshold"
-
-    def build(self, inputs: PolicyInputs) -> Policy:
-        return PerfectHead(self.threshold, k_max=inputs.k_max)
-
-
-@register_policy
-@dataclass(frozen=True)
-class PerfectGoodputSpec(PolicySpec):
-    """The goodput stop fed the true acceptance probabilities (a bound)."""
-
-    kind: ClassVar[str] = "perfect-goodput"
-
-    def build(self, inputs: PolicyInputs) -> Policy:
-        if inputs.costs is None:
-            raise ValueError(f"a {self.kind} policy needs the cost model it stops by (PolicyInputs.costs)")
-        return PerfectGoodput(inputs.costs, k_max=inputs.k_max)
 
 
 @register_policy
@@ -431,10 +277,22 @@ class OracleSpec(PolicySpec):
         return Oracle()
 
 
+def policy_kinds() -> dict[str, type[PolicySpec]]:
+    """Every policy kind and the spec class that names it, in table order; an alias of a source-stop kind
+    (:func:`source_stop_aliases`) is not listed."""
+    return {kind: cls for cls in POLICY_SPECS.values() for kind in cls.kinds()}
+
+
+def policy_kind(kind: str) -> str:
+    """``kind`` itself, or the kind its alias names; unknown kinds name the valid ones."""
+    kind = source_stop_aliases().get(kind, kind)
+    if kind not in policy_kinds():
+        raise ValueError(f"unknown policy kind {kind!r}; valid: {', '.join(policy_kinds())}")
+    return kind
+
+
 def policy_spec(kind: str, value: float | None = None, artifact: str | None = None) -> PolicySpec:
-    """The spec of ``kind`` from its flat form (parameter value, artifact name); unknown kinds name the valid ones."""
-    try:
-        cls = POLICY_SPECS[kind]
-    except KeyError:
-        raise ValueError(f"unknown policy kind {kind!r}; valid: {', '.join(POLICY_SPECS)}") from None
-    return cls.of(value, artifact)
+    """The spec of ``kind`` (or an alias of it) from its flat form (parameter value, artifact name); unknown kinds
+    name the valid ones."""
+    kind = policy_kind(kind)
+    return policy_kinds()[kind].of(kind, value, artifact)

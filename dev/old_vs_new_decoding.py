@@ -6,8 +6,8 @@ from fixed seeds, no files) with every rule × every policy kind that revision n
 builds each from its flat form, so today's kind names must still read here), in four modes — batch 1, batched,
 batched at measured batch costs (the batch axis: the goodput stop decides for the batch, the survival budgets
 decide), and the Speculative Ensemble's ``sd`` mode driven by the policy — once in that worktree and once in this
-tree, each in its own process, and compares the tokens, the per-row stats (wall times left out) and every refusal
-exactly.
+tree, each in its own process, and compares the tokens, the per-row stats (wall times left out) and which cases are
+refused, exactly (a refusal worded differently, e.g. naming the policy by another repr, is counted apart).
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python dev/old_vs_new_decoding.py 0e51fc7
 """
@@ -98,15 +98,21 @@ def attempt(run: Any) -> Any:
         return {"refused": f"{type(error).__name__}: {error}"}
 
 
-def worker(out: Path, prompts: int, max_new_tokens: int) -> None:
-    """Decode every case in this process's tree and write the records to ``out``."""
+def worker(out: Path, prompts: int, max_new_tokens: int, kinds: list[str] | None) -> None:
+    """Decode every case of ``kinds`` (None: every kind this tree registers) in this process's tree and write the
+    records to ``out``."""
     import torch
 
     import decode
     from decode import EnsembleDecoder, SpeculativeDecoder
     from decode.batch_costs import BatchCosts
     from decode.costs import CostModel
-    from decode.policy_specs import POLICY_SPECS, PolicyInputs, policy_spec
+    from decode.policy_specs import POLICY_SPECS, policy_spec
+
+    try:  # where PolicyInputs lived before the policies became a package by role
+        from decode.policy_specs import PolicyInputs  # type: ignore[attr-defined]
+    except ImportError:
+        from decode.policies.base import PolicyInputs
 
     torch.set_num_threads(1)
     models = {"target": micro_lm(96, 21, 32, 2), "draft": micro_lm(96, 22, 16, 1), "companion": micro_lm(96, 23, 16, 1)}
@@ -117,14 +123,15 @@ def worker(out: Path, prompts: int, max_new_tokens: int) -> None:
     generator = torch.Generator().manual_seed(7)
     texts = [torch.randint(0, 96, (n,), generator=generator) for n in (3, 1, 9, 4, 6, 2, 5)[:prompts]]
     seeds = [11 + 7 * i for i in range(len(texts))]
-    records: dict[str, Any] = {"decode": decode.__file__}
+    kinds = list(POLICY_SPECS) if kinds is None else kinds
+    records: dict[str, Any] = {"decode": decode.__file__, "kinds": kinds}
 
     def inputs(with_batch_costs: bool) -> Any:
         return PolicyInputs(heads=heads, profiles={"profile": profile}, costs=costs,
                             batch_costs=batch_costs if with_batch_costs else None, k_max=8)
 
     for rule_name, rule in rules().items():
-        for kind, value, artifact in cases(list(POLICY_SPECS)):
+        for kind, value, artifact in cases(kinds):
             spec = policy_spec(kind, value, artifact)
             for mode in MODES:
                 key = f"{rule_name} | {kind}({value}, {artifact}) | {mode}"
@@ -153,13 +160,15 @@ def worker(out: Path, prompts: int, max_new_tokens: int) -> None:
     out.write_text(json.dumps(records))
 
 
-def decode_in(tree: Path, prompts: int, max_new_tokens: int) -> dict[str, Any]:
-    """Run the worker with ``tree``'s packages first on the path; its records."""
+def decode_in(tree: Path, prompts: int, max_new_tokens: int, kinds: list[str] | None = None) -> dict[str, Any]:
+    """Run the worker with ``tree``'s packages first on the path (over ``kinds``; None: the tree's own); its records,
+    the kinds under ``"kinds"``."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "records.json"
         env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+        listed = ["--kinds", ",".join(kinds)] if kinds is not None else []
         subprocess.run([sys.executable, str(HERE), "--worker", str(out), "--prompts", str(prompts),
-                        "--max-new-tokens", str(max_new_tokens)], cwd=tree, env=env, check=True)
+                        "--max-new-tokens", str(max_new_tokens), *listed], cwd=tree, env=env, check=True)
         records = json.loads(out.read_text())
     where = records.pop("decode")
     if not Path(where).resolve().is_relative_to(tree.resolve()):
@@ -167,15 +176,18 @@ def decode_in(tree: Path, prompts: int, max_new_tokens: int) -> dict[str, Any]:
     return records
 
 
-def compare(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """The cases that differ (or are missing on one side), one line each."""
-    lines = []
+def compare(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The cases that differ (or are missing on one side), one line each; and the cases both refuse in other words
+    (the policy's repr in the message)."""
+    lines, worded = [], []
     for key in sorted(set(old) | set(new)):
         if key not in new or key not in old:
             lines.append(f"{key}: only in the {'old' if key in old else 'new'} revision")
         elif old[key] != new[key]:
             a, b = old[key], new[key]
-            if isinstance(a, dict) or isinstance(b, dict):
+            if isinstance(a, dict) and isinstance(b, dict):
+                worded.append(f"{key}:\n    old {a['refused']}\n    new {b['refused']}")
+            elif isinstance(a, dict) or isinstance(b, dict):
                 lines.append(f"{key}: old {a if isinstance(a, dict) else 'decoded'}, new "
                              f"{b if isinstance(b, dict) else 'decoded'}")
             else:
@@ -183,7 +195,7 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                 fields = sorted({f for i in rows for f in a[i]["stats"] if a[i]["stats"][f] != b[i]["stats"][f]})
                 tokens = any(a[i]["tokens"] != b[i]["tokens"] for i in rows)
                 lines.append(f"{key}: rows {rows} differ (tokens: {tokens}; stats: {', '.join(fields) or 'none'})")
-    return lines
+    return lines, worded
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,10 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=4, help="prompts decoded per case (1-7; default 4)")
     parser.add_argument("--max-new-tokens", type=int, default=16, help="tokens per prompt (default 16)")
     parser.add_argument("--worktree", type=Path, help="where to check REV out (default: a fresh temporary folder)")
+    parser.add_argument("--refusals", action="store_true", help="also print the refusals worded differently")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--kinds", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
-        worker(args.worker, args.prompts, args.max_new_tokens)
+        worker(args.worker, args.prompts, args.max_new_tokens, args.kinds.split(",") if args.kinds else None)
         return 0
     if args.rev is None:
         parser.error("give the git revision to compare with")
@@ -206,12 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         old = decode_in(worktree, args.prompts, args.max_new_tokens)
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=True)
-    new = decode_in(ROOT, args.prompts, args.max_new_tokens)
-    differences = compare(old, new)
+    kinds = old.pop("kinds")
+    new = decode_in(ROOT, args.prompts, args.max_new_tokens, kinds)
+    new.pop("kinds")
+    differences, worded = compare(old, new)
     decoded = sum(not isinstance(v, dict) for v in old.values())
-    print(f"{len(old)} cases at {args.rev} (rules x kinds x modes; {decoded} decoded, {len(old) - decoded} refused "
-          f"alike or not), {len(new)} here: {len(differences)} differ")
-    for line in differences:
+    print(f"{len(old)} cases at {args.rev} ({len(rules())} rules x {len(kinds)} kinds' specs x {len(MODES)} modes; "
+          f"{decoded} decoded, {len(old) - decoded} refused), {len(new)} here: {len(differences)} differ in tokens, "
+          f"stats or whether they are refused; {len(worded)} refused in other words")
+    for line in differences + (worded if args.refusals else []):
         print("  " + line)
     return 1 if differences else 0
 

@@ -80,8 +80,9 @@ def best_fixed_k(dev: pd.DataFrame) -> dict[tuple[str, int], float]:
 def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list[str], choices: list[Choice],
               best_k: dict[tuple[str, int], float]) -> list[BatchRun]:
     """What each batch size decodes on ``set_name``: the target alone, the dev-chosen K at that ``B``, and every other
-    policy family of our decoder (no bounds) as the main evaluation chose it: a tuned kind at its dev choice, the
-    others per matching head or profile, each with its variants at that K
+    policy family of our decoder (no bounds) as the main evaluation chose it: a tuned kind at its dev choice (or that of
+    the kind it takes its choice from, :attr:`~accept_heads.evaluation.families.Family.choice_of`), the others per
+    matching head or profile, each with its variants at that K
     (:attr:`~accept_heads.evaluation.families.Family.at_fixed_k`: SV drafting the fixed K chosen at this ``B`` too)."""
     chosen = {(c.rule, c.family, c.artifact): c.value for c in choices if c.swept == "param"}
     runs = []
@@ -93,12 +94,13 @@ def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list
             k = int(best_k[(rule, batch)])
             specs = [base, replace(base, policy=FixedSpec(k), chosen_on="dev")]
             for kind in families().values():
-                if kind.runner != "decode" or kind.bound or kind.spec is FixedSpec:
+                if kind.runner != "decode" or kind.bound or kind.name == FixedSpec.kind:
                     continue
                 if kind.tuned:
-                    names = {"head": heads, "profile": profiles, None: [None]}[kind.spec.reads]
-                    specs += [replace(base, policy=kind.spec.of(chosen[(rule, kind.name, name)], name),
-                                      chosen_on="dev") for name in names if (rule, kind.name, name) in chosen]
+                    names = {"head": heads, "profile": profiles, None: [None]}[kind.reads]
+                    own = kind.choice_of or kind.name
+                    specs += [replace(base, policy=kind.of(chosen[(rule, own, name)], name), chosen_on="dev")
+                              for name in names if (rule, own, name) in chosen]
                     continue
                 for spec in kind.candidates([], heads, profiles):
                     specs += [replace(base, policy=spec)]

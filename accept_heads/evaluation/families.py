@@ -1,17 +1,20 @@
 """The evaluation's registry of run families: how it sweeps, tables, times and draws each kind of run.
 
-A run family is a kind of run in the results table: a length policy of our decoder (its spec class is in
-``decode.policy_specs``, registered there with ``@register_policy``: what serving needs) or a baseline
-(:mod:`~accept_heads.evaluation.specs`). What the evaluation knows of a kind is one :class:`Family`, registered
-here by kind with :func:`evaluated` (a class decorator above ``@register_policy``) or :func:`register_family`.
+A run family is a kind of run in the results table: a length policy of our decoder (its spec in
+``decode.policy_specs``: what serving needs) or a baseline (:mod:`~accept_heads.evaluation.specs`). What the
+evaluation knows of a kind is one :class:`Family`. A schedule's or a baseline's is registered here by kind with
+:func:`evaluated` (a class decorator above ``@register_policy``) or :func:`register_family`; an acceptance source
+under a stop rule composes its family from the traits of its source (:class:`SourceTraits`: its league side, the
+artifact it reads, its rows, its colours) and of its stop (:class:`StopTraits`: its parameter's grid, its perfect
+bound, its name in the tables), so every source registered in decode gets every stop with nothing declared here.
 The dev sweeps and their selection, the report, the wall clock, the figures and the batch axis iterate
 :func:`families`; none lists a kind by hand (DESIGN §6).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from accept_heads.evaluation.specs import (
@@ -25,31 +28,27 @@ from accept_heads.evaluation.specs import (
     TargetAloneSpec,
 )
 from ahconf.schema import ConfigError, EvaluateJob
+from decode.policies.sources import SOURCES
+from decode.policies.stops import STOPS
 from decode.policy_specs import (
-    POLICY_SPECS,
-    AdaEDLSpec,
-    ConfidenceGoodputSpec,
     ConfidenceSpec,
-    ConfidenceThresholdSpec,
     FixedSpec,
-    GoodputHeadSpec,
-    HeadBudgetSpec,
-    HeadSpec,
     HeuristicSpec,
-    MarginBudgetSpec,
-    MarginGoodputSpec,
-    MarginSpec,
     NamedSpec,
     OracleSpec,
-    PerfectGoodputSpec,
-    PerfectHeadSpec,
     RefitConfidenceSpec,
+    SourceStopSpec,
     SVIPSpec,
     SVSpec,
+    policy_kind,
+    policy_kinds,
+    source_stop_kind,
+    source_stop_kinds,
 )
 
 #: A tuned parameter's dev grid: its values, or how to read them off the job.
 Grid = Sequence[float] | Callable[[EvaluateJob], Sequence[float]]
+League = Literal["learned", "training-free"]
 
 
 def no_variants(spec: Any, k: int) -> list[NamedSpec]:
@@ -59,10 +58,12 @@ def no_variants(spec: Any, k: int) -> list[NamedSpec]:
 
 @dataclass(frozen=True)
 class Family:
-    """A kind of run and the evaluation's traits of it; the kind and its parameters are its spec class's."""
+    """A kind of run and the evaluation's traits of it; its parameters are its spec class's."""
 
+    name: str  # its kind
     spec: type[NamedSpec]
     runner: Literal["decode", "hf", "se"] = "decode"  # what decodes it: our decoder, HF assisted generation, SE
+    reads: Literal["head", "profile"] | None = None  # the kind of artifact a run of it reads (None: none)
     symbol: str | None = None  # its parameter's symbol in labels (K, τ, h, k, γ)
     grid: Grid | None = None  # the dev grid its parameter is chosen over (``evaluate.grids.<kind>`` first; None: none)
     rows_alone: bool = False  # in a batch each row decides as it would alone, so the evaluation batches its prompts
@@ -74,13 +75,17 @@ class Family:
     # its variants at the fixed K chosen on dev for a rule, decoded beside it (SV drafting that K)
     at_fixed_k: Callable[[Any, int], list[NamedSpec]] = no_variants
     # its side in the predictor league: an acceptance source that is trained, or one that is not (None: neither)
-    league: Literal["learned", "training-free"] | None = None
+    league: League | None = None
     # it decides at measured batch costs, so only the batch axis (evaluate.batch_sizes) decodes it
     batch_only: bool = False
+    # the kind whose dev choice it decodes at (a batch-only kind tuned by its source's parameter; None: its own)
+    choice_of: str | None = None
 
-    @property
-    def name(self) -> str:
-        return self.spec.kind
+    @classmethod
+    def of_spec(cls, spec: type[NamedSpec], runner: Literal["decode", "hf", "se"] = "decode",
+                **traits: Any) -> Family:
+        """The family of a spec class's one kind."""
+        return cls(spec.kind, spec, runner, spec.reads, **traits)
 
     @property
     def tuned(self) -> bool:
@@ -94,20 +99,47 @@ class Family:
         grid = self.grid(job) if callable(self.grid) else self.grid
         return [float(v) for v in grid or ()]
 
+    def of(self, value: float | None, artifact: str | None) -> NamedSpec:
+        """A spec of this kind from its flat form."""
+        return self.spec.of(self.name, value, artifact)
+
     def candidates(self, grid: list[float], heads: list[str], profiles: list[str]) -> list[NamedSpec]:
         """Every spec of this kind a sweep decodes: per artifact it reads, per grid value when tuned."""
-        artifacts: list[str | None] = {"head": list(heads), "profile": list(profiles), None: [None]}[self.spec.reads]
+        artifacts: list[str | None] = {"head": list(heads), "profile": list(profiles), None: [None]}[self.reads]
         values: list[float | None] = list(grid) if self.tuned else [None]
-        return [self.spec.of(value, artifact) for artifact in artifacts for value in values]
+        return [self.of(value, artifact) for artifact in artifacts for value in values]
+
+
+@dataclass(frozen=True)
+class SourceTraits:
+    """The evaluation's traits of an acceptance source (:data:`decode.policies.sources.SOURCES`), shared by its kinds
+    under every stop; a source registered without any gets these defaults."""
+
+    symbol: str | None = None  # its parameter's symbol (None: it takes none)
+    grid: Grid | None = None  # its parameter's dev grid
+    rows_alone: bool = True  # False: it learns along a set's prompts in order, so they decode one after another
+    colors: Mapping[str, str] = field(default_factory=dict)  # its colour under each stop (else one of a cycle)
+
+
+@dataclass(frozen=True)
+class StopTraits:
+    """The evaluation's traits of a stop rule (:data:`decode.policies.stops.STOPS`), shared by every source under it."""
+
+    label: str  # its name in the league and heads tables
+    symbol: str | None = None  # its parameter's symbol (None: it takes none)
+    grid: Grid | None = None  # its parameter's dev grid
 
 
 #: The registered families by kind (:func:`register_family`); :func:`families` puts them in table order.
 FAMILIES: dict[str, Family] = {}
+#: The traits of each acceptance source and each stop rule by name; one missing has the defaults.
+SOURCE_TRAITS: dict[str, SourceTraits] = {}
+STOP_TRAITS: dict[str, StopTraits] = {}
 
 
 def register_family(family: Family) -> Family:
     """Add ``family`` under its kind; a policy kind of our decoder must be registered with ``register_policy``."""
-    if family.runner == "decode" and POLICY_SPECS.get(family.name) is not family.spec:
+    if family.runner == "decode" and policy_kinds().get(family.name) is not family.spec:
         raise ValueError(f"policy kind {family.name!r} is not registered: put @register_policy under @evaluated")
     if family.name in FAMILIES and FAMILIES[family.name].spec is not family.spec:
         raise ValueError(f"run family {family.name!r} is already registered by {FAMILIES[family.name].spec.__name__}")
@@ -118,26 +150,60 @@ def register_family(family: Family) -> Family:
 def evaluated(**traits: Any) -> Callable[[type[NamedSpec]], type[NamedSpec]]:
     """Class decorator above ``@register_policy``: the evaluation's traits (:class:`Family` fields) of the kind."""
     def register(cls: type[NamedSpec]) -> type[NamedSpec]:
-        register_family(Family(cls, "decode", **traits))
+        register_family(Family.of_spec(cls, "decode", **traits))
         return cls
 
     return register
 
 
+def source_stop_family(kind: str, source: str, stop: str) -> Family:
+    """The family of ``source`` under ``stop``, composed from their traits: a source read in hindsight is a bound (out
+    of the league, never timed); the others are in the league (learned where they read a head), measured against the
+    perfect predictor under the same stop and timed by the wall clock where its rows decide as alone (a source that
+    learns along the prompts would time another decode than the counted one); a stop that only a batch takes is
+    decoded on the batch axis only, at the parameter its source's named kind chose on dev."""
+    source_class, stop_class = SOURCES[source], STOPS[stop]
+    traits, rule = SOURCE_TRAITS.get(source, SourceTraits()), STOP_TRAITS.get(stop, StopTraits(stop))
+    bound, batch_only = source_class.needs_hindsight, stop_class.batch_only
+    alone = traits.rows_alone and not bound and not batch_only
+    league: League | None = None if bound else "learned" if source_class.reads == "head" else "training-free"
+    perfect = next((source_stop_kind(name, stop) for name, cls in SOURCES.items() if cls.needs_hindsight
+                    and source_stop_kind(name, stop) in source_stop_kinds()), None)
+    tuned_by = traits if source_class.parameter else rule if stop_class.parameter else None
+    label = f"{rule.label}, {traits.symbol}" if tuned_by is traits else rule.label
+    named = source_class.named_stop
+    choice_of = (source_stop_kind(source, named) if batch_only and tuned_by is traits and named is not None
+                 and not STOPS[named].batch_only else None)
+    return Family(kind, SourceStopSpec, reads=source_class.reads, symbol=tuned_by and tuned_by.symbol,
+                  grid=tuned_by and tuned_by.grid, rows_alone=alone, bound=bound, perfect=perfect,
+                  color=traits.colors.get(stop), stop=None if bound else label, timed=alone, league=league,
+                  batch_only=batch_only, choice_of=choice_of)
+
+
 def families() -> dict[str, Family]:
     """Every run family of the results table, in table order: each policy kind of our decoder
-    (:data:`~decode.policy_specs.POLICY_SPECS`; a kind without registered traits is untuned and decoded alone),
-    then the baselines."""
-    ours = {kind: FAMILIES.get(kind) or Family(spec) for kind, spec in POLICY_SPECS.items()}
+    (:func:`~decode.policy_specs.policy_kinds`; a source under a stop composed from their traits, another kind
+    without registered traits untuned and decoded alone), then the baselines."""
+    pairs = source_stop_kinds()
+    ours = {kind: FAMILIES.get(kind) or (source_stop_family(kind, *pairs[kind]) if kind in pairs else
+                                         Family.of_spec(spec)) for kind, spec in policy_kinds().items()}
     return ours | {name: family for name, family in FAMILIES.items() if family.runner != "decode"}
 
 
+def _kind(kind: str, registered: Mapping[str, Family], valid: Sequence[str]) -> str:
+    """``kind``, or the policy kind it is an alias of; unknown kinds name the ``valid`` ones."""
+    if kind in registered:
+        return kind
+    try:
+        return policy_kind(kind)
+    except ValueError:
+        raise ValueError(f"unknown run family {kind!r}; valid: {', '.join(valid)}") from None
+
+
 def family(kind: str) -> Family:
-    """The family of ``kind``; unknown kinds name the valid ones."""
+    """The family of ``kind`` (or of the policy kind it is an alias of); unknown kinds name the valid ones."""
     registered = families()
-    if kind not in registered:
-        raise ValueError(f"unknown run family {kind!r}; valid: {', '.join(registered)}")
-    return registered[kind]
+    return registered[_kind(kind, registered, list(registered))]
 
 
 def family_names(*, runner: str | None = None, tuned: bool | None = None, rows_alone: bool | None = None,
@@ -157,13 +223,12 @@ def perfect_for() -> dict[str, str]:
 
 
 def run_policy(kind: str, value: float | None = None, artifact: str | None = None) -> RunPolicy:
-    """The spec of a run of ``kind`` from its flat form (a results-table row); unknown kinds name the valid ones."""
+    """The spec of a run of ``kind`` (or of the policy kind it is an alias of) from its flat form (a results-table
+    row); unknown kinds name the valid ones."""
     if kind == TargetAloneSpec.kind:
         return TargetAloneSpec()
     registered = families()
-    if kind not in registered:
-        raise ValueError(f"unknown run family {kind!r}; valid: {', '.join([*registered, TargetAloneSpec.kind])}")
-    return registered[kind].spec.of(value, artifact)
+    return registered[_kind(kind, registered, [*registered, TargetAloneSpec.kind])].of(value, artifact)
 
 
 def check_grids(job: EvaluateJob) -> None:
@@ -191,40 +256,38 @@ SVIP_GRID = (0.5, 0.75, 1.0, 1.5, 2.0, 2.5)
 #: no bound at all).
 ADAEDL_GAMMAS = (0.02, 0.05, 0.1, 0.2, 0.5)
 
+SOURCE_TRAITS.update({
+    "confidence": SourceTraits(colors={"h": "darkgreen", "goodput": "yellowgreen"}),
+    "adaedl": SourceTraits(symbol="γ", grid=ADAEDL_GAMMAS, colors={"goodput": "goldenrod"}),
+    # the online logistic learns along a set's prompts in order, so they decode one after another
+    "margin": SourceTraits(rows_alone=False, colors={"h": "tab:gray", "goodput": "darkslategray",
+                                                     "budget": "slateblue"}),
+    "head": SourceTraits(colors={"h": "tab:red", "goodput": "tab:brown", "budget": "darkred"}),
+    "perfect": SourceTraits(colors={"h": "dimgrey", "goodput": "silver"}),
+})
+STOP_TRAITS.update({
+    "h": StopTraits("h", symbol="h", grid=head_thresholds),
+    "goodput": StopTraits("goodput"),
+    "budget": StopTraits("survival budget"),
+})
 
 for _family in (
-    Family(FixedSpec, symbol="K", grid=lambda job: job.evaluate.fixed_k, rows_alone=True, color="tab:blue",
-           timed=True),
-    Family(HeuristicSpec, rows_alone=True, color="tab:orange"),
-    Family(ConfidenceSpec, symbol="τ", grid=lambda job: job.evaluate.confidence_taus, rows_alone=True,
-           color="tab:green", timed=True, stop="τ", league="training-free"),
-    Family(ConfidenceThresholdSpec, symbol="h", grid=head_thresholds, rows_alone=True, color="darkgreen", stop="h",
-           league="training-free"),
-    Family(ConfidenceGoodputSpec, rows_alone=True, color="yellowgreen", stop="goodput", league="training-free"),
+    Family.of_spec(FixedSpec, symbol="K", grid=lambda job: job.evaluate.fixed_k, rows_alone=True, color="tab:blue",
+                   timed=True),
+    Family.of_spec(HeuristicSpec, rows_alone=True, color="tab:orange"),
+    Family.of_spec(ConfidenceSpec, symbol="τ", grid=lambda job: job.evaluate.confidence_taus, rows_alone=True,
+                   color="tab:green", timed=True, stop="τ", league="training-free"),
     # transformers' refitted threshold learns along a set's prompts in order, so they decode one after another
-    Family(RefitConfidenceSpec, color="olivedrab", stop="q(y) ≥ τ refitted", league="training-free"),
-    Family(SVIPSpec, symbol="√H", grid=SVIP_GRID, rows_alone=True, color="teal", stop="√H",
-           league="training-free"),
-    Family(AdaEDLSpec, symbol="γ", grid=ADAEDL_GAMMAS, rows_alone=True, color="goldenrod", stop="goodput, γ",
-           league="training-free"),
-    # the online logistic learns along a set's prompts in order, so they decode one after another
-    Family(MarginSpec, symbol="h", grid=head_thresholds, color="tab:gray", stop="h", league="training-free"),
-    Family(MarginGoodputSpec, color="darkslategray", stop="goodput", league="training-free"),
-    Family(HeadSpec, symbol="h", grid=head_thresholds, rows_alone=True, perfect="perfect", color="tab:red", stop="h",
-           timed=True, league="learned"),
-    Family(GoodputHeadSpec, rows_alone=True, perfect="perfect-goodput", color="tab:brown", stop="goodput",
-           timed=True, league="learned"),
-    Family(HeadBudgetSpec, color="darkred", stop="survival budget", league="learned", batch_only=True),
-    Family(MarginBudgetSpec, color="slateblue", stop="survival budget", league="training-free", batch_only=True),
-    Family(SVSpec, symbol="k", color="tab:purple", at_fixed_k=sv_at_k),
-    Family(PerfectHeadSpec, symbol="h", grid=head_thresholds, bound=True, perfect="perfect", color="dimgrey"),
-    Family(PerfectGoodputSpec, bound=True, perfect="perfect-goodput", color="silver"),
-    Family(OracleSpec, bound=True, color="black"),
-    Family(HFConstantSpec, "hf", symbol="K", color="tab:cyan", timed=True),
-    Family(HFHeuristicSpec, "hf", color="tab:olive", timed=True),
-    Family(HFConfidenceSpec, "hf", symbol="τ", color="tab:pink"),
-    Family(SEPlainSpec, "se"),
-    Family(SESDSpec, "se", symbol="γ", grid=lambda job: job.evaluate.se_gammas),
-    Family(SEAlternateSpec, "se", symbol="γ", grid=lambda job: job.evaluate.se_gammas),
+    Family.of_spec(RefitConfidenceSpec, color="olivedrab", stop="q(y) ≥ τ refitted", league="training-free"),
+    Family.of_spec(SVIPSpec, symbol="√H", grid=SVIP_GRID, rows_alone=True, color="teal", stop="√H",
+                   league="training-free"),
+    Family.of_spec(SVSpec, symbol="k", color="tab:purple", at_fixed_k=sv_at_k),
+    Family.of_spec(OracleSpec, bound=True, color="black"),
+    Family.of_spec(HFConstantSpec, "hf", symbol="K", color="tab:cyan", timed=True),
+    Family.of_spec(HFHeuristicSpec, "hf", color="tab:olive", timed=True),
+    Family.of_spec(HFConfidenceSpec, "hf", symbol="τ", color="tab:pink"),
+    Family.of_spec(SEPlainSpec, "se"),
+    Family.of_spec(SESDSpec, "se", symbol="γ", grid=lambda job: job.evaluate.se_gammas),
+    Family.of_spec(SEAlternateSpec, "se", symbol="γ", grid=lambda job: job.evaluate.se_gammas),
 ):
     register_family(_family)

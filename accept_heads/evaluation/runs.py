@@ -27,9 +27,9 @@ from data_gen.seeding import prompt_seed
 from decode import SpeculativeDecoder
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
-from decode.policies.base import Policy
+from decode.policies.base import Policy, PolicyInputs
 from decode.policies.schedules import TargetOnly
-from decode.policy_specs import PolicyInputs, PolicySpec
+from decode.policy_specs import PolicySpec
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
 

@@ -106,7 +106,7 @@ class SESDSpec(SESpec):
         return float(self.proposal)
 
     @classmethod
-    def of(cls, value: float | None, artifact: str | None) -> BaselineSpec:
+    def of(cls, kind: str, value: float | None, artifact: str | None) -> BaselineSpec:
         return cls(int(value))
 
 

@@ -16,7 +16,9 @@ from accept_heads.evaluation.runs import Record, frame
 from accept_heads.selection import best_value
 from ahconf.schema import rule_names
 from decode.costs import CostModel, LatencyShape
-from decode.policy_specs import HeadSpec
+from decode.policies.sources import HeadEstimate
+from decode.policies.stops import Threshold
+from decode.policy_specs import source_stop_kind
 
 #: Columns identifying a run (one table row each).
 KEYS = ["set", "role", "split", "rule", "rule_param", "family", "param", "artifact", "chosen_on", "policy", "source"]
@@ -118,7 +120,7 @@ def recorded_thresholds(table: pd.DataFrame, column: str, choices: list[Choice],
     these rows."""
     out = []
     for c in choices:
-        if c.family != HeadSpec.kind:
+        if c.family != source_stop_kind(HeadEstimate.name, Threshold.name):
             out.append(c)
             continue
         h = recorded.get(str(c.artifact))

@@ -53,7 +53,7 @@ from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
 from decode.policies.base import BatchPlan, Policy
 from decode.policies.schedules import Fixed
-from decode.policies.stop_policy import Head
+from decode.policies.stop_policy import policy_head
 from decode.rules import Ensemble, sample, uniform
 from decode.sampling import Sampling
 
@@ -134,8 +134,9 @@ class EnsembleDecoder:
             raise TypeError(f"policy must be a decode.policies.Policy, got {type(policy).__name__}")
         if policy.companion is not None or policy.needs_hindsight:
             raise ValueError(f"policy {policy!r} needs a companion or hindsight: not supported by EnsembleDecoder")
-        if isinstance(policy, Head) and policy.head.metadata is not None:
-            recorded = policy.head.metadata
+        head = policy_head(policy)
+        if head is not None and head.metadata is not None:
+            recorded = head.metadata
             rule = Ensemble.from_function(self.ensemble, len(self.models))
             if rule is None:
                 raise ValueError(

@@ -48,9 +48,9 @@ from decode.loops.batched import BatchDecodeOutput
 from decode.loops.emit import OnTokens
 from decode.loops.prompt_input import id_list
 from decode.loops.speculative_decoder import SpeculativeDecoder
-from decode.policies.base import Policy
+from decode.policies.base import Policy, PolicyInputs
 from decode.policies.stop_policy import Head
-from decode.policy_specs import PolicyInputs, SVSpec
+from decode.policy_specs import SVSpec
 from decode.profile import SVProfile
 from decode.rules import Greedy, Rule, Speculative
 from decode.sampling import Sampling

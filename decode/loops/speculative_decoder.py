@@ -24,7 +24,7 @@ from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
 from decode.policies.base import BatchPlan, Policy
 from decode.policies.schedules import Fixed
-from decode.policies.stop_policy import Head
+from decode.policies.stop_policy import policy_head
 from decode.policies.sv import SV
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
@@ -99,9 +99,10 @@ class SpeculativeDecoder:
 
     def _check_artifacts(self) -> None:
         """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
-        if isinstance(self.policy, Head) and self.policy.head is not None and self.policy.head.metadata is not None:
-            check_compatibility(self.policy.head.metadata, "the policy's head", draft=self.draft,
-                                sampling=self.sampling, rule=self.rule)
+        head = policy_head(self.policy)
+        if head is not None and head.metadata is not None:
+            check_compatibility(head.metadata, "the policy's head", draft=self.draft, sampling=self.sampling,
+                                rule=self.rule)
         if isinstance(self.policy, SV) and self.policy.profile.metadata is not None:
             check_compatibility(self.policy.profile.metadata, "the SV profile", sampling=self.sampling, rule=self.rule)
 

@@ -1,4 +1,5 @@
-"""A length policy's interface and the interface of a batch's joint decisions (DESIGN §6, §7).
+"""A length policy's interface, what building one may need, and the interface of a batch's joint decisions
+(DESIGN §6, §7).
 
 The decoder drives drafting and consults the policy at fixed points of each round:
 :meth:`Policy.after_propose` once a candidate ``y_i`` is sampled (before it is fed to the draft),
@@ -10,15 +11,58 @@ are consulted per step (those force one host sync per drafted token).
 from __future__ import annotations
 
 import copy
-from typing import ClassVar, Generic, Literal, TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
 from typing_extensions import Self
 
+from decode.batch_costs import BatchCosts
+from decode.costs import CostModel
 from decode.draft_round import Decision, DraftRound
+from decode.head import AcceptanceHead
+from decode.profile import SVProfile
 from decode.rules import Rule
 
 CompanionUse = Literal["step", "round"] | None
+Named = TypeVar("Named", bound=type)
+
+
+def registrar(registry: dict[str, Any], what: str) -> Callable[[Named], Named]:
+    """A class decorator that adds a class to ``registry`` under its ``name``, after the ones there (a name another
+    class holds is refused); ``what``: what the registry holds, for that refusal."""
+    def register(cls: Named) -> Named:
+        if cls.name in registry and registry[cls.name] is not cls:
+            raise ValueError(f"{what} {cls.name!r} is already registered by {registry[cls.name].__name__}")
+        registry[cls.name] = cls
+        return cls
+
+    return register
+
+
+@dataclass(frozen=True)
+class PolicyInputs:
+    """What building a policy may need: the heads and profiles by name, the cost models and the K range.
+
+    ``k_min`` / ``k_max`` apply where a head's metadata does not carry the range it was calibrated with.
+    """
+
+    heads: Mapping[str, AcceptanceHead] = field(default_factory=dict)
+    profiles: Mapping[str, SVProfile] = field(default_factory=dict)
+    costs: CostModel | None = None  # the goodput stop's cost model at batch size 1
+    batch_costs: BatchCosts | None = None  # measured batch costs: the goodput stop and SV decide at a batch's prices
+    k_min: int = 1
+    k_max: int = 20
+
+    def goodput_costs(self, kind: str) -> tuple[CostModel, BatchCosts | None]:
+        """The costs a goodput stop of ``kind`` decides by: the measured batch costs' batch-1 model with them,
+        else :attr:`costs`."""
+        if self.batch_costs is not None:
+            return self.batch_costs.batch_one(), self.batch_costs
+        if self.costs is None:
+            raise ValueError(f"a {kind} policy needs the cost model it stops by (PolicyInputs.costs)")
+        return self.costs, None
 
 
 class Policy:

@@ -14,14 +14,15 @@ DESIGN §5): :class:`TrueAcceptance`. Training-free, what the engines estimate a
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
 
 from decode.draft_round import DraftRound
 from decode.head import AcceptanceHead, head_features
-from decode.policies.base import CompanionUse
+from decode.metadata import recorded_k_range
+from decode.policies.base import CompanionUse, PolicyInputs, registrar
 from decode.profile import companion_indicators
 from decode.sampling import Sampling
 
@@ -44,12 +45,33 @@ def top2_margin(sampling: Sampling, q_logits: Tensor) -> float:
 
 
 class AcceptanceSource:
-    """Where an estimate-driven policy's ``P̂_i`` comes from, and when it is read (DESIGN §2)."""
+    """Where an estimate-driven policy's ``P̂_i`` comes from, and when it is read (DESIGN §2).
 
+    A registered source (:func:`register_source`) makes a policy kind with each stop rule
+    (:data:`~decode.policies.stops.STOPS`): ``<name>-<stop>``, or its ``name`` alone under the stop it names.
+    """
+
+    #: Its name in policy kinds and tables.
+    name: ClassVar[str]
+    #: The constructor argument a kind's one parameter sets (AdaEDL's ``gamma``; None: it takes none).
+    parameter: ClassVar[str | None] = None
+    #: The kind of artifact it is built per (None: none).
+    reads: ClassVar[Literal["head"] | None] = None
+    #: The stop rule its name alone stands for as a kind (``head`` is ``head-h``; None: none).
+    named_stop: ClassVar[str | None] = None
     decides_after: Literal["propose", "feed"] = "propose"
     needs_hidden = False
     needs_hindsight = False
     companion: CompanionUse = None
+
+    @classmethod
+    def build(cls, value: float | None, artifact: str | None, inputs: PolicyInputs) -> AcceptanceSource:
+        """The source of a kind's flat form: its parameter ``value`` and the ``artifact`` it reads, from ``inputs``."""
+        return cls(**({cls.parameter: value} if cls.parameter else {}))
+
+    def k_range(self, inputs: PolicyInputs) -> tuple[int, int]:
+        """The drafting range of a stop over this source: the inputs' ``k_min`` and ``k_max``."""
+        return inputs.k_min, inputs.k_max
 
     def estimate(self, state: DraftRound) -> float:
         """``P̂_i`` of the latest candidate ``y_i``."""
@@ -66,69 +88,33 @@ class AcceptanceSource:
         """Move any model it holds to ``device``."""
 
 
-class HeadEstimate(AcceptanceSource):
-    """A trained head's ``P̂_i``. A ``pre`` head reads the state that produced ``q_i`` plus features of ``y_i``,
-    once ``y_i`` is proposed (no extra draft call); a ``post`` head reads the draft forward that consumed ``y_i``,
-    so a round it stops costs one draft call more than fixed-K drafting."""
-
-    needs_hidden = True
-
-    def __init__(self, head: AcceptanceHead) -> None:
-        self.head = head.eval()
-        self.decides_after = "propose" if head.config.timing == "pre" else "feed"
-        self.companion = "step" if head.config.companion_features else None
-
-    def to(self, device: torch.device) -> None:
-        self.head.to(device)
-
-    def inputs(self, state: DraftRound) -> tuple[Tensor, Tensor | None]:
-        """The head's input for ``y_i``: the draft's hidden state and (``pre``) the candidate's features."""
-        config = self.head.config
-        if config.timing != "pre":
-            return state.next.hidden, None
-        candidate = state.latest
-        q_logits, y = candidate.step.q_logits, candidate.token
-        q = state.sampling.feature_probs(q_logits)
-        companion = None
-        if config.companion_features:
-            indicators = companion_indicators(state.sampling, q_logits, candidate.companion_logits, y)
-            companion = (indicators.x, indicators.y)
-        return candidate.step.hidden, head_features(q, y, config.features, companion, config.depth_of(state.i),
-                                                    candidate.step.input_token)
-
-    def predict(self, hidden: Tensor, features: Tensor | None) -> float:
-        """``P̂`` from the head's inputs (:meth:`inputs`)."""
-        with torch.no_grad():
-            return float(self.head.predict(hidden.float(), features))
-
-    def estimate(self, state: DraftRound) -> float:
-        return self.predict(*self.inputs(state))
+#: Every acceptance source by name, in registration order (:func:`register_source` adds to it).
+SOURCES: dict[str, type[AcceptanceSource]] = {}
+#: Class decorator: add an acceptance source to :data:`SOURCES` under its ``name``.
+register_source = registrar(SOURCES, "acceptance source")
 
 
-class TrueAcceptance(AcceptanceSource):
-    """Each candidate's true acceptance probability, read in hindsight once it is proposed (an analysis bound: what
-    a perfectly calibrated head could reach with a stop rule; DESIGN §5). It needs no head and no hidden state, and
-    stopping on ``p`` and ``q`` alone keeps every rule lossless."""
-
-    needs_hindsight = True
-
-    def estimate(self, state: DraftRound) -> float:
-        return state.latest.hindsight.accept_prob
-
-
+@register_source
 class DraftConfidence(AcceptanceSource):
     """``P̂_i = max q_i``: the draft's top probability, read once ``y_i`` is proposed."""
+
+    name = "confidence"
 
     def estimate(self, state: DraftRound) -> float:
         return draft_top_probability(state)
 
 
+@register_source
 class EntropyBound(AcceptanceSource):
     """AdaEDL's lower bound on the acceptance probability, ``P̂_i = max(0, 1 − sqrt(γ·H(q_i)))`` (``H`` in nats).
 
     AdaEDL stops once the bound falls below a threshold it adapts online; here the bound is a source, so the stop is
-    any stop rule (a threshold on ``Π`` chosen on dev, or the goodput stop).
+    any stop rule (a threshold on ``Π`` chosen on dev, or the goodput stop, its kind named ``adaedl``).
     """
+
+    name = "adaedl"
+    parameter = "gamma"
+    named_stop = "goodput"
 
     def __init__(self, gamma: float = 1.0) -> None:
         if gamma <= 0:
@@ -208,12 +194,16 @@ def fit_logistic(observations: list[tuple[float, bool]], ridge: float = 1e-4, st
     return float(weights[0]), float(weights[1])
 
 
+@register_source
 class OnlineMargin(AcceptanceSource):
     """vLLM's acceptance estimate for a draft without a confidence head: :class:`MarginLogistic` on the draft's
     top-2 margin, learning from this decoder's own verified rounds (no training data).
 
     A batch's rows share one fit (:meth:`fresh`) and each keeps its round's margins.
     """
+
+    name = "margin"
+    named_stop = "h"
 
     def __init__(self, fit: MarginLogistic | None = None) -> None:
         self.fit = fit if fit is not None else MarginLogistic()
@@ -233,3 +223,68 @@ class OnlineMargin(AcceptanceSource):
                 self.fit.observe(i, self.margins[i], i <= accepted)
         self.margins = {}
         self.fit.end_round()
+
+
+@register_source
+class HeadEstimate(AcceptanceSource):
+    """A trained head's ``P̂_i``. A ``pre`` head reads the state that produced ``q_i`` plus features of ``y_i``,
+    once ``y_i`` is proposed (no extra draft call); a ``post`` head reads the draft forward that consumed ``y_i``,
+    so a round it stops costs one draft call more than fixed-K drafting."""
+
+    name = "head"
+    reads = "head"
+    named_stop = "h"
+    needs_hidden = True
+
+    def __init__(self, head: AcceptanceHead) -> None:
+        self.head = head.eval()
+        self.decides_after = "propose" if head.config.timing == "pre" else "feed"
+        self.companion = "step" if head.config.companion_features else None
+
+    @classmethod
+    def build(cls, value: float | None, artifact: str | None, inputs: PolicyInputs) -> HeadEstimate:
+        return cls(inputs.heads[str(artifact)])
+
+    def k_range(self, inputs: PolicyInputs) -> tuple[int, int]:
+        """The range the head was calibrated with where its metadata records one."""
+        return recorded_k_range(self.head.metadata, inputs.k_min, inputs.k_max)
+
+    def to(self, device: torch.device) -> None:
+        self.head.to(device)
+
+    def inputs(self, state: DraftRound) -> tuple[Tensor, Tensor | None]:
+        """The head's input for ``y_i``: the draft's hidden state and (``pre``) the candidate's features."""
+        config = self.head.config
+        if config.timing != "pre":
+            return state.next.hidden, None
+        candidate = state.latest
+        q_logits, y = candidate.step.q_logits, candidate.token
+        q = state.sampling.feature_probs(q_logits)
+        companion = None
+        if config.companion_features:
+            indicators = companion_indicators(state.sampling, q_logits, candidate.companion_logits, y)
+            companion = (indicators.x, indicators.y)
+        return candidate.step.hidden, head_features(q, y, config.features, companion, config.depth_of(state.i),
+                                                    candidate.step.input_token)
+
+    def predict(self, hidden: Tensor, features: Tensor | None) -> float:
+        """``P̂`` from the head's inputs (:meth:`inputs`)."""
+        with torch.no_grad():
+            return float(self.head.predict(hidden.float(), features))
+
+    def estimate(self, state: DraftRound) -> float:
+        return self.predict(*self.inputs(state))
+
+
+@register_source
+class TrueAcceptance(AcceptanceSource):
+    """Each candidate's true acceptance probability, read in hindsight once it is proposed (an analysis bound: what
+    a perfectly calibrated head could reach with a stop rule; DESIGN §5). It needs no head and no hidden state, and
+    stopping on ``p`` and ``q`` alone keeps every rule lossless."""
+
+    name = "perfect"
+    named_stop = "h"
+    needs_hindsight = True
+
+    def estimate(self, state: DraftRound) -> float:
+        return state.latest.hindsight.accept_prob

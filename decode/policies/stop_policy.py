@@ -119,6 +119,13 @@ class StopPolicy(Policy, Generic[Source, Stop]):
         return f"{type(self).__name__}(source={type(self.source).__name__}, stop={self.stop!r})"
 
 
+def policy_head(policy: Policy) -> AcceptanceHead | None:
+    """The trained head a policy stops by (None: none), which must suit the decoder's draft, rule and sampling."""
+    if isinstance(policy, StopPolicy) and isinstance(policy.source, HeadEstimate):
+        return policy.source.head
+    return None
+
+
 class Head(StopPolicy[HeadEstimate, Threshold]):
     """SpecDec++ threshold rule on a trained head: keep drafting while ``1 − Π_{j≤i} P̂_j ≤ threshold``.
 

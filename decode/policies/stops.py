@@ -11,13 +11,33 @@ batch as a whole; :class:`SurvivalStop` leaves the stop to the batch's survival 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
+from decode.policies.base import PolicyInputs, registrar
 
 
 class StopRule:
-    """Base class: a stop with a drafting range ``k_min ≤ i ≤ k_max`` and per-generation state."""
+    """Base class: a stop with a drafting range ``k_min ≤ i ≤ k_max`` and per-generation state.
+
+    A registered rule (:func:`register_stop`) makes a policy kind with each acceptance source
+    (:data:`~decode.policies.sources.SOURCES`).
+    """
+
+    #: Its name in policy kinds (``<source>-<name>``) and tables.
+    name: ClassVar[str]
+    #: The constructor argument a kind's one parameter sets (the threshold ``h``; None: it takes none).
+    parameter: ClassVar[str | None] = None
+    #: Its rows decide together at measured batch costs: a batch decodes it, never one prompt alone.
+    batch_only: ClassVar[bool] = False
+
+    @classmethod
+    def build(cls, value: float | None, inputs: PolicyInputs, kind: str, companion: bool, k_min: int,
+              k_max: int) -> StopRule:
+        """The rule of a ``kind`` run over ``k_min..k_max`` from its parameter ``value`` and ``inputs``
+        (``companion``: its source calls the companion every step)."""
+        raise NotImplementedError
 
     def __init__(self, k_min: int = 1, k_max: int = 20) -> None:
         if not 1 <= k_min <= k_max:
@@ -42,14 +62,29 @@ class StopRule:
         return f"{type(self).__name__}(k_min={self.k_min}, k_max={self.k_max})"
 
 
+#: Every stop rule by name, in registration order (:func:`register_stop` adds to it).
+STOPS: dict[str, type[StopRule]] = {}
+#: Class decorator: add a stop rule to :data:`STOPS` under its ``name``.
+register_stop = registrar(STOPS, "stop rule")
+
+
+@register_stop
 class Threshold(StopRule):
     """SpecDec++'s rule: keep drafting while ``1 − Π_i ≤ threshold``."""
+
+    name = "h"
+    parameter = "threshold"
 
     def __init__(self, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"Threshold needs threshold in [0, 1], got {threshold}")
         super().__init__(k_min, k_max)
         self.threshold = threshold
+
+    @classmethod
+    def build(cls, value: float | None, inputs: PolicyInputs, kind: str, companion: bool, k_min: int,
+              k_max: int) -> Threshold:
+        return cls(float(value), k_min, k_max)
 
     def stops(self, i: int, keep: float, accept: float) -> bool:
         return i >= self.k_min and 1.0 - keep > self.threshold
@@ -61,6 +96,7 @@ class Threshold(StopRule):
         return f"Threshold(threshold={self.threshold}, k_min={self.k_min}, k_max={self.k_max})"
 
 
+@register_stop
 class Goodput(StopRule):
     """Drafting ``y_{i+1}`` pays while the expected tokens it adds, ``Π_i·P̂``, exceed the throughput ``λ``
     achieved so far times its marginal cost (:func:`drafting_pays`; no threshold to tune).
@@ -71,11 +107,21 @@ class Goodput(StopRule):
     :class:`~decode.policies.batch_plans.BatchGoodput` stops the rows together.
     """
 
+    name = "goodput"
+
     def __init__(self, costs: CostModel, k_min: int = 1, k_max: int = 20, batch_costs: BatchCosts | None = None,
                  companion: bool = False) -> None:
         super().__init__(k_min, k_max)
         self.costs, self.batch_costs, self.companion = costs, batch_costs, companion
         self.reset()
+
+    @classmethod
+    def build(cls, value: float | None, inputs: PolicyInputs, kind: str, companion: bool, k_min: int,
+              k_max: int) -> Goodput:
+        """At the measured batch costs' batch-1 model with them (the batch then decides together), else at
+        ``inputs.costs``."""
+        costs, batch_costs = inputs.goodput_costs(kind)
+        return cls(costs, k_min, k_max, batch_costs, companion=companion)
 
     def reset(self) -> None:
         self.tokens, self.seconds = 0, 0.0
@@ -125,13 +171,25 @@ class Goodput(StopRule):
                          + self.costs.t_target * float(self.costs.latency(verified)))
 
 
+@register_stop
 class SurvivalStop(StopRule):
     """The stop of a row whose batch decides for it (:class:`~decode.policies.batch_plans.SurvivalBudget`, at
     measured ``costs``): alone it never stops before ``k_max``."""
 
+    name = "budget"
+    batch_only = True
+
     def __init__(self, costs: BatchCosts, k_min: int = 1, k_max: int = 20) -> None:
         super().__init__(k_min, k_max)
         self.costs = costs
+
+    @classmethod
+    def build(cls, value: float | None, inputs: PolicyInputs, kind: str, companion: bool, k_min: int,
+              k_max: int) -> SurvivalStop:
+        if inputs.batch_costs is None:
+            raise ValueError(f"a {kind} policy decides at measured batch costs (PolicyInputs.batch_costs): the "
+                             "evaluation's batch axis measures them")
+        return cls(inputs.batch_costs, k_min, k_max)
 
     def stops(self, i: int, keep: float, accept: float) -> bool:
         return False

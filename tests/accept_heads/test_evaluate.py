@@ -41,7 +41,7 @@ from decode.batch_costs import CostProfile
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES
 from decode.metadata import ArtifactMetadata, HeadMetadata, InformationGain, ProfileMetadata
-from decode.policy_specs import POLICY_SPECS, AdaEDLSpec, HeadSpec, SVSpec
+from decode.policy_specs import SourceStopSpec, SVSpec, policy_kinds
 from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 
 EVAL_OVERRIDES = [
@@ -180,8 +180,8 @@ def test_the_tables_figures_keep_their_identities(evaluated):
 def test_the_wall_clock_times_the_chosen_methods_beside_their_modelled_figures(evaluated):
     config, results = evaluated
     wall = results.wallclock
-    assert set(wall["family"]) == {"target", "fixed", "head", "head-goodput", "confidence", "hf-constant",
-                                   "hf-heuristic"}
+    assert set(wall["family"]) == {"target", "fixed", "head", "head-goodput", "confidence", "confidence-h",
+                                   "confidence-goodput", "adaedl", "hf-constant", "hf-heuristic"}
     assert set(wall["set"]) == {"test"} and set(wall["rule"]) == {"speculative"}
     ours = wall[wall["family"] != "target"]
     assert ours["matches"].eq(1.0).all()  # every timed output is its counted run's
@@ -293,12 +293,12 @@ def test_every_registered_policy_kind_is_swept_tabled_and_drawn(evaluated):
     table = results.table[results.table["rule"] == "speculative"]
     batch_only = set(family_names(batch_only=True))
     assert batch_only and not table["family"].isin(batch_only).any()  # the batch axis decodes those
-    for kind in set(POLICY_SPECS) - batch_only:
+    for kind in set(policy_kinds()) - batch_only:
         assert {"dev", "test"} <= set(table.loc[table["family"] == kind, "role"]), kind
     pareto = FIGURES["pareto"](results)
     labels = {text.get_text().split("[")[0] for ax in pareto.axes if ax.get_legend()
               for text in ax.get_legend().get_texts()}
-    assert set(POLICY_SPECS) - batch_only <= labels
+    assert set(policy_kinds()) - batch_only <= labels
 
 
 def test_each_head_is_measured_against_the_perfect_predictor_with_its_own_stop_rule():
@@ -614,7 +614,7 @@ def test_help_lists_the_evaluate_group(repo_root):
 def test_each_family_has_its_runner_and_an_unknown_family_names_the_valid_ones():
     decoding, hf, se = object(), object(), object()
     table = runners(decoding, hf, se)
-    assert [f for f, r in table.items() if r is decoding] == list(POLICY_SPECS)  # every policy kind of decode
+    assert [f for f, r in table.items() if r is decoding] == list(policy_kinds())  # every policy kind of decode
     assert [f for f, r in table.items() if r is hf] == ["hf-constant", "hf-heuristic", "hf-confidence"]
     assert [f for f, r in table.items() if r is se] == ["se-plain", "se-sd", "se-alternate"]
     executor = Executor(job=None, trio=None, device="cpu", artifacts=Artifacts(), described={}, sets={},
@@ -626,11 +626,12 @@ def test_each_family_has_its_runner_and_an_unknown_family_names_the_valid_ones()
 
 
 def test_a_run_spec_flattens_its_typed_policy_into_the_table_keys():
-    head = RunSpec(set="test", rule="speculative", policy=HeadSpec("pre", 0.8), chosen_on="dev")
+    head = RunSpec(set="test", rule="speculative", policy=SourceStopSpec("head", "h", 0.8, "pre"), chosen_on="dev")
     assert head.to_dict() == {"set": "test", "rule": "speculative", "family": "head", "param": 0.8, "artifact": "pre",
                               "rule_param": None, "chosen_on": "dev", "policy": "head[pre](h=0.8)"}
     se = RunSpec(set="dev", rule="ensemble", policy=SEAlternateSpec(4), rule_param=0.5)
     assert (se.family, se.param, se.label) == ("se-alternate", 4.0, "se-alternate(γ=4)")
-    assert RunSpec(set="dev", rule="speculative", policy=AdaEDLSpec(0.05)).label == "adaedl(γ=0.05)"  # not a count
+    adaedl = SourceStopSpec("adaedl", "goodput", 0.05)
+    assert RunSpec(set="dev", rule="speculative", policy=adaedl).label == "adaedl(γ=0.05)"  # not a count
     for spec in (head, se, RunSpec(set="dev", rule="greedy", policy=SVSpec("profile", 3))):
         assert run_policy(spec.family, spec.param, spec.artifact) == spec.policy  # the flat form reads back

@@ -18,7 +18,7 @@ from accept_heads.evaluation.families import (
     run_policy,
 )
 from ahconf.schema import ConfigError
-from decode.policy_specs import POLICY_SPECS, FixedSpec, PolicySpec, register_policy
+from decode.policy_specs import POLICY_SPECS, FixedSpec, PolicySpec, policy_kinds, register_policy
 from tests.decode.test_policy_specs import BATCH_SPECS, SPECS, buildable, inputs  # noqa: F401 (a fixture)
 
 
@@ -36,12 +36,12 @@ def test_every_family_declares_what_the_evaluation_iterates(name, make_config):
     assert not (family.bound and family.rows_alone)
     assert family.perfect is None or families()[family.perfect].bound
     assert (family.stop is None) == (family.league is None)
-    assert family.league != "learned" or family.spec.reads == "head"
+    assert family.league != "learned" or family.reads == "head"
 
 
 def test_every_policy_kind_of_decode_has_its_traits_and_a_bound_reads_the_target_in_hindsight(inputs):  # noqa: F811
-    assert set(POLICY_SPECS) <= set(FAMILIES)
-    assert {spec.kind for spec in SPECS + BATCH_SPECS} == set(POLICY_SPECS)
+    assert set(policy_kinds()) <= set(families())
+    assert {spec.kind for spec in SPECS + BATCH_SPECS} == set(policy_kinds())
     for spec in SPECS + BATCH_SPECS:
         assert spec.build(buildable(spec, inputs)).needs_hindsight == families()[spec.kind].bound, spec
         assert families()[spec.kind].batch_only == (spec in BATCH_SPECS)
@@ -65,7 +65,7 @@ def test_a_family_is_registered_once_and_only_for_a_kind_decode_knows():
             kind: ClassVar[str] = "twice"
 
         with pytest.raises(ValueError, match="'twice' is already registered by Twice"):
-            register_family(Family(Other, "hf"))
+            register_family(Family.of_spec(Other, "hf"))
     finally:
         del POLICY_SPECS["twice"], FAMILIES["twice"]
     assert "twice" not in families()
@@ -85,3 +85,5 @@ def test_a_grid_for_a_kind_with_nothing_tuned_is_refused(make_config):
         check_grids(make_config("+evaluate.grids={heuristic: [1.0]}").evaluate_job())
     job = make_config("+evaluate.grids={fixed: [2.0, 5.0]}").evaluate_job()
     assert families()[FixedSpec.kind].dev_grid(job) == [2.0, 5.0]  # the config's grid over the declared one
+    job = make_config("+evaluate.grids={margin-h: [0.4]}").evaluate_job()  # a kind's systematic name reads as it
+    assert job.evaluate.grids == {"margin": [0.4]} and families()["margin"].dev_grid(job) == [0.4]
