@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
+from decode.policies.base import DEFAULT_K_MAX
 from decode.policy_specs import policy_kind, policy_kinds, source_stop_aliases
 from decode.rules import RULES, from_spec
 
@@ -209,7 +210,7 @@ class HeadTrainConfig:
     # evaluation decodes it and the perfect predictor at on dev
     thresholds: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
     k_min: int = 1
-    k_max: int = 20
+    k_max: int = DEFAULT_K_MAX
     x_bins: int = 20  # SV profile bins on X
     y_bins: int = 10  # SV profile bins on Y
     min_bin_count: int = 20  # sparser SV bins back off to their row marginal

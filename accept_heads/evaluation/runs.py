@@ -27,7 +27,7 @@ from data_gen.seeding import prompt_seed
 from decode import SpeculativeDecoder
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
-from decode.policies.base import Policy, PolicyInputs
+from decode.policies.base import DEFAULT_K_MAX, Policy, PolicyInputs
 from decode.policies.schedules import TargetOnly
 from decode.policy_specs import PolicySpec
 from decode.sampling import Sampling
@@ -211,7 +211,7 @@ class DecoderRunner:
     max_new_tokens: int
     seed: int
     k_min: int = 1
-    k_max: int = 20
+    k_max: int = DEFAULT_K_MAX
     costs: CostModel | None = None  # the model the goodput head stops by (the evaluation's ``cost`` model)
     batch_size: int = 1  # prompts per batched generate (kinds whose rows decide as alone: the family's rows_alone)
     timed_prompts: int = 0  # the first this-many prompts of a batched run decode alone (they time the models)

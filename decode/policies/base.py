@@ -27,6 +27,9 @@ from decode.rules import Rule
 
 CompanionUse = Literal["step", "round"] | None
 Named = TypeVar("Named", bound=type)
+#: The most candidates a round drafts unless told otherwise: SpecDec++'s range 1..20 (DESIGN §2), every policy's
+#: default, a head's where it records none, and the evaluation's (``head.k_max``).
+DEFAULT_K_MAX = 20
 
 
 def registrar(registry: dict[str, Any], what: str) -> Callable[[Named], Named]:
@@ -53,7 +56,7 @@ class PolicyInputs:
     costs: CostModel | None = None  # the goodput stop's cost model at batch size 1
     batch_costs: BatchCosts | None = None  # measured batch costs: the goodput stop and SV decide at a batch's prices
     k_min: int = 1
-    k_max: int = 20
+    k_max: int = DEFAULT_K_MAX
 
     def goodput_costs(self, kind: str) -> tuple[CostModel, BatchCosts | None]:
         """The costs a goodput stop of ``kind`` decides by: the measured batch costs' batch-1 model with them,

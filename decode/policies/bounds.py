@@ -10,7 +10,7 @@ import sys
 
 from decode.costs import CostModel
 from decode.draft_round import Decision, DraftRound
-from decode.policies.base import Policy
+from decode.policies.base import DEFAULT_K_MAX, Policy
 from decode.policies.sources import TrueAcceptance
 from decode.policies.stop_policy import StopPolicy
 from decode.policies.stops import Goodput, Threshold
@@ -55,7 +55,7 @@ class PerfectHead(StopPolicy[TrueAcceptance, Threshold]):
     """:class:`~decode.policies.stop_policy.Head`'s threshold stop (``1 − Π a_j > threshold``) on the true acceptance
     probabilities ``a_j``."""
 
-    def __init__(self, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
+    def __init__(self, threshold: float = 0.5, k_min: int = 1, k_max: int = DEFAULT_K_MAX) -> None:
         super().__init__(TrueAcceptance(), Threshold(threshold, k_min, k_max))
 
     @property
@@ -70,7 +70,7 @@ class PerfectGoodput(StopPolicy[TrueAcceptance, Goodput]):
     """:class:`~decode.policies.stop_policy.GoodputHead`'s goodput stop on the true acceptance probabilities (batch
     size 1)."""
 
-    def __init__(self, costs: CostModel, k_min: int = 1, k_max: int = 20) -> None:
+    def __init__(self, costs: CostModel, k_min: int = 1, k_max: int = DEFAULT_K_MAX) -> None:
         super().__init__(TrueAcceptance(), Goodput(costs, k_min, k_max))
 
     def __repr__(self) -> str:

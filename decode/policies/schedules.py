@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from decode.draft_round import Decision, DraftRound
-from decode.policies.base import Policy
+from decode.policies.base import DEFAULT_K_MAX, Policy
 from decode.policies.sources import draft_entropy, draft_top_probability
 
 
@@ -52,7 +52,7 @@ class Heuristic(Policy):
     carried across calls; a fixed restart keeps generations reproducible) and is capped at ``k_max``.
     """
 
-    def __init__(self, k0: int = 5, k_max: int = 20) -> None:
+    def __init__(self, k0: int = 5, k_max: int = DEFAULT_K_MAX) -> None:
         if not 1 <= k0 <= k_max:
             raise ValueError(f"Heuristic needs 1 <= k0 <= k_max, got k0={k0}, k_max={k_max}")
         self.k0, self.k_max = k0, k_max
@@ -76,7 +76,7 @@ class Confidence(Policy):
 
     dynamic = True
 
-    def __init__(self, tau: float = 0.4, k_max: int = 20) -> None:
+    def __init__(self, tau: float = 0.4, k_max: int = DEFAULT_K_MAX) -> None:
         if not 0.0 <= tau <= 1.0 or k_max < 1:
             raise ValueError(f"Confidence needs tau in [0, 1] and k_max >= 1, got tau={tau}, k_max={k_max}")
         self.tau, self.k_max = tau, k_max
@@ -126,7 +126,7 @@ class RefitConfidence(Policy):
 
     dynamic = True
 
-    def __init__(self, tau: float = 0.4, k_max: int = 20) -> None:
+    def __init__(self, tau: float = 0.4, k_max: int = DEFAULT_K_MAX) -> None:
         if not 0.0 <= tau <= 1.0 or k_max < 1:
             raise ValueError(f"RefitConfidence needs tau in [0, 1] and k_max >= 1, got tau={tau}, k_max={k_max}")
         self.k_max = k_max
@@ -178,7 +178,7 @@ class SVIP(Policy):
 
     dynamic = True
 
-    def __init__(self, h: float = 1.0, k_max: int = 20) -> None:
+    def __init__(self, h: float = 1.0, k_max: int = DEFAULT_K_MAX) -> None:
         if h < 0 or k_max < 1:
             raise ValueError(f"SVIP needs h >= 0 and k_max >= 1, got h={h}, k_max={k_max}")
         self.h, self.k_max = h, k_max

@@ -14,7 +14,7 @@ from decode.costs import CostModel
 from decode.draft_round import Decision, DraftRound
 from decode.head import AcceptanceHead
 from decode.metadata import recorded_k_range
-from decode.policies.base import BatchPlan, Policy
+from decode.policies.base import DEFAULT_K_MAX, BatchPlan, Policy
 from decode.policies.sources import AcceptanceSource, HeadEstimate
 from decode.policies.stops import Goodput, StopRule, Threshold
 
@@ -130,7 +130,7 @@ class Head(StopPolicy[HeadEstimate, Threshold]):
     """SpecDec++ threshold rule on a trained head: keep drafting while ``1 − Π_{j≤i} P̂_j ≤ threshold``.
 
     Left out, ``threshold`` and the K range are the ones the head records (``h`` chosen on dev after training,
-    DESIGN §5; the range 1..20 where none is recorded)."""
+    DESIGN §5; the range 1..DEFAULT_K_MAX where none is recorded)."""
 
     def __init__(self, head: AcceptanceHead, threshold: float | None = None, k_min: int | None = None,
                  k_max: int | None = None) -> None:
@@ -140,7 +140,7 @@ class Head(StopPolicy[HeadEstimate, Threshold]):
                 raise ValueError("this head records no stop threshold h (trained with head.calibrate=false): pass "
                                  "Head(head, threshold=h)")
             threshold = recorded.threshold
-        low, high = recorded_k_range(recorded, 1, 20)
+        low, high = recorded_k_range(recorded, 1, DEFAULT_K_MAX)
         super().__init__(HeadEstimate(head), Threshold(threshold, low if k_min is None else k_min,
                                                        high if k_max is None else k_max))
 
@@ -163,7 +163,7 @@ class GoodputHead(StopPolicy[HeadEstimate, Goodput]):
     batch as a whole (:class:`~decode.policies.batch_plans.BatchGoodput`; DESIGN §7); without them rows decide as
     alone."""
 
-    def __init__(self, head: AcceptanceHead, costs: CostModel, k_min: int = 1, k_max: int = 20,
+    def __init__(self, head: AcceptanceHead, costs: CostModel, k_min: int = 1, k_max: int = DEFAULT_K_MAX,
                  batch_costs: BatchCosts | None = None) -> None:
         source = HeadEstimate(head)
         super().__init__(source, Goodput(costs, k_min, k_max, batch_costs, companion=source.companion is not None))

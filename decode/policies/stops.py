@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
-from decode.policies.base import PolicyInputs, registrar
+from decode.policies.base import DEFAULT_K_MAX, PolicyInputs, registrar
 
 
 class StopRule:
@@ -39,7 +39,7 @@ class StopRule:
         (``companion``: its source calls the companion every step)."""
         raise NotImplementedError
 
-    def __init__(self, k_min: int = 1, k_max: int = 20) -> None:
+    def __init__(self, k_min: int = 1, k_max: int = DEFAULT_K_MAX) -> None:
         if not 1 <= k_min <= k_max:
             raise ValueError(f"{type(self).__name__} needs 1 <= k_min <= k_max, got {k_min}, {k_max}")
         self.k_min, self.k_max = k_min, k_max
@@ -75,7 +75,7 @@ class Threshold(StopRule):
     name = "h"
     parameter = "threshold"
 
-    def __init__(self, threshold: float = 0.5, k_min: int = 1, k_max: int = 20) -> None:
+    def __init__(self, threshold: float = 0.5, k_min: int = 1, k_max: int = DEFAULT_K_MAX) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"Threshold needs threshold in [0, 1], got {threshold}")
         super().__init__(k_min, k_max)
@@ -109,7 +109,7 @@ class Goodput(StopRule):
 
     name = "goodput"
 
-    def __init__(self, costs: CostModel, k_min: int = 1, k_max: int = 20, batch_costs: BatchCosts | None = None,
+    def __init__(self, costs: CostModel, k_min: int = 1, k_max: int = DEFAULT_K_MAX, batch_costs: BatchCosts | None = None,
                  companion: bool = False) -> None:
         super().__init__(k_min, k_max)
         self.costs, self.batch_costs, self.companion = costs, batch_costs, companion
@@ -179,7 +179,7 @@ class SurvivalStop(StopRule):
     name = "budget"
     batch_only = True
 
-    def __init__(self, costs: BatchCosts, k_min: int = 1, k_max: int = 20) -> None:
+    def __init__(self, costs: BatchCosts, k_min: int = 1, k_max: int = DEFAULT_K_MAX) -> None:
         super().__init__(k_min, k_max)
         self.costs = costs
 
