@@ -34,7 +34,7 @@ from accept_heads.evaluation.batch_axis import BatchRun
 from accept_heads.evaluation.bootstrap import add_intervals
 from accept_heads.evaluation.cost_models import CostFit, Latency, Pricing, fit_costs, measure_latency, pricing
 from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
-from accept_heads.evaluation.families import check_grids, family_names
+from accept_heads.evaluation.families import check_grids, families, family_names
 from accept_heads.evaluation.figures import draw_all
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.machine_costs import machine_batch_costs
@@ -47,6 +47,7 @@ from accept_heads.evaluation.plan import (
     edge_rules,
     eval_rules,
     extended_k,
+    fixed_grid,
     fixed_specs,
     rule_sweep,
     swept_rules,
@@ -78,6 +79,7 @@ from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.feature_draft import is_feature_draft
 from decode.head import AcceptanceHead
+from decode.policy_specs import FixedSpec
 
 
 def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,
@@ -185,6 +187,7 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
                     "depend on it",
         "latency": latency.to_dict(),
         "hf": describe_hf(), "evaluate": asdict(job.evaluate),
+        "dev_grids": {name: f.dev_grid(job) for name, f in families().items() if f.tuned},
     }
 
 
@@ -234,12 +237,12 @@ def evaluate(job: EvaluateJob) -> Results:
         records = execute(dev_sweeps(job, artifacts, rules), pool, "dev sweeps")
         # K, τ, h and γ here, T below: dev rows only
         choices = dev_choices(job, artifacts, records, priced.model, notes)
-        while (edge := edge_rules(choices, e.fixed_k)) and (more := extended_k(e.fixed_k)):
+        while (edge := edge_rules(choices, fixed_grid(job))) and (more := extended_k(fixed_grid(job))):
             records += execute([s for rule in edge for s in fixed_specs(job.rules, "dev", rule, more)], pool,
                                f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
-            e.fixed_k = sorted(e.fixed_k + more)  # test / OOD decode each rule's chosen K from this grid
+            e.grids[FixedSpec.kind] = [float(k) for k in sorted(fixed_grid(job) + more)]  # the batch axis's too
             choices = dev_choices(job, artifacts, records, priced.model, notes)
-        if note := edge_note(choices, e.fixed_k):
+        if note := edge_note(choices, fixed_grid(job)):
             notes["fixed_k_edge"] = note
         if swept := swept_rules(rules):
             records += execute([s for rule in swept for s in rule_sweep(job, "dev", rule, choices)], pool,

@@ -354,13 +354,12 @@ class EvaluateConfig:
     # prompts per set; what the default sample resolves: docs/log/figures-from-code-comments.md
     prompts: Dict[str, int] = field(default_factory=lambda: {"dev": 40, "test": 80, "ood": 40})
     max_new_tokens: int = 96
-    fixed_k: List[int] = field(default_factory=lambda: list(range(1, 11)))
-    confidence_taus: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7])
     # null: each head decodes at the h it records (chosen on dev after training), over head.thresholds on dev;
     # a list: h is chosen here on dev over it instead, for every head and the perfect predictor
     thresholds: Optional[List[float]] = None
-    # dev grid of any tuned policy kind by its name (decode.policy_specs.policy_kinds), over the field above or the
-    # grid the evaluation declares for the kind (accept_heads.evaluation.families), e.g. {confidence: [0.2, 0.4]}
+    # the dev grid of a tuned policy kind by its name (decode.policy_specs.policy_kinds) over the one the evaluation
+    # declares with the kind (accept_heads.evaluation.families: fixed K 1..10, confidence τ 0.3/0.5/0.7, the h stop
+    # over the thresholds above, ...), e.g. {fixed: [1, 2, 3, 4], confidence: [0.2, 0.4]}
     grids: Dict[str, List[float]] = field(default_factory=dict)
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
     # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
@@ -431,10 +430,13 @@ class EvaluateConfig:
             raise ConfigError("evaluate.wallclock_prompts and evaluate.wallclock_threads must be >= 1 or null")
         if self.max_new_tokens < 1 or any(n < 1 for n in self.prompts.values()):
             raise ConfigError("evaluate.max_new_tokens and every evaluate.prompts count must be >= 1")
-        if not self.fixed_k or min(self.fixed_k + (self.hf_k or []) + self.se_gammas) < 1:
-            raise ConfigError("evaluate.fixed_k needs at least one K; every K, hf_k and se_gammas value must be >= 1")
-        if any(not 0 <= t <= 1 for t in self.confidence_taus) or any(not 0 < h < 1 for h in self.thresholds or []):
-            raise ConfigError("evaluate.confidence_taus must lie in [0, 1] and evaluate.thresholds in (0, 1)")
+        for kind, grid in self.grids.items():
+            if not grid:
+                raise ConfigError(f"evaluate.grids.{kind}=[] chooses from nothing: give the values to choose from")
+        if min((self.hf_k or []) + self.se_gammas, default=1) < 1:
+            raise ConfigError("every evaluate.hf_k and evaluate.se_gammas value must be >= 1")
+        if any(not 0 < h < 1 for h in self.thresholds or []):
+            raise ConfigError("evaluate.thresholds must lie in (0, 1)")
         if self.thresholds == []:
             raise ConfigError("evaluate.thresholds=[] chooses from nothing: give the h to choose from, or null for "
                               "each head's recorded h")

@@ -23,7 +23,7 @@ import torch
 from accept_heads.evaluation.families import families
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.machine_costs import CostsSource
-from accept_heads.evaluation.plan import Choice, matching_artifacts
+from accept_heads.evaluation.plan import Choice, fixed_grid, matching_artifacts
 from accept_heads.evaluation.runs import DecoderRunner, RunSpec
 from accept_heads.evaluation.specs import TargetAloneSpec
 from accept_heads.selection import best_value
@@ -64,10 +64,9 @@ def axis_rules(job: EvaluateJob, rules: list[str]) -> list[str]:
 
 def dev_fixed_runs(job: EvaluateJob, rules: list[str]) -> list[BatchRun]:
     """The fixed-K grid on dev at every batch size (the best K is chosen per ``B``)."""
-    e = job.evaluate
-    return [BatchRun(RunSpec(set="dev", rule=rule, policy=FixedSpec(int(k)), rule_param=rule_value(rule, job.rules),
+    return [BatchRun(RunSpec(set="dev", rule=rule, policy=FixedSpec(k), rule_param=rule_value(rule, job.rules),
                              chosen_on="grid"), batch)
-            for batch in e.batch_sizes for rule in rules for k in e.fixed_k]
+            for batch in job.evaluate.batch_sizes for rule in rules for k in fixed_grid(job)]
 
 
 def best_fixed_k(dev: pd.DataFrame) -> dict[tuple[str, int], float]:

@@ -250,15 +250,11 @@ def head_thresholds(job: EvaluateJob) -> list[float]:
     return job.thresholds
 
 
-#: SVIP's dev grid: thresholds on the draft's ``sqrt(H(q))`` (nats), from confident to near-uniform drafts.
-SVIP_GRID = (0.5, 0.75, 1.0, 1.5, 2.0, 2.5)
-#: AdaEDL's dev grid: the bound's ``γ`` (a real draft's ``sqrt(H)`` is often near 2 nats^½, where ``γ ≥ 0.25`` leaves
-#: no bound at all).
-ADAEDL_GAMMAS = (0.02, 0.05, 0.1, 0.2, 0.5)
-
+# Each grid is declared here, with its kind, source or stop; ``evaluate.grids.<kind>`` overrides it.
 SOURCE_TRAITS.update({
     "confidence": SourceTraits(colors={"h": "darkgreen", "goodput": "yellowgreen"}),
-    "adaedl": SourceTraits(symbol="γ", grid=ADAEDL_GAMMAS, colors={"goodput": "goldenrod"}),
+    # the bound's γ: a real draft's sqrt(H) is often near 2 nats^½, where γ ≥ 0.25 leaves no bound at all
+    "adaedl": SourceTraits(symbol="γ", grid=(0.02, 0.05, 0.1, 0.2, 0.5), colors={"goodput": "goldenrod"}),
     # the online logistic learns along a set's prompts in order, so they decode one after another
     "margin": SourceTraits(rows_alone=False, colors={"h": "tab:gray", "goodput": "darkslategray",
                                                      "budget": "slateblue"}),
@@ -272,15 +268,16 @@ STOP_TRAITS.update({
 })
 
 for _family in (
-    Family.of_spec(FixedSpec, symbol="K", grid=lambda job: job.evaluate.fixed_k, rows_alone=True, color="tab:blue",
-                   timed=True),
+    # grown on dev past an edge choice (accept_heads.evaluate)
+    Family.of_spec(FixedSpec, symbol="K", grid=tuple(range(1, 11)), rows_alone=True, color="tab:blue", timed=True),
     Family.of_spec(HeuristicSpec, rows_alone=True, color="tab:orange"),
-    Family.of_spec(ConfidenceSpec, symbol="τ", grid=lambda job: job.evaluate.confidence_taus, rows_alone=True,
-                   color="tab:green", timed=True, stop="τ", league="training-free"),
+    Family.of_spec(ConfidenceSpec, symbol="τ", grid=(0.3, 0.5, 0.7), rows_alone=True, color="tab:green", timed=True,
+                   stop="τ", league="training-free"),
     # transformers' refitted threshold learns along a set's prompts in order, so they decode one after another
     Family.of_spec(RefitConfidenceSpec, color="olivedrab", stop="q(y) ≥ τ refitted", league="training-free"),
-    Family.of_spec(SVIPSpec, symbol="√H", grid=SVIP_GRID, rows_alone=True, color="teal", stop="√H",
-                   league="training-free"),
+    # thresholds on the draft's sqrt(H(q)) (nats), from confident to near-uniform drafts
+    Family.of_spec(SVIPSpec, symbol="√H", grid=(0.5, 0.75, 1.0, 1.5, 2.0, 2.5), rows_alone=True, color="teal",
+                   stop="√H", league="training-free"),
     Family.of_spec(SVSpec, symbol="k", color="tab:purple", at_fixed_k=sv_at_k),
     Family.of_spec(OracleSpec, bound=True, color="black"),
     Family.of_spec(HFConstantSpec, "hf", symbol="K", color="tab:cyan", timed=True),

@@ -158,6 +158,11 @@ def edge_note(choices: list[Choice], grid: list[int]) -> str | None:
     return f"best fixed K at the grid's edge K={max(grid)} for {', '.join(edge)}: the optimum may lie beyond"
 
 
+def fixed_grid(job: EvaluateJob) -> list[int]:
+    """The fixed-K dev grid: its family's (``evaluate.grids.fixed`` over the declared one)."""
+    return [int(k) for k in family(FixedSpec.kind).dev_grid(job)]
+
+
 def extended_k(grid: list[int]) -> list[int]:
     """The next fixed-K values past ``grid``'s largest: 1.5× and 2× it (capped at :data:`K_CEILING`)."""
     top = max(grid)

@@ -71,7 +71,7 @@ def test_the_fixed_k_of_each_batch_size_is_the_dev_grids_best(axis):
     _, results = axis
     table = results.batch_axis
     dev = table[(table["role"] == "dev") & (table["family"] == "fixed")]
-    grid = results.metadata["evaluate"]["fixed_k"]  # the main evaluation's grid, grown past an edge choice
+    grid = results.metadata["dev_grids"]["fixed"]  # the main evaluation's grid, grown past an edge choice
     assert set(dev["param"]) == set(map(float, grid)) and {1, 3} <= set(grid) and set(dev["batch"]) == {1, 2}
     for (rule, batch), group in dev.groupby(["rule", "batch"]):
         best = group.sort_values(["modelled_tokens_per_s", "param"], ascending=[False, True]).iloc[0]["param"]

@@ -47,8 +47,8 @@ from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
 EVAL_OVERRIDES = [
     "evaluate.prompts={dev: 2, test: 2, ood: 2}",
     "evaluate.max_new_tokens=8",
-    "evaluate.fixed_k=[1,3]",
-    "evaluate.confidence_taus=[0.4]",
+    "+evaluate.grids.fixed=[1,3]",
+    "+evaluate.grids.confidence=[0.4]",
     "head.thresholds=[0.5,0.9]",  # the heads record h = 0.5 (write_artifacts)
     "evaluate.rule_grids.fuzzy=[0.1,0.6]",
     "evaluate.calibration_rows=2",
@@ -486,7 +486,7 @@ def test_a_rule_at_the_fixed_k_grids_edge_is_named_in_a_note_and_only_then():
 
 def test_the_evaluations_edge_note_names_exactly_the_rules_at_the_edge(evaluated):
     _, results = evaluated
-    grid = results.metadata["evaluate"]["fixed_k"]
+    grid = results.metadata["dev_grids"]["fixed"]
     at_edge = sorted(c["rule"] for c in results.metadata["selection"]
                      if c["family"] == "fixed" and c["swept"] == "param" and c["value"] == max(grid))
     note = results.metadata["notes"].get("fixed_k_edge")
@@ -608,7 +608,7 @@ def test_help_lists_the_evaluate_group(repo_root):
     result = subprocess.run([sys.executable, "-m", "accept_heads.evaluate", "--help"], cwd=repo_root,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "evaluate:" in result.stdout and "fixed_k:" in result.stdout  # the evaluate config is listed
+    assert "evaluate:" in result.stdout and "grids:" in result.stdout  # the evaluate config is listed
 
 
 def test_each_family_has_its_runner_and_an_unknown_family_names_the_valid_ones():

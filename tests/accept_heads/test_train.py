@@ -79,7 +79,7 @@ def test_h_is_chosen_on_the_evaluations_own_dev_runs(trained, tmp_path):
     favour; the evaluation decodes test and OOD at it."""
     config, result = trained
     grid = [0.01, 0.5, 0.9, 0.99]  # the recorded sweep's [0.5, 0.9] and two that decode differently
-    e = replace(config.evaluate, rules=["speculative"], fixed_k=[1], confidence_taus=[0.4], bounds=False,
+    e = replace(config.evaluate, rules=["speculative"], grids={"fixed": [1.0], "confidence": [0.4]}, bounds=False,
                 hf_baselines=False, figures=False, calibration_rows=0, workers=1, latency_lengths=2,
                 latency_repeats=1, out_dir=str(tmp_path / "eval"))
     config = replace(config, head=replace(config.head, thresholds=grid), evaluate=e)
