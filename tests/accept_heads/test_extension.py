@@ -1,10 +1,13 @@
-"""Extending the project from one file: a new length policy and new rules, each declared here alone.
+"""Extending the project from one file: a new length policy, a new acceptance source and new rules, each declared
+here alone.
 
 The policy (its class, its spec and the evaluation's traits of it) is swept on dev, reported in the tables, drawn,
-timed by the wall clock and put on the batch axis by ``accept_heads.evaluate``; a parameterless rule gets its label
-column from collection and trains a head; a rule with a parameter does too, with the parameter its config gives
-it, and the evaluation sweeps that parameter on dev. No other file names any of them (the registries are
-:data:`decode.policy_specs.POLICY_SPECS`, :data:`accept_heads.evaluation.families.FAMILIES` and
+timed by the wall clock and put on the batch axis by ``accept_heads.evaluate``; a training-free acceptance source (one
+class and one registry line) gets the threshold stop, the goodput stop and the survival budget, a league row and the
+wall clock; a parameterless rule gets its label column from collection and trains a head; a rule with a parameter
+does too, with the parameter its config gives it, and the evaluation sweeps that parameter on dev. No other file
+names any of them (the registries are :data:`decode.policy_specs.POLICY_SPECS`,
+:data:`decode.policies.sources.SOURCES`, :data:`accept_heads.evaluation.families.FAMILIES` and
 :data:`decode.rules.RULES`); the fixtures register each for one test, as the decorators would where it is defined.
 """
 
@@ -22,15 +25,17 @@ from rich.console import Console
 from torch import Tensor
 
 from accept_heads.evaluate import evaluate
-from accept_heads.evaluation.families import FAMILIES, evaluated, family_names
+from accept_heads.evaluation.families import FAMILIES, evaluated, family, family_names
 from accept_heads.evaluation.figures import FIGURES
-from accept_heads.evaluation.report import results_table, wallclock_table
+from accept_heads.evaluation.report import league_table, results_table, wallclock_table
 from accept_heads.train import train
 from ahconf.schema import ConfigError
 from data_gen.collect import collect
 from data_gen.shards import load_split
-from decode.policies.base import Policy
-from decode.policy_specs import POLICY_SPECS, CountParameter, PolicyInputs, PolicySpec, register_policy
+from decode.draft_round import DraftRound
+from decode.policies.base import Policy, PolicyInputs
+from decode.policies.sources import SOURCES, AcceptanceSource, register_source
+from decode.policy_specs import POLICY_SPECS, CountParameter, PolicySpec, policy_spec, register_policy
 from decode.rules import RULES, Rule, register_rule
 from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
@@ -63,6 +68,15 @@ class AlternatingSpec(CountParameter, PolicySpec):
 #: The evaluation's traits of the kind (``@evaluated(**TRAITS)`` above ``@register_policy``): K chosen on dev over
 #: its own grid, rows batched as alone, timed by the wall clock, drawn in magenta.
 TRAITS: dict[str, Any] = {"symbol": "K", "grid": (2.0, 4.0), "rows_alone": True, "timed": True, "color": "magenta"}
+
+
+class TopTwo(AcceptanceSource):
+    """A training-free source: the draft's probability mass on its two most likely tokens, ``q(top 1) + q(top 2)``."""
+
+    name: ClassVar[str] = "top2"
+
+    def estimate(self, state: DraftRound) -> float:
+        return float(state.sampling.feature_probs(state.latest.step.q_logits).topk(2).values.sum())
 
 
 class ArgmaxMatch(Rule):
@@ -103,6 +117,13 @@ def alternating() -> Iterator[type[PolicySpec]]:
 
 
 @pytest.fixture()
+def top_two() -> Iterator[type[AcceptanceSource]]:
+    register_source(TopTwo)  # the one registry line (``@register_source`` where it is defined)
+    yield TopTwo
+    del SOURCES[TopTwo.name]
+
+
+@pytest.fixture()
 def argmax_match() -> Iterator[type[Rule]]:
     register_rule(ArgmaxMatch)
     yield ArgmaxMatch
@@ -122,14 +143,21 @@ def rendered(table: Any) -> str:
     return console.file.getvalue()
 
 
+def collection_free(make_config: Any, micro_trio: dict[str, Path], micro_root: Path, tmp_path: Path,
+                    *overrides: str) -> Any:
+    """An evaluation of the speculative rule on the session's collected micro data and heads written here, with the
+    wall clock on test and the batch axis at B = 2 (no HF baseline)."""
+    write_artifacts(tmp_path / "heads", micro_trio["draft"])
+    return make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
+                       f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={tmp_path / 'heads'}",
+                       "evaluate.rules=[speculative]", "evaluate.hf_baselines=false", "evaluate.wallclock_sets=[test]",
+                       "evaluate.wallclock_threads=1", "evaluate.batch_sizes=[2]", "evaluate.batch_prompts=2",
+                       *overrides)
+
+
 def test_a_policy_declared_in_one_file_is_swept_tabled_timed_batched_and_drawn(alternating, make_config, micro_trio,
                                                                                  micro_root, tmp_path):
-    write_artifacts(tmp_path / "heads", micro_trio["draft"])
-    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
-                         f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={tmp_path / 'heads'}",
-                         "evaluate.rules=[speculative]", "evaluate.hf_baselines=false", "evaluate.bounds=false",
-                         "evaluate.wallclock_sets=[test]", "evaluate.wallclock_threads=1", "evaluate.batch_sizes=[2]",
-                         "evaluate.batch_prompts=2")
+    config = collection_free(make_config, micro_trio, micro_root, tmp_path, "evaluate.bounds=false")
     results = evaluate(config.evaluate_job())
     table = results.table
     rows = table[table["family"] == "alternating"]
@@ -158,6 +186,43 @@ def test_without_registering_it_the_policy_is_nowhere(make_config):
     assert "alternating" not in family_names()
     with pytest.raises(ConfigError, match="evaluate.grids='alternating' is not valid"):
         make_config("+evaluate.grids={alternating: [2.0, 4.0]}")
+
+
+def test_a_source_declared_in_one_file_gets_every_stop_the_league_and_the_wall_clock(top_two, make_config, micro_trio,
+                                                                                     micro_root, tmp_path):
+    """Collection-free evaluation of a training-free source: under the threshold stop its h is chosen on dev over the
+    h grid and applied on test, under the goodput stop it decodes untuned, under the survival budget on the batch axis;
+    both serving stops are league rows (training-free, against the perfect predictor of their stop) and timed by the
+    wall clock."""
+    config = collection_free(make_config, micro_trio, micro_root, tmp_path, "evaluate.figures=false")
+    kinds = ["top2-h", "top2-goodput", "top2-budget"]
+    assert [policy_spec(kind, 0.5).kind for kind in kinds] == kinds
+    composed = {kind: family(kind) for kind in kinds}
+    assert not set(kinds) & set(FAMILIES)  # nothing registered for them: composed from the source's and stops' traits
+    assert all(f.league == "training-free" and not f.bound for f in composed.values())
+    assert (composed["top2-h"].perfect, composed["top2-goodput"].perfect) == ("perfect", "perfect-goodput")
+    assert composed["top2-h"].tuned and composed["top2-h"].timed and composed["top2-goodput"].timed
+    assert composed["top2-budget"].batch_only and not composed["top2-budget"].timed
+    results = evaluate(config.evaluate_job())
+    table = results.table
+    dev = table[(table["family"] == "top2-h") & (table["role"] == "dev")]
+    assert sorted(dev["param"]) == [0.5, 0.9] and (dev["chosen_on"] == "dev").sum() == 1  # the h grid, chosen on dev
+    for kind in ("top2-h", "top2-goodput"):
+        held_out = table[(table["family"] == kind) & (table["role"] != "dev")]
+        assert len(held_out) and (held_out["generated"] > 0).all() and held_out["speedup_fixed_cost"].notna().all()
+    assert "top2-budget" not in set(table["family"])  # a batch decides it: the batch axis decodes it
+    assert any(policy.startswith("top2-budget") for policy in results.batch_axis["policy"])
+    league = rendered(league_table(table, results.metadata["cost_models"]["cost"]["caption"]))
+    assert "top2-h" in league and "top2-goodput" in league
+    assert {"top2-h", "top2-goodput"} <= set(results.wallclock["family"])  # timed at its dev choice
+
+
+def test_without_registering_it_the_source_is_nowhere(make_config):
+    assert "top2-h" not in family_names()
+    with pytest.raises(ValueError, match="unknown policy kind 'top2-h'"):
+        policy_spec("top2-h")
+    with pytest.raises(ConfigError, match="evaluate.grids='top2-h' is not valid"):
+        make_config("+evaluate.grids={top2-h: [0.5]}")
 
 
 def test_a_parameterless_rule_declared_in_one_file_is_labelled_and_trained(argmax_match, make_config, micro_trio,
