@@ -8,6 +8,7 @@ typed objects, never a ``DictConfig``.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -361,6 +362,9 @@ class EvaluateConfig:
     # declares with the kind (accept_heads.evaluation.families: fixed K 1..10, confidence τ 0.3/0.5/0.7, the h stop
     # over the thresholds above, ...), e.g. {fixed: [1, 2, 3, 4], confidence: [0.2, 0.4]}
     grids: Dict[str, List[float]] = field(default_factory=dict)
+    # the old names of grids.fixed and grids.confidence, read as them for one release (a one-line notice says so)
+    fixed_k: Optional[List[int]] = None
+    confidence_taus: Optional[List[float]] = None
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
     # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
     # predictor (true acceptance probabilities) under the threshold and the goodput stop
@@ -411,6 +415,12 @@ class EvaluateConfig:
             _choice("evaluate.rules", name, rule_names())
         for name in self.levers:
             _choice("evaluate.levers", name, LEVER_NAMES)
+        for old, kind in (("fixed_k", "fixed"), ("confidence_taus", "confidence")):
+            if getattr(self, old) is not None:
+                print(f"note: evaluate.{old} is now evaluate.grids.{kind} (the old name is read for this release)",
+                      file=sys.stderr)
+                self.grids = {**self.grids, kind: [float(v) for v in getattr(self, old)]}
+                setattr(self, old, None)
         for kind in self.grids:
             _choice("evaluate.grids", kind, (*policy_kinds(), *source_stop_aliases()))
         self.grids = {policy_kind(kind): grid for kind, grid in self.grids.items()}  # an alias names its kind

@@ -105,6 +105,14 @@ def test_an_experiments_thresholds_are_what_the_evaluation_sweeps_unless_overrid
     assert swept("evaluate.thresholds=[0.45]") == {"head": [0.45], "perfect": [0.45]}
 
 
+def test_the_old_grid_names_read_as_the_grids_for_one_release(capsys):
+    config = to_config(_compose("evaluate.fixed_k=[1,2]", "evaluate.confidence_taus=[0.4]"))
+    assert config.evaluate.grids["fixed"] == [1.0, 2.0] and config.evaluate.grids["confidence"] == [0.4]
+    assert config.evaluate.fixed_k is None and config.evaluate.confidence_taus is None  # one home for a grid
+    assert "evaluate.fixed_k is now evaluate.grids.fixed" in capsys.readouterr().err
+    assert "fixed" not in to_config(_compose()).evaluate.grids  # negative control: no notice, the family's grid
+
+
 def test_typo_in_key_fails_at_compose_time_naming_the_key():
     with pytest.raises(ConfigCompositionException) as excinfo:
         _compose("+exp=tiny", "trainer.max_stepz=1")
