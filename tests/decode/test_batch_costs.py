@@ -11,13 +11,14 @@ import pytest
 import torch
 from test_batched import comparable, make_decoder, wide_prompts
 
-from decode import HeadConfig, policies, rules, stop_rules
+from decode import HeadConfig, policies, rules
 from decode.batch_costs import BatchCosts, CostProfile, measure_batch_costs
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.loops.compiled import SHORT, compile_log
 from decode.loops.step_costs import measure_cost_profile
 from decode.loops.target_alone import generate_target_alone
+from decode.policies import stops
 from decode.profile import SVProfile
 
 #: Verifying L candidates (L + 1 tokens fed) costs 1.0 + 0.1 (L - 1): linear, so the cost model's shape and the
@@ -153,16 +154,16 @@ def test_the_batch_opens_a_drafting_round_only_where_the_forecast_pays(wide):
     hidden = wide["draft"].config.hidden_size
     flat = BatchCosts((1, 4), draft=(0.2, 0.25), target=((1.0,) * 6, (1.2,) * 6))
     rows = [goodput_head(hidden, flat).stop for _ in range(4)]
-    assert stop_rules.batch_opening_pays(rows, 4, throughput=10.0)  # no forecast yet: the first round drafts
+    assert stops.batch_opening_pays(rows, 4, throughput=10.0)  # no forecast yet: the first round drafts
     for row, first in zip(rows, (0.9, 0.8, 0.7, 0.9)):
         row.stops(1, first, first)  # a first candidate's estimate makes the next round's forecast
-    assert stop_rules.batch_opening_pays(rows, 4, throughput=4 / 1.2)  # draft forwards are cheap, columns free
-    assert not stop_rules.batch_opening_pays(rows, 4, throughput=40.0)  # a batch 10x faster: not worth a draft
+    assert stops.batch_opening_pays(rows, 4, throughput=4 / 1.2)  # draft forwards are cheap, columns free
+    assert not stops.batch_opening_pays(rows, 4, throughput=40.0)  # a batch 10x faster: not worth a draft
     costly = [goodput_head(hidden, BatchCosts((1, 4), draft=(5.0, 5.0), target=((1.0,) * 6, (1.2,) * 6))).stop
               for _ in range(4)]
     for row in costly:
         row.stops(1, 0.9, 0.9)
-    assert not stop_rules.batch_opening_pays(costly, 4, throughput=4 / 1.2)
+    assert not stops.batch_opening_pays(costly, 4, throughput=4 / 1.2)
 
 
 def test_where_drafting_never_pays_the_batch_decodes_target_only_steps(wide):
