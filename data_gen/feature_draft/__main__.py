@@ -52,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=training.steps)
     parser.add_argument("--tokens-per-step", type=int, default=training.tokens_per_step)
     parser.add_argument("--lr", type=float, default=training.lr)
+    parser.add_argument("--init-from", type=Path, default=None, metavar="DIR",
+                        help="continue from a trained draft's directory (its shape and output subset; the record "
+                        "keeps its sha256 and recipe)")
     parser.add_argument("--unroll", type=int, default=training.unroll,
                         help="depths trained per position (1: the target's features only)")
     parser.add_argument("--regression-weight", type=float, default=training.regression_weight)
@@ -121,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             Console(width=120).print(shards_table(paths, times))
             return 0
         result = build_feature_draft(target, tokenizer, target_sha256, recipe, out, data_dir,
-                                     args.work_dir or out.with_name(out.name + ".work"))
+                                     args.work_dir or out.with_name(out.name + ".work"),
+                                     args.init_from.expanduser() if args.init_from else None)
     except (ModelLoadError, ShardMismatchError, PackError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_gen.encoding import encode_prompts
@@ -25,7 +25,7 @@ from data_gen.zoo.build import machine_class
 from decode.artifacts.hub import native_bf16
 from decode.feature_draft import FeatureDraftForCausalLM
 
-from .model import FeatureDraftShape, frequent_tokens, initial_draft, trained_tensors
+from .model import FeatureDraftShape, frequent_tokens, initial_draft, trained_tensors, warm_start
 from .shards import ShardPlan, ShardTimes, build_shards, read_sequences
 from .training import FeatureTraining, TrainingResult, train_feature_draft
 
@@ -101,8 +101,10 @@ class BuildResult:
 
 
 def build_feature_draft(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target_sha256: str,
-                        recipe: FeatureRecipe, out: Path, data_dir: Path, work_dir: Path) -> BuildResult:
-    """Make the shards, train, and write the draft to ``out`` (see the module docstring)."""
+                        recipe: FeatureRecipe, out: Path, data_dir: Path, work_dir: Path,
+                        init_from: Path | None = None) -> BuildResult:
+    """Make the shards, train, and write the draft to ``out`` (see the module docstring); ``init_from``: a trained
+    draft's directory to continue from (its shape, and its output layer's subset, rather than this data's)."""
     started = time.perf_counter()
     prompts = encoded(tokenizer, recipe.prompts, recipe.seed)
     plan = shard_plan(recipe, target, target_sha256)
@@ -110,12 +112,16 @@ def build_feature_draft(target: PreTrainedModel, tokenizer: PreTrainedTokenizerB
     paths = build_shards(target, prompts, data_dir, plan, tokenizer.eos_token_id, tokenizer.pad_token_id,
                          len(tokenizer), recipe.shards, times=times)
     stored = [read_sequences(path) for path in paths]
-    subset = (frequent_tokens((s.tokens for s in stored), target.config.vocab_size, recipe.shape.vocab_subset)
+    start = load_file(init_from / "trained.safetensors") if init_from is not None else None
+    subset = (start["lm_head.token_ids"] if start is not None and "lm_head.token_ids" in start
+              else frequent_tokens((s.tokens for s in stored), target.config.vocab_size, recipe.shape.vocab_subset)
               if recipe.shape.vocab_subset is not None else None)
     responses = sum(int((s.lengths - s.prompt_lengths).sum()) for s in stored)
     sequences = sum(len(s.lengths) for s in stored)
     del stored
     draft = initial_draft(target, recipe.shape, subset)
+    if start is not None:
+        warm_start(draft, start)
     bf16 = native_bf16("cuda" if torch.cuda.is_available() else "cpu")
     training_started = time.perf_counter()
     result = train_feature_draft(draft, paths, recipe.training, work_dir, precision="bf16-mixed" if bf16 else "32-true")
@@ -123,6 +129,7 @@ def build_feature_draft(target: PreTrainedModel, tokenizer: PreTrainedTokenizerB
     record = {
         "recipe": recipe.to_dict(),
         "target_sha256": target_sha256,
+        **({"started_from": started_from(init_from)} if init_from is not None else {}),
         "machine": machine_class(),
         "training_precision": "bf16" if bf16 else "fp32",
         "data": {"shards": recipe.shards, "sequences": sequences, "response_tokens": responses,
@@ -134,6 +141,13 @@ def build_feature_draft(target: PreTrainedModel, tokenizer: PreTrainedTokenizerB
     }
     save_draft(draft.eval(), tokenizer, out, record)
     return BuildResult(draft, record, out)
+
+
+def started_from(directory: Path) -> dict:
+    """What a warm-started draft continued from: the trained tensors' sha256 and that draft's recipe."""
+    record = json.loads((directory / RECORD_FILE).read_text())
+    return {"trained_sha256": file_hashes(directory, ["trained.safetensors"])["trained.safetensors"],
+            "recipe": record["recipe"], "training_steps": record["training"]["steps"]}
 
 
 def _training(result: TrainingResult) -> dict:

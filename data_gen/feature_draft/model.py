@@ -104,6 +104,18 @@ def initial_draft(target: PreTrainedModel, shape: FeatureDraftShape, subset: Ten
     return draft
 
 
+def warm_start(draft: FeatureDraftForCausalLM, trained: dict[str, Tensor]) -> None:
+    """Replace ``draft``'s own tensors by ``trained`` (a trained draft's ``trained.safetensors`` of the same shape), to
+    continue training from it; a missing tensor or another shape is one ``ValueError`` naming it."""
+    state = draft.state_dict()
+    own = {name for name in state if name.startswith(TRAINED_PREFIXES)}
+    if missing := sorted(own - set(trained)):
+        raise ValueError(f"the draft to start from lacks {missing}: it was built with another shape")
+    if other := [name for name in own if trained[name].shape != state[name].shape]:
+        raise ValueError(f"the draft to start from has other shapes for {sorted(other)}: build with its shape")
+    draft.load_state_dict({name: trained[name].to(state[name].dtype) for name in own}, strict=False)
+
+
 def trained_tensors(draft: FeatureDraftForCausalLM, dtype: torch.dtype) -> dict[str, Tensor]:
     """What ships of a feature draft: its own tensors in ``dtype`` (the subset's ids as they are)."""
     return {name: (t if t.dtype == torch.long else t.to(dtype)).detach().contiguous()

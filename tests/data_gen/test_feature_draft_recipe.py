@@ -22,7 +22,7 @@ from data_gen.feature_draft.losses import (
     soft_cross_entropy,
     total_variation,
 )
-from data_gen.feature_draft.model import FeatureDraftShape, initial_draft
+from data_gen.feature_draft.model import FeatureDraftShape, initial_draft, trained_tensors, warm_start
 from data_gen.feature_draft.response_pack import PackError, pack_responses, record_path, unpack_responses
 from data_gen.feature_draft.shards import RESPONSES, ShardPlan, ShardTimes, build_shards, read_shard, shard_file
 from data_gen.feature_draft.training import (
@@ -181,6 +181,23 @@ def test_a_low_rank_head_starts_as_the_best_rank_r_approximation():
     off = torch.ones(VOCAB, dtype=torch.bool)
     off[subset] = False
     assert torch.equal(whole[:, off], torch.full_like(whole[:, off], torch.finfo(whole.dtype).min))
+
+
+def test_a_warm_start_takes_every_trained_tensor_and_refuses_another_shape():
+    target = micro_lm(VOCAB, seed=31, hidden=32, layers=2, init=0.3)
+    subset = torch.arange(0, VOCAB, 2)
+    trained = initial_draft(target, FeatureDraftShape(vocab_subset=48), subset)
+    with torch.no_grad():
+        for parameter in trained.parameters():
+            parameter.add_(torch.randn_like(parameter))
+    fresh = initial_draft(target, FeatureDraftShape(vocab_subset=48), subset)
+    warm_start(fresh, trained_tensors(trained, torch.float32))
+    assert all(torch.equal(fresh.state_dict()[name], tensor)
+               for name, tensor in trained_tensors(trained, torch.float32).items())
+    assert torch.equal(fresh.model.embed_tokens.weight, target.get_input_embeddings().weight)  # never trained
+    other = initial_draft(target, FeatureDraftShape(vocab_subset=48, head_rank=8), subset)
+    with pytest.raises(ValueError, match="lacks"):
+        warm_start(other, trained_tensors(trained, torch.float32))
 
 
 def test_response_shards_take_one_pass_per_temperature(tmp_path):
