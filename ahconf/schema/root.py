@@ -1,0 +1,146 @@
+"""The root config every entry point composes onto, and each stage's view of it (its job: ``Config.*_job()``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ahconf.schema.collect import CollectConfig, RegenerateConfig
+from ahconf.schema.common import (
+    CostConfig,
+    ModelsConfig,
+    PathsConfig,
+    PromptsConfig,
+    RulesConfig,
+    SamplingConfig,
+)
+from ahconf.schema.evaluate import EvaluateConfig
+from ahconf.schema.train import HeadTrainConfig, LoggerConfig, LossConfig, OptimConfig, TrainerConfig
+
+
+@dataclass(frozen=True)
+class CollectJob:
+    """What ``python -m data_gen.collect`` reads: the models, prompts, transform and rules it labels with."""
+
+    models: ModelsConfig
+    prompts: PromptsConfig
+    sampling: SamplingConfig
+    rules: RulesConfig
+    collect: CollectConfig
+    paths: PathsConfig
+    seed: int
+    exp_name: str
+    responses: Optional[str] = None  # label these responses (data_gen.responses) instead of generating them
+
+
+@dataclass(frozen=True)
+class RegenerateJob:
+    """What ``python -m data_gen.regenerate`` reads: the collection's prompts, sampling and budget, and the servers."""
+
+    models: ModelsConfig
+    prompts: PromptsConfig
+    sampling: SamplingConfig
+    collect: CollectConfig
+    regenerate: RegenerateConfig
+    paths: PathsConfig
+    seed: int
+    exp_name: str
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """What ``python -m accept_heads.train`` reads: the data's models and rule, the head and its training recipe
+    (``prompts``, ``evaluate``: the dev prompts its ``h`` is chosen on, as the evaluation decodes them)."""
+
+    models: ModelsConfig
+    prompts: PromptsConfig
+    sampling: SamplingConfig
+    rules: RulesConfig
+    head: HeadTrainConfig
+    loss: LossConfig
+    optim: OptimConfig
+    trainer: TrainerConfig
+    logger: LoggerConfig
+    cost: CostConfig
+    evaluate: EvaluateConfig
+    paths: PathsConfig
+    seed: int
+    exp_name: str
+    ckpt_path: Optional[str]
+
+
+@dataclass(frozen=True)
+class EvaluateJob:
+    """What ``python -m accept_heads.evaluate`` reads (``head``: the K range and mixing ``r`` heads default to, and
+    the ``h`` grid)."""
+
+    models: ModelsConfig
+    prompts: PromptsConfig
+    sampling: SamplingConfig
+    rules: RulesConfig
+    head: HeadTrainConfig
+    cost: CostConfig
+    evaluate: EvaluateConfig
+    paths: PathsConfig
+    seed: int
+    exp_name: str
+
+    @property
+    def thresholds(self) -> list[float]:
+        """The stop thresholds ``h`` decoded on dev: ``evaluate.thresholds`` (an override: ``h`` is then chosen here),
+        else ``head.thresholds`` (the grid each head's recorded ``h`` was chosen from)."""
+        grid = self.evaluate.thresholds if self.evaluate.thresholds is not None else self.head.thresholds
+        return [float(h) for h in grid]
+
+
+@dataclass
+class Config:
+    """Root config of every entry point (collect, train, evaluate); each stage reads its job (``*_job()``)."""
+
+    exp_name: str = "tiny"
+    seed: int = 0
+    dry_run: bool = False
+    ckpt_path: Optional[str] = None  # "last" resumes training from the run's last checkpoint
+    responses: Optional[str] = None  # data_gen.collect labels these responses (JSONL / Parquet / dataset dir)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    rules: RulesConfig = field(default_factory=RulesConfig)
+    collect: CollectConfig = field(default_factory=CollectConfig)
+    regenerate: RegenerateConfig = field(default_factory=RegenerateConfig)
+    head: HeadTrainConfig = field(default_factory=HeadTrainConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+
+    def collect_job(self) -> CollectJob:
+        """The groups ``data_gen.collect`` reads."""
+        return CollectJob(self.models, self.prompts, self.sampling, self.rules, self.collect, self.paths, self.seed,
+                          self.exp_name, self.responses)
+
+    def regenerate_job(self) -> RegenerateJob:
+        """The groups ``data_gen.regenerate`` reads."""
+        return RegenerateJob(self.models, self.prompts, self.sampling, self.collect, self.regenerate, self.paths,
+                             self.seed, self.exp_name)
+
+    def train_job(self) -> TrainJob:
+        """The groups ``accept_heads.train`` reads."""
+        return TrainJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.loss, self.optim,
+                        self.trainer, self.logger, self.cost, self.evaluate, self.paths, self.seed, self.exp_name,
+                        self.ckpt_path)
+
+    def evaluate_job(self) -> EvaluateJob:
+        """The groups ``accept_heads.evaluate`` reads."""
+        return EvaluateJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.cost, self.evaluate,
+                           self.paths, self.seed, self.exp_name)
+
+
+def register_configs() -> None:
+    """Register the root schema in Hydra's ConfigStore (``conf/config.yaml`` extends it)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="config_schema", node=Config)

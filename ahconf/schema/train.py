@@ -1,0 +1,132 @@
+"""The training stage's config: ``accept_heads.train`` (the head, its loss, optimiser, trainer and logger)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from ahconf.schema.common import HEAD_KINDS, LOGGERS, TIMINGS, ConfigError, _choice, rule_names
+from decode.policies.base import DEFAULT_K_MAX
+
+
+@dataclass
+class HeadTrainConfig:
+    """The acceptance predictor: a SpecDec++ ResNet head or an SV binning profile."""
+
+    kind: str = "specdecpp"
+    timing: str = "pre"  # post: state after consuming y_i (paper, +1 draft call); pre: state producing q_i + features
+    depth: int = 3  # residual blocks before the logit (0: a linear head)
+    candidate_features: bool = True  # a pre head reads y_i's log q, entropy and top probability (DSpark: none)
+    # a pre head's low-rank embedding of the token that produced q_i (DSpark's Markov head; 0 = none)
+    markov_rank: int = 0
+    # what it learns: the rule's label of the candidate, or the acceptance expected before the draw (DSpark's soft
+    # 1 - TV(p, q) under the speculative rule; a y-independent rule's own label; DESIGN §2)
+    target: str = "label"
+    use_companion: bool = False  # add the companion indicators X, Y as features
+    rule: str = "speculative"  # which label column to train on (fuzzy T and divergence, ensemble kind: rules.*)
+    mixing_r: float = 0.15  # probability of keeping the target token in token mixing (pre: 1 = true prefix)
+    # the stop thresholds h the head's h is chosen from on dev after training (accept_heads.threshold) and that the
+    # evaluation decodes it and the perfect predictor at on dev
+    thresholds: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
+    k_min: int = 1
+    k_max: int = DEFAULT_K_MAX
+    x_bins: int = 20  # SV profile bins on X
+    y_bins: int = 10  # SV profile bins on Y
+    min_bin_count: int = 20  # sparser SV bins back off to their row marginal
+    a_bins: int = 10  # equal-width bins of the acceptance A for H(A) and H(A | X, Y)
+    latency_repeats: int = 5  # SV latency profile: median of this many timed verifications per L
+    # SV profile: batch sizes of the t_t(B, T) table measured with it (batched SV's joint lengths; empty = none)
+    latency_batches: List[int] = field(default_factory=lambda: [1, 8, 32])
+    # choose h after training on the evaluation's dev prompts (evaluate.prompts.dev x evaluate.max_new_tokens) and
+    # record it in the head; false: none recorded (the evaluation then chooses one on dev)
+    calibrate: bool = True
+    name: Optional[str] = None  # artifact subdirectory under paths.head_dir (multirun: set per job); null = head_dir
+
+    def __post_init__(self) -> None:
+        _choice("head.kind", self.kind, HEAD_KINDS)
+        _choice("head.timing", self.timing, TIMINGS)
+        _choice("head.rule", self.rule, rule_names())
+        _choice("head.target", self.target, ("label", "expected"))
+        if self.depth < 0 or self.markov_rank < 0:
+            raise ConfigError("head.depth and head.markov_rank must be >= 0")
+        if self.timing == "post" and (self.markov_rank or not self.candidate_features):
+            raise ConfigError("head.markov_rank and head.candidate_features shape a pre head's input: set "
+                              "head.timing=pre (a post head reads the hidden state only)")
+        if not 0 <= self.mixing_r <= 1:
+            raise ConfigError("head.mixing_r must be in [0, 1]")
+        if self.kind == "specdecpp" and self.timing == "post" and self.mixing_r == 1:
+            raise ConfigError("head.timing=post takes its loss at draft-token positions (probability 1 - r); "
+                              "head.mixing_r=1 leaves none: use r < 1 (paper: 0.15)")
+        if not 1 <= self.k_min <= self.k_max:
+            raise ConfigError("need 1 <= head.k_min <= head.k_max")
+        if not self.thresholds or any(not 0 < h < 1 for h in self.thresholds):
+            raise ConfigError("head.thresholds needs at least one h, each in (0, 1)")
+        if min(self.x_bins, self.y_bins, self.a_bins, self.latency_repeats, *self.latency_batches) < 1:
+            raise ConfigError("head.x_bins, y_bins, a_bins, latency_repeats and latency_batches must be >= 1")
+
+
+@dataclass
+class LossConfig:
+    """Weighted BCE with soft labels (DESIGN §2)."""
+
+    w_acc: float = 1.0
+    w_rej: float = 6.0
+
+    def __post_init__(self) -> None:
+        if self.w_acc <= 0 or self.w_rej <= 0:
+            raise ConfigError("loss.w_acc and loss.w_rej must be > 0")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up then cosine decay."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 50
+    batch_size: int = 32  # sequences per optimiser step before accumulation
+    min_lr_ratio: float = 0.0  # the cosine decays to lr * min_lr_ratio at the last step
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.batch_size < 1 or self.warmup_steps < 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError("need optim.lr > 0, batch_size >= 1, warmup_steps >= 0, 0 <= min_lr_ratio <= 1")
+
+
+@dataclass
+class TrainerConfig:
+    """Lightning Trainer settings; presets live in conf/trainer/."""
+
+    accelerator: str = "cpu"
+    devices: Any = 1
+    strategy: str = "auto"
+    num_nodes: int = 1
+    precision: str = "32-true"
+    max_epochs: int = 3
+    max_steps: int = -1
+    accumulate_grad_batches: int = 1
+    gradient_clip_val: Optional[float] = 1.0
+    log_every_n_steps: int = 10
+    val_check_interval: Optional[float] = None
+    fast_dev_run: bool = False
+    early_stopping_patience: Optional[int] = None  # validations without val/binary_kl improvement; null = off
+    num_workers: int = 0
+    checkpoint_every_n_steps: Optional[int] = None  # also write last.ckpt every N optimiser steps (null: at validation)
+    draft_dtype: str = "auto"  # frozen draft's dtype: auto = bfloat16 on GPU, float32 on CPU
+    feature_cache: bool = False  # precompute draft states for one fixed mixing draw under <data_dir>/feature_cache/
+
+    def __post_init__(self) -> None:
+        _choice("trainer.draft_dtype", self.draft_dtype, ("auto", "float32", "bfloat16", "float16"))
+        if self.checkpoint_every_n_steps is not None and self.checkpoint_every_n_steps < 1:
+            raise ConfigError("trainer.checkpoint_every_n_steps must be >= 1 or null")
+
+
+@dataclass
+class LoggerConfig:
+    """Experiment logger: CSV by default; W&B (offline unless configured) or TensorBoard."""
+
+    kind: str = "csv"
+    project: str = "accept-heads"
+    wandb_mode: str = "offline"
+
+    def __post_init__(self) -> None:
+        _choice("logger.kind", self.kind, LOGGERS)
