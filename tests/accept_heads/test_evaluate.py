@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from rich.console import Console
 
 from accept_heads.evaluate import cost_tuples, evaluate
@@ -35,47 +34,12 @@ from accept_heads.evaluation.table import (
     verification_units,
 )
 from ahconf.schema import ConfigError, CostConfig
-from decode import AcceptanceHead, DecodeStats, HeadConfig, Sampling, SVProfile, rules, save_head, save_profile
-from decode.artifacts.hub import load_tokenizer, tokenizer_hash
+from decode import DecodeStats
 from decode.batch_costs import CostProfile
 from decode.costs import CostModel, LatencyShape
-from decode.head import PRE_FEATURES
-from decode.metadata import ArtifactMetadata, HeadMetadata, InformationGain, ProfileMetadata
 from decode.policy_specs import SourceStopSpec, SVSpec, policy_kinds
-from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
-
-EVAL_OVERRIDES = [
-    "evaluate.prompts={dev: 2, test: 2, ood: 2}",
-    "evaluate.max_new_tokens=8",
-    "+evaluate.grids.fixed=[1,3]",
-    "+evaluate.grids.confidence=[0.4]",
-    "head.thresholds=[0.5,0.9]",  # the heads record h = 0.5 (write_artifacts)
-    "evaluate.rule_grids.fuzzy=[0.1,0.6]",
-    "evaluate.calibration_rows=2",
-    "evaluate.latency_lengths=5",
-    "evaluate.latency_repeats=2",
-    "evaluate.workers=1",
-    "head.k_max=4",
-    "cost.t_companion=null",  # the measured companion price (the SV experiment's); the tiny default configures it
-]
-
-
-def write_artifacts(head_dir: Path, tokenizer_path: Path) -> None:
-    """A pre and a post head (random weights) and an SV profile, with the metadata training writes."""
-    common = ArtifactMetadata(draft="micro-draft", tokenizer_hash=tokenizer_hash(load_tokenizer(str(tokenizer_path))),
-                              rule=rules.Speculative().spec(), sampling=Sampling(), seed=0)
-    torch.manual_seed(0)
-    for timing, features in (("pre", PRE_FEATURES), ("post", ())):
-        (head_dir / timing).mkdir(parents=True)
-        head = AcceptanceHead(HeadConfig(hidden_size=32, depth=1, timing=timing, features=features))
-        save_head(head, head_dir / timing / "head.safetensors", HeadMetadata.extending(
-            common, head_config=head.config, k_min=1, k_max=4, threshold=0.5, dev_metrics={"val/auroc": 0.5},
-            train_config={"head": {"mixing_r": 0.15}}))
-    profile = SVProfile(x_edges=torch.tensor([0.0, 0.5, 1.0]), y_edges=torch.tensor([0.0, 0.3, 0.7, 1.0]),
-                        table=torch.rand(2, 3), counts=torch.full((2, 3), 30.0), latency=torch.tensor([1.0, 1.05, 1.1]))
-    information = {s: InformationGain(h_a=1.0, h_a_given_xy=0.6, gain=0.4, gain_fraction=0.4) for s in ("train", "dev")}
-    save_profile(profile, head_dir / "profile.safetensors",
-                 ProfileMetadata.extending(common, bins=profile.bins, k_max=3, information=information))
+from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
+from tests.helpers.evaluation import write_artifacts
 
 
 @pytest.fixture(scope="module")

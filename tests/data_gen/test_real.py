@@ -31,7 +31,7 @@ from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.feature_draft import is_feature_draft
 from decode.subset_vocab import SubsetVocabLlamaForCausalLM
-from tests.gguf_files import write_gguf
+from tests.helpers.gguf_files import write_gguf
 
 pytest.importorskip("gguf")
 

@@ -13,7 +13,7 @@ from transformers import LlamaForCausalLM
 
 from decode.artifacts import gguf as gguf_source
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer
-from tests.gguf_files import write_gguf
+from tests.helpers.gguf_files import write_gguf
 
 pytest.importorskip("gguf")
 
