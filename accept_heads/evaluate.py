@@ -215,23 +215,23 @@ def evaluate(job: EvaluateJob) -> Results:
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
     workers = e.workers if e.workers is not None else default_workers(device)
     check_recorded_thresholds(job, artifacts)
-    if e.hf_baselines and is_feature_draft(trio.draft):
-        e.hf_baselines = False
+    if e.hf.baselines and is_feature_draft(trio.draft):
+        e.hf.baselines = False
         notes["hf_baselines"] = ("no HF assisted-generation baseline: transformers' assistant loop cannot feed a "
                                  "feature draft the target's features")
     unused = unmatched(job.rules, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
-    latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency_lengths, e.latency_repeats)
-    priced = pricing(job.cost, trio, lambda: latency.companion_ratio, compiled=e.compile, repeats=e.latency_repeats,
+    latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency.lengths, e.latency.repeats)
+    priced = pricing(job.cost, trio, lambda: latency.companion_ratio, compiled=e.compile, repeats=e.latency.repeats,
                      threads=e.threads)
     executor.decoding.costs = priced.model  # the goodput head stops by the model the selection uses
-    axis_rules = batch_axis.axis_rules(job, rules) if e.batch_sizes else []
+    axis_rules = batch_axis.axis_rules(job, rules) if e.batch_axis.sizes else []
     if axis_rules:
         companion = trio.companion if artifacts.profiles else None
         executor.batch_costs, costs_source = machine_batch_costs(
-            trio.target, trio.draft, models=trio.description, batches=e.batch_sizes, max_length=e.latency_lengths,
-            repeats=e.latency_repeats, companion=companion, refresh=e.batch_costs_refresh)
+            trio.target, trio.draft, models=trio.description, batches=e.batch_axis.sizes, max_length=e.latency.lengths,
+            repeats=e.latency.repeats, companion=companion, refresh=e.batch_axis.costs_refresh)
 
     with WorkerPool(executor, workers) as pool:
         records = execute(dev_sweeps(job, artifacts, rules), pool, "dev sweeps")
@@ -254,7 +254,7 @@ def evaluate(job: EvaluateJob) -> Results:
         batch_records = decode_batch_axis(job, artifacts, sets, axis_rules, choices, pool) if axis_rules else []
 
     generations = mark_dev_choices(frame(records), choices)
-    timings, wall = wallclock.measure(executor, applied, generations) if e.wallclock_sets else ([], pd.DataFrame())
+    timings, wall = wallclock.measure(executor, applied, generations) if e.wallclock.sets else ([], pd.DataFrame())
     table, fit = results_table(generations, priced.model, latency, job.seed)
     calibration = calibration_frame(job, artifacts, trio, notes)
     metadata = {**describe(job, trio, device, rules, sets, choices, priced, fit, latency), **executor.described,

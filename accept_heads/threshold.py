@@ -84,8 +84,8 @@ def choose_threshold(job: TrainJob, head: AcceptanceHead, rule: Rule, sampling: 
         if not head.config.companion_features or trio.companion is None:
             return None
         prompt = dev.prompts[0].token_ids
-        return (one_call_seconds(trio.companion, prompt, e.latency_repeats)
-                / one_call_seconds(trio.draft, prompt, e.latency_repeats))
+        return (one_call_seconds(trio.companion, prompt, e.latency.repeats)
+                / one_call_seconds(trio.draft, prompt, e.latency.repeats))
 
     runner = DecoderRunner(trio, sampling, job.rules, Artifacts(heads={NAME: head.to(trio.draft.device)}),
                            e.max_new_tokens, job.seed, job.head.k_min, job.head.k_max, batch_size=e.batch_size,
@@ -94,7 +94,7 @@ def choose_threshold(job: TrainJob, head: AcceptanceHead, rule: Rule, sampling: 
     if e.threads is not None:
         torch.set_num_threads(e.threads)
     try:
-        priced = pricing(job.cost, trio, companion_ratio, compiled=e.compile, repeats=e.latency_repeats,
+        priced = pricing(job.cost, trio, companion_ratio, compiled=e.compile, repeats=e.latency.repeats,
                          threads=e.threads)
         rows = sweep_thresholds(runner, rule, job.rules, dev, [float(h) for h in job.head.thresholds], priced.model)
     finally:

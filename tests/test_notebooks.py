@@ -25,7 +25,7 @@ def micro_results(micro_trio, tmp_path_factory) -> Path:
     common = [*model_overrides(micro_trio), *DATA_OVERRIDES, f"paths.root={root}"]
     collect(compose_config(*common, "prompts.sizes={train: 2, dev: 2}").collect_job())
     write_artifacts(root / "tiny" / "heads", micro_trio["draft"])
-    config = compose_config(*common, *EVAL_OVERRIDES, "evaluate.hf_baselines=false")
+    config = compose_config(*common, *EVAL_OVERRIDES, "evaluate.hf.baselines=false")
     evaluate(config.evaluate_job())
     return Path(config.evaluate.out_dir)
 

@@ -1,6 +1,6 @@
-"""The evaluation's batch axis (``evaluate.batch_sizes``): throughput per policy and batch size.
+"""The evaluation's batch axis (``evaluate.batch_axis.sizes``): throughput per policy and batch size.
 
-At each batch size ``B`` the first ``evaluate.batch_prompts`` prompts of a set are decoded in
+At each batch size ``B`` the first ``evaluate.batch_axis.prompts`` prompts of a set are decoded in
 consecutive batches of ``B`` (one batch of the whole set when it has fewer) by the target alone
 (HF ``generate``, :mod:`decode.loops.target_alone`) and by our batched decoder with each policy. Every
 batched generate is one record: generated tokens, its wall seconds (measured throughput) and its
@@ -57,8 +57,8 @@ class BatchRun:
 
 
 def axis_rules(job: EvaluateJob, rules: list[str]) -> list[str]:
-    """The rules of the batch axis: ``evaluate.batch_rules`` (those the evaluation decodes), else all of ``rules``."""
-    wanted = job.evaluate.batch_rules
+    """The rules of the batch axis: ``evaluate.batch_axis.rules`` (those the evaluation decodes), else all of ``rules``."""
+    wanted = job.evaluate.batch_axis.rules
     return [rule for rule in rules if wanted is None or rule in wanted]
 
 
@@ -66,7 +66,7 @@ def dev_fixed_runs(job: EvaluateJob, rules: list[str]) -> list[BatchRun]:
     """The fixed-K grid on dev at every batch size (the best K is chosen per ``B``)."""
     return [BatchRun(RunSpec(set="dev", rule=rule, policy=FixedSpec(k), rule_param=rule_value(rule, job.rules),
                              chosen_on="grid"), batch)
-            for batch in job.evaluate.batch_sizes for rule in rules for k in fixed_grid(job)]
+            for batch in job.evaluate.batch_axis.sizes for rule in rules for k in fixed_grid(job)]
 
 
 def best_fixed_k(dev: pd.DataFrame) -> dict[tuple[str, int], float]:
@@ -85,7 +85,7 @@ def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list
     (:attr:`~accept_heads.evaluation.families.Family.at_fixed_k`: SV drafting the fixed K chosen at this ``B`` too)."""
     chosen = {(c.rule, c.family, c.artifact): c.value for c in choices if c.swept == "param"}
     runs = []
-    for batch in job.evaluate.batch_sizes:
+    for batch in job.evaluate.batch_axis.sizes:
         for rule in rules:
             base = RunSpec(set=set_name, rule=rule, policy=TargetAloneSpec(),
                            rule_param=rule_value(rule, job.rules))
@@ -191,7 +191,7 @@ def describe(job: EvaluateJob, costs: BatchCosts, rules: list[str], threads: int
     """Metadata of the batch axis: sizes, prompts, rules, the measured costs (and where they were stored) and what
     the figures mean."""
     e = job.evaluate
-    return {"batch_sizes": list(e.batch_sizes), "prompts_per_set": e.batch_prompts, "rules": rules,
+    return {"batch_sizes": list(e.batch_axis.sizes), "prompts_per_set": e.batch_axis.prompts, "rules": rules,
             "batch_costs": costs.to_dict(), "batch_costs_source": source.to_dict(), "threads_per_process": threads,
             "measured": "generated tokens / wall seconds of the batched generates (each worker process with "
                         "evaluate.threads torch threads; prompts included)",

@@ -52,9 +52,9 @@ def alone_prompts(e: EvaluateConfig, largest_set: int) -> int:
     """How many prompts of every run decode alone before the rest are batched: ``evaluate.timed_prompts``, and
     with the wall clock on, at least its prompts. In reduced precision a batched row may round differently
     from the same prompt alone, so the outputs the wall clock reproduces must come from runs decoded alone."""
-    if not e.wallclock_sets:
+    if not e.wallclock.sets:
         return e.timed_prompts
-    return max(e.timed_prompts, e.wallclock_prompts or largest_set)
+    return max(e.timed_prompts, e.wallclock.prompts or largest_set)
 
 
 def runners(decoding: DecoderRunner, hf: HFRunner, se: SERunner) -> dict[str, Runner]:
@@ -107,7 +107,7 @@ class Executor:
         if self.batch_costs is None:
             raise ValueError("a batch-axis run needs Executor.batch_costs (measured before decoding)")
         return measure_batches(self.decoding, self.batch_costs, run, self.sets[run.run.set],
-                               self.job.evaluate.batch_prompts)
+                               self.job.evaluate.batch_axis.prompts)
 
 
 _WORKER: Executor | None = None

@@ -76,7 +76,7 @@ class Family:
     at_fixed_k: Callable[[Any, int], list[NamedSpec]] = no_variants
     # its side in the predictor league: an acceptance source that is trained, or one that is not (None: neither)
     league: League | None = None
-    # it decides at measured batch costs, so only the batch axis (evaluate.batch_sizes) decodes it
+    # it decides at measured batch costs, so only the batch axis (evaluate.batch_axis.sizes) decodes it
     batch_only: bool = False
     # the kind whose dev choice it decodes at (a batch-only kind tuned by its source's parameter; None: its own)
     choice_of: str | None = None

@@ -190,12 +190,12 @@ def rule_sweep(job: EvaluateJob, set_name: str, rule: str, choices: list[Choice]
 
 
 def hf_specs(e: EvaluateConfig, set_name: str, rules: list[str], choices: list[Choice]) -> list[RunSpec]:
-    """HF assisted generation for the speculative / greedy rules: constant K (``evaluate.hf_k``, else the
+    """HF assisted generation for the speculative / greedy rules: constant K (``evaluate.hf.k``, else the
     fixed K chosen on dev), the heuristic schedule and confidence 0.4."""
     specs = []
     for rule in (r for r in rules if r in ("speculative", "greedy")):
-        if e.hf_k:
-            specs += [RunSpec(set=set_name, rule=rule, policy=HFConstantSpec(int(k))) for k in e.hf_k]
+        if e.hf.k:
+            specs += [RunSpec(set=set_name, rule=rule, policy=HFConstantSpec(int(k))) for k in e.hf.k]
         else:
             specs += [RunSpec(set=set_name, rule=rule, policy=HFConstantSpec(int(c.value)), chosen_on="dev")
                       for c in choices if c.rule == rule and c.family == "fixed"]
@@ -258,7 +258,7 @@ def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet
             specs.append(RunSpec(set=s.name, rule="ensemble", policy=SEPlainSpec(),
                                  rule_param=rule_value("ensemble", job.rules)))
             specs += applied(job.evaluate, se_sweep(job, s.name), choices)
-    if job.evaluate.hf_baselines:
-        specs += [spec for s in sets if s.role in job.evaluate.hf_sets
+    if job.evaluate.hf.baselines:
+        specs += [spec for s in sets if s.role in job.evaluate.hf.sets
                   for spec in hf_specs(job.evaluate, s.name, rules, choices)]
     return unique(specs)

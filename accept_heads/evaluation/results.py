@@ -9,9 +9,9 @@ Layout of ``evaluate.out_dir``::
     generations.parquet  one row per generated sequence (counts, verified length of every round)
     calibration.parquet  heads' dev predictions vs labels (reliability diagrams)
     source_calibration.parquet  each league source's P̂ against observed outcomes in decoding (AUROC, ECE, Brier)
-    batch_axis.parquet   throughput per policy and batch size (``evaluate.batch_sizes``; empty without)
+    batch_axis.parquet   throughput per policy and batch size (``evaluate.batch_axis.sizes``; empty without)
     wallclock.parquet    measured tokens/s per method at batch 1, beside the modelled figures
-                         (``evaluate.wallclock_sets``; empty without); ``wallclock_timings.parquet`` per decode
+                         (``evaluate.wallclock.sets``; empty without); ``wallclock_timings.parquet`` per decode
     figures/*.png
 """
 

@@ -199,19 +199,19 @@ def with_modelled(summary: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
 
 
 def measure(executor: Executor, specs: Sequence[RunSpec], counted: pd.DataFrame) -> tuple[list[Timing], pd.DataFrame]:
-    """The wall-clock stage of the evaluation (``evaluate.wallclock_*``) on every timed set and rule, in this
-    process with ``wallclock_threads`` torch threads; its timings and their summary (:func:`summarise`)."""
+    """The wall-clock stage of the evaluation (``evaluate.wallclock``) on every timed set and rule, in this
+    process with ``evaluate.wallclock.threads`` torch threads; its timings and their summary (:func:`summarise`)."""
     e = executor.job.evaluate
-    rules = [rule for rule in e.wallclock_rules if rule in set(counted["rule"])]
+    rules = [rule for rule in e.wallclock.rules if rule in set(counted["rule"])]
     threads = torch.get_num_threads()
-    torch.set_num_threads(e.wallclock_threads or len(os.sched_getaffinity(0)))
+    torch.set_num_threads(e.wallclock.threads or len(os.sched_getaffinity(0)))
     timings: list[Timing] = []
     try:
-        for prompts in (s for s in executor.sets.values() if s.role in e.wallclock_sets):
+        for prompts in (s for s in executor.sets.values() if s.role in e.wallclock.sets):
             for rule in rules:
                 methods = [timed_method(spec, executor.decoding, executor.hf)
                            for spec in timed_specs(specs, prompts.name, rule)]
-                timed = prompts.prompts[: e.wallclock_prompts]
+                timed = prompts.prompts[: e.wallclock.prompts]
                 timings += take_turns(methods, timed, sync=device_sync(executor.device),
                                       warmup=warmup_prompts(timed, executor.decoding.max_new_tokens),
                                       progress=f"wall clock: {prompts.name} {rule} ({len(methods)} methods in turn)")
@@ -224,8 +224,8 @@ def describe(executor: Executor) -> dict[str, Any]:
     """Metadata of the wall-clock stage: where and how it ran."""
     e = executor.job.evaluate
     return {"device": executor.device, "dtype": str(executor.trio.target.dtype).removeprefix("torch."),
-            "threads": e.wallclock_threads or len(os.sched_getaffinity(0)), "sets": e.wallclock_sets,
-            "prompts": e.wallclock_prompts, "rules": e.wallclock_rules, "batch": 1,
+            "threads": e.wallclock.threads or len(os.sched_getaffinity(0)), "sets": e.wallclock.sets,
+            "prompts": e.wallclock.prompts, "rules": e.wallclock.rules, "batch": 1,
             "warmup_prompts": "the first, and the first of each other compiled cache length",
             "order": "every prompt decoded by each method in turn, the first method rotating from prompt to prompt",
             "tokens_per_s": "generated tokens / seconds measured around each decode (device-synchronised)",

@@ -121,7 +121,7 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     dev = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "dev", e.prompts["dev"])
     train = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "train", e.prompts["dev"])  # as many
     lab = LeverBench(job, trio, sampling, pricing(job.cost, trio, lambda: None, compiled=e.compile,
-                                                  repeats=e.latency_repeats, threads=e.threads))
+                                                  repeats=e.latency.repeats, threads=e.threads))
     thresholds = job.thresholds
     rows, fits = [], {}
     heads = {n: h for n, h in artifacts.heads.items() if not h.config.companion_features}

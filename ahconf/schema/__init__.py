@@ -36,15 +36,24 @@ from ahconf.schema.common import (
     rule_defaults,
     rule_names,
 )
-from ahconf.schema.evaluate import LEVER_NAMES, EvaluateConfig
+from ahconf.schema.evaluate import (
+    LEVER_NAMES,
+    RENAMED,
+    BatchAxisConfig,
+    EvaluateConfig,
+    HFConfig,
+    LatencyConfig,
+    WallclockConfig,
+)
 from ahconf.schema.root import CollectJob, Config, EvaluateJob, RegenerateJob, TrainJob, register_configs
 from ahconf.schema.train import HeadTrainConfig, LoggerConfig, LossConfig, OptimConfig, TrainerConfig
 
 __all__ = [
     "COST_SOURCES", "ENGINES", "FEATURE_DRAFT_ROLE", "HEAD_KINDS", "LEVER_NAMES", "LOGGERS", "PREVIOUS_FEATURE_DRAFT_ROLE",
-    "REAL_PREFIX", "REAL_ROLES", "ROLES", "SPLITS", "TIMINGS", "TRUNCATION", "ZOO_PREFIX",
-    "CollectConfig", "CollectJob", "Config", "ConfigError", "CostConfig", "EvaluateConfig", "EvaluateJob",
-    "HeadTrainConfig", "LoggerConfig", "LossConfig", "ModelSpec", "ModelsConfig", "OptimConfig", "PathsConfig",
+    "REAL_PREFIX", "REAL_ROLES", "RENAMED", "ROLES", "SPLITS", "TIMINGS", "TRUNCATION", "ZOO_PREFIX",
+    "BatchAxisConfig", "CollectConfig", "CollectJob", "Config", "ConfigError", "CostConfig", "EvaluateConfig", "EvaluateJob",
+    "HFConfig", "HeadTrainConfig", "LatencyConfig", "LoggerConfig", "LossConfig", "ModelSpec", "ModelsConfig", "OptimConfig", "PathsConfig",
     "PromptsConfig", "RegenerateConfig", "RegenerateJob", "RulesConfig", "SamplingConfig", "TrainJob", "TrainerConfig",
+    "WallclockConfig",
     "register_configs", "rule_defaults", "rule_names",
 ]

@@ -26,12 +26,12 @@ EVALUATION = [
     "+evaluate.grids.confidence=[0.4]",
     "evaluate.thresholds=[0.5]",
     "evaluate.calibration_rows=2",
-    "evaluate.latency_lengths=3",
-    "evaluate.latency_repeats=1",
+    "evaluate.latency.lengths=3",
+    "evaluate.latency.repeats=1",
     "evaluate.workers=1",
-    "evaluate.wallclock_sets=[test]",
-    "evaluate.wallclock_rules=[speculative]",
-    "evaluate.wallclock_threads=1",
+    "evaluate.wallclock.sets=[test]",
+    "evaluate.wallclock.rules=[speculative]",
+    "evaluate.wallclock.threads=1",
     "cost.t_companion=null",
 ]
 

@@ -48,8 +48,8 @@ def evaluated(make_config, micro_trio, micro_root, tmp_path_factory):
     write_artifacts(root / "heads", micro_trio["draft"])
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
                          f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={root / 'heads'}",
-                         "evaluate.wallclock_sets=[test]", "evaluate.wallclock_rules=[speculative]",
-                         "evaluate.wallclock_threads=1")
+                         "evaluate.wallclock.sets=[test]", "evaluate.wallclock.rules=[speculative]",
+                         "evaluate.wallclock.threads=1")
     return config, evaluate(config.evaluate_job())
 
 
@@ -60,7 +60,7 @@ def test_worker_processes_decode_the_same_generations_as_one_process(make_config
         write_artifacts(root / "heads", micro_trio["draft"])
         config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
                              f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
-                             "evaluate.hf_baselines=false", "evaluate.figures=false", "evaluate.calibration_rows=0",
+                             "evaluate.hf.baselines=false", "evaluate.figures=false", "evaluate.calibration_rows=0",
                              f"evaluate.workers={workers}")
         results = evaluate(config.evaluate_job())
         assert results.metadata["workers"] == workers
@@ -78,7 +78,7 @@ def test_batched_prompts_decode_the_same_generations_as_alone(make_config, micro
         write_artifacts(root / "heads", micro_trio["draft"])
         config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
                              f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
-                             "evaluate.prompts={dev: 5, test: 2, ood: 1}", "evaluate.hf_baselines=false",
+                             "evaluate.prompts={dev: 5, test: 2, ood: 1}", "evaluate.hf.baselines=false",
                              "evaluate.figures=false", "evaluate.calibration_rows=0",
                              f"evaluate.batch_size={batch_size}", "evaluate.timed_prompts=1")
         return evaluate(config.evaluate_job()).generations
@@ -392,7 +392,7 @@ def test_an_explicit_evaluate_thresholds_chooses_h_on_dev_over_the_recorded_one(
     chosen on dev over it."""
     write_artifacts(tmp_path / "heads", micro_trio["draft"])
     overrides = [*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
-                 f"paths.head_dir={tmp_path / 'heads'}", "evaluate.rules=[speculative]", "evaluate.hf_baselines=false",
+                 f"paths.head_dir={tmp_path / 'heads'}", "evaluate.rules=[speculative]", "evaluate.hf.baselines=false",
                  "evaluate.figures=false", "evaluate.calibration_rows=0", "evaluate.bounds=false"]
     with pytest.raises(ConfigError, match=r"head\[post\] records h = 0.5, which head.thresholds \[0.6, 0.9\] lacks"):
         evaluate(make_config(*overrides, "head.thresholds=[0.6,0.9]").evaluate_job())
@@ -412,7 +412,7 @@ def test_measured_costs_price_the_runs_and_every_table_says_which(make_config, m
     write_artifacts(tmp_path / "heads", micro_trio["draft"])
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
                          f"paths.head_dir={tmp_path / 'heads'}", "evaluate.rules=[speculative]",
-                         "evaluate.hf_baselines=false", "evaluate.calibration_rows=0", "evaluate.bounds=false",
+                         "evaluate.hf.baselines=false", "evaluate.calibration_rows=0", "evaluate.bounds=false",
                          "cost.source=measured")
     results = evaluate(config.evaluate_job())
     meta, printed = results.metadata, capsys.readouterr().out

@@ -150,8 +150,8 @@ def collection_free(make_config: Any, micro_trio: dict[str, Path], micro_root: P
     write_artifacts(tmp_path / "heads", micro_trio["draft"])
     return make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
                        f"paths.data_dir={micro_root / 'tiny' / 'data'}", f"paths.head_dir={tmp_path / 'heads'}",
-                       "evaluate.rules=[speculative]", "evaluate.hf_baselines=false", "evaluate.wallclock_sets=[test]",
-                       "evaluate.wallclock_threads=1", "evaluate.batch_sizes=[2]", "evaluate.batch_prompts=2",
+                       "evaluate.rules=[speculative]", "evaluate.hf.baselines=false", "evaluate.wallclock.sets=[test]",
+                       "evaluate.wallclock.threads=1", "evaluate.batch_axis.sizes=[2]", "evaluate.batch_axis.prompts=2",
                        *overrides)
 
 
@@ -257,7 +257,7 @@ def test_a_rule_with_a_parameter_declared_in_one_file_is_labelled_trained_and_sw
     assert result.rule == {"name": "tempered", "params": {"power": 3.0}}  # recorded in the head's metadata
 
     results = evaluate(make_config(*common, *EVAL_OVERRIDES, "evaluate.rules=[tempered]",
-                                   "+evaluate.rule_grids.tempered=[1.0,5.0]", "evaluate.hf_baselines=false",
+                                   "+evaluate.rule_grids.tempered=[1.0,5.0]", "evaluate.hf.baselines=false",
                                    "evaluate.bounds=false", "evaluate.figures=false").evaluate_job())
     rows = results.table[results.table["rule"] == "tempered"]
     (choice,) = [c for c in results.metadata["selection"] if c["swept"] == "rule_param"]

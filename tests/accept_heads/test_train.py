@@ -14,6 +14,7 @@ import torch
 
 from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.reliability import head_predictions
+from accept_heads.metrics import prior_shift
 from accept_heads.profile_fit import equal_frequency_edges
 from accept_heads.threshold import choose_threshold
 from accept_heads.train import load_head_weights, prepare_head_run, train
@@ -24,17 +25,16 @@ from accept_heads.training_data import (
     loss_everywhere,
     mix_batch,
 )
-from ahconf.schema import ConfigError
+from ahconf.schema import ConfigError, HFConfig, LatencyConfig
 from data_gen.collect import collect
 from data_gen.models import load_trio
 from data_gen.shards import load_split
-from accept_heads.metrics import prior_shift
 from decode import Sampling, SpeculativeDecoder, policies, rules
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import load_head, load_profile
 from decode.head import dspark_tensors
 from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, PREVIOUS_TOKEN
-from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
+from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +80,8 @@ def test_h_is_chosen_on_the_evaluations_own_dev_runs(trained, tmp_path):
     config, result = trained
     grid = [0.01, 0.5, 0.9, 0.99]  # the recorded sweep's [0.5, 0.9] and two that decode differently
     e = replace(config.evaluate, rules=["speculative"], grids={"fixed": [1.0], "confidence": [0.4]}, bounds=False,
-                hf_baselines=False, figures=False, calibration_rows=0, workers=1, latency_lengths=2,
-                latency_repeats=1, out_dir=str(tmp_path / "eval"))
+                hf=HFConfig(baselines=False), figures=False, calibration_rows=0, workers=1,
+                latency=LatencyConfig(lengths=2, repeats=1), out_dir=str(tmp_path / "eval"))
     config = replace(config, head=replace(config.head, thresholds=grid), evaluate=e)
     results = evaluate(config.evaluate_job())
     (dev_set,) = [s for s in results.metadata["sets"] if s["role"] == "dev"]

@@ -106,8 +106,8 @@ def executor(make_config, micro_trio, tmp_path_factory):
     root = tmp_path_factory.mktemp("wallclock")
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, f"paths.root={root}",
                          "evaluate.prompts={dev: 1, test: 3, ood: 1}", "evaluate.max_new_tokens=10",
-                         "evaluate.wallclock_sets=[test]", "evaluate.wallclock_rules=[speculative]",
-                         "evaluate.wallclock_threads=1")
+                         "evaluate.wallclock.sets=[test]", "evaluate.wallclock.rules=[speculative]",
+                         "evaluate.wallclock.threads=1")
     return Executor.build(config.evaluate_job(), notes={})
 
 

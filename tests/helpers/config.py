@@ -38,8 +38,8 @@ EVAL_OVERRIDES = [
     "head.thresholds=[0.5,0.9]",  # the heads record h = 0.5 (evaluation.write_artifacts)
     "evaluate.rule_grids.fuzzy=[0.1,0.6]",
     "evaluate.calibration_rows=2",
-    "evaluate.latency_lengths=5",
-    "evaluate.latency_repeats=2",
+    "evaluate.latency.lengths=5",
+    "evaluate.latency.repeats=2",
     "evaluate.workers=1",
     "head.k_max=4",
     "cost.t_companion=null",  # the measured companion price (the SV experiment's); the tiny default configures it
