@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from ahconf.entry import CONF_DIR, to_config
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "dev" / "README.md"]
 PACKAGES = ("decode", "ahconf", "data_gen", "accept_heads", "benchmarks")
 HYDRA_ENTRIES = ("data_gen.collect", "data_gen.regenerate", "accept_heads.train", "accept_heads.evaluate")
 PLACEHOLDER = re.compile(r"\[|NAME|\boverrides\b|\.\.\.|…")

@@ -3,12 +3,12 @@
 # the carried paths, 64 MiB in all. The tracked tree is about 60 MiB (the zoo's and the real pair's shipped weights)
 # and the wheels the GPU image lacks (../shared/gpu/prepare-wheels.sh) about 15 MiB, so each call leaves behind the
 # weights it does not need: `leave` takes them out of git's index (the files stay on disk) and ignores them until
-# `restore`. Commit nothing in between. The plan of device calls that uses this: docs/library.md, "Running on a GPU".
+# `restore`. Commit nothing in between. The plan of device calls that uses this: dev/README.md.
 #
-#   benchmarks/gpu/travel.sh leave real|zoo...   leave the real pair's / the zoo's shipped weights behind
-#   benchmarks/gpu/travel.sh restore             track them again
-#   benchmarks/gpu/travel.sh split FILE          cut FILE into .parts/NAME.partNN of 48 MiB, one to carry per call
-#   benchmarks/gpu/travel.sh size [PATH...]      the MiB that would travel with PATH... carried
+#   dev/gpu/travel.sh leave real|zoo...   leave the real pair's / the zoo's shipped weights behind
+#   dev/gpu/travel.sh restore             track them again
+#   dev/gpu/travel.sh split FILE          cut FILE into .parts/NAME.partNN of 48 MiB, one to carry per call
+#   dev/gpu/travel.sh size [PATH...]      the MiB that would travel with PATH... carried
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 EXCLUDE=.git/info/exclude

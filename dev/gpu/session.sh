@@ -2,9 +2,9 @@
 # One prepared device call: run on the GPU machine, from the project root, the stages named, in order, each under its
 # own time limit; every stage's log and a summary land in $OUT (what the device tool brings back). The packages the
 # GPU image lacks come from the carried .whl (../shared/gpu/prepare-wheels.sh); the plan of calls and what each
-# carries (benchmarks/gpu/travel.sh): docs/library.md, "Running on a GPU".
+# carries (dev/gpu/travel.sh): dev/README.md.
 #
-#   COMMIT=<sha> bash benchmarks/gpu/session.sh STAGE...
+#   COMMIT=<sha> bash dev/gpu/session.sh STAGE...
 #
 #   parts      keep the carried .parts/* in /tmp/parts (the same warm machine joins them later)
 #   tests      the default suite (12 xdist workers, cores 0-11) beside `-m gpu` (cores 12-15)
