@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import re
 import shlex
@@ -34,8 +35,13 @@ def design_references() -> list[tuple[str, str]]:
 
 def shell_commands(path: Path) -> list[str]:
     """The commands of a Markdown file's ``bash`` blocks, continuation lines joined, comments cut."""
+    return bash_commands(path.read_text())
+
+
+def bash_commands(text: str) -> list[str]:
+    """The commands of the ``bash`` blocks in Markdown text, continuation lines joined, comments cut."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.DOTALL):
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
         for command in block.replace("\\\n", " ").splitlines():
             command = re.sub(r"\s+#\s.*$", "", command).strip()
             if command and not command.startswith("#"):
@@ -73,11 +79,93 @@ def test_every_design_reference_resolves_to_a_section():
     assert [f"{where}: DESIGN §{n}" for where, n in references if n not in sections] == []
 
 
-def test_the_readme_is_a_short_guide():
-    lines = (ROOT / "README.md").read_text().splitlines()
-    assert len(lines) <= 220
-    links = re.findall(r"\]\((docs/[\w.-]+)\)", "\n".join(lines))
-    assert links and all((ROOT / link).is_file() for link in links)
+README_SECTIONS = ("Quick start", "What `make demo` prints", "Commands", "Layout", "Documentation")
+QUICK_START = [["make", "demo"], ["make", "test"]]  # the two commands a fresh clone needs, each a Makefile target
+
+
+def readme_sections(text: str) -> dict[str, str]:
+    """``## Title`` → the section's text up to the next ``##`` heading outside a code block."""
+    found, title, in_code = {}, None, False
+    for line in text.splitlines():
+        in_code ^= line.startswith("```")
+        if line.startswith("## ") and not in_code:
+            title = line[3:].strip()
+            found[title] = ""
+        elif title is not None:
+            found[title] += line + "\n"
+    return found
+
+
+def top_level_dirs(root: Path) -> set[str]:
+    """The project's top-level folders: not hidden, not ignored by a folder pattern of ``.gitignore``."""
+    ignored = [line.rstrip("/") for line in (root / ".gitignore").read_text().splitlines()
+               if line.endswith("/") and "/" not in line.rstrip("/")]
+    return {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
+            and not any(fnmatch.fnmatch(p.name, pattern) for pattern in ignored)}
+
+
+def readme_problems(root: Path, outputs: list[str]) -> list[str]:
+    """What the README at ``root`` lacks as a newcomer's guide (empty: nothing): an introduction saying what the
+    project does, the sections of :data:`README_SECTIONS`, a quick start of exactly the two commands of
+    :data:`QUICK_START` (Makefile targets) naming where their results land (``outputs``), a layout naming every
+    top-level folder and nothing else, and links to every page of ``docs/``, each of which exists."""
+    text = (root / "README.md").read_text()
+    problems = []
+    if not re.sub(r"^# .*\n", "", text.split("\n## ", 1)[0]).strip():
+        problems.append("no introduction before the first section (what the project does)")
+    sections = readme_sections(text)
+    problems += [f"no section '## {title}'" for title in README_SECTIONS if title not in sections]
+    quick = sections.get("Quick start", "")
+    commands = [command.split() for command in bash_commands(quick)]
+    if commands != QUICK_START:
+        problems.append(f"the quick start runs {[' '.join(c) for c in commands]}, not exactly "
+                        f"{[' '.join(c) for c in QUICK_START]}")
+    makefile = (root / "Makefile").read_text()
+    problems += [f"the quick start's 'make {target}' is no Makefile target" for _, target in QUICK_START
+                 if not re.search(rf"^{target}:", makefile, flags=re.MULTILINE)]
+    problems += [f"the quick start does not say where results land ({out}/)" for out in outputs
+                 if f"`{out}/`" not in quick]
+    layout = re.findall(r"^(\w[\w.-]*)/ ", "".join(re.findall(r"```\n(.*?)```", sections.get("Layout", ""),
+                                                                 flags=re.DOTALL)), flags=re.MULTILINE)
+    problems += [f"the layout does not name {name}/" for name in sorted(top_level_dirs(root) - set(layout))]
+    problems += [f"the layout names {name}/, which is no folder" for name in layout if not (root / name).is_dir()]
+    links = set(re.findall(r"\]\((docs/[\w.-]+\.md)\)", text))
+    problems += [f"the link {link} leads nowhere" for link in sorted(links) if not (root / link).is_file()]
+    problems += [f"no link to {page.relative_to(root).as_posix()}" for page in sorted((root / "docs").glob("*.md"))
+                 if page.relative_to(root).as_posix() not in links]
+    return problems
+
+
+def default_outputs() -> list[str]:
+    """Where the default run's heads and evaluation land (``runs/tiny/heads``, ``runs/tiny/eval``)."""
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        config = to_config(compose(config_name="config"))
+    return [config.paths.head_dir, config.evaluate.out_dir]
+
+
+def test_the_readme_holds_what_a_newcomer_needs():
+    assert readme_problems(ROOT, default_outputs()) == []
+
+
+def test_the_readme_check_finds_what_is_missing(tmp_path):
+    """Negative control: a README with a third quick-start command, a broken link, no layout and no introduction."""
+    for name in ("Makefile", ".gitignore", "docs/design.md", "docs/zoo.md", "decode/__init__.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("demo:\ntest:\n" if name == "Makefile" else "runs/\n")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "README.md").write_text(
+        "# x\n\n## Quick start\n\n```bash\nmake demo   # run\nmake test\nmake real\n```\n\nHeads land in `out/h/`.\n"
+        "\n## What `make demo` prints\n\n## Commands\n\n## Documentation\n\n[a](docs/design.md) [b](docs/gone.md)\n")
+    assert readme_problems(tmp_path, ["out/h", "out/e"]) == [
+        "no introduction before the first section (what the project does)",
+        "no section '## Layout'",
+        "the quick start runs ['make demo', 'make test', 'make real'], not exactly ['make demo', 'make test']",
+        "the quick start does not say where results land (out/e/)",
+        "the layout does not name decode/",
+        "the layout does not name docs/",
+        "the link docs/gone.md leads nowhere",
+        "no link to docs/zoo.md",
+    ]
 
 
 COMMANDS = [(path.relative_to(ROOT).as_posix(), command) for path in DOCS for command in shell_commands(path)]
