@@ -9,28 +9,23 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["WANDB_MODE"] = "disabled"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from pathlib import Path  # noqa: E402
+# imported after the environment is set: huggingface_hub reads it when it is first imported
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.micro_models import MICRO_SHAPES
 
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
-    return REPO_ROOT
+    return Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_costs_store(tmp_path_factory) -> None:
     """Batch costs measured by a test are stored in its session's temp dir, never in the user's cache."""
     os.environ["ACCEPT_HEADS_COSTS_DIR"] = str(tmp_path_factory.mktemp("batch-costs"))
-
-MICRO_SHAPES = {  # role: (layers, hidden, heads, seed)
-    "target": (2, 48, 4, 1),
-    "draft": (1, 32, 2, 2),
-    "companion": (1, 24, 2, 3),
-}
 
 
 @pytest.fixture(scope="session")

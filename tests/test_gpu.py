@@ -21,8 +21,8 @@ from data_gen.shards import load_split
 from decode import EnsembleDecoder, EnsembleFn, Sampling, SpeculativeDecoder, policies, rules
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import load_head
-from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, compose_config, model_overrides
-from tests.decode.conftest import micro_lm
+from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, compose_config, model_overrides
+from tests.helpers.micro_models import micro_lm
 
 pytestmark = [
     pytest.mark.gpu,

@@ -5,7 +5,9 @@ the package's ``__init__`` (the public names).
 
 The layer contract is checked statically (``ast``): every import counts, also one inside a function
 or an ``if TYPE_CHECKING:`` block. The inference library (decode) names no part of the training stack
-anywhere, and imports with the training stack hidden.
+anywhere, and imports with the training stack hidden. The development tools (``dev/``) may import anything and
+nothing imports them. Test code reaches other test code one way, ``from tests.helpers.<module> import ...``, and a
+conftest file holds fixtures only.
 """
 
 from __future__ import annotations
@@ -229,6 +231,108 @@ def test_the_checks_report_upward_imports_a_cycle_and_the_training_stack(tmp_pat
     ]
 
 
+
+def _imported_names(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
+    """Every import statement of ``tree`` at any depth with each dotted name it imports from (relative: dots kept)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            yield node, "." * node.level + (node.module or "")
+
+
+def dev_imports(root: Path) -> list[str]:
+    """Imports of the development tools (``dev``) in the layered packages or the tests under ``root``."""
+    paths = [p for package in LAYERS for p in sorted((root / package).rglob("*.py"))] + sorted(
+        (root / "tests").rglob("*.py"))
+    return [f"{path.relative_to(root).as_posix()}:{node.lineno} imports {name}"
+            for path in paths for node, name in _imported_names(ast.parse(path.read_text(), filename=str(path)))
+            if name.split(".")[0] == "dev"]
+
+
+def _is_fixture(node: ast.stmt) -> bool:
+    """A ``@pytest.fixture`` function (called or not) or a pytest hook."""
+    if not isinstance(node, ast.FunctionDef):
+        return False
+    decorators = [d.func if isinstance(d, ast.Call) else d for d in node.decorator_list]
+    return node.name.startswith("pytest_") or any(
+        (isinstance(d, ast.Attribute) and d.attr == "fixture") or (isinstance(d, ast.Name) and d.id == "fixture")
+        for d in decorators)
+
+
+def _conftest_extras(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """What a conftest file defines besides fixtures: (line, what). Imports, calls and environment settings
+    (``os.environ[...] = ...``) are allowed."""
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr)) or _is_fixture(node):
+            continue
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Subscript) for t in node.targets):
+            continue
+        names = [t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)]
+        yield node.lineno, ", ".join(names) or getattr(node, "name", type(node).__name__)
+
+
+def shared_test_code_violations(root: Path) -> list[str]:
+    """Imports of test code other than ``from tests.helpers.<module> import ...`` anywhere under ``root/tests``
+    (``tests.<package>.<module>``, a test module by its bare name, a relative import), and conftest files that
+    define anything but fixtures."""
+    tests = root / "tests"
+    local = {path.stem for path in tests.rglob("*.py")} - {"__init__"}  # bare names pytest's sys.path makes importable
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        where = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node, name in _imported_names(tree):
+            one_way = isinstance(node, ast.ImportFrom) and name.startswith("tests.helpers.")
+            if not one_way and (name.startswith(".") or name.split(".")[0] in local | {"tests"}):
+                found.append(f"{where}:{node.lineno} imports {name} (test code: from tests.helpers.<module> import)")
+        if path.name == "conftest.py":
+            found += [f"{where}:{line} defines {what} (a conftest file holds fixtures only)"
+                      for line, what in _conftest_extras(tree)]
+    return found
+
+
+def test_nothing_imports_the_development_tools():
+    assert dev_imports(ROOT) == []
+
+
+def test_test_code_is_shared_only_through_tests_helpers():
+    assert shared_test_code_violations(ROOT) == []
+
+
+TEST_TREE = {
+    "decode/__init__.py": "def probe():\n    from dev.old_vs_new_decoding import main\n",
+    "tests/helpers/__init__.py": "",
+    "tests/helpers/models.py": "from tests.helpers.config import OVERRIDES\n",
+    "tests/helpers/config.py": "OVERRIDES = []\n",
+    "tests/conftest.py": "import os\nimport pytest\nos.environ['X'] = '1'\nSHAPES = {}\n\n\n"
+                         "@pytest.fixture(scope='session')\ndef trio():\n    return SHAPES\n\n\n"
+                         "def build():\n    return 1\n",
+    "tests/decode/conftest.py": "from tests.helpers.models import OVERRIDES\n",
+    "tests/decode/test_a.py": "from tests.decode.conftest import OVERRIDES\nfrom test_b import CASES\n"
+                              "from . import test_b\nimport tests.helpers.config\nfrom tests.helpers import models\n"
+                              "from tests.helpers.models import OVERRIDES\n",
+    "tests/decode/test_b.py": "CASES = []\n",
+}
+
+
+def test_the_checks_report_imports_of_test_code_and_of_dev(tmp_path):
+    """Negative control: a tree whose tests import each other in every other way, a conftest with a constant and a
+    plain function, and a package that imports a development tool."""
+    for name, text in TEST_TREE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert dev_imports(tmp_path) == ["decode/__init__.py:2 imports dev.old_vs_new_decoding"]
+    assert shared_test_code_violations(tmp_path) == [
+        "tests/conftest.py:4 defines SHAPES (a conftest file holds fixtures only)",
+        "tests/conftest.py:12 defines build (a conftest file holds fixtures only)",
+        "tests/decode/test_a.py:1 imports tests.decode.conftest (test code: from tests.helpers.<module> import)",
+        "tests/decode/test_a.py:2 imports test_b (test code: from tests.helpers.<module> import)",
+        "tests/decode/test_a.py:3 imports . (test code: from tests.helpers.<module> import)",
+        "tests/decode/test_a.py:4 imports tests.helpers.config (test code: from tests.helpers.<module> import)",
+        "tests/decode/test_a.py:5 imports tests.helpers (test code: from tests.helpers.<module> import)",
+    ]
+
 BLOCK_TRAINING_STACK = f"""
 import importlib.machinery
 import sys
@@ -249,7 +353,8 @@ print("ok", sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED))
 
 
 def test_decode_imports_without_hydra_lightning_wandb():
-    result = subprocess.run([sys.executable, "-c", BLOCK_TRAINING_STACK], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", BLOCK_TRAINING_STACK], check=False, capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok []"
 
@@ -257,6 +362,6 @@ def test_decode_imports_without_hydra_lightning_wandb():
 def test_the_block_itself_works():
     """Negative control: the same guard makes an import of hydra fail."""
     code = BLOCK_TRAINING_STACK.replace("import decode\n", "import hydra\n", 1)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "No module named 'hydra'" in result.stderr

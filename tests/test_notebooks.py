@@ -9,8 +9,8 @@ import pytest
 from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.results import RESULTS_ENV
 from data_gen.collect import collect
-from tests.accept_heads.conftest import DATA_OVERRIDES, compose_config, model_overrides
-from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
+from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, compose_config, model_overrides
+from tests.helpers.evaluation import write_artifacts
 
 nbformat = pytest.importorskip("nbformat", reason="a dev dependency; some GPU images lack it")
 NotebookClient = pytest.importorskip("nbclient", reason="a dev dependency; some GPU images lack it").NotebookClient

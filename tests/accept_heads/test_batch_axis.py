@@ -12,8 +12,8 @@ from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.batch_axis import best_fixed_k, summarise
 from accept_heads.evaluation.families import family_names
 from accept_heads.evaluation.results import load_results
-from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
-from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
+from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
+from tests.helpers.evaluation import write_artifacts
 
 
 @pytest.fixture(scope="module")

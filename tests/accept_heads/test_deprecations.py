@@ -16,7 +16,7 @@ from accept_heads.train import train
 from ahconf.entry import OTHER_LIBRARIES_DEPRECATIONS
 from benchmarks.decoding import main as benchmark_decoding
 from data_gen.collect import collect
-from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
+from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 
 EVALUATION = [
     "evaluate.rules=[speculative]",

@@ -37,8 +37,8 @@ from decode.policies.base import Policy, PolicyInputs
 from decode.policies.sources import SOURCES, AcceptanceSource, register_source
 from decode.policy_specs import POLICY_SPECS, CountParameter, PolicySpec, policy_spec, register_policy
 from decode.rules import RULES, Rule, register_rule
-from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
-from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
+from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, TRAIN_OVERRIDES, model_overrides
+from tests.helpers.evaluation import write_artifacts
 
 
 class Alternating(Policy):

@@ -28,10 +28,9 @@ from decode.head import PRE_FEATURES
 from decode.metadata import HeadMetadata
 from decode.policies.stop_policy import Head
 from decode.policies.stops import Goodput, Threshold
-from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
-from tests.accept_heads.test_evaluate import EVAL_OVERRIDES, write_artifacts
-from tests.decode.conftest import micro_lm
-from tests.decode.test_exact_distribution import (
+from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
+from tests.helpers.evaluation import write_artifacts
+from tests.helpers.exact_distribution import (
     N_DEFAULT,
     PROMPT,
     empirical,
@@ -40,6 +39,7 @@ from tests.decode.test_exact_distribution import (
     tv_bound,
     weighted,
 )
+from tests.helpers.micro_models import micro_lm
 
 
 def rounds(n: int, seed: int, accept) -> list[VisitedCandidate]:

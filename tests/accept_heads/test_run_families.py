@@ -19,7 +19,7 @@ from accept_heads.evaluation.families import (
 )
 from ahconf.schema import ConfigError
 from decode.policy_specs import POLICY_SPECS, FixedSpec, PolicySpec, policy_kinds, register_policy
-from tests.decode.test_policy_specs import BATCH_SPECS, SPECS, buildable, inputs  # noqa: F401 (a fixture)
+from tests.helpers.policy_specs import BATCH_SPECS, SPECS, buildable, policy_inputs
 
 
 @pytest.mark.parametrize("name", list(families()), ids=str)
@@ -39,7 +39,8 @@ def test_every_family_declares_what_the_evaluation_iterates(name, make_config):
     assert family.league != "learned" or family.reads == "head"
 
 
-def test_every_policy_kind_of_decode_has_its_traits_and_a_bound_reads_the_target_in_hindsight(inputs):  # noqa: F811
+def test_every_policy_kind_of_decode_has_its_traits_and_a_bound_reads_the_target_in_hindsight():
+    inputs = policy_inputs()
     assert set(policy_kinds()) <= set(families())
     assert {spec.kind for spec in SPECS + BATCH_SPECS} == set(policy_kinds())
     for spec in SPECS + BATCH_SPECS:

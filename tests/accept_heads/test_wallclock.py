@@ -24,7 +24,7 @@ from accept_heads.evaluation.wallclock import (
 )
 from data_gen.encoding import EncodedPrompt
 from decode.policy_specs import ConfidenceSpec, FixedSpec
-from tests.accept_heads.conftest import DATA_OVERRIDES, model_overrides
+from tests.helpers.config import DATA_OVERRIDES, model_overrides
 
 PROMPTS = [EncodedPrompt(f"p{i}", [1, 2, 3]) for i in range(4)]
 

@@ -32,8 +32,8 @@ from decode.divergence import DIVERGENCES, divergences
 from decode.loops.runner import ModelRunner, vocab_size
 from decode.profile import companion_indicators
 from decode.sampling import Sampling
-from tests.accept_heads.conftest import DATA_OVERRIDES, TRAIN_OVERRIDES, compose_config, model_overrides
-from tests.decode.conftest import incremental_round_logits
+from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, compose_config, model_overrides
+from tests.helpers.micro_models import incremental_round_logits
 
 LAMBDA, MU = 0.3, 0.2
 
@@ -81,7 +81,7 @@ def _brute_force_logits(model, prompt_ids: list[int], response_ids: list[int]) -
 
 
 def test_every_label_column_equals_a_brute_force_recomputation(collected, micro_trio):
-    config, _, data_dir = collected
+    _, _, data_dir = collected
     sampling = Sampling(temperature=0.8, top_k=100)
     models = {role: load_causal_lm(str(path), dtype="float32") for role, path in micro_trio.items()}
     table = load_split(data_dir, "train")
@@ -95,7 +95,7 @@ def test_every_label_column_equals_a_brute_force_recomputation(collected, micro_
         r_weighted = LAMBDA * q + (1 - LAMBDA) * p
         r_contrastive = sampling.probs(logits["target"] - MU * logits["draft"])
         m = 0.5 * (p + q)
-        kl = lambda a, b: (a * (a / b).log()).nan_to_num(0.0).sum(-1)  # noqa: E731 — 0 log 0 = 0
+        kl = lambda a, b: (a * (a / b).log()).nan_to_num(0.0).sum(-1)  # 0 log 0 = 0
         expected = {
             "draft_prob": qy,
             "target_prob": py,
@@ -165,7 +165,7 @@ def test_batch_columns_in_chunks_equal_one_pass_over_the_valid_positions(samplin
     valid[0, 4:] = valid[2, 9:] = False  # responses that stopped early: padding between valid positions
     y = rules.Speculative().propose(q_logits[valid], sampling, torch.Generator().manual_seed(8))
     response = rules.Speculative().propose(p_logits[valid], sampling, torch.Generator().manual_seed(9))
-    options = dict(sampling=sampling, label_columns=labels.label_rules(RulesConfig()), companion_rules=EVERY_RULE)
+    options = {"sampling": sampling, "label_columns": labels.label_rules(RulesConfig()), "companion_rules": EVERY_RULE}
     whole = labels.position_columns(p_logits[valid], q_logits[valid], c_logits[valid], y, response, **options)
     monkeypatch.setattr(labels, "CPU_CHUNK_ELEMENTS", 1)  # 16 positions per chunk: 2 chunks, the last one partial
     assert labels.chunk_positions(torch.device("cpu"), vocab) == 16 < int(valid.sum())
@@ -201,7 +201,7 @@ def test_divergences_together_equal_each_alone_and_the_xlogy_forms():
     for name, fn in DIVERGENCES.items():
         assert torch.equal(together[name], fn(p, q)), name
     assert bool(torch.isfinite(together["kl"]).all()) and float(together["js"].min()) >= 0
-    xlogy_kl = lambda a, b: (torch.xlogy(a, a) - torch.xlogy(a, b)).sum(-1)  # noqa: E731 — the former definitions
+    xlogy_kl = lambda a, b: (torch.xlogy(a, a) - torch.xlogy(a, b)).sum(-1)  # the former definitions
     m = 0.5 * (p + q)
     torch.testing.assert_close(together["kl"], xlogy_kl(p, q), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(together["js"], 0.5 * xlogy_kl(p, m) + 0.5 * xlogy_kl(q, m), rtol=1e-6, atol=1e-6)
@@ -408,7 +408,7 @@ def test_two_process_torchrun_collects_the_same_prompts(micro_trio, reference_id
     command[1:3] = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517", "-m",
                     "data_gen.collect"]
     cpu_only = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # two ranks on gloo: also on a one-GPU machine
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=cpu_only)
+    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=600, env=cpu_only)
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.loads((tmp_path / "tiny" / "data" / MANIFEST_FILE).read_text())
     assert manifest["world_size"] == 2

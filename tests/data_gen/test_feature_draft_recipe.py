@@ -33,7 +33,7 @@ from data_gen.feature_draft.training import (
     unrolled_hidden,
 )
 from decode.feature_draft import feature_reads, target_features
-from tests.decode.conftest import incremental_round_logits, micro_feature_draft, micro_lm
+from tests.helpers.micro_models import incremental_round_logits, micro_feature_draft, micro_lm
 
 VOCAB = 96
 

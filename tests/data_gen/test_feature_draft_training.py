@@ -15,7 +15,7 @@ from data_gen.feature_draft.model import FeatureDraftShape, assemble_draft, init
 from data_gen.feature_draft.shards import ShardMismatchError, ShardPlan, build_shards, shard_file
 from data_gen.feature_draft.training import FeatureTraining, TeacherData, held_out_losses, train_feature_draft
 from decode import Sampling, SpeculativeDecoder, policies, rules
-from tests.decode.conftest import micro_lm
+from tests.helpers.micro_models import micro_lm
 
 VOCAB = 96
 SHAPE = FeatureDraftShape(layers=1, vocab_subset=48)

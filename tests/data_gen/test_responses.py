@@ -20,7 +20,7 @@ from data_gen.collect import collect
 from data_gen.responses import ResponsesMeta, ResponsesWriter, given_responses, read_meta, read_rows, write_meta
 from data_gen.shards import MANIFEST_FILE, CollectionDirError, load_split
 from decode.artifacts.hub import load_tokenizer
-from tests.accept_heads.conftest import compose_config, model_overrides
+from tests.helpers.config import compose_config, model_overrides
 
 SAMPLED = ("sampling.temperature=0.8", "sampling.top_k=100")
 # Columns that come from the target's logits: a cached incremental forward (in-job) vs one full forward (given).
@@ -169,7 +169,7 @@ def test_bad_sources_are_one_line_with_exit_status_2(generated, micro_trio, tmp_
                *SAMPLED, f"responses={source}"]
 
     def error_line() -> str:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ")
@@ -232,7 +232,7 @@ def test_two_process_torchrun_labels_the_same_rows(generated, micro_trio, tmp_pa
                    f"paths.root={root}", "prompts.sizes={train: 10, dev: 4}", "collect.max_new_tokens=12",
                    "collect.batch_size=4", "collect.shard_size=4", "prompts.max_prompt_tokens=120",
                    "prompts.truncation=left", *SAMPLED, f"responses={data_dir}"]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+        result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=600,
                                 env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
         assert result.returncode == 0, result.stderr[-3000:]
         return root / "tiny" / "data"

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_batched import comparable, make_decoder, wide_prompts
 
 from decode import HeadConfig, policies, rules
 from decode.batch_costs import BatchCosts, CostProfile, measure_batch_costs
@@ -20,6 +19,7 @@ from decode.loops.step_costs import measure_cost_profile
 from decode.loops.target_alone import generate_target_alone
 from decode.policies import stops
 from decode.profile import SVProfile
+from tests.helpers.batched import comparable, make_decoder, wide_prompts
 
 #: Verifying L candidates (L + 1 tokens fed) costs 1.0 + 0.1 (L - 1): linear, so the cost model's shape and the
 #: table extrapolate alike.

@@ -3,27 +3,17 @@
 Greedy rows equal the target's own greedy ``generate`` (prompts of different lengths, rows
 finishing at different times by budget and by EOS); a batch of one is ``generate``; a row's output
 and stats do not depend on the other rows; in a batch the speculative rule samples the target and
-an ensemble rule its ``r`` (enumeration and TV bound of ``test_exact_distribution.py``, with a
+an ensemble rule its ``r`` (enumeration and TV bound of ``tests.helpers.exact_distribution``, with a
 negative control), also with SV's jointly chosen lengths; per-row and batch counts are
 consistent; the cache masks rows' padding and holes; unsupported combinations are refused.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
-from test_exact_distribution import (
-    LENGTH,
-    PROMPT,
-    AcceptAll,
-    adversarial_sv_profile,
-    exact_distribution,
-    report,
-    target_only,
-    tv_bound,
-    weighted,
-)
-from test_exact_distribution import random_head as tiny_head
 
 from decode import BatchDecodeOutput, DecodeOutput, HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.batch_costs import BatchCosts
@@ -34,6 +24,26 @@ from decode.loops.batched import row_seed
 from decode.policies.sources import MarginLogistic, OnlineMargin
 from decode.policies.stops import Threshold
 from decode.profile import goodput_length, joint_goodput_lengths
+from tests.helpers.batched import (
+    batched_empirical,
+    comparable,
+    make_decoder,
+    target_greedy,
+    wide_prompts,
+)
+from tests.helpers.exact_distribution import (
+    LENGTH,
+    PROMPT,
+    AcceptAll,
+    adversarial_sv_profile,
+    exact_distribution,
+    report,
+    target_only,
+    tv_bound,
+    weighted,
+)
+from tests.helpers.exact_distribution import random_head as tiny_head
+from tests.helpers.families import build
 
 LAYOUTS = ["compact", "holes"]
 #: Batch costs at which drafting never pays: a draft forward costs 50 target forwards.
@@ -42,13 +52,6 @@ BUDGET_COSTS = BatchCosts(batches=(1, 8), draft=(0.1, 0.12),
                           target=((1.0, 1.05, 1.1, 1.2, 1.3), (1.2, 1.3, 1.4, 1.5, 1.6)))
 HOPELESS = BatchCosts(batches=(1, 8), draft=(50.0, 50.0), target=((1.0,) * 4, (1.0,) * 4))
 BUDGETS = [20, 6, 20, 0, 13, 20, 9]
-
-
-def wide_prompts(vocab: int) -> list[torch.Tensor]:
-    """Seven 1-D prompts of lengths 1..9 (seeded)."""
-    generator = torch.Generator().manual_seed(7)
-    lengths = [3, 1, 9, 4, 6, 2, 5]
-    return [torch.randint(0, vocab, (n,), generator=generator) for n in lengths]
 
 
 def wide_policy(name: str, models: dict) -> policies.Policy:
@@ -77,21 +80,6 @@ def wide_policy(name: str, models: dict) -> policies.Policy:
         )
         return policies.SV(profile, k=5)
     raise KeyError(name)
-
-
-def make_decoder(models: dict, rule: rules.Rule, policy: policies.Policy, **kwargs) -> SpeculativeDecoder:
-    companion = models["companion"] if policy.companion is not None else None
-    kwargs.setdefault("eos_token_id", None)
-    return SpeculativeDecoder(models["target"], models["draft"], rule=rule, policy=policy, companion=companion, **kwargs)
-
-
-def target_greedy(models: dict, prompt: torch.Tensor, budget: int, eos: int | None) -> torch.Tensor:
-    """The target's own greedy continuation (HF ``generate``), 1-D with the prompt."""
-    if budget == 0:
-        return prompt
-    extra = {"eos_token_id": eos, "pad_token_id": 0} if eos is not None else {"min_new_tokens": budget}
-    out = models["target"].generate(prompt[None], max_new_tokens=budget, do_sample=False, **extra)
-    return out[0]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -126,12 +114,6 @@ def test_batch_of_one_is_generate(wide, rule, policy_name):
     assert (a.target_calls, a.draft_calls, a.accepted, a.drafted, a.rejected, a.accepted_per_round) == (
         b.target_calls, b.draft_calls, b.accepted, b.drafted, b.rejected, b.accepted_per_round)
     assert batch.totals.target_calls == a.target_calls and batch.totals.draft_calls == a.draft_calls
-
-
-def comparable(stats) -> tuple:
-    return (stats.generated, stats.target_calls, stats.draft_calls, stats.companion_calls, stats.drafted,
-            stats.accepted, stats.rejected, stats.unverified, stats.target_emitted, stats.accepted_per_round,
-            stats.verified_per_round)
 
 
 ENSEMBLE = rules.Ensemble("weighted", weight=0.5)
@@ -188,24 +170,6 @@ def test_row_seeds():
 # --- exact distribution of the speculative rule in a batch --------------------------------------------------------
 
 N_BATCHED = 1000
-#: The test prompt in four rows, beside rows of other lengths and budgets (they finish first / last).
-BATCH_PROMPTS = [PROMPT[0], torch.tensor([3]), PROMPT[0], torch.tensor([2, 0, 1, 3, 2]), PROMPT[0], PROMPT[0]]
-BATCH_BUDGETS = [LENGTH, 1, LENGTH, 5, LENGTH, LENGTH]
-SAMPLE_ROWS = [i for i, p in enumerate(BATCH_PROMPTS) if torch.equal(p, PROMPT[0])]
-
-
-def batched_empirical(decoder: SpeculativeDecoder, n: int) -> torch.Tensor:
-    """Frequencies of the V**LENGTH continuations of PROMPT over ``n`` rows (each its own seed)."""
-    vocab = decoder.vocab
-    counts = torch.zeros(vocab**LENGTH, dtype=torch.float64)
-    weights = torch.tensor([vocab ** (LENGTH - 1 - j) for j in range(LENGTH)])
-    for seed in range(n // len(SAMPLE_ROWS)):
-        out = decoder.generate_batch(BATCH_PROMPTS, max_new_tokens=BATCH_BUDGETS, seed=seed, layout="holes")
-        for i in SAMPLE_ROWS:
-            counts[int((out.sequences[i][PROMPT.shape[1]:] * weights).sum())] += 1
-    return counts / counts.sum()
-
-
 BATCH_CASES = {
     "speculative-fixed4": (rules.Speculative, target_only, lambda m: policies.Fixed(4)),
     "speculative-head_post": (rules.Speculative, target_only, lambda m: policies.Head(tiny_head(m, "post"), 0.66)),
@@ -358,7 +322,7 @@ def test_batch_runner_rows_see_only_their_own_tokens(wide, layout):
     if layout == "compact":
         assert max(excess) == 0
     else:  # holes stay until the cache is over twice the longest row, then the rows are re-packed
-        assert max(excess) > 0 and any(b < a for a, b in zip(widths, widths[1:]))
+        assert max(excess) > 0 and any(b < a for a, b in itertools.pairwise(widths))
     assert runner.consumed == [17, 14]
     out = runner.feed(tokens, {0: 18, 1: 15}, keep=1)
     assert torch.allclose(out[0][-1], alone(0, 18), atol=1e-5) and torch.allclose(out[1][-1], alone(1, 15), atol=1e-5)
@@ -432,8 +396,6 @@ def test_generate_takes_one_prompt_or_several_as_hf_generate_does(wide):
 @pytest.mark.parametrize("family", ["qwen2", "phi3", "gpt2", "mistral", "gemma2"])
 def test_model_families(family):
     """Full-attention families decode batched as alone (GPT-2: learned positions); sliding windows are refused."""
-    from test_families import build
-
     target, draft = build(family, seed=1), build(family, seed=2)
     decoder = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policies.Fixed(3), eos_token_id=None)
     prompts = [torch.tensor([1, 2, 3, 4, 5]), torch.arange(20, 32), torch.tensor([7])]

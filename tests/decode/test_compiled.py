@@ -16,8 +16,8 @@ import torch._dynamo.utils
 from decode import EnsembleDecoder, SpeculativeDecoder, policies, rules
 from decode.ensemble_fn import EnsembleFn
 from decode.loops import compiled as compiled_module
-from tests.decode.conftest import micro_feature_draft, micro_lm
-from tests.decode.test_exact_distribution import check_case, report
+from tests.helpers.exact_distribution import check_case, report
+from tests.helpers.micro_models import micro_feature_draft, micro_lm
 
 # without a C++ compiler decoding falls back to eager (the last two tests); the others need one
 needs_compiler = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,

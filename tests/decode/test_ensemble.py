@@ -1,19 +1,16 @@
 """EnsembleDecoder: exact ensemble distribution, greedy = argmax r, call counts, caches, stats, errors.
 
 The exact-distribution checks reuse the enumeration / TV-bound machinery of
-``test_exact_distribution.py``: 3-token continuations over a vocabulary of 4, judged against the
+``tests.helpers.exact_distribution``: 3-token continuations over a vocabulary of 4, judged against the
 sequence distribution of ``r`` computed independently from full forwards of every model.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 
 import pytest
 import torch
-from test_exact_distribution import N_SLOW, AcceptAll, empirical, exact_mixture_distribution, report, tv_bound
-from torch import Tensor
 
 from decode import EnsembleDecoder, EnsembleFn, HeadConfig, Sampling, SpeculativeDecoder, policies, rules
 from decode.artifacts.serialization import load_head, save_head
@@ -21,31 +18,12 @@ from decode.ensemble import decoder as ensemble_module
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.loops.runner import ModelRunner
 from decode.metadata import HeadMetadata
+from tests.helpers.ensemble import GAMMAS, make_fn, members, reference_greedy, reference_mix
+from tests.helpers.exact_distribution import N_SLOW, AcceptAll, empirical, exact_mixture_distribution, report, tv_bound
 
 N_ENSEMBLE = 500
 WIDE_PROMPT = torch.tensor([[3, 17, 42]])
 EOS = 7
-
-WEIGHTS = {2: (0.3, 0.7), 3: (0.2, 0.3, 0.5)}
-MUS = {2: 0.5, 3: (0.5, 0.3)}
-#: Proposal lengths per mode; models are ordered [draft, (companion,) target].
-GAMMAS = {("sd", 2): [2, 1], ("sd", 3): [2, 1, 1], ("alternate", 2): [1, 2], ("alternate", 3): [1, 2, 1]}
-
-
-def members(models: dict, n: int) -> list:
-    return [models["draft"], models["target"]] if n == 2 else [models["draft"], models["companion"], models["target"]]
-
-
-def make_fn(kind: str, n: int) -> EnsembleFn:
-    return EnsembleFn("weighted", weights=WEIGHTS[n]) if kind == "weighted" else EnsembleFn("contrastive", mu=MUS[n])
-
-
-def reference_mix(kind: str, n: int) -> Callable[[list[Tensor]], Tensor]:
-    """``r`` from warped logits, written independently of decode.ensemble_fn."""
-    if kind == "weighted":
-        return lambda logits: sum(w * l.softmax(-1) for w, l in zip(WEIGHTS[n], logits))
-    mus = MUS[n] if isinstance(MUS[n], tuple) else (MUS[n],)
-    return lambda logits: (logits[-1] - sum(m * l for m, l in zip(mus, logits[:-1]))).softmax(-1)
 
 
 def check_case(models: dict, case: str, n_samples: int) -> tuple[float, float]:
@@ -114,21 +92,6 @@ def test_alternate_never_needs_more_calls_than_plain(wide, n, kind):
             assert max(s.calls) <= s.generated
             fewer += s.total_calls < n * s.generated
     assert fewer > 0
-
-
-def reference_greedy(models: list, kind: str, prompt: Tensor, max_new: int) -> Tensor:
-    """argmax r from full (uncached) forwards of every model, one token at a time."""
-    n, ids = len(models), prompt
-    for _ in range(max_new):
-        with torch.no_grad():
-            logits = [model(ids).logits[0, -1].double() for model in models]
-        if kind == "weighted":
-            scores = sum(w * l.softmax(-1) for w, l in zip(WEIGHTS[n], logits))
-        else:
-            mus = MUS[n] if isinstance(MUS[n], tuple) else (MUS[n],)
-            scores = logits[-1] - sum(m * l for m, l in zip(mus, logits[:-1]))
-        ids = torch.cat([ids, scores.argmax().view(1, 1)], dim=1)
-    return ids
 
 
 GREEDY_MODES = [("plain", None), ("sd", 3), ("alternate", 1), ("alternate", 3)]

@@ -12,66 +12,22 @@ import copy
 from collections.abc import Callable
 
 import pytest
-import test_exact_distribution as exact
 import torch
-from test_ensemble import GAMMAS, make_fn, members, reference_greedy
-from transformers import (
-    Gemma2Config,
-    Gemma2ForCausalLM,
-    Gemma3ForCausalLM,
-    Gemma3TextConfig,
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    Phi3Config,
-    Phi3ForCausalLM,
-    PreTrainedModel,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    Qwen3NextConfig,
-    Qwen3NextForCausalLM,
-)
+from transformers import PreTrainedModel, Qwen3NextConfig, Qwen3NextForCausalLM
 
 from decode import EnsembleDecoder, HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.head import AcceptanceHead
 from decode.loops.runner import ModelRunner
+from tests.helpers.ensemble import GAMMAS, make_fn, members, reference_greedy
+from tests.helpers.exact_distribution import empirical, exact_distribution, report, target_only, tv_bound
+from tests.helpers.families import FAMILIES, HIDDEN, VOCAB, WINDOW, build
 
-VOCAB = 64
-HIDDEN = 16
-WINDOW = 8
 MAX_NEW = 40
 N_SAMPLES = 500
 #: A prompt shorter than the window and one longer (the prefill alone passes it).
 PROMPTS = [torch.tensor([[1, 2, 3, 4, 5]]), torch.arange(20, 32).view(1, -1)]
-HYBRID = ["sliding_attention", "full_attention"]
-#: family: (config class, model class, family-specific config arguments)
-FAMILIES: dict[str, tuple[type, type, dict]] = {
-    "llama": (LlamaConfig, LlamaForCausalLM, {}),
-    "qwen2": (Qwen2Config, Qwen2ForCausalLM, {}),
-    "mistral": (MistralConfig, MistralForCausalLM, {"sliding_window": WINDOW}),
-    "gemma2": (Gemma2Config, Gemma2ForCausalLM, {"sliding_window": WINDOW, "head_dim": 8, "layer_types": HYBRID}),
-    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM, {"sliding_window": WINDOW, "head_dim": 8, "layer_types": HYBRID}),
-    "phi3": (Phi3Config, Phi3ForCausalLM, {}),
-    "gpt2": (GPT2Config, GPT2LMHeadModel, {}),
-}
 #: Which cache layers of each family slide (ModelRunner builds them from the config).
 SLIDING_LAYERS = {"mistral": [True, True], "gemma2": [True, False], "gemma3": [True, False]}
-
-
-def build(family: str, seed: int = 1, vocab: int = VOCAB, window: int = WINDOW, init: float = 0.3) -> PreTrainedModel:
-    """A random 2-layer float32 model of ``family`` in eval mode, without BOS/EOS/PAD (``window`` if it slides)."""
-    config_class, model_class, extra = FAMILIES[family]
-    extra = {**extra, "sliding_window": window} if "sliding_window" in extra else extra
-    config = config_class(
-        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128, initializer_range=init,
-        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None, **extra,
-    )
-    torch.manual_seed(seed)
-    return model_class(config).eval()
 
 
 def perturbed(model: PreTrainedModel, scale: float, seed: int) -> PreTrainedModel:
@@ -221,15 +177,15 @@ def test_a_cache_that_cannot_roll_back_is_refused_by_name():
 
 def test_sampling_is_exact_past_a_sliding_window(monkeypatch):
     """Speculative sampling on a vocabulary-4 Gemma-2 (window 4, prompt of 6) reproduces p exactly."""
-    monkeypatch.setattr(exact, "PROMPT", torch.tensor([[0, 1, 2, 3, 2, 1]]))
+    monkeypatch.setattr("tests.helpers.exact_distribution.PROMPT", torch.tensor([[0, 1, 2, 3, 2, 1]]))
     target = build("gemma2", seed=11, vocab=4, window=4)
     models = {"target": target, "draft": perturbed(target, 0.5, seed=12)}
     decoder = SpeculativeDecoder(target, models["draft"], rules.Speculative(), policies.Fixed(4), eos_token_id=None)
-    expected = exact.exact_distribution(models, exact.target_only, Sampling())
-    bound = exact.tv_bound(expected, N_SAMPLES)
-    tv = float(0.5 * (exact.empirical(decoder, N_SAMPLES) - expected).abs().sum())
-    exact.report(f"gemma2 window 4 speculative-fixed4 n={N_SAMPLES}", tv, bound)
+    expected = exact_distribution(models, target_only, Sampling())
+    bound = tv_bound(expected, N_SAMPLES)
+    tv = float(0.5 * (empirical(decoder, N_SAMPLES) - expected).abs().sum())
+    report(f"gemma2 window 4 speculative-fixed4 n={N_SAMPLES}", tv, bound)
     assert tv <= bound
     unbounded = {"target": build("gemma2", seed=11, vocab=4, window=1024), "draft": models["draft"]}
-    without_window = exact.exact_distribution(unbounded, exact.target_only, Sampling())
+    without_window = exact_distribution(unbounded, target_only, Sampling())
     assert float(0.5 * (without_window - expected).abs().sum()) > bound, "the window must matter to this check"

@@ -24,9 +24,8 @@ from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, targ
 from decode.head import head_features
 from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, HeadConfig
 from decode.loops.feature_feed import FeatureFed
-from tests.decode.conftest import incremental_round_logits, micro_feature_draft, micro_lm
-from tests.decode.test_batched import BATCH_BUDGETS, BATCH_PROMPTS, SAMPLE_ROWS, target_greedy, wide_prompts
-from tests.decode.test_exact_distribution import (
+from tests.helpers.batched import BATCH_BUDGETS, BATCH_PROMPTS, SAMPLE_ROWS, target_greedy, wide_prompts
+from tests.helpers.exact_distribution import (
     LENGTH,
     N_DEFAULT,
     N_SLOW,
@@ -34,11 +33,12 @@ from tests.decode.test_exact_distribution import (
     PROMPT,
     RULES,
     AcceptAll,
-    _reference_warp,
+    reference_warp,
     report,
     target_only,
     tv_bound,
 )
+from tests.helpers.micro_models import incremental_round_logits, micro_feature_draft, micro_lm
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def exact_distribution(models: dict, mix, sampling: Sampling) -> torch.Tensor:
     vocab = target.config.vocab_size
     conts = torch.tensor(list(itertools.product(range(vocab), repeat=LENGTH)))
     ids = torch.cat([PROMPT.expand(len(conts), -1), conts], dim=1)
-    start, warp = PROMPT.shape[1] - 1, _reference_warp(sampling)
+    start, warp = PROMPT.shape[1] - 1, reference_warp(sampling)
     with torch.no_grad():
         out = target(ids, output_hidden_states=True)
         features = draft.fuse_features(target_features(out.hidden_states, draft.feature_layers))

@@ -6,12 +6,20 @@ import functools
 
 import pytest
 import torch
-from test_exact_distribution import LENGTH, PROMPT, AcceptAll, exact_distribution, random_head, target_only, tv_bound
 from transformers.generation.stopping_criteria import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from decode import Sampling, SpeculativeDecoder, SpeculativeGenerateOutput, policies, rules, speculative_generate
 from decode.metadata import HeadMetadata
+from tests.helpers.exact_distribution import (
+    LENGTH,
+    PROMPT,
+    AcceptAll,
+    exact_distribution,
+    random_head,
+    target_only,
+    tv_bound,
+)
 
 WIDE_PROMPT = torch.tensor([[5, 17, 42, 8, 77]])
 
@@ -40,10 +48,11 @@ def door(models: dict, ids: torch.Tensor, **kwargs) -> torch.Tensor:
     return models["target"].generate(ids, custom_generate=speculative_generate, draft_model=models["draft"], **kwargs)
 
 
-def ours(models: dict, policy: policies.Policy, sampling: Sampling = Sampling(temperature=0.0),
+def ours(models: dict, policy: policies.Policy, sampling: Sampling | None = None,
          rule: rules.Rule | None = None) -> SpeculativeDecoder:
+    """Our decoder on ``models`` (greedy sampling and rule unless given)."""
     return SpeculativeDecoder(models["target"], models["draft"], rule=rule or rules.Greedy(), policy=policy,
-                              sampling=sampling, eos_token_id=None)
+                              sampling=sampling or Sampling(temperature=0.0), eos_token_id=None)
 
 
 def test_greedy_through_generate_equals_our_decoder_for_one_prompt(wide):

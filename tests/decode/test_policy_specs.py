@@ -7,12 +7,8 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import pytest
-import torch
 
-from decode import AcceptanceHead, HeadConfig, SVProfile, policies
-from decode.costs import CostModel
-from decode.head import PRE_FEATURES
-from decode.metadata import HeadMetadata
+from decode import policies
 from decode.policies.base import PolicyInputs
 from decode.policies.schedules import RefitConfidence
 from decode.policies.sources import (
@@ -27,54 +23,25 @@ from decode.policies.sources import (
 from decode.policies.stops import STOPS, Goodput, SurvivalStop, Threshold, register_stop
 from decode.policy_specs import (
     POLICY_SPECS,
-    ConfidenceSpec,
     FixedSpec,
-    HeuristicSpec,
-    OracleSpec,
     PolicySpec,
-    RefitConfidenceSpec,
     SourceStopSpec,
-    SVIPSpec,
-    SVSpec,
     policy_kinds,
     policy_spec,
     register_policy,
     source_stop_aliases,
 )
-from decode.rules import Speculative
-from decode.sampling import Sampling
-from decode.batch_costs import BatchCosts
+from tests.helpers.policy_specs import BATCH_SPECS, COSTS, SPECS, buildable, policy_inputs
 
-SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), SourceStopSpec("confidence", "h", 0.6),
-         SourceStopSpec("confidence", "goodput"), RefitConfidenceSpec(), SVIPSpec(0.9),
-         SourceStopSpec("adaedl", "goodput", 0.1), SourceStopSpec("margin", "h", 0.5),
-         SourceStopSpec("margin", "goodput"), SourceStopSpec("head", "h", 0.8, "pre"),
-         SourceStopSpec("head", "goodput", head="pre"), SVSpec("profile"), SVSpec("profile", k=3),
-         SourceStopSpec("perfect", "h", 0.7), SourceStopSpec("perfect", "goodput"), OracleSpec()]
-#: The kinds that decide at measured batch costs (built with ``PolicyInputs.batch_costs``).
-BATCH_SPECS = [SourceStopSpec("head", "budget", head="pre"), SourceStopSpec("margin", "budget"),
-               SourceStopSpec("confidence", "budget"), SourceStopSpec("adaedl", "budget", 0.1)]
 #: The kinds before acceptance sources and stop rules were registries: every one still reads (issue 63).
 TODAYS_KINDS = ["fixed", "heuristic", "confidence", "confidence-h", "confidence-goodput", "confidence-refit", "svip",
                 "adaedl", "margin", "margin-goodput", "head", "head-goodput", "head-budget", "margin-budget", "sv",
                 "perfect", "perfect-goodput", "oracle"]
-COSTS = BatchCosts(batches=(1, 4), draft=(0.1, 0.2), target=((1.0, 1.1, 1.2), (1.5, 1.8, 2.1)))
-
-
-def buildable(spec: PolicySpec, inputs: PolicyInputs) -> PolicyInputs:
-    """``inputs`` with the measured batch costs where ``spec`` needs them."""
-    return replace(inputs, batch_costs=COSTS) if spec in BATCH_SPECS else inputs
 
 
 @pytest.fixture()
 def inputs() -> PolicyInputs:
-    head = AcceptanceHead(HeadConfig(8, depth=1, timing="pre", features=PRE_FEATURES))
-    head.metadata = HeadMetadata(draft="draft", tokenizer_hash="x", rule=Speculative().spec(), sampling=Sampling(),
-                                 head_config=head.config, k_min=2, k_max=12)
-    profile = SVProfile(x_edges=torch.tensor([0.0, 1.0]), y_edges=torch.tensor([0.0, 1.0]), table=torch.ones(1, 1),
-                        counts=torch.ones(1, 1), latency=torch.ones(6))
-    return PolicyInputs(heads={"pre": head}, profiles={"profile": profile},
-                        costs=CostModel(t_draft=0.2, t_target=1.0, t_companion=0.0), k_max=20)
+    return policy_inputs()
 
 
 def test_the_registries_hold_what_serving_needs_and_no_evaluation_trait():
