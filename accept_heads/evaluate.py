@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,13 @@ from accept_heads.evaluation.baselines import describe_hf
 from accept_heads.evaluation.batch_axis import BatchRun
 from accept_heads.evaluation.bootstrap import add_intervals
 from accept_heads.evaluation.cost_models import CostFit, Latency, Pricing, fit_costs, measure_latency, pricing
-from accept_heads.evaluation.executor import Executor, WorkerPool, default_workers
-from accept_heads.evaluation.families import check_grids, families, family_names
+from accept_heads.evaluation.evaluation_plan import plan_evaluation
+from accept_heads.evaluation.executor import Executor, WorkerPool
+from accept_heads.evaluation.families import families, family_names
 from accept_heads.evaluation.figures import draw_all
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.machine_costs import machine_batch_costs
+from accept_heads.evaluation.metadata import EvaluationMetadata
 from accept_heads.evaluation.plan import (
     Choice,
     after_selection,
@@ -45,7 +47,6 @@ from accept_heads.evaluation.plan import (
     dev_sweeps,
     edge_note,
     edge_rules,
-    eval_rules,
     extended_k,
     fixed_grid,
     fixed_specs,
@@ -79,7 +80,6 @@ from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.feature_draft import is_feature_draft
 from decode.head import AcceptanceHead
-from decode.policy_specs import FixedSpec
 
 
 def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,
@@ -163,32 +163,32 @@ def cost_models(priced: Pricing, fit: CostFit, latency: Latency) -> dict[str, An
 
 
 def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: list[PromptSet],
-             choices: list[Choice], priced: Pricing, fit: CostFit, latency: Latency) -> dict[str, Any]:
-    """Metadata of the run: models, sampling, rules, prompt sets and seeds, selection, costs, settings."""
-    return {
-        "command": "accept_heads.evaluate", "exp_name": job.exp_name, "code_version": code_version(),
-        "models": trio.description, "device": device, "torch_threads": torch.get_num_threads(),
-        "sampling": asdict(job.sampling), "rules": asdict(job.rules), "eval_rules": rules,
-        "rule_specs": {rule: build_rule(rule, job.rules).spec() for rule in rules},
-        "seed": job.seed, "seeding": "each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
-        "max_new_tokens": job.evaluate.max_new_tokens, "sets": [s.describe() for s in sets],
-        "selection_set": "dev", "selection": [asdict(c) for c in choices],
-        "selection_criterion": "max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
-                               "a rule's swept parameter (FSD T) at its chosen K; each head's h the one it records, "
-                               "chosen so on the dev prompts after training (unless evaluate.thresholds)",
-        "cost": asdict(job.cost), "cost_models": cost_models(priced, fit, latency), "cost_profile": priced.profile,
-        "cost_fit": fit.to_dict(),
-        "cost_fit_tuples": "per run of our decoder, companion runs included, bounds excluded, over its generations "
-                           "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
-                           "latency_shape(verified length), wall s)",
-        "batching": f"families {', '.join(family_names(rows_alone=True))} decode evaluate.batch_size={job.evaluate.batch_size} "
-                    f"prompts per batched generate after the first evaluate.timed_prompts="
-                    f"{job.evaluate.timed_prompts} (alone); rows decide as alone, so only wall-clock columns "
-                    "depend on it",
-        "latency": latency.to_dict(),
-        "hf": describe_hf(), "evaluate": asdict(job.evaluate),
-        "dev_grids": {name: f.dev_grid(job) for name, f in families().items() if f.tuned},
-    }
+             choices: list[Choice], priced: Pricing, fit: CostFit, latency: Latency, described: dict[str, Any],
+             workers: int, notes: dict[str, str]) -> EvaluationMetadata:
+    """Metadata of the run: models, sampling, rules, prompt sets and seeds, selection, costs, settings (``described``:
+    the artifacts', by kind)."""
+    return EvaluationMetadata(
+        command="accept_heads.evaluate", exp_name=job.exp_name, code_version=code_version(),
+        models=trio.description, device=device, torch_threads=torch.get_num_threads(),
+        sampling=asdict(job.sampling), rules=asdict(job.rules), eval_rules=rules,
+        rule_specs={rule: build_rule(rule, job.rules).spec() for rule in rules},
+        seed=job.seed, seeding="each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
+        max_new_tokens=job.evaluate.max_new_tokens, sets=[s.describe() for s in sets],
+        selection_set="dev", selection=[asdict(c) for c in choices],
+        selection_criterion="max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
+                            "a rule's swept parameter (FSD T) at its chosen K; each head's h the one it records, "
+                            "chosen so on the dev prompts after training (unless evaluate.thresholds)",
+        cost=asdict(job.cost), cost_models=cost_models(priced, fit, latency), cost_profile=priced.profile,
+        cost_fit=fit.to_dict(),
+        cost_fit_tuples="per run of our decoder, companion runs included, bounds excluded, over its generations "
+                        "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
+                        "latency_shape(verified length), wall s)",
+        batching=f"families {', '.join(family_names(rows_alone=True))} decode evaluate.batch_size="
+                 f"{job.evaluate.batch_size} prompts per batched generate after the first evaluate.timed_prompts="
+                 f"{job.evaluate.timed_prompts} (alone); rows decide as alone, so only wall-clock columns depend on it",
+        latency=latency.to_dict(), hf=describe_hf(), evaluate=asdict(job.evaluate),
+        dev_grids={name: f.dev_grid(job) for name, f in families().items() if f.tuned},
+        heads=described["heads"], profiles=described["profiles"], workers=workers, notes=notes)
 
 
 def decode_batch_axis(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
@@ -203,74 +203,75 @@ def decode_batch_axis(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptS
 
 
 def evaluate(job: EvaluateJob) -> Results:
-    """Run the whole evaluation, save the results and figures, print the report; returns the results."""
+    """Run the whole evaluation, save the results and figures, print the report; returns the results.
+
+    What it decodes is fixed by its plan (:mod:`~accept_heads.evaluation.evaluation_plan`); ``job`` is only read.
+    """
     start = time.perf_counter()
+    plan = plan_evaluation(job)
     e = job.evaluate
     if e.threads is not None:
         torch.set_num_threads(e.threads)
-    rules = eval_rules(job)
-    check_grids(job)
     notes: dict[str, str] = {}
     executor = Executor.build(job, notes)
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
-    workers = e.workers if e.workers is not None else default_workers(device)
+    plan = plan.loaded(device, is_feature_draft(trio.draft), notes)
+    rules, axis_rules = list(plan.rules), list(plan.axis_rules)
     check_recorded_thresholds(job, artifacts)
-    if e.hf.baselines and is_feature_draft(trio.draft):
-        e.hf.baselines = False
-        notes["hf_baselines"] = ("no HF assisted-generation baseline: transformers' assistant loop cannot feed a "
-                                 "feature draft the target's features")
     unused = unmatched(job.rules, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
     latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency.lengths, e.latency.repeats)
     priced = pricing(job.cost, trio, lambda: latency.companion_ratio, compiled=e.compile, repeats=e.latency.repeats,
                      threads=e.threads)
-    executor.decoding.costs = priced.model  # the goodput head stops by the model the selection uses
-    axis_rules = batch_axis.axis_rules(job, rules) if e.batch_axis.sizes else []
+    batch_costs, costs_source = None, None
     if axis_rules:
         companion = trio.companion if artifacts.profiles else None
-        executor.batch_costs, costs_source = machine_batch_costs(
-            trio.target, trio.draft, models=trio.description, batches=e.batch_axis.sizes, max_length=e.latency.lengths,
-            repeats=e.latency.repeats, companion=companion, refresh=e.batch_axis.costs_refresh)
+        batch_costs, costs_source = machine_batch_costs(
+            trio.target, trio.draft, models=trio.description, batches=e.batch_axis.sizes,
+            max_length=e.latency.lengths, repeats=e.latency.repeats, companion=companion,
+            refresh=e.batch_axis.costs_refresh)
+    executor = executor.priced(priced.model, batch_costs)
 
-    with WorkerPool(executor, workers) as pool:
-        records = execute(dev_sweeps(job, artifacts, rules), pool, "dev sweeps")
+    with WorkerPool(executor, plan.workers) as pool:
+        records = execute(dev_sweeps(plan.job, artifacts, rules), pool, "dev sweeps")
         # K, τ, h and γ here, T below: dev rows only
-        choices = dev_choices(job, artifacts, records, priced.model, notes)
-        while (edge := edge_rules(choices, fixed_grid(job))) and (more := extended_k(fixed_grid(job))):
+        choices = dev_choices(plan.job, artifacts, records, priced.model, notes)
+        while (edge := edge_rules(choices, fixed_grid(plan.job))) and (more := extended_k(fixed_grid(plan.job))):
             records += execute([s for rule in edge for s in fixed_specs(job.rules, "dev", rule, more)], pool,
                                f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
-            e.grids[FixedSpec.kind] = [float(k) for k in sorted(fixed_grid(job) + more)]  # the batch axis's too
-            choices = dev_choices(job, artifacts, records, priced.model, notes)
-        if note := edge_note(choices, fixed_grid(job)):
+            plan = plan.with_fixed_grid(fixed_grid(plan.job) + more)
+            choices = dev_choices(plan.job, artifacts, records, priced.model, notes)
+        if note := edge_note(choices, fixed_grid(plan.job)):
             notes["fixed_k_edge"] = note
         if swept := swept_rules(rules):
-            records += execute([s for rule in swept for s in rule_sweep(job, "dev", rule, choices)], pool,
+            records += execute([s for rule in swept for s in rule_sweep(plan.job, "dev", rule, choices)], pool,
                                f"dev sweep of {', '.join(swept)}'s parameter")
             costs = costed(records, priced.model)
             choices += [c for rule in swept for c in select_rule_param(costs, "throughput_cost", rule, choices)]
-        applied = after_selection(job, artifacts, sets, rules, choices)
+        applied = after_selection(plan.job, artifacts, sets, rules, choices)
         records += execute(applied, pool, "test / OOD")
-        batch_records = decode_batch_axis(job, artifacts, sets, axis_rules, choices, pool) if axis_rules else []
+        batch_records = decode_batch_axis(plan.job, artifacts, sets, axis_rules, choices, pool) if axis_rules else []
 
     generations = mark_dev_choices(frame(records), choices)
     timings, wall = wallclock.measure(executor, applied, generations) if e.wallclock.sets else ([], pd.DataFrame())
     table, fit = results_table(generations, priced.model, latency, job.seed)
     calibration = calibration_frame(job, artifacts, trio, notes)
-    metadata = {**describe(job, trio, device, rules, sets, choices, priced, fit, latency), **executor.described,
-                "workers": workers, "notes": notes}
+    metadata = describe(plan.job, trio, device, rules, sets, choices, priced, fit, latency, executor.described,
+                        plan.workers, notes)
     if axis_rules:
-        metadata["batch_axis"] = batch_axis.describe(job, executor.batch_costs, axis_rules, e.threads, costs_source)
+        metadata = replace(metadata, batch_axis=batch_axis.describe(plan.job, batch_costs, axis_rules, e.threads,
+                                                                    costs_source))
     if timings:
         wall = wallclock.with_modelled(wall, table)
-        metadata["wallclock"] = wallclock.describe(executor)
+        metadata = replace(metadata, wallclock=wallclock.describe(executor))
     results = Results(Path(e.out_dir), table, generations, calibration, metadata,
                       batch_axis.summarise(frame(batch_records)) if batch_records else pd.DataFrame(),
                       wall, pd.DataFrame([asdict(t) for t in timings]), source_calibration(generations))
     figures = draw_all(results) if e.figures else {}
-    metadata["seconds"] = time.perf_counter() - start
+    results = replace(results, metadata=replace(metadata, seconds=time.perf_counter() - start))
     files = save_results(results)
-    print_report(results.table, metadata, files, figures, results.batch_axis, results.wallclock,
+    print_report(results.table, results.metadata, files, figures, results.batch_axis, results.wallclock,
                  results.source_calibration)
     return results
 

@@ -93,7 +93,7 @@ def test_evaluate_runs_on_cuda(cuda_pipeline: dict) -> None:
     )
     results = evaluate(config.evaluate_job())
     assert (out_dir / "results.parquet").is_file()
-    assert results.metadata["device"].startswith("cuda")
+    assert results.metadata.device.startswith("cuda")
 
 
 @pytest.mark.parametrize("rule", [rules.Speculative(), rules.Ensemble("weighted", weight=0.5)], ids=repr)

@@ -13,7 +13,7 @@ import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -94,6 +94,13 @@ class Executor:
         table = runners(decoding, hf, SERunner(trio, sampling, job.rules, e.max_new_tokens, job.seed))
         return cls(job, trio, device, artifacts, described, {s.name: s for s in sets}, decoding, hf, table)
 
+    def priced(self, costs: CostModel, batch_costs: BatchCosts | None) -> Executor:
+        """This executor deciding at ``costs`` (the goodput head stops by the model the selection uses) and pricing
+        the batch axis at ``batch_costs``: a new one, sharing the models."""
+        decoding = replace(self.decoding, costs=costs)
+        table = {name: decoding if runner is self.decoding else runner for name, runner in self.runners.items()}
+        return replace(self, decoding=decoding, runners=table, batch_costs=batch_costs)
+
     def run(self, spec: RunSpec) -> list[GenerationRecord]:
         """Decode one run with its family's runner: a record per generation."""
         runner = self.runners.get(spec.family)
@@ -113,15 +120,13 @@ class Executor:
 _WORKER: Executor | None = None
 
 
-def _start_worker(job: EvaluateJob, costs: CostModel | None, batch_costs: BatchCosts | None) -> None:
+def _start_worker(job: EvaluateJob, costs: CostModel, batch_costs: BatchCosts | None) -> None:
     """A spawned process starts afresh: quiet the libraries as the entry point did, then build its executor."""
     global _WORKER
     quiet_library_output()
     if job.evaluate.threads is not None:
         torch.set_num_threads(job.evaluate.threads)
-    _WORKER = Executor.build(job, notes={})
-    _WORKER.decoding.costs = costs
-    _WORKER.batch_costs = batch_costs
+    _WORKER = Executor.build(job, notes={}).priced(costs, batch_costs)
 
 
 def _call_in_worker(method: str, spec: RunSpec | BatchRun) -> Sequence[Record]:

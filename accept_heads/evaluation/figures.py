@@ -54,7 +54,7 @@ def _panels(count: int, width: float = 4.6, height: float = 3.8) -> tuple[Figure
 
 def _cost_note(results: Results) -> str:
     """Which costs the figure is modelled at (the ``cost`` model's caption, wrapped for a title)."""
-    return textwrap.fill(results.metadata["cost_models"]["cost"]["caption"], 110)
+    return textwrap.fill(results.metadata.cost_models["cost"]["caption"], 110)
 
 
 def _family_label(family: str, artifact: object) -> str:
@@ -62,7 +62,7 @@ def _family_label(family: str, artifact: object) -> str:
 
 
 def _sweep_set(results: Results) -> str:
-    return results.metadata["selection_set"]
+    return results.metadata.selection_set
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -78,7 +78,7 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _configured(rule_params: pd.Series, results: Results, rule: str) -> pd.Series:
     """The rows at ``rule``'s configured parameters, not at another point of its swept parameter's grid."""
-    spec = results.metadata["rule_specs"][rule]
+    spec = results.metadata.rule_specs[rule]
     value = from_spec(spec["name"], **spec["params"]).value
     return rule_params.isna() if value is None else rule_params == value
 
@@ -188,7 +188,7 @@ def draw_calibration(results: Results) -> Figure | None:
         share.bar((bins["lo"] + bins["hi"]) / 2, bins["count"].fillna(0) / len(rows), width=0.09, alpha=0.2,
                   color="grey")
         share.set_ylabel("share of positions")
-        meta = results.metadata["heads"].get(name, {})
+        meta = results.metadata.heads.get(name, {})
         auroc = meta.get("dev_metrics", {}).get("val/auroc")
         auroc_text = f", AUROC {auroc:.3f}" if auroc is not None else ", AUROC undefined (one class)"
         ax.set(title=f"head[{name}] ({meta.get('timing', '?')}, {meta.get('rule', {}).get('name', '?')})\n"
@@ -201,7 +201,7 @@ def draw_calibration(results: Results) -> Figure | None:
 
 def draw_sv_profile(results: Results) -> Figure | None:
     """SV profile: mean acceptance per (X-bin, Y-bin), and H(A) vs H(A | X, Y)."""
-    profiles = results.metadata.get("profiles", {})
+    profiles = results.metadata.profiles
     if not profiles:
         return None
     figure, axes = _panels(2 * len(profiles))
@@ -247,7 +247,7 @@ def draw_fsd(results: Results) -> Figure | None:
     references = table[(table["set"] == set_name) & table["rule"].isin(["speculative", "greedy"])
                        & (table["family"] == "fixed") & (table["chosen_on"] == "dev")]
     figure, (length_ax, quality_ax) = _panels(2)
-    divergence = results.metadata["rule_specs"]["fuzzy"]["params"]["divergence"].upper()
+    divergence = results.metadata.rule_specs["fuzzy"]["params"]["divergence"].upper()
     length_ax.plot(fuzzy["rule_param"], fuzzy["mean_accepted_length"], "o-", color="tab:brown",
                    label=f"fuzzy, {fuzzy['policy'].iloc[0]}")
     quality_ax.plot(fuzzy["rule_param"], fuzzy["target_agreement"], "o-", color="tab:brown", label="fuzzy")
@@ -279,7 +279,7 @@ def draw_se(results: Results) -> Figure | None:
     fixed = table[table["family"] == "fixed"].sort_values("param")
     if se.empty and fixed.empty:
         return None
-    cost = results.metadata["cost_models"]["cost"]
+    cost = results.metadata.cost_models["cost"]
     figure, (ax,) = _panels(1, width=6.5)
     for family, group in se.groupby("family", sort=False):
         group = group.sort_values("param")

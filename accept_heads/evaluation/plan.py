@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from accept_heads.evaluation.families import families, family, run_policy
 from accept_heads.evaluation.inputs import Artifacts, PromptSet
+from accept_heads.evaluation.metadata import EvaluationMetadata
 from accept_heads.evaluation.runs import RunSpec
 from accept_heads.evaluation.specs import (
     HFConfidenceSpec,
@@ -64,9 +64,9 @@ class Choice:
         return run_policy(self.family, self.run_params()[0], self.artifact)
 
 
-def recorded_choices(metadata: dict[str, Any]) -> list[Choice]:
-    """The dev choices an evaluation's metadata records (``metadata["selection"]``), typed."""
-    return [Choice(**choice) for choice in metadata["selection"]]
+def recorded_choices(metadata: EvaluationMetadata) -> list[Choice]:
+    """The dev choices an evaluation's metadata records (``metadata.selection``), typed."""
+    return [Choice(**choice) for choice in metadata.selection]
 
 
 def eval_rules(job: EvaluateJob) -> list[str]:

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from accept_heads.evaluation.families import families, family, family_names
+from accept_heads.evaluation.metadata import EvaluationMetadata
 from accept_heads.evaluation.plan import Choice, recorded_choices
 from accept_heads.evaluation.table import at_dev_choice, best_training_free
 from decode.rules import RULES
@@ -202,9 +203,9 @@ def wallclock_table(wall: pd.DataFrame, described: dict[str, Any], caption: str)
     return out
 
 
-def cost_lines(metadata: dict[str, Any]) -> list[str]:
+def cost_lines(metadata: EvaluationMetadata) -> list[str]:
     """The fitted ``t_d``, ``t_c``, ``t_t(L)`` and R², and which costs the ``cost`` model has."""
-    fit, fitted, cost = metadata["cost_fit"], metadata["cost_models"]["fitted"], metadata["cost_models"]["cost"]
+    fit, fitted, cost = metadata.cost_fit, metadata.cost_models["fitted"], metadata.cost_models["cost"]
     t_c = (f"{1000 * fit['t_companion']:.2f} ms" if fit["companion_runs"]
            else "not identified (no companion run)")
     ratio = fit["t_draft"] / fit["t_target"] if fit["t_target"] > 0 else math.nan
@@ -214,7 +215,7 @@ def cost_lines(metadata: dict[str, Any]) -> list[str]:
         f"t_d = {1000 * fit['t_draft']:.2f} ms, t_c = {t_c}, t_t(L=1) = {1000 * fit['t_target']:.2f} ms "
         f"(t_d/t_t = {_num(ratio, 3)}), R² (uncentred) = {fit['r2']:.3f}",
         f"fitted t_t(L) for L = 1..{len(fitted['latency_shape'])} (ms, measured latency shape): {lengths}",
-        _cost_model_line(cost, metadata.get("cost_profile")),
+        _cost_model_line(cost, metadata.cost_profile),
     ]
 
 
@@ -229,31 +230,31 @@ def _cost_model_line(cost: dict[str, Any], profile: Any) -> str:
             f"{profile['stored']['path']})")
 
 
-def print_report(table: pd.DataFrame, metadata: dict[str, Any], files: dict[str, Path],
+def print_report(table: pd.DataFrame, metadata: EvaluationMetadata, files: dict[str, Path],
                  figures: dict[str, Path | None], batch_axis: pd.DataFrame | None = None,
                  wallclock: pd.DataFrame | None = None, source_calibration: pd.DataFrame | None = None) -> None:
     """Everything the user needs at the end of a run."""
     console = Console()
     if not console.is_terminal:
         console = Console(width=WIDTH)  # logs and pipes: do not squeeze the table into 80 columns
-    cost = metadata["cost_models"]["cost"]
+    cost = metadata.cost_models["cost"]
     console.print(selection_table(recorded_choices(metadata), cost["caption"]))
     for set_name in dict.fromkeys(table.loc[table["role"] != "dev", "set"]):
         console.print(results_table(table, set_name, cost))
     console.print(league_table(table, cost["caption"]))
     if source_calibration is not None and len(source_calibration):
         console.print(source_calibration_table(source_calibration))
-    if metadata["heads"]:
-        console.print(heads_table(table, metadata["heads"], cost["caption"]))
+    if metadata.heads:
+        console.print(heads_table(table, metadata.heads, cost["caption"]))
     if batch_axis is not None and len(batch_axis):
-        console.print(batch_axis_table(batch_axis, metadata["batch_axis"]["batch_costs"]))
+        console.print(batch_axis_table(batch_axis, metadata.batch_axis["batch_costs"]))
     if wallclock is not None and len(wallclock):
-        console.print(wallclock_table(wallclock, metadata["wallclock"], cost["caption"]))
+        console.print(wallclock_table(wallclock, metadata.wallclock, cost["caption"]))
     for line in cost_lines(metadata):
         console.print(line, markup=False)
-    for note in metadata["notes"].values():
+    for note in metadata.notes.values():
         console.print(f"note: {note}", markup=False)
     console.print("results: " + ", ".join(str(p) for p in files.values()), markup=False)
     for name, path in figures.items():
         console.print(f"figure {name}: {path if path else 'skipped (no data)'}", markup=False)
-    console.print(f"evaluation took {metadata['seconds']:.0f} s")
+    console.print(f"evaluation took {metadata.seconds:.0f} s")

@@ -21,11 +21,12 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from accept_heads.evaluation.metadata import EvaluationMetadata
 
 RESULTS_ENV = "ACCEPT_HEADS_RESULTS"
 DEFAULT_ROOT = "runs/tiny/eval"
@@ -41,7 +42,7 @@ class Results:
     table: pd.DataFrame
     generations: pd.DataFrame
     calibration: pd.DataFrame
-    metadata: dict[str, Any]
+    metadata: EvaluationMetadata
     batch_axis: pd.DataFrame = field(default_factory=pd.DataFrame)
     wallclock: pd.DataFrame = field(default_factory=pd.DataFrame)
     wallclock_timings: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -52,7 +53,7 @@ class Results:
         return self.root / "figures"
 
 
-def _json(payload: Any) -> str:
+def _json(payload: dict) -> str:
     return json.dumps(payload, indent=2, sort_keys=True, default=str)
 
 
@@ -64,7 +65,7 @@ def save_results(results: Results) -> dict[str, Path]:
                                             "generations.parquet", "calibration.parquet", "batch_axis.parquet",
                                             "wallclock.parquet", "wallclock_timings.parquet",
                                             "source_calibration.parquet")}
-    text = _json(results.metadata)
+    text = _json(results.metadata.to_dict())
     arrow = pa.Table.from_pandas(results.table, preserve_index=False)
     pq.write_table(arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), METADATA_KEY: text.encode()}),
                    paths["results.parquet"])
@@ -97,7 +98,7 @@ def load_results(root: str | Path | None = None) -> Results:
         raise FileNotFoundError(f"no evaluation results at {root}; run `python -m accept_heads.evaluate` first "
                                 f"or set {RESULTS_ENV}")
     table = pq.read_table(root / "results.parquet")
-    metadata = json.loads(table.schema.metadata[METADATA_KEY])
+    metadata = EvaluationMetadata.from_dict(json.loads(table.schema.metadata[METADATA_KEY]))
 
     def optional(name: str) -> pd.DataFrame:  # absent in results written before the batch axis / wall clock / league
         return pd.read_parquet(root / name) if (root / name).is_file() else pd.DataFrame()

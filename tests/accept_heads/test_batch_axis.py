@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +19,8 @@ from tests.helpers.evaluation import write_artifacts
 
 
 @pytest.fixture(scope="module")
-def axis(make_config, micro_trio, micro_root, tmp_path_factory):
+def axis_run(make_config, micro_trio, micro_root, tmp_path_factory):
+    """The config, a copy of it taken before the evaluation, and the evaluation's results."""
     root = tmp_path_factory.mktemp("batch-axis")
     write_artifacts(root / "heads", micro_trio["draft"])
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
@@ -25,7 +28,22 @@ def axis(make_config, micro_trio, micro_root, tmp_path_factory):
                          "evaluate.prompts={dev: 3, test: 3, ood: 1}", "evaluate.hf.baselines=false",
                          "evaluate.calibration_rows=0", "evaluate.batch_axis.sizes=[1,2]",
                          "evaluate.batch_axis.prompts=3")
-    return config, evaluate(config.evaluate_job())
+    before = copy.deepcopy(config)
+    return config, before, evaluate(config.evaluate_job())
+
+
+@pytest.fixture(scope="module")
+def axis(axis_run):
+    config, _, results = axis_run
+    return config, results
+
+
+def test_the_evaluation_never_writes_into_its_config(axis_run):
+    """The fixed-K grid grown on dev is the evaluation's plan's (decoded and recorded), never its config's."""
+    config, before, results = axis_run
+    assert asdict(config) == asdict(before)
+    assert config.evaluate.grids["fixed"] == [1.0, 3.0]
+    assert results.metadata.dev_grids["fixed"][:2] == [1.0, 3.0] and len(results.metadata.dev_grids["fixed"]) > 2
 
 
 def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
@@ -54,13 +72,13 @@ def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
     loaded = load_results(config.evaluate.out_dir).batch_axis
     pd.testing.assert_frame_equal(loaded, table, check_dtype=False)
     assert (Path(config.evaluate.out_dir) / "figures" / "batch_axis.png").stat().st_size > 0
-    meta = results.metadata["batch_axis"]
+    meta = results.metadata.batch_axis
     assert meta["batch_sizes"] == [1, 2] and len(meta["batch_costs"]["companion"]) == 2  # SV's companion priced
 
 
 def test_the_batch_costs_are_the_machines_stored_table_recorded_with_the_run(axis):
     _, results = axis
-    axis_meta = results.metadata["batch_axis"]
+    axis_meta = results.metadata.batch_axis
     source = axis_meta["batch_costs_source"]
     stored = json.loads(Path(source["path"]).read_text())
     assert stored["costs"] == axis_meta["batch_costs"] and stored["key"] == source["key"]
@@ -71,7 +89,7 @@ def test_the_fixed_k_of_each_batch_size_is_the_dev_grids_best(axis):
     _, results = axis
     table = results.batch_axis
     dev = table[(table["role"] == "dev") & (table["family"] == "fixed")]
-    grid = results.metadata["dev_grids"]["fixed"]  # the main evaluation's grid, grown past an edge choice
+    grid = results.metadata.dev_grids["fixed"]  # the main evaluation's grid, grown past an edge choice
     assert set(dev["param"]) == set(map(float, grid)) and {1, 3} <= set(grid) and set(dev["batch"]) == {1, 2}
     for (rule, batch), group in dev.groupby(["rule", "batch"]):
         best = group.sort_values(["modelled_tokens_per_s", "param"], ascending=[False, True]).iloc[0]["param"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,7 @@ def test_worker_processes_decode_the_same_generations_as_one_process(make_config
                              "evaluate.hf.baselines=false", "evaluate.figures=false", "evaluate.calibration_rows=0",
                              f"evaluate.workers={workers}")
         results = evaluate(config.evaluate_job())
-        assert results.metadata["workers"] == workers
+        assert results.metadata.workers == workers
         return results.generations.drop(columns=["wall_s"])
 
     one, two = run(1), run(2)
@@ -101,7 +102,7 @@ def test_the_results_are_written_and_load_back_as_they_were(evaluated):
     pd.testing.assert_frame_equal(loaded.table[columns], results.table[columns], check_dtype=False)
     assert (loaded.table["per_position_acceptance"].map(len).tolist()
             == results.table["per_position_acceptance"].map(len).tolist())
-    assert loaded.metadata["selection_set"] == "dev"
+    assert loaded.metadata.selection_set == "dev"
 
 
 def test_every_figure_is_a_drawn_image(evaluated):
@@ -156,7 +157,7 @@ def test_the_wall_clock_times_the_chosen_methods_beside_their_modelled_figures(e
     assert target[["x_target", "x_target_lo", "x_target_hi"]].to_numpy().tolist() == [[1.0, 1.0, 1.0]]
     timings = load_results(config.evaluate.out_dir).wallclock_timings
     assert len(timings) == len(wall) * 2 and set(timings["turn"]) == set(range(len(wall)))
-    assert results.metadata["wallclock"]["batch"] == 1
+    assert results.metadata.wallclock["batch"] == 1
 
 
 def test_comparisons_carry_paired_bootstrap_intervals(evaluated):
@@ -194,7 +195,7 @@ def test_the_league_compares_each_source_with_the_best_training_free_one_chosen_
                                       heads["throughput_cost"] / reference["throughput_cost"].iloc[0])
     assert (heads["speedup_free_cost_lo"] <= heads["speedup_free_cost"] + 1e-9).all()
     console = Console(width=240, record=True)
-    console.print(league_table(results.table, results.metadata["cost_models"]["cost"]["caption"]))
+    console.print(league_table(results.table, results.metadata.cost_models["cost"]["caption"]))
     printed = console.export_text()
     assert "training-free (best, dev)" in printed and "learned" in printed and "margin-goodput" in printed
 
@@ -397,10 +398,10 @@ def test_an_explicit_evaluate_thresholds_chooses_h_on_dev_over_the_recorded_one(
     with pytest.raises(ConfigError, match=r"head\[post\] records h = 0.5, which head.thresholds \[0.6, 0.9\] lacks"):
         evaluate(make_config(*overrides, "head.thresholds=[0.6,0.9]").evaluate_job())
     results = evaluate(make_config(*overrides, "evaluate.thresholds=[0.6,0.9]").evaluate_job())
-    heads = [c for c in results.metadata["selection"] if c["family"] == "head"]
+    heads = [c for c in results.metadata.selection if c["family"] == "head"]
     assert sorted(c["artifact"] for c in heads) == ["post", "pre"] and {c["value"] for c in heads} <= {0.6, 0.9}
     test = results.table[(results.table["role"] == "test") & (results.table["family"] == "head")]
-    assert set(test["param"]) <= {0.6, 0.9} and not any(k.startswith("h[") for k in results.metadata["notes"])
+    assert set(test["param"]) <= {0.6, 0.9} and not any(k.startswith("h[") for k in results.metadata.notes)
 
 
 
@@ -416,13 +417,13 @@ def test_measured_costs_price_the_runs_and_every_table_says_which(make_config, m
                          "cost.source=measured")
     results = evaluate(config.evaluate_job())
     meta, printed = results.metadata, capsys.readouterr().out
-    profile = CostProfile.from_dict(meta["cost_profile"]["profile"])
-    cost = meta["cost_models"]["cost"]
+    profile = CostProfile.from_dict(meta.cost_profile["profile"])
+    cost = meta.cost_models["cost"]
     assert cost["source"] == "measured" and cost["caption"] == profile.caption() and "thread" in profile.machine
     model = profile.cost_model()
     assert (cost["t_target"], cost["t_target_alone"]) == (model.t_target, model.target_alone)
     assert cost["latency_shape"] == list(model.latency.values) and len(cost["latency_shape"]) == 15
-    assert Path(meta["cost_profile"]["stored"]["path"]).is_file() and "no cost profile" in printed
+    assert Path(meta.cost_profile["stored"]["path"]).is_file() and "no cost profile" in printed
     assert printed.count("costs measured on") >= 4  # the selection, each test / OOD set, the league, the heads
     again = aggregate(results.generations)  # the runs priced by hand at the profile's cost model
     add_costs(again, "cost", model)
@@ -450,10 +451,10 @@ def test_a_rule_at_the_fixed_k_grids_edge_is_named_in_a_note_and_only_then():
 
 def test_the_evaluations_edge_note_names_exactly_the_rules_at_the_edge(evaluated):
     _, results = evaluated
-    grid = results.metadata["dev_grids"]["fixed"]
-    at_edge = sorted(c["rule"] for c in results.metadata["selection"]
+    grid = results.metadata.dev_grids["fixed"]
+    at_edge = sorted(c["rule"] for c in results.metadata.selection
                      if c["family"] == "fixed" and c["swept"] == "param" and c["value"] == max(grid))
-    note = results.metadata["notes"].get("fixed_k_edge")
+    note = results.metadata.notes.get("fixed_k_edge")
     assert (note is None) == (not at_edge)
     assert note is None or note.endswith(f"for {', '.join(at_edge)}: the optimum may lie beyond")
 
@@ -471,7 +472,7 @@ def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
     _, results = evaluated
     table = results.table
     dev = table[table["role"] == "dev"]
-    for choice in results.metadata["selection"]:
+    for choice in results.metadata.selection:
         assert choice["chosen_on"] == "dev"
         rows = choice_rows(dev, choice)
         if choice["family"] == "head":  # at the h it records, chosen on dev after training
@@ -486,7 +487,7 @@ def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
     applied = table[(table["role"] != "dev") & table["family"].isin(["fixed", "confidence", "head"])
                     & (table["rule"] != "fuzzy")]
     assert (applied["chosen_on"] == "dev").all()
-    picked = {(c["rule"], c["family"], c["artifact"]): c["value"] for c in results.metadata["selection"]}
+    picked = {(c["rule"], c["family"], c["artifact"]): c["value"] for c in results.metadata.selection}
     for _, row in applied.iterrows():
         assert picked[(row["rule"], row["family"], row["artifact"])] == row["param"]
     hf = table[table["family"] == "hf-constant"]
@@ -497,12 +498,12 @@ def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
     for set_name in ("test", "builtin:module"):
         params = sv.loc[sv["set"] == set_name, "param"].tolist()
         assert len(params) == 2 and picked[("speculative", "fixed", None)] in params
-    assert {"fixed", "confidence", "head"} <= {c["family"] for c in results.metadata["selection"]}
+    assert {"fixed", "confidence", "head"} <= {c["family"] for c in results.metadata.selection}
 
 
 def test_test_rows_are_marked_dev_only_when_their_parameter_was_chosen_on_dev(evaluated):
     _, results = evaluated
-    table, selection = results.table, results.metadata["selection"]
+    table, selection = results.table, results.metadata.selection
     chosen = {(c["rule"], c["family"], c["artifact"], *((c["value"], c["rule_param"]) if c["swept"] == "param"
                                                          else (c["param"], c["value"]))) for c in selection}
     fixed_k = {c["rule"]: c["value"] for c in selection if c["family"] == "fixed" and c["swept"] == "param"}
@@ -521,7 +522,7 @@ def test_test_rows_are_marked_dev_only_when_their_parameter_was_chosen_on_dev(ev
 
 def test_se_gamma_and_fsd_threshold_are_chosen_on_dev(evaluated):
     _, results = evaluated
-    table, selection = results.table, results.metadata["selection"]
+    table, selection = results.table, results.metadata.selection
     se_tuned = family_names(runner="se", tuned=True)
     se = [c for c in selection if c["family"] in se_tuned]
     assert sorted(c["family"] for c in se) == ["se-alternate", "se-sd"]
@@ -540,30 +541,30 @@ def test_se_gamma_and_fsd_threshold_are_chosen_on_dev(evaluated):
 def test_results_carry_metadata(evaluated, micro_trio):
     config, results = evaluated
     meta = results.metadata
-    assert meta["models"]["draft"]["id"] == str(micro_trio["draft"]) and meta["models"]["tokenizer_hash"]
-    assert set(meta["heads"]) == {"pre", "post"} and meta["heads"]["pre"]["timing"] == "pre"
-    assert meta["heads"]["post"]["path"].endswith("post/head.safetensors")
-    assert set(meta["profiles"]) == {"profile"} and len(meta["profiles"]["profile"]["table"]) == 2
-    assert meta["seed"] == config.seed and "seeding" in meta
-    sets = {s["name"]: s for s in meta["sets"]}
+    assert meta.models["draft"]["id"] == str(micro_trio["draft"]) and meta.models["tokenizer_hash"]
+    assert set(meta.heads) == {"pre", "post"} and meta.heads["pre"]["timing"] == "pre"
+    assert meta.heads["post"]["path"].endswith("post/head.safetensors")
+    assert set(meta.profiles) == {"profile"} and len(meta.profiles["profile"]["table"]) == 2
+    assert meta.seed == config.seed and meta.seeding
+    sets = {s["name"]: s for s in meta.sets}
     assert (sets["dev"]["split"], sets["test"]["split"], sets["builtin:module"]["role"]) == ("dev", "test", "ood")
     assert all(s["count"] == 2 and len(s["prompt_ids"]) == 2 for s in sets.values())
-    assert meta["cost"] == {"source": "configured", "t_draft": 0.0236, "t_target": 0.112, "t_companion": None,
+    assert meta.cost == {"source": "configured", "t_draft": 0.0236, "t_target": 0.112, "t_companion": None,
                             "t_target_alone": 0.108}
-    assert meta["cost_fit"]["n"] > 0
-    assert meta["cost_fit"]["companion_runs"] > 0  # the SV runs are fitted too
-    latency = meta["latency"]
+    assert meta.cost_fit["n"] > 0
+    assert meta.cost_fit["companion_runs"] > 0  # the SV runs are fitted too
+    latency = meta.latency
     assert len(latency["target_s"]) == len(latency["shape"]) == 5 and latency["shape"][0] == 1.0
     assert 0 < latency["target_alone_s"]
     assert latency["alone_ratio"] == latency["target_alone_s"] / latency["target_s"][0]
-    paper, fitted = meta["cost_models"]["cost"], meta["cost_models"]["fitted"]
+    paper, fitted = meta.cost_models["cost"], meta.cost_models["fitted"]
     assert paper["latency_shape"] == [1.0] and paper["t_companion"] == pytest.approx(
         0.0236 * latency["companion_s"] / latency["draft_s"])
-    assert fitted["latency_shape"] == latency["shape"] and fitted["t_companion"] == meta["cost_fit"]["t_companion"]
+    assert fitted["latency_shape"] == latency["shape"] and fitted["t_companion"] == meta.cost_fit["t_companion"]
     assert paper["t_companion_from"] == "t_d x the companion/draft call ratio measured here"  # cost.t_companion=null
     assert cost_lines(meta)[-1].endswith("(t_d x the companion/draft call ratio measured here)")
-    configured = {**meta, "cost_models": {**meta["cost_models"], "cost": {**paper, "t_companion": 0.0276,
-                                                                          "t_companion_from": "cost.t_companion"}}}
+    configured = replace(meta, cost_models={**meta.cost_models, "cost": {**paper, "t_companion": 0.0276,
+                                                                         "t_companion_from": "cost.t_companion"}})
     assert cost_lines(configured)[-1].endswith("t_c = 0.0276 s (cost.t_companion)")
     assert set(results.calibration["head"]) == {"pre", "post"}
 

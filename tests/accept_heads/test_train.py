@@ -84,7 +84,7 @@ def test_h_is_chosen_on_the_evaluations_own_dev_runs(trained, tmp_path):
                 latency=LatencyConfig(lengths=2, repeats=1), out_dir=str(tmp_path / "eval"))
     config = replace(config, head=replace(config.head, thresholds=grid), evaluate=e)
     results = evaluate(config.evaluate_job())
-    (dev_set,) = [s for s in results.metadata["sets"] if s["role"] == "dev"]
+    (dev_set,) = [s for s in results.metadata.sets if s["role"] == "dev"]
     table = results.table
     dev = table[(table["role"] == "dev") & (table["family"] == "head")].set_index("param")
     columns = ["generated", "draft_calls", "target_calls", "discarded", "throughput_cost"]
@@ -95,7 +95,7 @@ def test_h_is_chosen_on_the_evaluations_own_dev_runs(trained, tmp_path):
             counts = [row.generated, row.draft_calls, row.target_calls, row.discarded, row.throughput]
             assert dev.loc[row.threshold, columns].tolist() == counts, row.threshold
     assert [row.threshold for row in swept.rows] == grid and len({row.target_calls for row in swept.rows}) > 1
-    (choice,) = [c for c in results.metadata["selection"] if c["family"] == "head"]  # the recorded h, applied
+    (choice,) = [c for c in results.metadata.selection if c["family"] == "head"]  # the recorded h, applied
     assert choice["value"] == result.calibration.threshold
     assert table.loc[(table["role"] != "dev") & (table["family"] == "head"), "param"].tolist() == [choice["value"]] * 2
 

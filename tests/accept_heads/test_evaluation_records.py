@@ -1,0 +1,64 @@
+"""The evaluation's frozen plan and its typed metadata record (no decoding)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from dataclasses import asdict, fields
+
+import pytest
+
+from accept_heads.evaluation.evaluation_plan import HF_FEATURE_DRAFT, plan_evaluation
+from accept_heads.evaluation.metadata import OPTIONAL, EvaluationMetadata
+from tests.helpers.config import compose_config
+
+
+def metadata(**changes) -> EvaluationMetadata:
+    """A record with a value of its JSON kind in every field."""
+    values = {f.name: f"{f.name}-value" for f in fields(EvaluationMetadata)}
+    values.update(models={"target": {"id": "t"}}, torch_threads=1, sampling={"temperature": 1.0},
+                  rules={"names": ["speculative"]}, eval_rules=["speculative"], rule_specs={"speculative": {}},
+                  seed=0, max_new_tokens=8, sets=[{"name": "dev", "role": "dev"}],
+                  selection=[{"rule": "speculative", "family": "fixed", "value": 3.0}],
+                  cost={"t_draft": 0.1}, cost_models={"cost": {"caption": "c"}}, cost_fit={"n": 2}, latency={},
+                  hf={}, evaluate={"hf": {"baselines": True}}, dev_grids={"fixed": [1.0, 3.0]},
+                  heads={"pre": {"timing": "pre"}}, profiles={}, workers=1, notes={"a": "b"},
+                  cost_profile=None, batch_axis={"batch_sizes": [1, 2]}, wallclock=None, seconds=1.5)
+    return dataclasses.replace(EvaluationMetadata(**values), **changes)
+
+
+def test_the_metadata_record_round_trips_through_its_json():
+    record = metadata()
+    text = json.dumps(record.to_dict(), sort_keys=True)
+    assert EvaluationMetadata.from_dict(json.loads(text)) == record
+    assert "wallclock" not in record.to_dict() and "cost_profile" not in record.to_dict()  # unset: left out
+    assert record.to_dict()["batch_axis"] == {"batch_sizes": [1, 2]}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.seconds = 2.0  # type: ignore[misc]
+
+
+def test_a_metadata_file_lacking_a_key_is_refused_naming_it():
+    record = metadata().to_dict()
+    del record["selection"]
+    with pytest.raises(ValueError, match="lacks selection"):
+        EvaluationMetadata.from_dict(record)
+    optional = {name: value for name, value in metadata().to_dict().items() if name not in OPTIONAL}
+    assert EvaluationMetadata.from_dict(optional).seconds is None  # negative control: the optional ones may lack
+
+
+def test_the_plan_never_writes_into_its_config():
+    job = compose_config("evaluate.rules=[speculative,greedy]", "evaluate.batch_axis.sizes=[1,2]",
+                         "evaluate.batch_axis.rules=[greedy]", "+evaluate.grids.fixed=[1,3]").evaluate_job()
+    before = copy.deepcopy(job)
+    plan = plan_evaluation(job)
+    assert plan.rules == ("speculative", "greedy") and plan.axis_rules == ("greedy",) and plan.workers is None
+    notes: dict[str, str] = {}
+    loaded = plan.loaded("cpu", feature_draft=True, notes=notes).with_fixed_grid([1, 3, 5, 6])
+    assert not loaded.job.evaluate.hf.baselines and notes == {"hf_baselines": HF_FEATURE_DRAFT}
+    assert loaded.job.evaluate.grids["fixed"] == [1.0, 3.0, 5.0, 6.0] and loaded.workers >= 1
+    assert asdict(job) == asdict(before) and job.evaluate.hf.baselines  # the caller's config as it was
+    assert plan.job is job  # nothing to change, nothing copied
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.workers = 2  # type: ignore[misc]
+    assert plan.loaded("cpu", feature_draft=False, notes=notes).job.evaluate.hf.baselines  # negative control
