@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from accept_heads.evaluation.inputs import Artifacts
 from accept_heads.evaluation.plan import sweep
 from ahconf.entry import CONF_DIR, to_config
-from ahconf.schema import RENAMED, Config, ConfigError
+from ahconf.schema import DEFAULT_MIXING_R, RENAMED, Config, ConfigError
 from decode import AcceptanceHead, HeadConfig, rules
 from decode.metadata import HeadMetadata
 from decode.sampling import Sampling
@@ -157,6 +157,14 @@ def test_a_typo_in_a_nested_evaluate_name_fails_at_compose_time_naming_it(overri
     assert override.split("=")[0].rsplit(".", 1)[1] in str(excinfo.value.__cause__ or excinfo.value)
 
 
+@pytest.mark.parametrize("head", ["specdecpp", "dspark", "sv_profile"])
+def test_mixing_r_has_one_default(head):
+    assert to_config(_compose(f"head={head}")).head.mixing_r == DEFAULT_MIXING_R
+    groups = [p for p in Path(CONF_DIR).glob("*/*.yaml") if p.parent.name != "exp"]
+    assert groups and not [p.name for p in groups if "mixing_r" in p.read_text()]  # the schema's, nowhere else
+    assert to_config(_compose("+exp=llama70b")).head.mixing_r == 0.15  # negative control: the paper's recipe sets r
+
+
 def test_typo_in_key_fails_at_compose_time_naming_the_key():
     with pytest.raises(ConfigCompositionException) as excinfo:
         _compose("+exp=tiny", "trainer.max_stepz=1")
@@ -177,7 +185,8 @@ def test_typo_in_a_yaml_group_file_fails(tmp_path):
 @pytest.mark.parametrize(
     "override, key",
     [("head.timing=middle", "head.timing"), ("rules.names=[exact]", "rules.names"), ("sampling.temperature=-1", "temperature"),
-     ("head.timing=post", "head.mixing_r=1 leaves none"), ("evaluate.batch_axis.rules=[exact]", "evaluate.batch_axis.rules"),
+     ("head.timing=post", "head.mixing_r=1 leaves none"),
+     ("evaluate.batch_axis.rules=[exact]", "evaluate.batch_axis.rules"),
      ("evaluate.batch_axis.sizes=[0,8]", "evaluate.batch_axis.sizes"), ("head.thresholds=[]", "head.thresholds"),
      ("evaluate.thresholds=[]", "evaluate.thresholds"), ("evaluate.hf_sets=[dev]", "evaluate.hf.sets"),
      ("evaluate.wallclock.prompts=0", "evaluate.wallclock.prompts")],  # the tiny recipe's r = 1 suits pre heads only

@@ -46,14 +46,14 @@ from ahconf.schema.evaluate import (
     WallclockConfig,
 )
 from ahconf.schema.root import CollectJob, Config, EvaluateJob, RegenerateJob, TrainJob, register_configs
-from ahconf.schema.train import HeadTrainConfig, LoggerConfig, LossConfig, OptimConfig, TrainerConfig
+from ahconf.schema.train import DEFAULT_MIXING_R, HeadTrainConfig, LoggerConfig, LossConfig, OptimConfig, TrainerConfig
 
 __all__ = [
-    "COST_SOURCES", "ENGINES", "FEATURE_DRAFT_ROLE", "HEAD_KINDS", "LEVER_NAMES", "LOGGERS", "PREVIOUS_FEATURE_DRAFT_ROLE",
-    "REAL_PREFIX", "REAL_ROLES", "RENAMED", "ROLES", "SPLITS", "TIMINGS", "TRUNCATION", "ZOO_PREFIX",
-    "BatchAxisConfig", "CollectConfig", "CollectJob", "Config", "ConfigError", "CostConfig", "EvaluateConfig", "EvaluateJob",
-    "HFConfig", "HeadTrainConfig", "LatencyConfig", "LoggerConfig", "LossConfig", "ModelSpec", "ModelsConfig", "OptimConfig", "PathsConfig",
-    "PromptsConfig", "RegenerateConfig", "RegenerateJob", "RulesConfig", "SamplingConfig", "TrainJob", "TrainerConfig",
-    "WallclockConfig",
-    "register_configs", "rule_defaults", "rule_names",
+    "COST_SOURCES", "DEFAULT_MIXING_R", "ENGINES", "FEATURE_DRAFT_ROLE", "HEAD_KINDS", "LEVER_NAMES", "LOGGERS",
+    "PREVIOUS_FEATURE_DRAFT_ROLE", "REAL_PREFIX", "REAL_ROLES", "RENAMED", "ROLES", "SPLITS", "TIMINGS",
+    "TRUNCATION", "ZOO_PREFIX", "BatchAxisConfig", "CollectConfig", "CollectJob", "Config", "ConfigError",
+    "CostConfig", "EvaluateConfig", "EvaluateJob", "HFConfig", "HeadTrainConfig", "LatencyConfig",
+    "LoggerConfig", "LossConfig", "ModelSpec", "ModelsConfig", "OptimConfig", "PathsConfig", "PromptsConfig",
+    "RegenerateConfig", "RegenerateJob", "RulesConfig", "SamplingConfig", "TrainJob", "TrainerConfig",
+    "WallclockConfig", "register_configs", "rule_defaults", "rule_names",
 ]

@@ -136,7 +136,8 @@ class EvaluateConfig:
     calibration_rows: int = 32  # dev rows scored for the heads' reliability diagrams (0 = skip)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     figures: bool = True
-    threads: Optional[int] = 1  # torch CPU threads per process: 1 suits small models on a shared CPU; null = torch's default
+    # torch CPU threads per process: 1 suits small models on a shared CPU; null = torch's default
+    threads: Optional[int] = 1
     workers: Optional[int] = None  # decoding processes; null = one per usable CPU core on CPU, 1 on a GPU
     # prompts decoded together by one batched generate (policies the batched loop supports; 1 = each alone)
     batch_size: int = 32

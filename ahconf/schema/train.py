@@ -8,6 +8,11 @@ from typing import Any, List, Optional
 from ahconf.schema.common import HEAD_KINDS, LOGGERS, TIMINGS, ConfigError, _choice, rule_names
 from decode.policies.base import DEFAULT_K_MAX
 
+#: Token mixing's probability of keeping the target token, the one default of ``head.mixing_r``: 1 keeps the true
+#: prefix, which suits pre heads (chosen on the tiny-code dev split: docs/log/figures-behind-the-defaults.md); a
+#: post head needs r < 1 (the SpecDec++ paper's 0.15, which its experiments set).
+DEFAULT_MIXING_R = 1.0
+
 
 @dataclass
 class HeadTrainConfig:
@@ -24,7 +29,7 @@ class HeadTrainConfig:
     target: str = "label"
     use_companion: bool = False  # add the companion indicators X, Y as features
     rule: str = "speculative"  # which label column to train on (fuzzy T and divergence, ensemble kind: rules.*)
-    mixing_r: float = 0.15  # probability of keeping the target token in token mixing (pre: 1 = true prefix)
+    mixing_r: float = DEFAULT_MIXING_R  # probability of keeping the target token in token mixing
     # the stop thresholds h the head's h is chosen from on dev after training (accept_heads.threshold) and that the
     # evaluation decodes it and the perfect predictor at on dev
     thresholds: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
