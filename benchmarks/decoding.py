@@ -14,7 +14,7 @@ on each prompt; model calls are counted with forward hooks. ``--breakdown`` then
 prompts once more and reports where the time goes: target and draft forwards, and for our
 decoder the draft sampling (``Rule.propose``) and verification (``Rule.verify``), each bracketed
 by ``torch.cuda.synchronize()`` on CUDA. ``--compile`` adds our loop with compiled forwards
-(:mod:`decode.loops.compiled`; CUDA graphs on CUDA), the target alone and ``Fixed(k)``, compiled in their
+(:mod:`decode.compile`; CUDA graphs on CUDA), the target alone and ``Fixed(k)``, compiled in their
 untimed warm-up; their calls are the decoder's own counts (a compiled graph runs no forward hooks), and the
 breakdown leaves them out (its brackets are forward hooks too). ``--runs N`` measures N times in turn in one
 process (after one compile) and ends with the median and spread of each of our rates over HF assisted's.

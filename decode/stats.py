@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from decode.compile.config import CompileConfig
 from decode.costs import CostModel
 
 
@@ -37,6 +38,10 @@ class DecodeStats:
     estimates: list[float] = field(default_factory=list)
     estimate_outcomes: list[int] = field(default_factory=list)
     wall_time_s: float = 0.0
+    # compiled forwards (``compile=True``): the settings they ran with (None: eager, wholly or for a model whose
+    # compilation failed), and why a decode asked to compile ran eager (one line; None: it did not)
+    compile: CompileConfig | None = None
+    eager_reason: str | None = None
 
     @property
     def discarded(self) -> int:

@@ -84,9 +84,10 @@ def cases(kinds: list[str]) -> list[tuple[str, float | None, str | None]]:
 
 
 def plain(stats: Any) -> dict[str, Any]:
-    """A stats record without its wall time."""
+    """A stats record without its wall time and its compile record (how the forwards ran, which older trees lack)."""
     record = asdict(stats)
-    record.pop("wall_time_s", None)
+    for name in ("wall_time_s", "compile", "eager_reason"):
+        record.pop(name, None)
     return record
 
 

@@ -215,7 +215,7 @@ class DecoderRunner:
     costs: CostModel | None = None  # the model the goodput head stops by (the evaluation's ``cost`` model)
     batch_size: int = 1  # prompts per batched generate (kinds whose rows decide as alone: the family's rows_alone)
     timed_prompts: int = 0  # the first this-many prompts of a batched run decode alone (they time the models)
-    compile: bool = False  # one prompt decodes with static caches and compiled forwards (decode.loops.compiled)
+    compile: bool = False  # one prompt decodes with static caches and compiled forwards (decode.compile)
 
     def policy(self, spec: RunSpec, batch_costs: BatchCosts | None = None) -> Policy:
         """The length policy of ``spec`` (heads keep the K range they were calibrated with); with measured

@@ -31,7 +31,9 @@ from accept_heads.evaluation.runs import DecoderRunner, RunSpec, output_sha
 from accept_heads.evaluation.specs import TargetAloneSpec
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
-from decode.loops.compiled import compile_log, prompt_cache_length
+from decode.compile.config import DEFAULT
+from decode.compile.owner import compile_log
+from decode.loops.prompt_input import prompt_cache_length
 from decode.timing import synchronize
 
 #: A prompt → its generated tokens (1-D).
@@ -96,7 +98,7 @@ def take_turns(methods: Sequence[TimedMethod], prompts: Sequence[EncodedPrompt],
 
 def warmup_prompts(prompts: Sequence[EncodedPrompt], max_new_tokens: int) -> list[EncodedPrompt]:
     """The first prompt, and the first of each other cache length a compiled decode of them uses
-    (:func:`decode.loops.compiled.prompt_cache_length`): each length compiles its own graphs, which must not happen
+    (:func:`decode.loops.prompt_input.prompt_cache_length`): each length compiles its own graphs, which must not happen
     while a method is timed."""
     chosen: dict[int, EncodedPrompt] = {}
     for prompt in prompts:
@@ -231,7 +233,9 @@ def describe(executor: Executor) -> dict[str, Any]:
             "tokens_per_s": "generated tokens / seconds measured around each decode (device-synchronised)",
             "intervals": "95 % paired bootstrap over prompts",
             "forwards": ("compiled, static caches; the target alone in our loop (TargetOnly)" + compiled_here(executor)
-                         if e.compile else "eager; the target alone by HF generate")}
+                         if e.compile else "eager; the target alone by HF generate"),
+            # the compiled forwards' settings (decode.compile.CompileConfig), as each decode's stats record them
+            "compile": asdict(DEFAULT) if e.compile else None}
 
 
 def compiled_here(executor: Executor) -> str:

@@ -37,16 +37,19 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
 
 import torch
 from torch import Generator, Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.artifacts.serialization import check_compatibility
+from decode.compile.model import CompiledModel
+from decode.compile.owner import CompiledModels
 from decode.ensemble.ensemble_stats import EnsembleStats
 from decode.ensemble.sd_mode import MemberEnsemble, Members
 from decode.ensemble_fn import EnsembleFn
-from decode.loops.compiled import CompiledModel, compiled_models
 from decode.loops.emit import Emitter
 from decode.loops.prompt_input import ROUND_SLACK, id_list, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
@@ -81,7 +84,8 @@ class EnsembleDecoder:
     ``proposal_lengths``; policies that need a companion (pre heads with companion features, SV)
     or hindsight (the analysis bounds: oracle, perfect predictors) are not supported. ``eos_token_id`` defaults to the union of the
     models' generation configs; ``None`` decodes without EOS. ``compile=True``: static caches and compiled forwards
-    for every model (:mod:`decode.loops.compiled`; the first decode compiles).
+    for every model (:mod:`decode.compile`; the first decode compiles), closed by :meth:`close` or leaving a ``with``
+    block; ``compile=CompiledModels(...)``: on that owner's, which its caller closes.
     """
 
     def __init__(
@@ -94,10 +98,12 @@ class EnsembleDecoder:
         policy: Policy | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
         eos_token_id: int | Sequence[int] | None | str = _AUTO,
-        compile: bool = False,
+        compile: bool | CompiledModels = False,
     ) -> None:
         self.models = list(models)
-        self.compile = compile
+        self.compile = compile is not False
+        self._owns = compile is True  # the decoder opened its owner, so it closes it
+        self._owner = compile if isinstance(compile, CompiledModels) else CompiledModels()
         self._compiled: list[CompiledModel | None] | None = None
         n = len(self.models)
         if isinstance(ensemble, Ensemble):
@@ -150,9 +156,22 @@ class EnsembleDecoder:
     def compiled_models(self) -> list[CompiledModel | None]:
         """Each model's compiled forwards (None each: eager), made at first use."""
         if self._compiled is None:
-            compiled = compiled_models(self.models) if self.compile else None
+            compiled = self._owner.open(self.models) if self.compile else None
             self._compiled = compiled or [None] * len(self.models)
         return self._compiled
+
+    def close(self) -> None:
+        """Close the compiled forwards this decoder opened (their hooks leave the models); a later decode opens them
+        again. Forwards on an owner passed as ``compile`` are its caller's to close."""
+        if self._owns:
+            self._owner.close()
+        self._compiled = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
     def runner(self, i: int, capture_hidden: bool = False) -> ModelRunner:
         """A fresh runner of model ``i`` (its own KV cache), compiled where :meth:`compiled_models` says."""
@@ -180,6 +199,8 @@ class EnsembleDecoder:
             stats, length = engine.stats, engine.cur
             stats.calls = [runner.calls for runner in runners]
         stats.wall_time_s = time.perf_counter() - start
+        if self.compile:
+            stats.compile, stats.eager_reason = self._owner.outcome(self.compiled_models())
         sequences = tokens[:, :length]
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return EnsembleOutput(sequences=sequences, stats=stats, text=text)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from decode.compile.config import CompileConfig
+
 
 @dataclass
 class EnsembleStats:
@@ -26,6 +28,10 @@ class EnsembleStats:
     discarded: int = 0
     scored: list[int] = field(default_factory=list)
     wall_time_s: float = 0.0
+    # as :class:`decode.stats.DecodeStats`: the compiled forwards' settings (None: eager) and why a decode asked to
+    # compile ran eager (None: it did not)
+    compile: CompileConfig | None = None
+    eager_reason: str | None = None
 
     @classmethod
     def empty(cls, mode: str, n: int) -> EnsembleStats:

@@ -9,6 +9,8 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedTokenizerBase
 
+from decode.compile.config import DEFAULT, CompileConfig
+
 
 def prompt_ids(
     prompt: Tensor | str | Sequence[int],
@@ -53,6 +55,12 @@ def is_batch(inputs: object, attention_mask: Tensor | None = None) -> bool:
 #: The positions a one-prompt decoder's token buffer keeps past ``max_new_tokens`` (the ``slack`` of
 #: :func:`token_buffer`).
 ROUND_SLACK = 2
+
+
+def prompt_cache_length(prompt_tokens: int, max_new_tokens: int, config: CompileConfig = DEFAULT) -> int:
+    """The cache length a compiled one-prompt decode of ``prompt_tokens`` uses: its token buffer's
+    (:func:`token_buffer`, with :data:`ROUND_SLACK`), rounded by :meth:`CompileConfig.cache_length`."""
+    return config.cache_length(prompt_tokens + max_new_tokens + ROUND_SLACK)
 
 
 def token_buffer(

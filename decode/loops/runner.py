@@ -9,7 +9,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from decode.cache_api import cache_kwargs, drop_last
-from decode.loops.compiled import CompiledModel
+from decode.compile.model import CompiledModel
 from decode.loops.feature_feed import FeatureTape
 
 

@@ -6,7 +6,8 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import overload
+from types import TracebackType
+from typing import Self, overload
 
 import torch
 from torch import Tensor
@@ -14,9 +15,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import check_compatibility
+from decode.compile.model import CompiledModel
+from decode.compile.owner import CompiledModels
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
-from decode.loops.compiled import CompiledModel, compiled_models
 from decode.loops.emit import Emitter, OnTokens
 from decode.loops.feature_feed import draft_runner, feature_tape
 from decode.loops.prompt_input import ROUND_SLACK, id_list, is_batch, token_buffer
@@ -48,7 +50,9 @@ class SpeculativeDecoder:
     KV caches of all models are kept and rolled back on rejection; the prompt prefill is merged
     into each model's first call. ``eos_token_id`` defaults to the target's generation config;
     pass ``None`` to decode without EOS. ``compile=True``: one prompt decodes with static caches and compiled
-    forwards (:mod:`decode.loops.compiled`; the first decode compiles); a batch of prompts decodes eager.
+    forwards (:mod:`decode.compile`; the first decode compiles) that the decoder opens and :meth:`close` (or leaving a
+    ``with`` block) closes; ``compile=CompiledModels(...)``: on that owner's, which its caller closes. A batch of
+    prompts decodes eager.
     """
 
     def __init__(
@@ -61,10 +65,12 @@ class SpeculativeDecoder:
         sampling: Sampling | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
         eos_token_id: int | Sequence[int] | None | str = _AUTO,
-        compile: bool = False,
+        compile: bool | CompiledModels = False,
     ) -> None:
         self.target, self.draft, self.companion = target, draft, companion
-        self.compile = compile
+        self.compile = compile is not False
+        self._owns = compile is True  # the decoder opened its owner, so it closes it
+        self._owner = compile if isinstance(compile, CompiledModels) else CompiledModels()
         self._compiled: dict[str, CompiledModel | None] | None = None
         self.rule = rule if rule is not None else Speculative()
         self.policy = policy if policy is not None else Fixed(5)
@@ -92,10 +98,23 @@ class SpeculativeDecoder:
         if self._compiled is None:
             names = ["target", "draft"] + (["companion"] if self.companion is not None else [])
             models = [getattr(self, name) for name in names]
-            compiled = compiled_models(models) if self.compile else None
+            compiled = self._owner.open(models) if self.compile else None
             self._compiled = dict(zip(names, compiled or [None] * len(names)))
             self._compiled.setdefault("companion", None)
         return self._compiled
+
+    def close(self) -> None:
+        """Close the compiled forwards this decoder opened (their hooks leave the models); a later decode opens them
+        again (and compiles again). Forwards on an owner passed as ``compile`` are its caller's to close."""
+        if self._owns:
+            self._owner.close()
+        self._compiled = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
     def _check_artifacts(self) -> None:
         """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
@@ -187,6 +206,8 @@ class SpeculativeDecoder:
         stats.target_calls, stats.draft_calls = runners.target.calls, runners.draft.calls
         stats.companion_calls = runners.companion.calls if runners.companion is not None else 0
         stats.wall_time_s = time.perf_counter() - start
+        if self.compile:
+            stats.compile, stats.eager_reason = self._owner.outcome(list(fast.values()))
         sequences = tokens[:, :length]
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return DecodeOutput(sequences=sequences, stats=stats, text=text)

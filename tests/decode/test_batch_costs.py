@@ -12,9 +12,10 @@ import torch
 
 from decode import HeadConfig, policies, rules
 from decode.batch_costs import BatchCosts, CostProfile, measure_batch_costs
+from decode.compile.config import SHORT
+from decode.compile.owner import CompiledModels
 from decode.costs import CostModel, LatencyShape
 from decode.head import PRE_FEATURES, AcceptanceHead
-from decode.loops.compiled import SHORT, compile_log
 from decode.loops.step_costs import measure_cost_profile
 from decode.loops.target_alone import generate_target_alone
 from decode.policies import stops
@@ -255,7 +256,8 @@ def test_a_measured_profile_times_every_feed_of_a_compiled_round_at_batch_one(wi
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler")
 def test_a_compiled_profile_times_the_models_compiled_forwards(wide):
-    profile = measure_cost_profile(wide["target"], wide["draft"], repeats=1, context=8, compiled=True)
+    with CompiledModels() as owner:
+        profile = measure_cost_profile(wide["target"], wide["draft"], repeats=1, context=8, compiled=True, owner=owner)
+        assert owner.log(wide["target"]).graphs >= 2  # the one-token graph and the symbolic one
     assert profile.compiled is not None and len(profile.compiled.target[0]) == SHORT
-    assert compile_log(wide["target"]).graphs >= 2  # the one-token graph and the symbolic one
     assert "compiled" in profile.caption(compiled=True)

@@ -1,4 +1,4 @@
-"""Compiled decoding (``compile=True``, :mod:`decode.loops.compiled`) decodes as eager decoding does.
+"""Compiled decoding (``compile=True``, :mod:`decode.compile`) decodes as eager decoding does, and leaves nothing behind.
 
 Float32 micro models: the compiled kernels' rounding differs from eager's far below any argmax gap, so greedy
 outputs are identical token for token, and sampled ones keep the rule's exact distribution.
@@ -14,8 +14,10 @@ import torch
 import torch._dynamo.utils
 
 from decode import EnsembleDecoder, SpeculativeDecoder, policies, rules
+from decode.compile import owner as owner_module
+from decode.compile.config import DEFAULT
+from decode.compile.owner import CompiledModels, attached
 from decode.ensemble_fn import EnsembleFn
-from decode.loops import compiled as compiled_module
 from tests.helpers.exact_distribution import check_case, report
 from tests.helpers.micro_models import micro_feature_draft, micro_lm
 
@@ -79,7 +81,12 @@ def test_the_first_step_on_a_cache_length_compiles_every_feed_length():
               "draft": micro_lm(96, seed=22, hidden=16, init=0.3)}
     eager, fast = greedy_pair(models, policies.TargetOnly())
     ids = torch.tensor([PROMPTS[1]])
-    assert torch.equal(fast.generate(ids, 24).sequences, eager.generate(ids, 24).sequences)
+    limit = torch._dynamo.config.recompile_limit
+    got = fast.generate(ids, 24)
+    assert torch.equal(got.sequences, eager.generate(ids, 24).sequences)
+    # the recompile limit is raised around the calls that compile only: the process's setting is as it was
+    assert torch._dynamo.config.recompile_limit == limit < DEFAULT.recompile_limit
+    assert (got.stats.compile, got.stats.eager_reason) == (DEFAULT, None)
     compiled = fast.compiled_models()["target"]
     # the target alone feeds one token a step, yet the graph of two to 16 tokens a verification needs is there
     assert (compiled.log.graphs, compiled.log.shapes) == (2, {(1, 256), (2, 256)})
@@ -116,10 +123,11 @@ def test_two_caches_of_one_length_each_get_their_own_tokens(wide):
     """A frozen graph writes to the cache it was compiled with: a second cache of that length (two decodes of one
     model at once) runs eager, so each cache holds its own tokens and scores them as the eager model does."""
     model = wide["target"]
-    fast = compiled_module.compiled_models([model])[0]
+    owner = CompiledModels()
+    fast = owner.open([model])[0]
     prompt = torch.tensor([PROMPTS[1]])
     eager_feeds = fast.log.eager_feeds
-    with torch.inference_mode():  # as generate: the pooled caches are inference tensors
+    with owner, torch.inference_mode():  # as generate: the pooled caches are inference tensors
         caches = [fast.acquire(8), fast.acquire(8)]
         try:
             for cache in caches:
@@ -159,16 +167,24 @@ def test_compiled_decoding_keeps_the_exact_distribution(tiny, case):
     assert tv <= bound, f"{case} compiled: TV {tv:.4f} exceeds {bound:.4f}"
 
 
-def test_without_a_compiler_it_decodes_eager_with_one_line(wide, monkeypatch):
-    monkeypatch.setattr(compiled_module.shutil, "which", lambda name: None)
-    monkeypatch.setattr(compiled_module, "_COMPILED", compiled_module.WeakKeyDictionary())
-    eager, fast = greedy_pair(wide, policies.Fixed(3))
+def fresh_pair() -> dict:
+    """A target and a draft no other test has opened compiled forwards on."""
+    return {"target": micro_lm(96, seed=21, hidden=32, layers=2, init=0.3),
+            "draft": micro_lm(96, seed=22, hidden=16, init=0.3)}
+
+
+def test_without_a_compiler_it_decodes_eager_with_one_line(monkeypatch):
+    monkeypatch.setattr(owner_module.shutil, "which", lambda name: None)
+    eager, fast = greedy_pair(fresh_pair(), policies.Fixed(3))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = fast.generate(torch.tensor([PROMPTS[0]]), 12)
+        again = fast.generate(torch.tensor([PROMPTS[0]]), 12)  # no second line
     lines = [str(w.message) for w in caught]
     assert len(lines) == 1 and "no C++ compiler" in lines[0] and "runs eager" in lines[0]
     assert fast.compiled_models() == {"target": None, "draft": None, "companion": None}
+    assert (got.stats.compile, got.stats.eager_reason) == (None, lines[0]) == (again.stats.compile,
+                                                                              again.stats.eager_reason)
     assert torch.equal(got.sequences, eager.generate(torch.tensor([PROMPTS[0]]), 12).sequences)
 
 
@@ -184,22 +200,68 @@ def test_a_compiled_model_can_be_copied_and_the_copy_decodes_eager(wide):
     assert torch.equal(eager.generate(ids, 16).sequences, fast.generate(ids, 16).sequences)
 
 
-def test_a_compilation_that_fails_leaves_the_model_eager_after_one_line(wide, monkeypatch):
+def test_a_compilation_that_fails_leaves_the_model_eager_after_one_line(monkeypatch):
+    """A compilation that fails (here: no Python headers for inductor's C++) is one warning line, once; the decode's
+    stats say it ran eager and why, and its tokens are the eager ones."""
     from torch._inductor.exc import CppCompileError
-
-    monkeypatch.setattr(compiled_module, "_COMPILED", compiled_module.WeakKeyDictionary())
-    eager, fast = greedy_pair(wide, policies.TargetOnly())
-    target = fast.compiled_models()["target"]
 
     def broken(**kwargs):
         raise CppCompileError(["c++"], "fatal error: Python.h: No such file or directory")
 
-    monkeypatch.setattr(target, "_compiled", broken)
+    monkeypatch.setattr(torch, "compile", lambda model, **options: broken)
+    eager, fast = greedy_pair(fresh_pair(), policies.TargetOnly())
+    target = fast.compiled_models()["target"]
     ids = torch.tensor([PROMPTS[1]])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = fast.generate(ids, 12)
-        fast.generate(ids, 12)  # no second line: the model stays eager
+        again = fast.generate(ids, 12)  # no second line: the model stays eager
     lines = [str(w.message) for w in caught]
-    assert len(lines) == 1 and "torch.compile failed" in lines[0] and "decodes eager" in lines[0]
-    assert target.failed and torch.equal(got.sequences, eager.generate(ids, 12).sequences)
+    assert len(lines) == 1 and "\n" not in lines[0]
+    assert "torch.compile failed" in lines[0] and "Python.h" in lines[0] and "decodes eager" in lines[0]
+    assert target.failed and target.eager_reason == lines[0]
+    for out in (got, again):
+        assert (out.stats.compile, out.stats.eager_reason) == (None, lines[0])
+        assert torch.equal(out.sequences, eager.generate(ids, 12).sequences)
+
+
+def test_an_eager_decoder_records_no_compile(wide):
+    eager, _ = greedy_pair(wide, policies.Fixed(3))
+    stats = eager.generate(torch.tensor([PROMPTS[0]]), 8).stats
+    assert (stats.compile, stats.eager_reason) == (None, None)
+
+
+def test_owners_of_one_model_share_its_compiled_forwards_and_the_last_close_removes_the_hook():
+    """One model has one open CompiledModel (two pools of it would write to each other's caches): a second owner
+    shares it, and the hook leaves the model when the last owner closes."""
+    models = fresh_pair()
+    heads = [model.get_output_embeddings() for model in models.values()]
+    first, second = CompiledModels(), CompiledModels()
+    (a, _), (b, _) = first.open(list(models.values())), second.open(list(models.values()))
+    assert a is b is attached(models["target"]) and len(heads[0]._forward_hooks) == 1
+    first.close()
+    assert not a.closed and len(heads[0]._forward_hooks) == 1
+    second.close()
+    assert a.closed and attached(models["target"]) is None
+    assert all(len(head._forward_hooks) == 0 for head in heads)
+    with pytest.raises(RuntimeError, match="closed"):
+        a(torch.tensor([[1]]), None, 1)
+
+
+@needs_compiler
+def test_closing_a_decoder_removes_its_hooks_and_a_reopened_one_decodes_as_eager():
+    """After ``close`` (or a ``with`` block) the caller's models keep no hook; a later decode opens the forwards
+    again on the slot and caches the model's graphs were traced with, and decodes as eager (with fresh caches the old
+    graphs, still in dynamo's cache, wrote to the dropped ones)."""
+    models = fresh_pair()
+    eager, fast = greedy_pair(models, policies.Fixed(3))
+    ids = torch.tensor([PROMPTS[1]])
+    expected = eager.generate(ids, 16).sequences
+    with fast:
+        assert torch.equal(fast.generate(ids, 16).sequences, expected)
+        assert len(models["target"].get_output_embeddings()._forward_hooks) == 1
+    assert all(len(model.get_output_embeddings()._forward_hooks) == 0 for model in models.values())
+    with fast:
+        assert torch.equal(fast.generate(ids, 16).sequences, expected)
+        assert fast.compiled_models()["target"].log.eager_feeds == 0  # on the bound caches, not eager beside them
+    assert all(len(model.get_output_embeddings()._forward_hooks) == 0 for model in models.values())
