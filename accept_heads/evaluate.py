@@ -7,7 +7,7 @@ the SV profile and the greedy oracle, for each rule of ``evaluate.rules`` (defau
 generation. K, τ, SE's γ and then (at the rule's chosen K) a rule's swept parameter are chosen on dev and applied
 to test / OOD, and each head at the ``h`` it records (chosen on the same dev prompts after training;
 ``evaluate.thresholds``: chosen here). Every run is costed with two cost models
-(:mod:`accept_heads.evaluation.cost_models`): ``cost`` (``cost.source``: the configured pair, by default the paper's,
+(:mod:`accept_heads.measure.cost_models`): ``cost`` (``cost.source``: the configured pair, by default the paper's,
 or this machine's measured cost profile) and ``t_d``, ``t_c``, ``t_t`` fitted on the measured calls with the target's
 latency shape measured at the start. Writes the table, metadata and figures under
 ``evaluate.out_dir`` (see
@@ -31,14 +31,10 @@ from tqdm.auto import tqdm
 from accept_heads.evaluation import batch_axis, wallclock
 from accept_heads.evaluation.baselines import describe_hf
 from accept_heads.evaluation.batch_axis import BatchRun
-from accept_heads.evaluation.bootstrap import add_intervals
-from accept_heads.evaluation.cost_models import CostFit, Latency, Pricing, fit_costs, measure_latency, pricing
 from accept_heads.evaluation.evaluation_plan import plan_evaluation
 from accept_heads.evaluation.executor import Executor, WorkerPool
-from accept_heads.evaluation.families import families, family_names
 from accept_heads.evaluation.figures import draw_all
-from accept_heads.evaluation.inputs import Artifacts, PromptSet
-from accept_heads.evaluation.machine_costs import machine_batch_costs
+from accept_heads.evaluation.intervals import add_intervals
 from accept_heads.evaluation.metadata import EvaluationMetadata
 from accept_heads.evaluation.plan import (
     Choice,
@@ -54,23 +50,25 @@ from accept_heads.evaluation.plan import (
     swept_rules,
     unmatched,
 )
+from accept_heads.evaluation.recorded_sweeps import in_spec_order, recorded_runs
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
-from accept_heads.evaluation.runs import Record, RunSpec, frame
 from accept_heads.evaluation.source_calibration import source_calibration
 from accept_heads.evaluation.table import (
     add_comparisons,
-    add_costs,
-    aggregate,
-    costed,
     mark_dev_choices,
     recorded_thresholds,
     select,
     select_rule_param,
     sort_rows,
-    verification_units,
 )
+from accept_heads.measure.cost_models import CostFit, Latency, Pricing, fit_costs, measure_latency, pricing
+from accept_heads.measure.costing import add_costs, aggregate, costed, verification_units
+from accept_heads.measure.families import families, family_names
+from accept_heads.measure.inputs import Artifacts, PromptSet
+from accept_heads.measure.machine_costs import machine_batch_costs
+from accept_heads.measure.runs import Record, RunSpec, frame
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.rule_config import build_rule
 from ahconf.schema import ConfigError, EvaluateJob
@@ -94,10 +92,13 @@ def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: 
     return records
 
 
-def head_data_dir(head: AcceptanceHead, default: str) -> str:
-    """The collected data a head was trained on (its dev split feeds its reliability diagram), else ``default``."""
+def head_data_dir(head: AcceptanceHead, run_dir: str, default: str) -> str:
+    """The collected data a head was trained on (its dev split feeds its reliability diagram; recorded relative to the
+    run directory ``run_dir``), else ``default``."""
     data = head.metadata.training_data
-    return data.data_dir if data is not None and Path(data.data_dir).is_dir() else default
+    if data is None or not (Path(run_dir) / data.data_dir).is_dir():
+        return default
+    return str(Path(run_dir) / data.data_dir)
 
 
 def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes: dict[str, str]) -> pd.DataFrame:
@@ -106,7 +107,7 @@ def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes:
     rows = job.evaluate.calibration_rows
     for name, head in artifacts.heads.items() if rows else ():
         try:
-            frame = head_predictions(head, trio, head_data_dir(head, job.paths.data_dir), rows,
+            frame = head_predictions(head, trio, head_data_dir(head, job.paths.run_dir, job.paths.data_dir), rows,
                                      job.head.mixing_r, job.seed)
         except (FileNotFoundError, ConfigError) as error:
             notes[f"calibration[{name}]"] = f"no reliability diagram for head[{name}]: {error}"
@@ -234,7 +235,10 @@ def evaluate(job: EvaluateJob) -> Results:
     executor = executor.priced(priced.model, batch_costs)
 
     with WorkerPool(executor, plan.workers) as pool:
-        records = execute(dev_sweeps(plan.job, artifacts, rules), pool, "dev sweeps")
+        specs = dev_sweeps(plan.job, artifacts, rules)
+        reused = recorded_runs(specs, artifacts, executor.decoding, executor.sets["dev"], priced.record, notes)
+        decoded = execute([spec for spec in specs if spec not in reused], pool, "dev sweeps")
+        records = in_spec_order(specs, reused, decoded)
         # K, τ, h and γ here, T below: dev rows only
         choices = dev_choices(plan.job, artifacts, records, priced.model, notes)
         while (edge := edge_rules(choices, fixed_grid(plan.job))) and (more := extended_k(fixed_grid(plan.job))):

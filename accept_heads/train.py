@@ -1,8 +1,8 @@
 """``python -m accept_heads.train [+exp=NAME] [overrides]``: train acceptance heads / SV profiles.
 
-``head=specdecpp`` (default): a SpecDec++ head on the frozen draft (:mod:`accept_heads.module`),
+``head=specdecpp`` (default): a SpecDec++ head on the frozen draft (:mod:`accept_heads.training.module`),
 trained on the collected data with token mixing, checkpointed (head weights only), its stop threshold
-``h`` chosen on the evaluation's dev prompts (:mod:`accept_heads.threshold`) and exported to
+``h`` chosen on the evaluation's dev prompts (:mod:`accept_heads.measure.threshold`) and exported to
 ``<head_dir>/head.safetensors``. ``head=sv_profile``: an
 SV binning profile with a latency table, exported to ``<head_dir>/profile.safetensors``.
 ``ckpt_path=last`` resumes from the job's ``last.ckpt``. In a multirun (``-m``) every job writes
@@ -29,24 +29,23 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from accept_heads.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
-from accept_heads.features import DraftFeatures, head_encoder
-from accept_heads.loggers import make_logger
-from accept_heads.metrics import information_gain
-from accept_heads.module import HeadModule, fold_prior_shift
-from accept_heads.outcomes import HeadOutcome, ProfileOutcome
-from accept_heads.profile_fit import (
+from accept_heads.measure.cost_models import device_description, verification_latency
+from accept_heads.measure.threshold import SWEEP_FILE, choose_threshold
+from accept_heads.training.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
+from accept_heads.training.features import DraftFeatures, head_encoder
+from accept_heads.training.loggers import make_logger
+from accept_heads.training.metrics import information_gain
+from accept_heads.training.module import HeadModule, fold_prior_shift
+from accept_heads.training.outcomes import HeadOutcome, ProfileOutcome
+from accept_heads.training.profile_fit import (
     ProfileFitter,
     batch_latency_table,
     build_profile,
-    device_description,
     equal_frequency_edges,
     position_loader,
-    verification_latency,
 )
-from accept_heads.run_summary import print_head_summary, print_profile_summary
-from accept_heads.threshold import choose_threshold
-from accept_heads.training_data import (
+from accept_heads.training.run_summary import print_head_summary, print_profile_summary
+from accept_heads.training.training_data import (
     AcceptanceDataModule,
     check_rule_in_manifest,
     label_depths,
@@ -257,6 +256,8 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     save_head(head.cpu(), path, head_metadata(common, job, head.config, dev_metrics, calibration))
     load_head(path, draft=draft, tokenizer=run.tokenizer, sampling=ctx.sampling, rule=ctx.rule)
+    if calibration is not None:
+        calibration.recorded(path).write(path.parent / SWEEP_FILE)
     result = HeadOutcome(
         name=job.head.name or job.exp_name, head_path=str(path), checkpoint_dir=str(checkpoint_dir),
         timing=head.config.timing, depth=head.config.depth, rule=ctx.rule.spec(), dev_metrics=dev_metrics,

@@ -5,7 +5,7 @@
 Loads the experiment's models as the evaluation does (``+exp=NAME`` and any Hydra overrides of it, such as
 ``models.draft.id=real:smollm2/draft``: their ids, dtypes and device) and reads this
 machine's stored profile of them, measuring it first where there is none or it is stale
-(:func:`accept_heads.evaluation.machine_costs.machine_profile`; the evaluation, the heads' ``h`` and the levers reuse
+(:func:`accept_heads.measure.machine_costs.machine_profile`; the evaluation, the heads' ``h`` and the levers reuse
 what this stores). Prints the machine class, the dtype, the target's forward of ``m = 1..16`` tokens at batch 1 on a
 cached context, ``T(m)`` and ``T(m)/T(1)``, the draft's and the companion's one-token steps over the target's, eager
 and (``--compiled``) compiled, and the cost model the evaluation prices at.
@@ -22,8 +22,8 @@ from hydra import compose, initialize_config_dir
 from rich.console import Console
 from rich.table import Table
 
-from accept_heads.evaluation.executor import place
-from accept_heads.evaluation.machine_costs import CostsSource, machine_profile
+from accept_heads.measure.machine_costs import CostsSource, machine_profile
+from accept_heads.measure.placement import place
 from ahconf.entry import CONF_DIR, USER_ERRORS, quiet_library_output, to_config
 from ahconf.schema import Config
 from data_gen.models import load_trio

@@ -40,7 +40,7 @@ from statistics import median
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
-from accept_heads.evaluation.specs import HFConstantSpec
+from accept_heads.measure.specs import HFConstantSpec
 from ahconf.entry import quiet_library_output
 from ahconf.schema import ModelSpec
 from benchmarks import engines

@@ -2,7 +2,7 @@
 
 Measures the batch costs of the pair (and of the companion, with ``--profile``) on this device
 (:func:`decode.batch_costs.measure_batch_costs`, once per machine and model set:
-:mod:`accept_heads.evaluation.machine_costs`), decodes the same ``max(B)`` prompts in batches of
+:mod:`accept_heads.measure.machine_costs`), decodes the same ``max(B)`` prompts in batches of
 each size ``B`` with batched ``Fixed(K)`` for every ``K`` of ``--k-grid``, the target alone through our own
 loop (``TargetOnly``, ``K = 0``) and vLLM's survival budget on its online margin logistic; given a trained head
 also with ``Head(h)``, the batch-aware ``GoodputHead`` (no threshold) and the survival budget on the head, and
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from accept_heads.evaluation.machine_costs import machine_batch_costs
+from accept_heads.measure.machine_costs import machine_batch_costs
 from decode.artifacts.serialization import load_head, load_profile
 from decode.batch_costs import BatchCosts
 from decode.loops.speculative_decoder import SpeculativeDecoder

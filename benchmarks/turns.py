@@ -16,7 +16,7 @@ from rich.table import Table
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
+from accept_heads.measure.bootstrap import PromptCosts, paired_draws, ratio_interval
 from decode.loops.target_alone import generate_target_alone
 from decode.timing import Stopwatch
 

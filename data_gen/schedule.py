@@ -9,7 +9,7 @@ def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float
     """LR multiplier: linear warm-up over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at ``total``.
 
     The one schedule of the project: the zoo's training (``data_gen.zoo.training``) and the heads'
-    (``accept_heads.module``).
+    (``accept_heads.training.module``).
     """
     if step < warmup:
         return (step + 1) / warmup

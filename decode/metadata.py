@@ -1,6 +1,6 @@
 """Typed metadata of heads and SV profiles: every field an artifact records, built once when it is read.
 
-Training builds a :class:`HeadMetadata` / :class:`ProfileMetadata` (``accept_heads.export``);
+Training builds a :class:`HeadMetadata` / :class:`ProfileMetadata` (``accept_heads.training.export``);
 :mod:`decode.artifacts.serialization` writes it into the safetensors header as one JSON document (:meth:`to_json`, with
 the keys files always had) and builds it back once at load (:func:`from_json`), attached to the artifact as
 ``.metadata`` (None on an artifact made in memory). Nothing outside this module reads the document by key; files
@@ -26,7 +26,7 @@ class TrainingData:
     """The collected data an artifact was fitted on."""
 
     manifest_sha256: str  # SHA-256 of the collection's manifest.json
-    data_dir: str  # the collected data, an absolute path
+    data_dir: str  # the collected data, relative to the run directory (paths.run_dir), never absolute
     exp_name: str | None
     positions: dict[str, int]  # split → labelled positions
 

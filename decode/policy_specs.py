@@ -11,7 +11,7 @@ the spec ``source-stop``): every source of :data:`~decode.policies.sources.SOURC
 :data:`~decode.policies.stops.STOPS` (:func:`source_stop_kinds`), named ``<source>-<stop>`` or, under the stop its
 source names, by the source alone (``head`` is the head under the threshold stop ``h``; ``head-h`` reads as it).
 Only what serving needs is here: how the evaluation sweeps, tables, times and draws each kind is declared in the
-evaluation (``accept_heads.evaluation.families``; DESIGN §6).
+evaluation (``accept_heads.measure.families``; DESIGN §6).
 """
 
 from __future__ import annotations

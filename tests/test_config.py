@@ -13,8 +13,8 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
-from accept_heads.evaluation.inputs import Artifacts
 from accept_heads.evaluation.plan import sweep
+from accept_heads.measure.inputs import Artifacts
 from ahconf.entry import CONF_DIR, to_config
 from ahconf.schema import DEFAULT_MIXING_R, RENAMED, Config, ConfigError
 from decode import AcceptanceHead, HeadConfig, rules

@@ -7,7 +7,9 @@ The layer contract is checked statically (``ast``): every import counts, also on
 or an ``if TYPE_CHECKING:`` block. The inference library (decode) names no part of the training stack
 anywhere, and imports with the training stack hidden. The development tools (``dev/``) may import anything and
 nothing imports them. Test code reaches other test code one way, ``from tests.helpers.<module> import ...``, and a
-conftest file holds fixtures only.
+conftest file holds fixtures only. Inside accept_heads the stages hand files, not imports: nothing outside the
+evaluation and its entry point imports accept_heads.evaluation, and accept_heads.measure (what they share) imports
+neither stage.
 """
 
 from __future__ import annotations
@@ -187,6 +189,61 @@ def test_package_graph_follows_the_layers():
     }
 
 
+#: Inside accept_heads: who may import each stage. The evaluation only from itself and its entry point; what it
+#: shares with training and the levers (accept_heads.measure) imports neither stage.
+STAGE_IMPORTERS = {
+    "accept_heads.evaluation": ("accept_heads.evaluation", "accept_heads.evaluate"),
+    "accept_heads.training": ("accept_heads.training", "accept_heads.train", "accept_heads.push_head",
+                              "accept_heads.evaluation", "accept_heads.evaluate", "accept_heads.levers"),
+}
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def stage_violations(edges: list[Edge]) -> list[str]:
+    """Imports of a stage of accept_heads (:data:`STAGE_IMPORTERS`) from a module not allowed to import it."""
+    return [f"{edge.path}:{edge.line} imports {edge.target}"
+            for edge in edges for stage, allowed in STAGE_IMPORTERS.items()
+            if _inside(edge.target, stage) and not any(_inside(edge.source, a) for a in allowed)]
+
+
+def test_stages_hand_files_not_imports():
+    """Training, the levers and the shared measurements never import the evaluation; the shared ones never training."""
+    assert stage_violations(import_edges(ROOT)) == []
+
+
+STAGE_TREE = {
+    "accept_heads/__init__.py": "",
+    "accept_heads/evaluate.py": "from accept_heads.evaluation.table import select\n",
+    "accept_heads/evaluation/__init__.py": "",
+    "accept_heads/evaluation/table.py": "from accept_heads.measure.costing import costed\n"
+                                        "from accept_heads.training.metrics import ece\n",
+    "accept_heads/measure/__init__.py": "",
+    "accept_heads/measure/costing.py": "def f():\n    from accept_heads.evaluation import table\n",
+    "accept_heads/measure/threshold.py": "from accept_heads.training.export import x\n",
+    "accept_heads/training/__init__.py": "",
+    "accept_heads/training/metrics.py": "from accept_heads.evaluation.table import select\n",
+    "accept_heads/training/export.py": "",
+    "accept_heads/levers/driver.py": "import accept_heads.evaluation.table\n",
+}
+
+
+def test_the_stage_check_reports_every_import_of_a_stage_it_may_not_make(tmp_path):
+    """Negative control: training, the levers and the shared package importing the evaluation (one lazily), the
+    shared package importing training; the evaluation's own imports pass."""
+    for name, text in STAGE_TREE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert sorted(stage_violations(import_edges(tmp_path))) == [
+        "accept_heads/levers/driver.py:1 imports accept_heads.evaluation.table",
+        "accept_heads/measure/costing.py:2 imports accept_heads.evaluation.table",
+        "accept_heads/measure/threshold.py:1 imports accept_heads.training.export",
+        "accept_heads/training/metrics.py:1 imports accept_heads.evaluation.table",
+    ]
+
+
 def test_decode_never_imports_the_training_stack():
     assert training_stack_imports(ROOT, "decode") == []
 
@@ -199,14 +256,14 @@ SYNTHETIC = {
     "decode/profile.py": "from decode.loops.speculative_decoder import main\n",
     "ahconf/__init__.py": "",
     "ahconf/schema.py": "from decode.rules import x\nfrom typing import TYPE_CHECKING\n"
-                        "if TYPE_CHECKING:\n    from accept_heads.run_summary import Table\n",
+                        "if TYPE_CHECKING:\n    from accept_heads.training.run_summary import Table\n",
     "data_gen/__init__.py": "",
     "data_gen/zoo/__init__.py": "from .build import ensure_zoo\n",
     "data_gen/zoo/build.py": "from .. import collect\n",
     "data_gen/collect.py": "from data_gen.manifest import build\n",
     "data_gen/manifest.py": "from . import collect\n",
     "accept_heads/__init__.py": "",
-    "accept_heads/run_summary.py": "",
+    "accept_heads/training/run_summary.py": "",
     "accept_heads/train.py": "import data_gen.zoo.build\nfrom ahconf.schema import Config\nimport decode\n",
 }
 
@@ -218,7 +275,7 @@ def test_the_checks_report_upward_imports_a_cycle_and_the_training_stack(tmp_pat
         (tmp_path / name).write_text(text)
     assert contract_violations(tmp_path) == [
         "decode/loops/speculative_decoder.py:2 imports data_gen.zoo (layer 2 > 0)",
-        "ahconf/schema.py:4 imports accept_heads.run_summary (layer 3 > 1)",
+        "ahconf/schema.py:4 imports accept_heads.training.run_summary (layer 3 > 1)",
         "decode/profile.py:1 imports decode.loops.speculative_decoder (decode.loops above decode.core)",
         "import cycle: data_gen.collect -> data_gen.manifest -> data_gen.collect",
     ]

@@ -12,7 +12,7 @@ threshold fixed (with it, HF adapts it online).
 scores; ``se-alternate``: SE's alternate proposals, γ for the draft, 1 for the target) decodes with
 :class:`decode.EnsembleDecoder`; the ensemble is the configured ``ensemble`` rule's ``r`` (DESIGN §4).
 Per-call lengths are not recorded: ``verified`` is the positions the target scored beyond one per call
-(the cost model charges the mean length, :func:`accept_heads.evaluation.table.verification_units`).
+(the cost model charges the mean length, :func:`accept_heads.measure.costing.verification_units`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import torch
 from transformers.utils import is_sklearn_available
 
 import decode
-from accept_heads.evaluation.inputs import PromptSet
-from accept_heads.evaluation.runs import Generation, GenerationRecord, RunSpec, output_sha
-from accept_heads.evaluation.specs import HF_START_TOKENS
+from accept_heads.measure.inputs import PromptSet
+from accept_heads.measure.runs import Generation, GenerationRecord, RunSpec, output_sha
+from accept_heads.measure.specs import HF_START_TOKENS
 from ahconf.rule_config import build_rule
 from ahconf.schema import RulesConfig
 from data_gen.encoding import EncodedPrompt

@@ -20,13 +20,13 @@ from typing import Any
 import pandas as pd
 import torch
 
-from accept_heads.evaluation.families import families
-from accept_heads.evaluation.inputs import Artifacts, PromptSet
-from accept_heads.evaluation.machine_costs import CostsSource
 from accept_heads.evaluation.plan import Choice, fixed_grid, matching_artifacts
-from accept_heads.evaluation.runs import DecoderRunner, RunSpec
-from accept_heads.evaluation.specs import TargetAloneSpec
-from accept_heads.selection import best_value
+from accept_heads.measure.families import families
+from accept_heads.measure.inputs import Artifacts, PromptSet
+from accept_heads.measure.machine_costs import CostsSource
+from accept_heads.measure.runs import DecoderRunner, RunSpec
+from accept_heads.measure.selection import best_value
+from accept_heads.measure.specs import TargetAloneSpec
 from ahconf.rule_config import rule_value
 from ahconf.schema import EvaluateJob
 from data_gen.seeding import prompt_seed
@@ -80,9 +80,9 @@ def test_runs(job: EvaluateJob, artifacts: Artifacts, set_name: str, rules: list
               best_k: dict[tuple[str, int], float]) -> list[BatchRun]:
     """What each batch size decodes on ``set_name``: the target alone, the dev-chosen K at that ``B``, and every other
     policy family of our decoder (no bounds) as the main evaluation chose it: a tuned kind at its dev choice (or that of
-    the kind it takes its choice from, :attr:`~accept_heads.evaluation.families.Family.choice_of`), the others per
+    the kind it takes its choice from, :attr:`~accept_heads.measure.families.Family.choice_of`), the others per
     matching head or profile, each with its variants at that K
-    (:attr:`~accept_heads.evaluation.families.Family.at_fixed_k`: SV drafting the fixed K chosen at this ``B`` too)."""
+    (:attr:`~accept_heads.measure.families.Family.at_fixed_k`: SV drafting the fixed K chosen at this ``B`` too)."""
     chosen = {(c.rule, c.family, c.artifact): c.value for c in choices if c.swept == "param"}
     runs = []
     for batch in job.evaluate.batch_axis.sizes:

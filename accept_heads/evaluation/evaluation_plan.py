@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 from accept_heads.evaluation.batch_axis import axis_rules
 from accept_heads.evaluation.executor import default_workers
-from accept_heads.evaluation.families import check_grids
 from accept_heads.evaluation.plan import eval_rules
+from accept_heads.measure.families import check_grids
 from ahconf.schema import EvaluateJob
 from decode.policy_specs import FixedSpec
 

@@ -1,6 +1,6 @@
 """Decoding run specs: in this process, or in worker processes that each hold their own copy of the models.
 
-Each family is decoded by its :class:`~accept_heads.evaluation.runs.Runner` (:func:`runners`). A
+Each family is decoded by its :class:`~accept_heads.measure.runs.Runner` (:func:`runners`). A
 worker is spawned (not forked: safe with CUDA and OpenMP), sets its torch threads, and rebuilds the
 same :class:`Executor` from the job (models, artifacts, prompt sets); specs are handed out one
 at a time and their records come back in spec order, so the results do not depend on the number of
@@ -21,40 +21,21 @@ import torch
 
 from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRecord, BatchRun, measure_batches
-from accept_heads.evaluation.families import families
-from accept_heads.evaluation.inputs import Artifacts, PromptSet, discover, load_sets
-from accept_heads.evaluation.runs import DecoderRunner, GenerationRecord, Record, Runner, RunSpec
+from accept_heads.measure.families import families
+from accept_heads.measure.inputs import Artifacts, PromptSet, discover, load_sets
+from accept_heads.measure.placement import alone_prompts, place
+from accept_heads.measure.runs import DecoderRunner, GenerationRecord, Record, Runner, RunSpec
 from ahconf.entry import quiet_library_output
-from ahconf.schema import EvaluateConfig, EvaluateJob
+from ahconf.schema import EvaluateJob
 from data_gen.models import Trio, load_trio
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.sampling import Sampling
 
 
-def place(trio: Trio) -> str:
-    """Move the models to the GPU when there is one (unless a device map placed them); returns the device."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    for model in (trio.target, trio.draft, trio.companion):
-        if model is not None:
-            model.eval()
-            if getattr(model, "hf_device_map", None) is None:
-                model.to(device)
-    return device
-
-
 def default_workers(device: str) -> int:
     """One worker per usable CPU core on CPU; one process on a GPU (the models share it)."""
     return 1 if device != "cpu" else max(1, len(os.sched_getaffinity(0)))
-
-
-def alone_prompts(e: EvaluateConfig, largest_set: int) -> int:
-    """How many prompts of every run decode alone before the rest are batched: ``evaluate.timed_prompts``, and
-    with the wall clock on, at least its prompts. In reduced precision a batched row may round differently
-    from the same prompt alone, so the outputs the wall clock reproduces must come from runs decoded alone."""
-    if not e.wallclock.sets:
-        return e.timed_prompts
-    return max(e.timed_prompts, e.wallclock.prompts or largest_set)
 
 
 def runners(decoding: DecoderRunner, hf: HFRunner, se: SERunner) -> dict[str, Runner]:

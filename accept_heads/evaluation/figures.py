@@ -16,16 +16,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-from accept_heads.evaluation.families import families, family_names  # noqa: E402
-from accept_heads.evaluation.plan import recorded_choices  # noqa: E402
-from accept_heads.evaluation.reliability import expected_calibration_error, reliability  # noqa: E402
-from accept_heads.evaluation.results import Results  # noqa: E402
-from decode.rules import from_spec  # noqa: E402
+from accept_heads.evaluation.plan import recorded_choices
+from accept_heads.evaluation.reliability import expected_calibration_error, reliability
+from accept_heads.evaluation.results import Results
+from accept_heads.measure.families import families, family_names
+from decode.rules import from_spec
 
 PALETTE = ("teal", "gold", "navy", "crimson", "olive")  # families that declare no colour, in table order
 

@@ -5,7 +5,7 @@ the rule's swept parameter such as the FSD threshold T) is only ever made from d
 (:func:`accept_heads.evaluation.table.select`) and applied here to the other sets. Every other
 point of a swept grid that is decoded on test (``evaluate.sweep_test``; a rule's grid on test,
 which the quality-vs-T figure needs) is marked ``grid``. The policy kinds and their grids are the
-registered families' (:mod:`~accept_heads.evaluation.families`), the swept rules the rules that declare one
+registered families' (:mod:`~accept_heads.measure.families`), the swept rules the rules that declare one
 (:attr:`decode.rules.Rule.swept`).
 """
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from accept_heads.evaluation.families import families, family, run_policy
-from accept_heads.evaluation.inputs import Artifacts, PromptSet
 from accept_heads.evaluation.metadata import EvaluationMetadata
-from accept_heads.evaluation.runs import RunSpec
-from accept_heads.evaluation.specs import (
+from accept_heads.measure.families import families, family, run_policy
+from accept_heads.measure.inputs import Artifacts, PromptSet
+from accept_heads.measure.runs import RunSpec
+from accept_heads.measure.specs import (
     HFConfidenceSpec,
     HFConstantSpec,
     HFHeuristicSpec,

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from accept_heads.features import head_encoder
-from accept_heads.training_data import (
+from accept_heads.training.features import head_encoder
+from accept_heads.training.training_data import (
     SequenceDataset,
     collate_sequences,
     labelled_positions,

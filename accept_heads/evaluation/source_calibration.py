@@ -1,6 +1,6 @@
 """Each acceptance source's calibration in decoding: the ``P̂`` its policy judged each candidate by, against the
 outcome verification observed (candidates up to and including a round's first rejection), per set, rule and source
-at its dev choice: AUROC, ECE and Brier (:func:`accept_heads.metrics.outcome_calibration`).
+at its dev choice: AUROC, ECE and Brier (:func:`accept_heads.training.metrics.outcome_calibration`).
 
 Scored where the decoder stops on them, the estimates are the ones that mattered; the sample is each policy's own
 (a source that drafts further is scored deeper into its rounds), so a column compares sources on their own terms.
@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from accept_heads.evaluation.families import family_names
 from accept_heads.evaluation.table import at_dev_choice
-from accept_heads.metrics import outcome_calibration
+from accept_heads.measure.families import family_names
+from accept_heads.training.metrics import outcome_calibration
 
 #: The columns that identify a source's run.
 RUN = ["set", "role", "rule", "rule_param", "family", "artifact", "param"]

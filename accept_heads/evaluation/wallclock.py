@@ -7,7 +7,7 @@ tokens/s is its generated tokens over its own measured seconds (device-synchroni
 method decodes a prompt with the seed of its counted-call run, so it reproduces that run's output:
 ``matches`` is the share of timed outputs equal to the counted run's (:func:`runs.output_sha`).
 Ratios to the best fixed K and to the target alone carry 95 % paired-bootstrap intervals over
-prompts (:mod:`accept_heads.evaluation.bootstrap`).
+prompts (:mod:`accept_heads.measure.bootstrap`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import torch
 from tqdm.auto import tqdm
 
 from accept_heads.evaluation.baselines import HFRunner
-from accept_heads.evaluation.bootstrap import PromptCosts, paired_draws, ratio_interval
 from accept_heads.evaluation.executor import Executor
-from accept_heads.evaluation.families import family, family_names
-from accept_heads.evaluation.runs import DecoderRunner, RunSpec, output_sha
-from accept_heads.evaluation.specs import TargetAloneSpec
+from accept_heads.measure.bootstrap import PromptCosts, paired_draws, ratio_interval
+from accept_heads.measure.families import family, family_names
+from accept_heads.measure.runs import DecoderRunner, RunSpec, output_sha
+from accept_heads.measure.specs import TargetAloneSpec
 from data_gen.encoding import EncodedPrompt
 from data_gen.seeding import prompt_seed
 from decode.compile.config import DEFAULT
@@ -108,7 +108,7 @@ def warmup_prompts(prompts: Sequence[EncodedPrompt], max_new_tokens: int) -> lis
 
 def timed_specs(specs: Sequence[RunSpec], set_name: str, rule: str) -> list[RunSpec]:
     """The runs of ``set_name`` × ``rule`` that the wall clock times: the target alone, then every decoded run of a
-    timed family (:attr:`~accept_heads.evaluation.families.Family.timed`) that is not a grid point (tuned ones at
+    timed family (:attr:`~accept_heads.measure.families.Family.timed`) that is not a grid point (tuned ones at
     their dev choice), in table order."""
     timed = family_names(timed=True)
     chosen = [s for s in specs if s.set == set_name and s.rule == rule and s.family in timed

@@ -12,10 +12,6 @@ from rich.console import Console
 from rich.table import Table
 from tqdm.auto import tqdm
 
-from accept_heads.evaluation.bootstrap import PromptCosts, generation_seconds, paired_draws, ratio_interval
-from accept_heads.evaluation.cost_models import Pricing, pricing
-from accept_heads.evaluation.inputs import PromptSet, discover, load_split
-from accept_heads.evaluation.runs import Generation
 from accept_heads.levers.fitting import fit, retrain
 from accept_heads.levers.lever_policies import (
     FEATURES,
@@ -26,7 +22,11 @@ from accept_heads.levers.lever_policies import (
     PerfectPreDraft,
     Recalibration,
 )
-from accept_heads.selection import best_value
+from accept_heads.measure.bootstrap import PromptCosts, generation_seconds, paired_draws, ratio_interval
+from accept_heads.measure.cost_models import Pricing, pricing
+from accept_heads.measure.inputs import PromptSet, discover, load_split
+from accept_heads.measure.runs import Generation
+from accept_heads.measure.selection import best_value
 from ahconf.schema import EvaluateJob
 from data_gen.models import Trio, load_trio
 from data_gen.seeding import prompt_seed

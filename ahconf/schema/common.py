@@ -150,7 +150,7 @@ class CostConfig:
     """Cost model T = t_d N_d + t_c N_c + t_t N_t (DESIGN §5); defaults: the paper's 7B/70B pair.
 
     ``source``: ``configured`` prices at the ``t_*`` below, flat in the verified length; ``measured`` at this
-    machine's stored cost profile of the models (``accept_heads.evaluation.machine_costs``, printed by
+    machine's stored cost profile of the models (``accept_heads.measure.machine_costs``, printed by
     ``python -m benchmarks.costs``), ``t_t(L)`` as measured, and leaves the ``t_*`` below unused.
     ``t_companion`` null: ``t_d`` times the companion/draft one-call latency ratio measured on this device.
     ``t_target_alone``: what "× target alone" divides by (null: ``t_t``, which flatters by ``t_t / t_alone``).

@@ -48,7 +48,7 @@ class BatchAxisConfig:
 
     sizes: List[int] = field(default_factory=list)  # the batch sizes B (e.g. [1, 8, 32]; empty = no batch axis)
     prompts: int = 32  # the first this-many prompts of each set decoded at every B
-    # the batch costs are measured once per machine and model set and reused (accept_heads.evaluation.machine_costs);
+    # the batch costs are measured once per machine and model set and reused (accept_heads.measure.machine_costs);
     # true: measure them again (and store the new table)
     costs_refresh: bool = False
     rules: Optional[List[str]] = None  # rules of the batch axis; null = every evaluated rule
@@ -118,7 +118,7 @@ class EvaluateConfig:
     # a list: h is chosen here on dev over it instead, for every head and the perfect predictor
     thresholds: Optional[List[float]] = None
     # the dev grid of a tuned policy kind by its name (decode.policy_specs.policy_kinds) over the one the evaluation
-    # declares with the kind (accept_heads.evaluation.families: fixed K 1..10, confidence τ 0.3/0.5/0.7, the h stop
+    # declares with the kind (accept_heads.measure.families: fixed K 1..10, confidence τ 0.3/0.5/0.7, the h stop
     # over the thresholds above, ...), e.g. {fixed: [1, 2, 3, 4], confidence: [0.2, 0.4]}
     grids: Dict[str, List[float]] = field(default_factory=dict)
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev

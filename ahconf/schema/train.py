@@ -30,7 +30,7 @@ class HeadTrainConfig:
     use_companion: bool = False  # add the companion indicators X, Y as features
     rule: str = "speculative"  # which label column to train on (fuzzy T and divergence, ensemble kind: rules.*)
     mixing_r: float = DEFAULT_MIXING_R  # probability of keeping the target token in token mixing
-    # the stop thresholds h the head's h is chosen from on dev after training (accept_heads.threshold) and that the
+    # the stop thresholds h the head's h is chosen from on dev after training (accept_heads.measure.threshold) and that the
     # evaluation decodes it and the perfect predictor at on dev
     thresholds: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
     k_min: int = 1

@@ -157,7 +157,7 @@ def _training_data(record: Metadata) -> list[str]:
     positions = ", ".join(f"{split} {count}" for split, count in data.positions.items())
     return [
         "### Training data", "",
-        f"- Collected data `{data.data_dir}` (experiment `{data.exp_name}`, seed {record.seed}).",
+        f"- Collected data of experiment `{data.exp_name}` (seed {record.seed}).",
         f"- `manifest.json` SHA-256: `{data.manifest_sha256}`.",
         f"- Labelled positions: {positions or 'not recorded'}.",
     ]

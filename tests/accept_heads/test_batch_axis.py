@@ -12,8 +12,8 @@ import pytest
 
 from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.batch_axis import best_fixed_k, summarise
-from accept_heads.evaluation.families import family_names
 from accept_heads.evaluation.results import load_results
+from accept_heads.measure.families import family_names
 from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
 from tests.helpers.evaluation import write_artifacts
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from accept_heads.evaluation.bootstrap import PromptCosts, gap_share_interval, paired_draws, ratio_interval
+from accept_heads.measure.bootstrap import PromptCosts, gap_share_interval, paired_draws, ratio_interval
 
 PROMPTS = 30
 
@@ -41,7 +41,7 @@ def test_pairing_removes_the_spread_between_prompts() -> None:
 
 def _coverage(level_draws: int, quantile_level: float, replications: int = 200) -> float:
     """Share of replications whose interval covers the true throughput ratio 1.1 (noisy per-prompt costs)."""
-    import accept_heads.evaluation.bootstrap as bootstrap
+    from accept_heads.measure import bootstrap
 
     rng = np.random.default_rng(7)
     covered = 0

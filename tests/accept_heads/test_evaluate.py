@@ -13,27 +13,18 @@ import pytest
 from rich.console import Console
 
 from accept_heads.evaluate import cost_tuples, evaluate
-from accept_heads.evaluation.cost_models import CostFit, configured_model, fit_costs
 from accept_heads.evaluation.executor import Executor, runners
-from accept_heads.evaluation.families import family_names, perfect_for, run_policy
 from accept_heads.evaluation.figures import FIGURES
-from accept_heads.evaluation.inputs import Artifacts
 from accept_heads.evaluation.plan import Choice, edge_note, edge_rules, extended_k
 from accept_heads.evaluation.report import cost_lines, league_table
 from accept_heads.evaluation.results import load_results
-from accept_heads.evaluation.runs import RunSpec
-from accept_heads.evaluation.specs import SEAlternateSpec, TargetAloneSpec
-from accept_heads.evaluation.table import (
-    KEYS,
-    add_comparisons,
-    add_costs,
-    aggregate,
-    at_dev_choice,
-    bound_rows,
-    recorded_thresholds,
-    select,
-    verification_units,
-)
+from accept_heads.evaluation.table import add_comparisons, at_dev_choice, bound_rows, recorded_thresholds, select
+from accept_heads.measure.cost_models import CostFit, configured_model, fit_costs
+from accept_heads.measure.costing import KEYS, add_costs, aggregate, verification_units
+from accept_heads.measure.families import family_names, perfect_for, run_policy
+from accept_heads.measure.inputs import Artifacts
+from accept_heads.measure.runs import RunSpec
+from accept_heads.measure.specs import SEAlternateSpec, TargetAloneSpec
 from ahconf.schema import ConfigError, CostConfig
 from decode import DecodeStats
 from decode.batch_costs import CostProfile
@@ -289,7 +280,7 @@ GROWING = LatencyShape((1.0, 1.2, 1.5, 1.9))
 
 def generation(run: int, draft_calls: int, companion_calls: int, verified_per_round: list[int],
                wall_s: float) -> dict:
-    """A per-generation record of our decoder, as :meth:`accept_heads.evaluation.runs.Generation.record` builds it."""
+    """A per-generation record of our decoder, as :meth:`accept_heads.measure.runs.Generation.record` builds it."""
     keys = dict.fromkeys(KEYS, None) | {"set": "dev", "role": "dev", "split": "dev", "rule": "greedy",
                                         "family": "fixed", "param": float(run), "chosen_on": "grid",
                                         "policy": f"run{run}", "source": "decode"}

@@ -7,7 +7,7 @@ class and one registry line) gets the threshold stop, the goodput stop and the s
 wall clock; a parameterless rule gets its label column from collection and trains a head; a rule with a parameter
 does too, with the parameter its config gives it, and the evaluation sweeps that parameter on dev. No other file
 names any of them (the registries are :data:`decode.policy_specs.POLICY_SPECS`,
-:data:`decode.policies.sources.SOURCES`, :data:`accept_heads.evaluation.families.FAMILIES` and
+:data:`decode.policies.sources.SOURCES`, :data:`accept_heads.measure.families.FAMILIES` and
 :data:`decode.rules.RULES`); the fixtures register each for one test, as the decorators would where it is defined.
 """
 
@@ -25,9 +25,9 @@ from rich.console import Console
 from torch import Tensor
 
 from accept_heads.evaluate import evaluate
-from accept_heads.evaluation.families import FAMILIES, evaluated, family, family_names
 from accept_heads.evaluation.figures import FIGURES
 from accept_heads.evaluation.report import league_table, results_table, wallclock_table
+from accept_heads.measure.families import FAMILIES, evaluated, family, family_names
 from accept_heads.train import train
 from ahconf.schema import ConfigError
 from data_gen.collect import collect

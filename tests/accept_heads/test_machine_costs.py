@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from accept_heads.evaluation import machine_costs
-from accept_heads.evaluation.cost_models import configured_model, pricing
-from accept_heads.evaluation.machine_costs import machine_batch_costs, machine_profile
 from accept_heads.evaluation.report import cost_lines
+from accept_heads.measure import machine_costs
+from accept_heads.measure.cost_models import configured_model, pricing
+from accept_heads.measure.machine_costs import machine_batch_costs, machine_profile
 from ahconf.schema import CostConfig
 from data_gen.models import Trio
 from decode.batch_costs import BatchCosts, CostProfile
@@ -134,8 +134,9 @@ def test_the_report_names_the_measured_costs(tmp_path, measured):
         priced = pricing(CostConfig(source="measured"), trio, lambda: None, compiled=True, repeats=1, threads=None)
     assert measured[-1]["compiled"] and "eager" in priced.caption  # nothing compiled here: priced eager, and says so
     fit = {"n": 3, "companion_runs": 0, "t_draft": 0.003, "t_target": 0.05, "t_companion": 0.0, "r2": 0.9}
-    metadata = {"cost_fit": fit, "cost_profile": priced.profile,
-                "cost_models": {"fitted": {"latency_shape": [1.0]}, "cost": {**priced.record, "assumes": priced.assumes}}}
+    metadata = SimpleNamespace(  # the three fields of an EvaluationMetadata the cost lines read
+        cost_fit=fit, cost_profile=priced.profile,
+        cost_models={"fitted": {"latency_shape": [1.0]}, "cost": {**priced.record, "assumes": priced.assumes}})
     line = cost_lines(metadata)[-1]
     assert line.startswith(f"cost model: {PROFILE.caption()} (t_d = 3.00 ms, t_t = T(2) = 50.00 ms")
     assert line.endswith(f"stored in {priced.profile['stored']['path']})")

@@ -11,9 +11,9 @@ import torch
 from huggingface_hub import HfApi
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from accept_heads.export import common_metadata, head_metadata
+from accept_heads.measure.threshold import Calibration
 from accept_heads.push_head import main
-from accept_heads.threshold import Calibration
+from accept_heads.training.export import common_metadata, head_metadata
 from data_gen.manifest import MANIFEST_VERSION, CollectionManifest
 from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, load_head, policies, rules, save_head
 from decode.artifacts.model_card import MARKER

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import pytest
 
-from accept_heads.evaluation.families import (
+from accept_heads.measure.families import (
     FAMILIES,
     Family,
     check_grids,

@@ -13,12 +13,16 @@ import pytest
 import torch
 
 from accept_heads.evaluate import evaluate
+from accept_heads.evaluation.executor import Executor
+from accept_heads.evaluation.plan import dev_sweeps, eval_rules
+from accept_heads.evaluation.recorded_sweeps import recorded_runs
 from accept_heads.evaluation.reliability import head_predictions
-from accept_heads.metrics import prior_shift
-from accept_heads.profile_fit import equal_frequency_edges
-from accept_heads.threshold import choose_threshold
+from accept_heads.measure.cost_models import pricing
+from accept_heads.measure.threshold import SWEEP_FILE, RecordedSweep, choose_threshold
 from accept_heads.train import load_head_weights, prepare_head_run, train
-from accept_heads.training_data import (
+from accept_heads.training.metrics import prior_shift
+from accept_heads.training.profile_fit import equal_frequency_edges
+from accept_heads.training.training_data import (
     SequenceDataset,
     collate_sequences,
     labelled_positions,
@@ -30,8 +34,9 @@ from data_gen.collect import collect
 from data_gen.models import load_trio
 from data_gen.shards import load_split
 from decode import Sampling, SpeculativeDecoder, policies, rules
+from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
-from decode.artifacts.serialization import load_head, load_profile
+from decode.artifacts.serialization import load_head, load_profile, write_card
 from decode.head import dspark_tensors
 from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, PREVIOUS_TOKEN
 from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
@@ -222,9 +227,52 @@ def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_
     torch.testing.assert_close(first["label"], live["label"][live["loss_mask"]])
 
 
+def test_the_head_records_its_data_by_sha256_and_a_run_relative_path_and_its_card_prints_no_path(trained):
+    config, result = trained
+    head_path = Path(result.head_path)
+    data = load_head(head_path).metadata.training_data
+    data_dir = Path(config.paths.data_dir)
+    assert data.manifest_sha256 == file_sha256(data_dir / "manifest.json")
+    assert not Path(data.data_dir).is_absolute()
+    assert (Path(config.paths.run_dir) / data.data_dir).resolve() == data_dir.resolve()
+    card = write_card(head_path.parent).read_text()
+    assert data.manifest_sha256 in card
+    assert str(data_dir) not in card and str(data_dir.resolve()) not in card and f"`{data.data_dir}`" not in card
+
+
+def _decisions(records) -> list[dict]:
+    """What a dev run decided per prompt: every generation field but its wall time and batching."""
+    return [{k: v for k, v in vars(r.generation).items() if k not in ("wall_s", "batch")} for r in records]
+
+
+def test_the_evaluation_reuses_the_recorded_dev_sweep_when_its_key_matches_and_decodes_otherwise(trained):
+    config, result = trained
+    head_path = Path(result.head_path)
+    recorded = RecordedSweep.read(head_path.parent / SWEEP_FILE)
+    assert recorded.key.head_sha256 == file_sha256(head_path) and recorded.threshold == result.calibration.threshold
+    assert list(recorded.rows) == result.calibration.rows
+    assert [run.threshold for run in recorded.runs] == [row.threshold for row in recorded.rows]
+    job = config.evaluate_job()
+    notes: dict[str, str] = {}
+    executor = Executor.build(job, notes)
+    specs = dev_sweeps(job, executor.artifacts, eval_rules(job))
+    cost = pricing(job.cost, executor.trio, lambda: None, compiled=False, repeats=1, threads=None).record
+    assert cost == recorded.key.cost
+    dev = executor.sets["dev"]
+    reused = recorded_runs(specs, executor.artifacts, executor.decoding, dev, cost, notes)
+    assert sorted(spec.param for spec in reused) == [run.threshold for run in recorded.runs] and not notes
+    for spec, records in reused.items():  # the same rows as decoding them here
+        assert [r.generation.prompt_id for r in records] == [p.prompt_id for p in dev.prompts]
+        assert _decisions(records) == _decisions(executor.run(spec))
+    other = {**cost, "t_target": cost["t_target"] * 2}  # other prices: decoded, and one note says why
+    assert recorded_runs(specs, executor.artifacts, executor.decoding, dev, other, notes) == {}
+    assert list(notes.values()) == [f"head[{spec.artifact}]'s recorded dev sweep ({SWEEP_FILE}) not reused (different "
+                                    "cost): its dev grid decoded here" for spec in list(reused)[:1]]
+
+
 def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, tmp_path, monkeypatch):
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
-    monkeypatch.chdir(data_dir.parent)  # a relative data_dir is recorded absolute (evaluate may run elsewhere)
+    monkeypatch.chdir(data_dir.parent)  # a data_dir relative to the working directory is recorded relative to the run
     config = make_config(*train_overrides, f"paths.root={tmp_path}", "paths.data_dir=data", "head=sv_profile",
                          "head.x_bins=4", "head.y_bins=3", "head.min_bin_count=4", "head.k_max=3",
                          "head.latency_repeats=2", "head.latency_batches=[2,1]")
@@ -235,7 +283,8 @@ def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, t
     assert profile.batch_sizes.tolist() == [1, 2] and tuple(profile.batch_latency_table.shape) == (2, 4)
     assert (profile.batch_latency_table.diff(dim=1) >= 0).all() and (profile.batch_latency_table.diff(dim=0) >= 0).all()
     assert profile.metadata.latency_batches == (2, 1) and profile.metadata.bins == result.bins
-    assert profile.metadata.training_data.data_dir == str(data_dir.resolve())
+    recorded = profile.metadata.training_data.data_dir
+    assert not Path(recorded).is_absolute() and (Path(config.paths.run_dir) / recorded).resolve() == data_dir.resolve()
     assert profile.counts.sum() == profile.metadata.training_data.positions["train"]
     dev = result.information["dev"]
     assert dev.h_a > 0 and 0 <= dev.h_a_given_xy <= dev.h_a + 1e-9

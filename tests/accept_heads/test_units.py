@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from accept_heads.loggers import make_logger
-from accept_heads.metrics import AcceptanceMetrics, binary_kl, information_gain, prior_shift, weighted_bce
-from accept_heads.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
-from accept_heads.selection import best_value
+from accept_heads.measure.selection import best_value
 from accept_heads.train import head_architecture
-from accept_heads.training_data import (
+from accept_heads.training.loggers import make_logger
+from accept_heads.training.metrics import AcceptanceMetrics, binary_kl, information_gain, prior_shift, weighted_bce
+from accept_heads.training.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
+from accept_heads.training.training_data import (
     SequenceItem,
     collate_sequences,
     load_positions,
@@ -208,7 +208,7 @@ def test_pre_head_features_read_q_over_the_shared_vocabulary_as_the_decoder_does
     gives them at decode time, not from the full output layer (the padding rows here carry most of the mass)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from accept_heads.features import DraftFeatures
+    from accept_heads.training.features import DraftFeatures
     from decode.head import PRE_FEATURES, HeadConfig, head_features
     from decode.sampling import Sampling
 

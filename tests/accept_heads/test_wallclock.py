@@ -10,8 +10,6 @@ import pytest
 import torch
 
 from accept_heads.evaluation.executor import Executor
-from accept_heads.evaluation.runs import RunSpec, frame
-from accept_heads.evaluation.specs import HFConstantSpec, HFHeuristicSpec
 from accept_heads.evaluation.wallclock import (
     TimedMethod,
     compiled_here,
@@ -22,6 +20,8 @@ from accept_heads.evaluation.wallclock import (
     timed_specs,
     warmup_prompts,
 )
+from accept_heads.measure.runs import RunSpec, frame
+from accept_heads.measure.specs import HFConstantSpec, HFHeuristicSpec
 from data_gen.encoding import EncodedPrompt
 from decode.policy_specs import ConfidenceSpec, FixedSpec
 from tests.helpers.config import DATA_OVERRIDES, model_overrides

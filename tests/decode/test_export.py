@@ -170,7 +170,7 @@ def test_profile_round_trip(tmp_path, make_tokenizer):
 
 
 def trained_metadata(tokenizer, head: AcceptanceHead, draft: str = "micro-org/micro-draft") -> HeadMetadata:
-    """Metadata shaped like accept_heads.export.head_metadata's: models, data, dev metrics, calibration."""
+    """Metadata shaped like accept_heads.training.export.head_metadata's: models, data, dev metrics, calibration."""
     return replace(
         metadata(tokenizer, head, rule=rules.Fuzzy("js", 0.3), sampling=Sampling(temperature=0.7)),
         draft=draft, draft_revision=None, target="micro-org/micro-target", companion=None,

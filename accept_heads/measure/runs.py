@@ -17,9 +17,9 @@ import pandas as pd
 import torch
 from transformers import PreTrainedModel
 
-from accept_heads.evaluation.families import family
-from accept_heads.evaluation.inputs import Artifacts, PromptSet
-from accept_heads.evaluation.specs import RunPolicy
+from accept_heads.measure.families import family
+from accept_heads.measure.inputs import Artifacts, PromptSet
+from accept_heads.measure.specs import RunPolicy
 from ahconf.rule_config import build_rule
 from ahconf.schema import RulesConfig
 from data_gen.models import Trio

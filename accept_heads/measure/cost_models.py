@@ -8,12 +8,12 @@
     verification latency flat in ``L`` (the paper's ``t_t`` is per target call, at batch size 1 where latency is
     nearly flat, DESIGN §3);
   - ``measured`` (the real pair): every price from this machine's stored cost profile
-    (:func:`~accept_heads.evaluation.machine_costs.machine_profile`, compiled forwards where ``evaluate.compile``):
+    (:func:`~accept_heads.measure.machine_costs.machine_profile`, compiled forwards where ``evaluate.compile``):
     ``t_t = T(2)`` with ``shape(L) = T(L + 1) / T(2)`` (a round verifying ``L`` candidates feeds ``L + 1`` tokens),
     the target alone ``T(1)``, ``t_d`` and ``t_c`` the draft's and the companion's one-token steps.
 * ``fitted``: ``t_d``, ``t_c``, ``t_t`` fitted on the measured wall times of our decoder's runs, with the
   latency shape measured at the start of the evaluation on this device (:func:`measure_latency`, the
-  SV profile's :func:`~accept_heads.profile_fit.verification_latency`; a profile's own table may come
+  SV profile's :func:`verification_latency`; a profile's own table may come
   from another device and stops at its ``k_max``).
 
 Both price the target decoding alone (the "× target alone" speed-ups) at its own step, not at a
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
 from transformers import PreTrainedModel
 
-from accept_heads.evaluation.machine_costs import machine_profile
-from accept_heads.profile_fit import device_description, verification_latency
+from accept_heads.measure.machine_costs import machine_profile
 from ahconf.schema import CostConfig
 from data_gen.models import Trio
 from decode.costs import CostModel, LatencyShape
@@ -67,11 +67,25 @@ class Latency:
         return None if self.companion_s is None else self.companion_s / self.draft_s
 
     def to_dict(self) -> dict[str, object]:
-        return {"source": "measured at the start of the evaluation (accept_heads.profile_fit.verification_latency)",
+        return {"source": "measured at the start of the evaluation (accept_heads.measure.cost_models.verification_latency)",
                 "device": self.device, "prompt_tokens": self.prompt_tokens, "repeats": self.repeats,
                 "target_s": self.target_s, "target_alone_s": self.target_alone_s, "alone_ratio": self.alone_ratio,
                 "shape": list(self.shape.values), "draft_s": self.draft_s,
                 "companion_s": self.companion_s, "companion_ratio": self.companion_ratio}
+
+
+def verification_latency(target: PreTrainedModel, prompt: list[int], k_max: int, repeats: int) -> Tensor:
+    """Median seconds of a target forward over ``L + 1`` tokens on a cached ``prompt``, for ``L = 1..k_max``
+    (:func:`decode.timing.forward_seconds`)."""
+    widths = range(2, k_max + 2)
+    return torch.tensor(forward_seconds(target, torch.tensor([prompt]), widths, repeats), dtype=torch.float64)
+
+
+def device_description(device: torch.device) -> str:
+    """``cpu`` or e.g. ``cuda:0 (NVIDIA H100 80GB HBM3)``: where a latency profile was measured."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
 
 
 def one_call_seconds(model: PreTrainedModel, prompt: list[int], repeats: int) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accept_heads.threshold import Calibration
+from accept_heads.measure.threshold import Calibration
 from decode.metadata import InformationGain
 from decode.rules import RuleSpec
 
@@ -34,7 +34,7 @@ class HeadOutcome:
 class ProfileOutcome:
     """An exported SV profile: its bins, information gain per split and latency tables (DESIGN §3).
 
-    ``information``: split → its gain (:func:`accept_heads.metrics.information_gain`).
+    ``information``: split → its gain (:func:`accept_heads.training.metrics.information_gain`).
     """
 
     name: str

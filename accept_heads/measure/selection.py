@@ -1,6 +1,6 @@
 """Choosing a swept parameter (K, τ, h, γ, FSD T): the value with the highest modelled throughput.
 
-One rule for training's stop-threshold sweep (:mod:`accept_heads.threshold`) and for the
+One rule for training's stop-threshold sweep (:mod:`accept_heads.measure.threshold`) and for the
 evaluation's dev selection (:func:`accept_heads.evaluation.table.select`): the highest throughput of
 the cost model (DESIGN §5) on dev prompts, ties to the smaller value.
 """

@@ -8,7 +8,7 @@ Predictions ``s_t = σ(logit_t)`` against soft targets ``a_t ∈ [0, 1]``; every
 * ``binary_kl``: mean ``KL(Bern(a) ‖ Bern(s))`` (unweighted; the paper's evaluation metric), and
   the same for the constant predictor ``s = mean train label``;
 * ``auroc``: of ``s_t`` against sampled outcomes ``o_t = 1[u_t < a_t]`` (fixed seed, see
-  :mod:`accept_heads.training_data`), which in expectation equals the AUROC with ``a_t`` as soft weights;
+  :mod:`accept_heads.training.training_data`), which in expectation equals the AUROC with ``a_t`` as soft weights;
   NaN (undefined) when every outcome is the same;
 * ``ece``: expected calibration error over 15 equal-width bins of ``s``, against the soft ``a``
   (``Σ_b |Σ_{t∈b} s_t − Σ_{t∈b} a_t| / N``; the expected gap w.r.t. sampled outcomes);

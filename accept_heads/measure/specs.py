@@ -3,7 +3,7 @@
 Our decoder's policies are :mod:`decode.policy_specs`; the baselines are here: HF assisted generation
 (constant K, HF's heuristic schedule, a confidence threshold), Speculative Ensemble (the plain
 ensemble, speculative and alternate proposals at a proposal length γ) and, on the batch axis, the
-target alone. How the evaluation runs each kind is its family (:mod:`~accept_heads.evaluation.families`).
+target alone. How the evaluation runs each kind is its family (:mod:`~accept_heads.measure.families`).
 """
 
 from __future__ import annotations

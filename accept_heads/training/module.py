@@ -6,9 +6,9 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from accept_heads.features import DraftFeatures
-from accept_heads.metrics import AcceptanceMetrics, prior_shift, weighted_bce
-from accept_heads.training_data import labelled_positions
+from accept_heads.training.features import DraftFeatures
+from accept_heads.training.metrics import AcceptanceMetrics, prior_shift, weighted_bce
+from accept_heads.training.training_data import labelled_positions
 from ahconf.schema import LossConfig, OptimConfig
 from data_gen.schedule import warmup_cosine
 from decode.head import AcceptanceHead

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from accept_heads.outcomes import HeadOutcome, ProfileOutcome
+from accept_heads.training.outcomes import HeadOutcome, ProfileOutcome
 
 
 def _fmt(value: Any, digits: int = 4) -> str:

@@ -1,7 +1,7 @@
 """Speculative Verification profile (DESIGN §3): binning fit, information gain, latency profile.
 
 * Bins: equal-frequency edges of the companion indicators ``X`` and ``Y`` on the train split —
-  those of the head's rule (columns ``sv_x_<rule>``, ``sv_y_<rule>``; see :mod:`accept_heads.training_data`).
+  those of the head's rule (columns ``sv_x_<rule>``, ``sv_y_<rule>``; see :mod:`accept_heads.training.training_data`).
   Repeated quantiles (e.g. the mass of ``Y = 1``) are merged, so a profile can hold fewer bins
   than requested; the point mass then gets a bin of its own.
 * Table: per (X-bin, Y-bin) mean train acceptance under the head's rule, with counts; bins with
@@ -26,10 +26,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import Metric
 from transformers import PreTrainedModel
 
-from accept_heads.training_data import PositionTable
+from accept_heads.training.training_data import PositionTable
 from decode.batch_costs import forward_table
 from decode.profile import SVProfile
-from decode.timing import forward_seconds
 
 
 def equal_frequency_edges(values: np.ndarray, bins: int) -> Tensor:
@@ -101,20 +100,6 @@ def backed_off_table(sums: Tensor, counts: Tensor, min_count: int) -> Tensor:
     row_mean = torch.where(row_counts > 0, sums.sum(1, keepdim=True) / row_counts.clamp_min(1), global_mean)
     cell_mean = sums / counts.clamp_min(1)
     return torch.where(counts >= min_count, cell_mean, row_mean.expand_as(cell_mean)).float()
-
-
-def verification_latency(target: PreTrainedModel, prompt: list[int], k_max: int, repeats: int) -> Tensor:
-    """Median seconds of a target forward over ``L + 1`` tokens on a cached ``prompt``, for ``L = 1..k_max``
-    (:func:`decode.timing.forward_seconds`)."""
-    widths = range(2, k_max + 2)
-    return torch.tensor(forward_seconds(target, torch.tensor([prompt]), widths, repeats), dtype=torch.float64)
-
-
-def device_description(device: torch.device) -> str:
-    """``cpu`` or e.g. ``cuda:0 (NVIDIA H100 80GB HBM3)``: where a latency profile was measured."""
-    if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)})"
-    return str(device)
 
 
 def build_profile(fitter: ProfileFitter, min_count: int, latency: Tensor,

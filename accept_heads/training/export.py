@@ -3,6 +3,8 @@
 Layout (``<name>`` = ``head.name``, set per job in a multirun; absent otherwise)::
 
     <paths.head_dir>[/<name>]/head.safetensors         the head (decode.load_head validates it)
+    <paths.head_dir>[/<name>]/h_sweep.json             the head's dev sweep of h, per prompt, keyed by sha256
+                                                       (accept_heads.measure.threshold.RecordedSweep)
     <paths.head_dir>[/<name>]/profile.safetensors      an SV profile (decode.load_profile)
     <paths.head_dir>[/<name>]/README.md                the model card of both, from their metadata
                                                        (decode.artifacts.serialization.write_card); the folder is a hub repo
@@ -13,11 +15,12 @@ Layout (``<name>`` = ``head.name``, set per job in a multirun; absent otherwise)
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 
-from accept_heads.metrics import prior_shift
-from accept_heads.threshold import Calibration
+from accept_heads.measure.threshold import Calibration
+from accept_heads.training.metrics import prior_shift
 from ahconf.schema import HeadTrainConfig, PathsConfig, TrainJob
 from data_gen.manifest import CollectionManifest
 from decode.head import HeadConfig
@@ -37,6 +40,12 @@ def artifact_dir(paths: PathsConfig, head: HeadTrainConfig) -> Path:
     """Directory of the exported head / profile."""
     root = Path(paths.head_dir)
     return root / head.name if head.name else root
+
+
+def run_relative(paths: PathsConfig, path: str) -> str:
+    """``path`` relative to the run directory (``paths.run_dir``), as an artifact records it: never absolute, so an
+    exported folder names nothing of the machine it was trained on."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(paths.run_dir).resolve())).as_posix()
 
 
 def work_dir(paths: PathsConfig, head: HeadTrainConfig) -> Path:
@@ -60,7 +69,7 @@ def common_metadata(
         sampling=sampling,
         training_data=TrainingData(
             manifest_sha256=manifest_sha256,
-            data_dir=str(Path(job.paths.data_dir).resolve()),  # absolute: evaluate may run from elsewhere
+            data_dir=run_relative(job.paths, job.paths.data_dir),
             exp_name=manifest.exp_name,
             positions=manifest.positions(),
         ),

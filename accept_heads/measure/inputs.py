@@ -103,6 +103,7 @@ class Artifacts:
 
     heads: dict[str, AcceptanceHead] = field(default_factory=dict)
     profiles: dict[str, SVProfile] = field(default_factory=dict)
+    head_files: dict[str, Path] = field(default_factory=dict)  # each head's head.safetensors
 
 
 def head_name(path: Path, root: Path, timing: str) -> str:
@@ -132,6 +133,7 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling,
             notes[f"head[{name}]"] = f"head[{name}] reads companion features but no companion is configured; skipped"
             continue
         artifacts.heads[name] = head.to(trio.draft.device)
+        artifacts.head_files[name] = path
         recorded = head.metadata
         described["heads"][name] = {
             "path": str(path), "timing": head.config.timing, "depth": head.config.depth, "rule": recorded.rule,

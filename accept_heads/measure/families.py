@@ -1,7 +1,7 @@
 """The evaluation's registry of run families: how it sweeps, tables, times and draws each kind of run.
 
 A run family is a kind of run in the results table: a length policy of our decoder (its spec in
-``decode.policy_specs``: what serving needs) or a baseline (:mod:`~accept_heads.evaluation.specs`). What the
+``decode.policy_specs``: what serving needs) or a baseline (:mod:`~accept_heads.measure.specs`). What the
 evaluation knows of a kind is one :class:`Family`. A schedule's or a baseline's is registered here by kind with
 :func:`evaluated` (a class decorator above ``@register_policy``) or :func:`register_family`; an acceptance source
 under a stop rule composes its family from the traits of its source (:class:`SourceTraits`: its league side, the
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from accept_heads.evaluation.specs import (
+from accept_heads.measure.specs import (
     HFConfidenceSpec,
     HFConstantSpec,
     HFHeuristicSpec,

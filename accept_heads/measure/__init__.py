@@ -1,0 +1,15 @@
+"""Measuring our decoder on prompt sets: what training's choice of ``h``, the levers and the evaluation share.
+
+* :mod:`~accept_heads.measure.inputs` — the prompt sets and the exported heads / SV profiles;
+* :mod:`~accept_heads.measure.specs`, :mod:`~accept_heads.measure.families` — the run policies and their families;
+* :mod:`~accept_heads.measure.runs` — a run's spec and records, the runner protocol, our decoder's runner;
+* :mod:`~accept_heads.measure.placement` — where the models run, which prompts decode alone;
+* :mod:`~accept_heads.measure.cost_models`, :mod:`~accept_heads.measure.machine_costs`,
+  :mod:`~accept_heads.measure.costing` — the cost models and a run's modelled throughput;
+* :mod:`~accept_heads.measure.bootstrap` — paired bootstrap draws and intervals over prompts;
+* :mod:`~accept_heads.measure.selection`, :mod:`~accept_heads.measure.threshold` — choosing a swept value, the
+  head's ``h`` and its recorded dev sweep.
+
+Training (:mod:`accept_heads.training`) and the evaluation (:mod:`accept_heads.evaluation`) import it; it imports
+neither.
+"""
