@@ -37,7 +37,7 @@ TRAIN := $(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true
 CONTRASTIVE := rules.params.ensemble.kind=contrastive
 
 demo: setup
-	$(OFFLINE) $(PY) -m data_gen.zoo
+	$(OFFLINE) $(PY) -m model_build.zoo
 	$(OFFLINE) $(PY) -m data_gen.collect
 	$(OFFLINE) $(PY) -m data_gen.collect $(GREEDY_DATA) 'prompts.sizes={train: 400, dev: 100, test: 100}'
 	$(TRAIN) head.name=speculative-pre
@@ -65,7 +65,7 @@ more-heads: setup
 REAL := +exp=smollm2
 COMPILE ?= false
 real: setup
-	$(OFFLINE) $(PY) -m data_gen.real
+	$(OFFLINE) $(PY) -m model_build.real
 	$(OFFLINE) $(PY) -m data_gen.collect $(REAL)
 	$(OFFLINE) $(PY) -m data_gen.collect $(REAL) $(GREEDY_DATA)
 	$(TRAIN) $(REAL) head.name=speculative-pre

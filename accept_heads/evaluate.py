@@ -72,12 +72,12 @@ from accept_heads.measure.runs import Record, RunSpec, frame
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.rule_config import build_rule
 from ahconf.schema import ConfigError, EvaluateJob
-from data_gen.models import Trio
 from data_gen.prompts import check_prompt_choices
 from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.feature_draft import is_feature_draft
 from decode.head import AcceptanceHead
+from runtime.models import Trio
 
 
 def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,

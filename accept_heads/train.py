@@ -56,7 +56,6 @@ from accept_heads.training.training_data import (
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import ConfigError, HeadTrainConfig, LoggerConfig, ModelSpec, TrainerConfig, TrainJob
 from data_gen.manifest import CollectionManifest, read_manifest
-from data_gen.models import resolve_model_id
 from data_gen.prompts import check_prompt_choices
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.artifacts.serialization import load_head, load_profile, save_head, save_profile
@@ -65,6 +64,7 @@ from decode.head import DEPTH_FEATURE, PRE_FEATURES, AcceptanceHead, HeadConfig
 from decode.head_config import PREVIOUS_TOKEN
 from decode.rules import Rule
 from decode.sampling import Sampling
+from runtime.models import resolve_model_id
 
 
 @dataclass

@@ -23,11 +23,11 @@ from rich.table import Table
 from ahconf.entry import quiet_library_output
 from ahconf.schema import CollectJob, Config, ModelSpec
 from data_gen.collect import Labeller, batches_of
-from data_gen.encoding import EncodedPrompt, encode_prompts
-from data_gen.models import Trio, load_trio
 from data_gen.prompts import load_prompts
 from data_gen.responses import GivenResponse
 from decode.loops.prompt_input import left_pad, pad_id
+from runtime.encoding import EncodedPrompt, encode_prompts
+from runtime.models import Trio, load_trio
 
 PIPELINES = ("target.generate (plain, no labels)", "data_gen.collect (generate + label)",
              "data_gen.collect responses= (label)")

@@ -23,11 +23,11 @@ from rich.console import Console
 from rich.table import Table
 
 from accept_heads.measure.machine_costs import CostsSource, machine_profile
-from accept_heads.measure.placement import place
 from ahconf.entry import CONF_DIR, USER_ERRORS, quiet_library_output, to_config
 from ahconf.schema import Config
-from data_gen.models import load_trio
 from decode.batch_costs import CostProfile
+from runtime.models import load_trio
+from runtime.placement import place
 
 EXPERIMENTS = sorted(path.stem for path in (Path(CONF_DIR) / "exp").glob("*.yaml"))
 

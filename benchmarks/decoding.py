@@ -7,7 +7,7 @@
                                                  [--goodput [--k-grid 1 2 4 8] [--profile PATH]]]
 
 Without ``--target/--draft`` the built-in model zoo is loaded from its cache directory
-(:mod:`data_gen.zoo.paths`; install it first with ``python -m data_gen.zoo``); ``--random-init``
+(:mod:`model_build.zoo.paths`; install it first with ``python -m model_build.zoo``); ``--random-init``
 builds a seeded random Llama pair in code instead (no files). Every method decodes the same
 prompts at temperature 1 (no top-k / top-p) with the same constant K, the methods taking turns
 on each prompt; model calls are counted with forward hooks. ``--breakdown`` then decodes the
@@ -46,8 +46,6 @@ from ahconf.schema import ModelSpec
 from benchmarks import engines
 from benchmarks.devices import add_device_option
 from benchmarks.goodput import GoodputRow, run_goodput
-from data_gen.models import resolve_model_id
-from data_gen.zoo.paths import installed_zoo_dir
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
 from decode.artifacts.serialization import load_head
 from decode.loops.batch_cache import LAYOUTS
@@ -62,6 +60,8 @@ from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 from decode.stats import CallCounter
 from decode.timing import Stopwatch, synchronize
+from model_build.zoo.paths import installed_zoo_dir
+from runtime.models import resolve_model_id
 
 TEXT_PROMPTS = [
     "def fibonacci(n):\n",

@@ -41,8 +41,6 @@ from ahconf.entry import quiet_library_output
 from benchmarks.devices import add_device_option
 from benchmarks.real_pair import load_real_pair
 from benchmarks.turns import Decode, Timed, hf_target_alone, table, time_methods
-from data_gen.real.build import encoded_prompts
-from data_gen.real.feature import ROLE
 from decode.compile.model import CompiledModel
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies.base import Policy
@@ -50,6 +48,8 @@ from decode.policies.schedules import Confidence, Fixed, TargetOnly
 from decode.rules import Greedy, Speculative
 from decode.sampling import Sampling
 from decode.subset_vocab import SubsetVocabLlamaForCausalLM, plain_greedy_agreement, plain_llama
+from model_build.real.build import encoded_prompts
+from model_build.real.feature import ROLE
 
 VLLM_SCRIPT = Path(__file__).with_name("vllm_cpu.py")
 

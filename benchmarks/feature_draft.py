@@ -21,12 +21,12 @@ from transformers import PreTrainedModel
 from ahconf.entry import quiet_library_output
 from benchmarks.real_pair import load_real_pair
 from benchmarks.turns import Decode, Timed, hf_target_alone, table, time_methods
-from data_gen.real.build import encoded_prompts
-from data_gen.real.feature import ROLE
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies.base import Policy
 from decode.policies.schedules import Confidence, Fixed
 from decode.sampling import Sampling
+from model_build.real.build import encoded_prompts
+from model_build.real.feature import ROLE
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

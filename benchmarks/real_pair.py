@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from data_gen.real import ensure_pair, pair_spec
-from data_gen.real.feature import ROLE
-from data_gen.real.pairs import PairSpec
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
+from model_build.real import ensure_pair, pair_spec
+from model_build.real.feature import ROLE
+from model_build.real.pairs import PairSpec
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def load_real_pair(name: str, roles: tuple[str, ...]) -> RealPair:
         pair = ensure_pair(name)
         if ROLE in roles and ROLE not in pair.roles:
             raise ModelLoadError(f"the {name} pair ships no feature draft; train and ship one first "
-                                 "(python -m data_gen.feature_draft, then python -m data_gen.real --ship-feature-draft)")
+                                 "(python -m model_build.feature_draft, then python -m model_build.real --ship-feature-draft)")
         dtype = resolve_dtype(spec.dtype)
         models = {role: load_causal_lm(str(pair.path(role)), dtype=dtype) for role in roles}
     except (KeyError, ModelLoadError) as error:

@@ -4,7 +4,7 @@ One target pass per prompt: the target samples a response and its per-step logit
 draft (and the companion) run once over the same tokens; every position gets the draft's sample,
 divergences, one label per configured rule and, with a companion, each configured rule's SV
 indicators (:mod:`data_gen.labels`). Every model's logits are sliced to the shared vocabulary
-(:attr:`data_gen.models.Trio.vocab`), as the decoder slices them. Output: HF ``datasets`` Arrow
+(:attr:`runtime.models.Trio.vocab`), as the decoder slices them. Output: HF ``datasets`` Arrow
 shards per split plus ``manifest.json`` (see :mod:`data_gen.shards`). Safe to kill and re-run.
 
 With ``responses=PATH`` the responses come from a file instead (:mod:`data_gen.responses`, e.g. written
@@ -29,7 +29,6 @@ from tqdm.auto import tqdm
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import CollectJob
 from data_gen.distributed import World, close_world, init_world, local_device
-from data_gen.encoding import EncodedPrompt, split_prompts
 from data_gen.generation import Batch, generate_responses, given_batch, round_depth_logits, teacher_forced_logits
 from data_gen.labels import (
     base_column,
@@ -41,16 +40,18 @@ from data_gen.labels import (
     label_rules,
 )
 from data_gen.manifest import MANIFEST_VERSION, CollectionManifest, SplitProgress, build_manifest, print_summary
-from data_gen.models import Trio, load_trio
-from data_gen.prompts import check_prompt_choices
+from data_gen.prompts import check_prompt_choices, split_prompts
 from data_gen.responses import GivenResponse, ResponsesSource
-from data_gen.seeding import prompt_seed
 from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
 from decode.feature_draft import is_feature_draft
 from decode.json_types import JSONDict
 from decode.loops.prompt_input import pad_id
 from decode.loops.runner import context_length as models_context
 from decode.sampling import Sampling
+from runtime.encoding import EncodedPrompt
+from runtime.models import Trio, load_trio
+from runtime.placement import place
+from runtime.seeding import prompt_seed
 
 POSITION_INT_COLUMNS = ("draft_token", "draft_argmax", "target_argmax")
 
@@ -298,10 +299,7 @@ def collect(job: CollectJob) -> CollectionManifest | None:
     try:
         torch.manual_seed(job.seed)
         trio = load_trio(job.models, job.paths.zoo_dir, with_companion=job.models.companion is not None)
-        device = local_device(world)
-        for model in (trio.target, trio.draft, trio.companion):
-            if model is not None and getattr(model, "hf_device_map", None) is None:
-                model.to(device)
+        place(trio, local_device(world))
         source = None if job.responses is None else ResponsesSource.open(job.responses, job.models.target, job.sampling)
         root = Path(job.paths.data_dir)
         labeller = Labeller.for_job(trio, job)

@@ -1,6 +1,6 @@
 """The running Python's standard library source: the zoo's training corpus, and what the shipped text was cut from.
 
-Only maintainers' commands read it: ``python -m data_gen.zoo --rebuild`` trains on the train split,
+Only maintainers' commands read it: ``python -m model_build.zoo --rebuild`` trains on the train split,
 ``python -m data_gen.prompts --rebuild`` cuts the built-in prompt sets and the held-out dev text
 shipped in ``data_gen/prompts/data``, which every other path reads (:mod:`data_gen.prompts.shipped`).
 

@@ -8,7 +8,7 @@ with the target teacher-forced too (:func:`given_batch`): one forward per model 
 
 **Vocabulary.** Checkpoints of one family may pad their output layers to different sizes (e.g.
 152,064 rows for Qwen2.5-72B, 151,936 for 0.5B). Every logit tensor here is sliced to the shared
-``vocab`` (:attr:`data_gen.models.Trio.vocab`, the minimum over the models, as
+``vocab`` (:attr:`runtime.models.Trio.vocab`, the minimum over the models, as
 :class:`decode.loops.speculative_decoder.SpeculativeDecoder` computes it), and the target *samples* its response from
 the sliced logits too: the decoder's output is distributed as the sliced ``p``, so that is the
 distribution the labels describe. The padding rows beyond it are never tokens of the tokenizer.

@@ -30,7 +30,7 @@ from decode.rules import RuleSpec
 from decode.sampling import Sampling
 
 if TYPE_CHECKING:
-    from data_gen.models import Trio
+    from runtime.models import Trio
 
 # 2: companion indicators per rule (sv_*_<rule>), logits sliced to the shared vocabulary; 3: draft candidates from
 # each prompt's own stream, response_logprob / target_entropy columns, the responses source and the sampling check

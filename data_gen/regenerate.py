@@ -1,9 +1,9 @@
 """``python -m data_gen.regenerate regenerate.servers=[http://host:8000] [overrides]``: target responses from servers.
 
-Sends the run's prompts (the token ids :func:`data_gen.encoding.split_prompts` gives the collection)
+Sends the run's prompts (the token ids :func:`data_gen.prompts.split_prompts` gives the collection)
 to OpenAI-compatible servers that serve the target (``POST /v1/completions``), each under the run's
 sampling transform, ``collect.max_new_tokens`` and the per-prompt seed
-:func:`data_gen.seeding.prompt_seed`. Prompts are dealt round-robin across ``regenerate.servers``,
+:func:`runtime.seeding.prompt_seed`. Prompts are dealt round-robin across ``regenerate.servers``,
 ``regenerate.concurrency`` requests in flight per server. The replies go to ``regenerate.out``, the
 responses file :mod:`data_gen.responses` describes and ``python -m data_gen.collect responses=PATH``
 labels; its sidecar says ``complete`` only once every prompt of every split has its response.
@@ -34,15 +34,15 @@ from transformers import AutoConfig, PreTrainedTokenizerBase
 
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.schema import Config, ConfigError, RegenerateJob
-from data_gen.encoding import EncodedPrompt, split_prompts
-from data_gen.models import resolve_model_id
-from data_gen.prompts import check_prompt_choices
+from data_gen.prompts import check_prompt_choices, split_prompts
 from data_gen.responses import ResponsesMeta, ResponsesWriter, meta_path, read_meta, write_meta
-from data_gen.seeding import prompt_seed
 from data_gen.serving import TEXT_ENGINES, Completion, Server, ServerError, check_engine, completion_body, one_line
 from decode.artifacts.hub import ModelLoadError, load_tokenizer, tokenizer_hash
 from decode.json_types import JSONDict
 from decode.sampling import Sampling
+from runtime.encoding import EncodedPrompt
+from runtime.models import resolve_model_id
+from runtime.seeding import prompt_seed
 
 PROBE_SEEDS = 4  # the sampling probe asks one prompt under this many seeds ...
 PROBE_TOKENS = 32  # ... for at most this many tokens each

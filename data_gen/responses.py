@@ -34,9 +34,9 @@ from ahconf.schema import CollectJob, ConfigError, ModelSpec, SamplingConfig
 from data_gen.manifest import read_manifest
 from data_gen.prompts.carve import carve, content_key
 from data_gen.prompts.files import read_table
-from data_gen.prompts.types import Prompt
 from data_gen.shards import MANIFEST_FILE, load_split, write_json_atomic
 from decode.json_types import JSON, JSONDict
+from runtime.prompt import Prompt
 
 RESPONSES_FORMAT = 1
 META_SUFFIX = ".meta.json"
@@ -48,7 +48,7 @@ class ResponsesMeta:
 
     ``model`` / ``revision``: the target as the run's ``models.target`` names it; ``sampling``: the
     transform (``temperature`` 0 = greedy, ``top_k``, ``top_p``); ``max_tokens``: the response
-    budget; ``seed``: per-prompt seeds were :func:`data_gen.seeding.prompt_seed` of it (null:
+    budget; ``seed``: per-prompt seeds were :func:`runtime.seeding.prompt_seed` of it (null:
     unknown); ``complete``: false while a regeneration is still filling the file.
     """
 
@@ -214,7 +214,7 @@ def given_responses(
 ) -> Tokenized:
     """The rows of ``split`` as token ids, as the decoder would see them.
 
-    Text prompts are tokenized like :func:`data_gen.encoding.encode_prompts` tokenizes a rendered
+    Text prompts are tokenized like :func:`runtime.encoding.encode_prompts` tokenizes a rendered
     prompt (``add_special_tokens``); text responses without special tokens, followed by EOS when the
     row finished. Where a row gives ``response_ids`` they are used (EOS appended to a finished row
     that lacks it), and a row whose text would re-tokenize differently is counted

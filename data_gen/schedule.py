@@ -8,7 +8,7 @@ import math
 def warmup_cosine(step: int, warmup: int, total: int, min_ratio: float) -> float:
     """LR multiplier: linear warm-up over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at ``total``.
 
-    The one schedule of the project: the zoo's training (``data_gen.zoo.training``) and the heads'
+    The one schedule of the project: the zoo's training (``model_build.zoo.training``) and the heads'
     (``accept_heads.training.module``).
     """
     if step < warmup:

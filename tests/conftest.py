@@ -38,7 +38,7 @@ def micro_trio(tmp_path_factory) -> dict[str, Path]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from data_gen.corpus import modules_in
-    from data_gen.zoo.tokenizer import train_tokenizer
+    from model_build.zoo.tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("micro_trio")
     texts = [m.read() for m in modules_in("train")[:40]]

@@ -31,12 +31,12 @@ from accept_heads.measure.runs import Generation, GenerationRecord, RunSpec, out
 from accept_heads.measure.specs import HF_START_TOKENS
 from ahconf.rule_config import build_rule
 from ahconf.schema import RulesConfig
-from data_gen.encoding import EncodedPrompt
-from data_gen.models import Trio
-from data_gen.seeding import prompt_seed
 from decode.loops.prompt_input import pad_id
 from decode.sampling import Sampling
 from decode.stats import CallCounter
+from runtime.encoding import EncodedPrompt
+from runtime.models import Trio
+from runtime.seeding import prompt_seed
 
 
 def sampling_kwargs(rule: str, sampling: Sampling) -> dict[str, Any]:

@@ -29,10 +29,10 @@ from accept_heads.measure.selection import best_value
 from accept_heads.measure.specs import TargetAloneSpec
 from ahconf.rule_config import rule_value
 from ahconf.schema import EvaluateJob
-from data_gen.seeding import prompt_seed
 from decode.batch_costs import BatchCosts
 from decode.loops.target_alone import generate_target_alone
 from decode.policy_specs import FixedSpec
+from runtime.seeding import prompt_seed
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,15 @@ from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRecord, BatchRun, measure_batches
 from accept_heads.measure.families import families
 from accept_heads.measure.inputs import Artifacts, PromptSet, discover, load_sets
-from accept_heads.measure.placement import alone_prompts, place
+from accept_heads.measure.placement import alone_prompts
 from accept_heads.measure.runs import DecoderRunner, GenerationRecord, Record, Runner, RunSpec
 from ahconf.entry import quiet_library_output
 from ahconf.schema import EvaluateJob
-from data_gen.models import Trio, load_trio
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.sampling import Sampling
+from runtime.models import Trio, load_trio
+from runtime.placement import place
 
 
 def default_workers(device: str) -> int:

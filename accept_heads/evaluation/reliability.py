@@ -22,8 +22,8 @@ from accept_heads.training.training_data import (
     mix_batch,
 )
 from data_gen.manifest import read_manifest
-from data_gen.models import Trio
 from decode.head import AcceptanceHead
+from runtime.models import Trio
 
 BATCH = 8
 

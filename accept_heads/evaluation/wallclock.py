@@ -29,12 +29,12 @@ from accept_heads.measure.bootstrap import PromptCosts, paired_draws, ratio_inte
 from accept_heads.measure.families import family, family_names
 from accept_heads.measure.runs import DecoderRunner, RunSpec, output_sha
 from accept_heads.measure.specs import TargetAloneSpec
-from data_gen.encoding import EncodedPrompt
-from data_gen.seeding import prompt_seed
 from decode.compile.config import DEFAULT
 from decode.compile.owner import compile_log
 from decode.loops.prompt_input import prompt_cache_length
 from decode.timing import synchronize
+from runtime.encoding import EncodedPrompt
+from runtime.seeding import prompt_seed
 
 #: A prompt → its generated tokens (1-D).
 Decode = Callable[[EncodedPrompt], torch.Tensor]

@@ -28,8 +28,6 @@ from accept_heads.measure.inputs import PromptSet, discover, load_split
 from accept_heads.measure.runs import Generation
 from accept_heads.measure.selection import best_value
 from ahconf.schema import EvaluateJob
-from data_gen.models import Trio, load_trio
-from data_gen.seeding import prompt_seed
 from data_gen.shards import write_json_atomic
 from decode import SpeculativeDecoder
 from decode.artifacts.version import code_version
@@ -38,6 +36,8 @@ from decode.head import AcceptanceHead
 from decode.policies.base import Policy
 from decode.policies.stops import Goodput, StopRule, Threshold
 from decode.sampling import Sampling
+from runtime.models import Trio, load_trio
+from runtime.seeding import prompt_seed
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,10 @@ from transformers import PreTrainedModel
 
 from accept_heads.measure.machine_costs import machine_profile
 from ahconf.schema import CostConfig
-from data_gen.models import Trio
 from decode.costs import CostModel, LatencyShape
 from decode.json_types import JSONDict
 from decode.timing import forward_seconds
+from runtime.models import Trio
 
 
 @dataclass(frozen=True)

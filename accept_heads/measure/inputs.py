@@ -14,8 +14,6 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from ahconf.schema import ConfigError, EvaluateConfig, PromptsConfig
-from data_gen.encoding import EncodedPrompt, encode_prompts
-from data_gen.models import Trio
 from data_gen.prompts import available_splits, load_prompts, parse_source
 from decode.artifacts.serialization import load_head, load_profile
 from decode.head import AcceptanceHead
@@ -23,6 +21,8 @@ from decode.json_types import JSONDict
 from decode.metadata import as_json
 from decode.profile import SVProfile
 from decode.sampling import Sampling
+from runtime.encoding import EncodedPrompt, encode_prompts
+from runtime.models import Trio
 
 #: Load this many times the wanted count, so that prompts skipped as too long can be replaced.
 _OVERSAMPLE = 4

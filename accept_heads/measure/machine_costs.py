@@ -25,13 +25,13 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from data_gen.model_store import cache_dir
 from data_gen.shards import write_json_atomic
 from decode.batch_costs import BatchCosts, CostProfile, measure_batch_costs
 from decode.compile.config import SHORT
 from decode.json_types import JSONDict
 from decode.loops.step_costs import CONTEXT, measure_cost_profile
 from decode.timing import device_name, machine_class
+from runtime.install import cache_dir
 
 COSTS_ENV = "ACCEPT_HEADS_COSTS_DIR"
 

@@ -1,23 +1,9 @@
-"""Where a measurement's models run and which of a run's prompts decode alone (the evaluation's and the ``h``
-sweep's)."""
+"""Which of a run's prompts decode alone (the evaluation's and the ``h`` sweep's); where the models run is
+:func:`runtime.placement.place`."""
 
 from __future__ import annotations
 
-import torch
-
 from ahconf.schema import EvaluateConfig
-from data_gen.models import Trio
-
-
-def place(trio: Trio) -> str:
-    """Move the models to the GPU when there is one (unless a device map placed them); returns the device."""
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    for model in (trio.target, trio.draft, trio.companion):
-        if model is not None:
-            model.eval()
-            if getattr(model, "hf_device_map", None) is None:
-                model.to(device)
-    return device
 
 
 def alone_prompts(e: EvaluateConfig, largest_set: int) -> int:

@@ -22,8 +22,6 @@ from accept_heads.measure.inputs import Artifacts, PromptSet
 from accept_heads.measure.specs import RunPolicy
 from ahconf.rule_config import build_rule
 from ahconf.schema import RulesConfig
-from data_gen.models import Trio
-from data_gen.seeding import prompt_seed
 from decode import SpeculativeDecoder
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
@@ -32,6 +30,8 @@ from decode.policies.schedules import TargetOnly
 from decode.policy_specs import PolicySpec
 from decode.sampling import Sampling
 from decode.stats import DecodeStats
+from runtime.models import Trio
+from runtime.seeding import prompt_seed
 
 
 @dataclass(frozen=True)

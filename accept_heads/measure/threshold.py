@@ -25,12 +25,11 @@ import torch
 from accept_heads.measure.cost_models import one_call_seconds, pricing
 from accept_heads.measure.costing import costed
 from accept_heads.measure.inputs import Artifacts, PromptSet, load_split
-from accept_heads.measure.placement import alone_prompts, place
+from accept_heads.measure.placement import alone_prompts
 from accept_heads.measure.runs import DecoderRunner, Generation, RunSpec
 from accept_heads.measure.selection import best_value
 from ahconf.rule_config import build_rule, rule_value
 from ahconf.schema import RulesConfig, TrainJob
-from data_gen.models import load_trio
 from data_gen.shards import write_json_atomic
 from decode.artifacts.gguf import file_sha256
 from decode.costs import CostModel
@@ -42,6 +41,8 @@ from decode.policies.stops import Threshold
 from decode.policy_specs import SourceStopSpec
 from decode.rules import Rule
 from decode.sampling import Sampling
+from runtime.models import load_trio
+from runtime.placement import place
 
 #: The name the head goes by in its calibration runs.
 NAME = "head"

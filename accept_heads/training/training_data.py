@@ -83,7 +83,7 @@ class PositionTable:
     """One split flattened to per-position arrays; row ``i`` owns ``[offsets[i], offsets[i+1])``."""
 
     prompts: list[np.ndarray]
-    prompt_keys: list[str]  # each row's prompt_id (its decoding seed: data_gen.seeding.prompt_seed)
+    prompt_keys: list[str]  # each row's prompt_id (its decoding seed: runtime.seeding.prompt_seed)
     offsets: np.ndarray  # [R + 1]
     response: np.ndarray  # [N] target tokens x_t
     candidate: np.ndarray  # [N] the rule's draft candidate y_t; [N, D] at depths 1..D of a round (feature draft)

@@ -11,9 +11,9 @@ from omegaconf import MISSING
 from decode.rules import RULES, from_spec
 
 ZOO_PREFIX = "zoo:"
-REAL_PREFIX = "real:"  # real:<pair>/<role>, a real pair installed by data_gen.real
+REAL_PREFIX = "real:"  # real:<pair>/<role>, a real pair installed by model_build.real
 ROLES = ("target", "draft", "companion")
-FEATURE_DRAFT_ROLE = "feature_draft"  # a real pair's EAGLE-style draft (data_gen.real.feature)
+FEATURE_DRAFT_ROLE = "feature_draft"  # a real pair's EAGLE-style draft (model_build.real.feature)
 PREVIOUS_FEATURE_DRAFT_ROLE = "feature_draft_previous"  # the one it replaced, kept installable for comparison
 REAL_ROLES = (*ROLES, FEATURE_DRAFT_ROLE, PREVIOUS_FEATURE_DRAFT_ROLE)  # what real:<pair>/<role> names
 TIMINGS = ("post", "pre")
@@ -42,7 +42,7 @@ def _choice(key: str, value: Any, choices: tuple) -> None:
 @dataclass
 class ModelSpec:
     """One model: a hub id, a local ``save_pretrained`` directory, a ``.gguf`` file, ``zoo:<role>`` (the tiny
-    trio) or ``real:<pair>/<role>`` (a real pair, ``python -m data_gen.real``)."""
+    trio) or ``real:<pair>/<role>`` (a real pair, ``python -m model_build.real``)."""
 
     id: str = MISSING
     revision: Optional[str] = None

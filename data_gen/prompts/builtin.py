@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import cache
 
 from data_gen.prompts.shipped import prompt_set_file, read_records
-from data_gen.prompts.types import Prompt
+from runtime.prompt import Prompt
 
 SOURCE = "builtin"
 STYLES: tuple[str, ...] = ("function", "module")

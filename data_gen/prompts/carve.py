@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from data_gen.prompts.types import Prompt
+from runtime.prompt import Prompt
 
 # int: a count; float in (0, 1]: a fraction of the pool; None: all that is left.
 Sizes = Mapping[str, int | float | None]

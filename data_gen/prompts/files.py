@@ -9,7 +9,8 @@ import datasets
 from datasets.exceptions import DatasetsError
 
 from data_gen.prompts.carve import Sizes, carve, content_key, first_per_id
-from data_gen.prompts.types import Prompt, PromptSourceError
+from data_gen.prompts.types import PromptSourceError
+from runtime.prompt import Prompt
 
 STYLE = "text"
 FILE_SUFFIXES: dict[str, str] = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}  # suffix -> builder

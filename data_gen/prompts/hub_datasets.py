@@ -21,7 +21,8 @@ from datasets.exceptions import DatasetsError
 
 from data_gen.prompts.carve import Sizes, carve, content_key, first_per_id
 from data_gen.prompts.files import is_file_source, one_line, read_table, require_columns
-from data_gen.prompts.types import Prompt, PromptSourceError
+from data_gen.prompts.types import PromptSourceError
+from runtime.prompt import Prompt
 
 
 class Fields(NamedTuple):

@@ -10,8 +10,9 @@ from data_gen.prompts import builtin
 from data_gen.prompts.carve import Sizes, check_sizes
 from data_gen.prompts.files import ALL, FILE_SUFFIXES, file_prompts, is_file_source
 from data_gen.prompts.hub_datasets import HUB_SOURCES, hub_prompts
-from data_gen.prompts.templates import TEMPLATES
-from data_gen.prompts.types import Prompt, PromptSourceError
+from data_gen.prompts.types import PromptSourceError
+from runtime.prompt import Prompt
+from runtime.templates import TEMPLATES
 
 log = logging.getLogger(__name__)
 

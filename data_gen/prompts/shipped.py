@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
-from data_gen.install import replace_dir, staging_dir, write_json
 from data_gen.prompts.types import PromptSourceError
 from decode.json_types import JSONDict
+from runtime.install import replace_dir, staging_dir, write_json
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 MANIFEST = "manifest.json"

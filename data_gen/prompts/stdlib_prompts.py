@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from data_gen.corpus import Split, StdlibModule, modules_in
 from data_gen.prompts.builtin import SOURCE, STYLES
-from data_gen.prompts.types import Prompt
+from runtime.prompt import Prompt
 
 MAX_CHARS = 600  # prompt budget: longer docstrings are cut after their first paragraph, or the function skipped
 MAX_LINES = 40  # line budget of module-style prompts and of references

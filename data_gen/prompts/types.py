@@ -1,8 +1,6 @@
-"""The prompt record and the one error type of prompt loading."""
+"""The one error type of prompt loading (the prompt record is :class:`runtime.prompt.Prompt`)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from ahconf.schema import ConfigError
 
@@ -12,26 +10,3 @@ class PromptSourceError(ConfigError):
 
     A :class:`~ahconf.schema.ConfigError` (so a ``ValueError``): the entry points report it in one line.
     """
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One prompt, before any template is applied.
-
-    ``text`` is the prompt proper (an instruction, a question, a code prefix); ``context`` is
-    optional extra input that goes with it (Alpaca's ``input`` field); ``reference`` is a
-    reference answer or the text that really follows, when the source has one.
-    """
-
-    id: str
-    text: str
-    source: str
-    split: str
-    style: str
-    context: str = ""
-    reference: str | None = None
-
-    @property
-    def message(self) -> str:
-        """The whole user message: ``text``, then ``context`` after a blank line if there is one."""
-        return f"{self.text}\n\n{self.context}" if self.context else self.text

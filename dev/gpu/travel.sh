@@ -14,7 +14,7 @@ cd "$(git rev-parse --show-toplevel)"
 EXCLUDE=.git/info/exclude
 BEGIN="# left behind for a device call (travel.sh)"
 END="# end (travel.sh)"
-declare -A WEIGHTS=([real]="data_gen/real/smollm2/*.safetensors" [zoo]="data_gen/zoo/*/*/model.safetensors")
+declare -A WEIGHTS=([real]="model_build/real/smollm2/*.safetensors" [zoo]="model_build/zoo/*/*/model.safetensors")
 
 left_behind() {  # the patterns between the markers
   sed -n "/^$BEGIN\$/,/^$END\$/p" "$EXCLUDE" 2>/dev/null | grep -v '^#' | sed 's|^/||' || true

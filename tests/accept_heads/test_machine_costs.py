@@ -14,8 +14,8 @@ from accept_heads.measure import machine_costs
 from accept_heads.measure.cost_models import configured_model, pricing
 from accept_heads.measure.machine_costs import machine_batch_costs, machine_profile
 from ahconf.schema import CostConfig
-from data_gen.models import Trio
 from decode.batch_costs import BatchCosts, CostProfile
+from runtime.models import Trio
 
 TABLE = BatchCosts(batches=(1, 2), draft=(0.1, 0.12), target=((1.0, 1.1), (1.2, 1.3)), draft_widths=((0.1, 0.2),
                                                                                                     (0.12, 0.22)))

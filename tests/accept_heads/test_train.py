@@ -31,7 +31,6 @@ from accept_heads.training.training_data import (
 )
 from ahconf.schema import ConfigError, HFConfig, LatencyConfig
 from data_gen.collect import collect
-from data_gen.models import load_trio
 from data_gen.shards import load_split
 from decode import Sampling, SpeculativeDecoder, policies, rules
 from decode.artifacts.gguf import file_sha256
@@ -39,6 +38,7 @@ from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import load_head, load_profile, write_card
 from decode.head import dspark_tensors
 from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, PREVIOUS_TOKEN
+from runtime.models import load_trio
 from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 
 

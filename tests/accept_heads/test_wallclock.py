@@ -22,8 +22,8 @@ from accept_heads.evaluation.wallclock import (
 )
 from accept_heads.measure.runs import RunSpec, frame
 from accept_heads.measure.specs import HFConstantSpec, HFHeuristicSpec
-from data_gen.encoding import EncodedPrompt
 from decode.policy_specs import ConfidenceSpec, FixedSpec
+from runtime.encoding import EncodedPrompt
 from tests.helpers.config import DATA_OVERRIDES, model_overrides
 
 PROMPTS = [EncodedPrompt(f"p{i}", [1, 2, 3]) for i in range(4)]

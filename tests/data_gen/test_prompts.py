@@ -16,19 +16,10 @@ from transformers import PreTrainedTokenizerFast
 
 from ahconf.schema import ConfigError, PromptsConfig
 from data_gen.corpus import SPLITS, split_of
-from data_gen.prompts import (
-    SOURCES,
-    STYLES,
-    TEMPLATES,
-    Prompt,
-    PromptSourceError,
-    available_splits,
-    load_prompts,
-    parse_source,
-    render,
-    validate,
-)
+from data_gen.prompts import SOURCES, STYLES, PromptSourceError, available_splits, load_prompts, parse_source, validate
 from data_gen.prompts.stdlib_prompts import cut_prompts
+from runtime.prompt import Prompt
+from runtime.templates import TEMPLATES, render
 
 
 @pytest.fixture(autouse=True)

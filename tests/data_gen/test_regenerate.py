@@ -29,9 +29,9 @@ from data_gen import serving
 from data_gen.collect import collect
 from data_gen.regenerate import check, regenerate
 from data_gen.responses import meta_path, read_meta, read_rows
-from data_gen.seeding import prompt_seed
 from data_gen.serving import completion_body
 from data_gen.shards import load_split
+from runtime.seeding import prompt_seed
 
 MAX_TOKENS = 12
 

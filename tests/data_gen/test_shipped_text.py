@@ -26,8 +26,8 @@ from data_gen.prompts.shipped import (
     read_records,
 )
 from data_gen.prompts.stdlib_prompts import cut_prompts
-from data_gen.zoo import SHIPPED_DIR, ZooRecipe
-from data_gen.zoo.evaluation import realism_prompt_sets
+from model_build.zoo import SHIPPED_DIR, ZooRecipe
+from model_build.zoo.evaluation import realism_prompt_sets
 
 FAKE_MODULE = '''"""A module."""
 

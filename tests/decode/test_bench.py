@@ -12,13 +12,13 @@ import torch
 
 from benchmarks import decoding as bench
 from benchmarks import ensemble as bench_ensemble
-from data_gen.zoo.paths import ENV_VAR, METADATA_FILE
 from decode.artifacts.serialization import save_head, save_profile
 from decode.head import AcceptanceHead, HeadConfig
 from decode.metadata import HeadMetadata, ProfileMetadata
 from decode.profile import SVProfile
 from decode.rules import Speculative
 from decode.sampling import Sampling
+from model_build.zoo.paths import ENV_VAR, METADATA_FILE
 
 
 def test_bench_runs_on_saved_micro_models(tmp_path, capsys, make_lm):
@@ -197,7 +197,7 @@ def test_benches_without_an_installed_zoo_name_the_install_command(main, tmp_pat
     assert stopped.value.code == 2
     error = capsys.readouterr().err
     assert error == (f"error: no model zoo installed in {tmp_path / 'no-zoo'}; install it first with "
-                     "`python -m data_gen.zoo`\n")
+                     "`python -m model_build.zoo`\n")
     assert not (tmp_path / "no-zoo").exists()  # the bench installs nothing
 
 
