@@ -1,4 +1,5 @@
-"""The import graph is one-way: decode < ahconf < data_gen < accept_heads < benchmarks, with no module cycle.
+"""The import graph is one-way: decode < ahconf < runtime < data_gen < {model_build, accept_heads} < benchmarks, with
+no module cycle. model_build and accept_heads share a layer and import nothing of each other.
 
 Inside decode, the same holds for its parts: the core concepts at its root < artifacts < loops < ensemble <
 the package's ``__init__`` (the public names).
@@ -9,7 +10,8 @@ anywhere, and imports with the training stack hidden. The development tools (``d
 nothing imports them. Test code reaches other test code one way, ``from tests.helpers.<module> import ...``, and a
 conftest file holds fixtures only. Inside accept_heads the stages hand files, not imports: nothing outside the
 evaluation and its entry point imports accept_heads.evaluation, and accept_heads.measure (what they share) imports
-neither stage.
+neither stage. Below model_build, two declared modules load another by name: runtime.schemes (the resolvers of
+``zoo:`` / ``real:`` ids, which model_build defines) and data_gen.renamed (the builders' old command names).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"decode": 0, "ahconf": 1, "data_gen": 2, "accept_heads": 3, "benchmarks": 4}
+LAYERS = {"decode": 0, "ahconf": 1, "runtime": 2, "data_gen": 3, "model_build": 4, "accept_heads": 4, "benchmarks": 5}
 DECODE_PARTS = {"core": 0, "artifacts": 1, "loops": 2, "ensemble": 3, "public": 4}  # decode's sub-packages
 TRAINING_STACK = ("hydra", "lightning", "pytorch_lightning", "wandb", "omegaconf", "datasets")  # never in decode
 
@@ -101,12 +103,16 @@ def training_stack_imports(root: Path, package: str) -> list[str]:
 
 
 def layer_violations(edges: list[Edge]) -> list[str]:
-    """Imports from a higher layer into a lower one, each naming the file, line and layers."""
+    """Imports from a lower layer of a higher one, or of another package on the same layer, each naming the file,
+    line and layers."""
     violations = []
     for edge in edges:
-        have, used = LAYERS[edge.source.split(".")[0]], LAYERS[edge.target.split(".")[0]]
+        source, target = edge.source.split(".")[0], edge.target.split(".")[0]
+        have, used = LAYERS[source], LAYERS[target]
         if used > have:
             violations.append(f"{edge.path}:{edge.line} imports {edge.target} (layer {used} > {have})")
+        elif used == have and source != target:
+            violations.append(f"{edge.path}:{edge.line} imports {edge.target} (beside it on layer {have})")
     return violations
 
 
@@ -174,8 +180,8 @@ def contract_violations(root: Path) -> list[str]:
 
 def test_packages_import_downward_only_and_modules_form_no_cycle():
     violations = contract_violations(ROOT)
-    assert not violations, "layer contract (decode < ahconf < data_gen < accept_heads < benchmarks):\n" + "\n".join(
-        violations)
+    assert not violations, ("layer contract (decode < ahconf < runtime < data_gen < {model_build, accept_heads} < "
+                            "benchmarks):\n" + "\n".join(violations))
 
 
 def test_package_graph_follows_the_layers():
@@ -183,9 +189,11 @@ def test_package_graph_follows_the_layers():
     assert {package: sorted(used) for package, used in graph.items()} == {
         "decode": [],
         "ahconf": ["decode"],
-        "data_gen": ["ahconf", "decode"],
-        "accept_heads": ["ahconf", "data_gen", "decode"],
-        "benchmarks": ["accept_heads", "ahconf", "data_gen", "decode"],
+        "runtime": ["ahconf", "decode"],
+        "data_gen": ["ahconf", "decode", "runtime"],
+        "model_build": ["ahconf", "data_gen", "decode", "runtime"],
+        "accept_heads": ["ahconf", "data_gen", "decode", "runtime"],
+        "benchmarks": ["accept_heads", "ahconf", "data_gen", "decode", "model_build", "runtime"],
     }
 
 
@@ -252,41 +260,90 @@ SYNTHETIC = {
     "decode/__init__.py": "from decode import rules\n",
     "decode/rules.py": "import torch\n",
     "decode/artifacts/hub.py": "def quiet():\n    import datasets.utils\n    from omegaconf import OmegaConf\n",
-    "decode/loops/speculative_decoder.py": "def main():\n    from data_gen.zoo import ensure_zoo\n",
+    "decode/loops/speculative_decoder.py": "def main():\n    from model_build.zoo import ensure_zoo\n",
     "decode/profile.py": "from decode.loops.speculative_decoder import main\n",
     "ahconf/__init__.py": "",
     "ahconf/schema.py": "from decode.rules import x\nfrom typing import TYPE_CHECKING\n"
                         "if TYPE_CHECKING:\n    from accept_heads.training.run_summary import Table\n",
     "data_gen/__init__.py": "",
-    "data_gen/zoo/__init__.py": "from .build import ensure_zoo\n",
-    "data_gen/zoo/build.py": "from .. import collect\n",
+    "model_build/__init__.py": "",
+    "model_build/zoo/__init__.py": "from .build import ensure_zoo\n",
+    "model_build/zoo/build.py": "from data_gen import collect\n",
     "data_gen/collect.py": "from data_gen.manifest import build\n",
     "data_gen/manifest.py": "from . import collect\n",
     "accept_heads/__init__.py": "",
     "accept_heads/training/run_summary.py": "",
-    "accept_heads/train.py": "import data_gen.zoo.build\nfrom ahconf.schema import Config\nimport decode\n",
+    "accept_heads/train.py": "import model_build.zoo.build\nfrom ahconf.schema import Config\nimport decode\n",
 }
 
 
 def test_the_checks_report_upward_imports_a_cycle_and_the_training_stack(tmp_path):
-    """Negative control: a tree with upward imports (one lazy, one for type checking only), a cycle, lazy datasets."""
+    """Negative control: a tree with upward imports (one lazy, one for type checking only), an import of a package
+    beside the importer, a cycle, lazy datasets."""
     for name, text in SYNTHETIC.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert contract_violations(tmp_path) == [
-        "decode/loops/speculative_decoder.py:2 imports data_gen.zoo (layer 2 > 0)",
-        "ahconf/schema.py:4 imports accept_heads.training.run_summary (layer 3 > 1)",
+        "decode/loops/speculative_decoder.py:2 imports model_build.zoo (layer 4 > 0)",
+        "ahconf/schema.py:4 imports accept_heads.training.run_summary (layer 4 > 1)",
+        "accept_heads/train.py:1 imports model_build.zoo.build (beside it on layer 4)",
         "decode/profile.py:1 imports decode.loops.speculative_decoder (decode.loops above decode.core)",
         "import cycle: data_gen.collect -> data_gen.manifest -> data_gen.collect",
     ]
     edges = {(e.source, e.target) for e in import_edges(tmp_path)}
-    assert {("data_gen.zoo", "data_gen.zoo.build"), ("data_gen.zoo.build", "data_gen.collect"),
-            ("accept_heads.train", "data_gen.zoo.build"), ("decode", "decode.rules")} <= edges
-    assert package_graph(import_edges(tmp_path))["decode"] == {"data_gen"}
+    assert {("model_build.zoo", "model_build.zoo.build"), ("model_build.zoo.build", "data_gen.collect"),
+            ("accept_heads.train", "model_build.zoo.build"), ("decode", "decode.rules")} <= edges
+    assert package_graph(import_edges(tmp_path))["decode"] == {"model_build"}
     assert training_stack_imports(tmp_path, "decode") == [
         "decode/artifacts/hub.py:2 imports datasets.utils", "decode/artifacts/hub.py:3 imports omegaconf.OmegaConf"
     ]
 
+
+#: The modules below model_build that load another by name, and the package what they load lives in.
+BY_NAME = {"runtime/schemes.py": "model_build", "data_gen/renamed.py": "model_build"}
+BY_NAME_TOOLS = ("importlib", "importlib.import_module", "importlib.__import__", "runpy")  # (importlib.util: no)
+
+
+def by_name_loaders(root: Path) -> list[str]:
+    """Files of the layers below model_build under ``root`` that import a tool to load a module by name
+    (:data:`BY_NAME_TOOLS`, any part of runpy) or call ``__import__``."""
+    found = set()
+    for module, path, _, names in _statements(module_files(root)):
+        if LAYERS[module.split(".")[0]] < LAYERS["model_build"] and any(
+                name in BY_NAME_TOOLS or name.split(".")[0] == "runpy" for name in names):
+            found.add(path.relative_to(root).as_posix())
+    for package in (p for p, layer in LAYERS.items() if layer < LAYERS["model_build"]):
+        for path in sorted((root / package).rglob("*.py")):
+            if any(isinstance(n, ast.Name) and n.id == "__import__" for n in ast.walk(ast.parse(path.read_text()))):
+                found.add(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def test_only_the_declared_modules_load_another_by_name():
+    """An import by name hides an edge from the checks above: below model_build only :data:`BY_NAME` may make one."""
+    assert by_name_loaders(ROOT) == sorted(BY_NAME)
+
+
+def test_the_by_name_check_finds_importlib_runpy_and___import__(tmp_path):
+    """Negative control: each way of loading by name, one of them lazily, and a package above model_build (allowed)."""
+    tree = {"decode/__init__.py": "", "decode/a.py": "def f():\n    import importlib\n", "decode/e.py": "from importlib import util, resources\n",
+            "ahconf/b.py": "from runpy import run_module\n", "data_gen/c.py": "x = __import__('model_build')\n",
+            "benchmarks/d.py": "import importlib\n"}
+    for name, text in tree.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert by_name_loaders(tmp_path) == ["ahconf/b.py", "data_gen/c.py", "decode/a.py"]
+
+
+def test_the_scheme_table_names_resolvers_of_the_model_builders():
+    """Every entry of runtime.schemes.SCHEMES is a function of model_build that exists: ``zoo:`` and ``real:`` ids
+    resolve from every entry point without one importing model_build."""
+    from runtime.schemes import SCHEMES, resolver
+
+    assert sorted(SCHEMES) == ["real:", "zoo:"]
+    for prefix, target in SCHEMES.items():
+        assert target.split(".")[0] == BY_NAME["runtime/schemes.py"], target
+        assert callable(resolver(prefix)), target
 
 
 def _imported_names(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
