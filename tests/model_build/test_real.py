@@ -48,12 +48,13 @@ def test_the_shipped_smollm2_files_match_their_recorded_sha256():
     assert record is not None and record["origin"] == "shipped"
     files = sorted(p.name for p in SMOLLM2.shipped_dir.iterdir() if p.name != RECORD_FILE)
     assert files == sorted(record["shipped_files"]) == ["companion.safetensors", "draft.safetensors",
-                                                        "feature_draft.safetensors"]
+                                                        "feature_draft.safetensors",
+                                                        "feature_draft_previous.safetensors"]
     for name, digest in record["shipped_files"].items():
         assert file_sha256(SMOLLM2.shipped_dir / name) == digest, name
     size = {name: (SMOLLM2.shipped_dir / name).stat().st_size for name in files}
     assert size["draft.safetensors"] + size["companion.safetensors"] <= 25 * 2**20
-    assert size["feature_draft.safetensors"] <= 25 * 2**20
+    assert size["feature_draft.safetensors"] <= 25 * 2**20 and size["feature_draft_previous.safetensors"] <= 25 * 2**20
 
 
 def test_the_shipped_record_names_the_wheel_and_a_draft_within_the_recipe():
