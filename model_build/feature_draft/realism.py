@@ -252,10 +252,13 @@ def step_costs(models: dict[str, PreTrainedModel], context: list[int], repeats: 
 
 def measure_feature_realism(models: dict[str, PreTrainedModel], tokenizer: PreTrainedTokenizerBase,
                             sets: dict[str, tuple[str, list[list[int]]]], *, tokens: int, seed: int, repeats: int,
-                            depths: int, dtype: str) -> FeatureRealism:
-    """Every figure (``sets``: name → (role, prompt ids)); the costs on the first dev prompt."""
+                            depths: int, dtype: str, verify: tuple[float, ...] | None = None) -> FeatureRealism:
+    """Every figure (``sets``: name → (role, prompt ids)); the costs on the first dev prompt. ``verify``: the
+    target's ``T(k + 1) / T(1)`` measured already in this process (a draft compared with another is priced at the
+    same verification, so their modelled K differ by their acceptance and step only); None: measured here."""
     figures = tuple(measure_set(models, tokenizer, name, role, prompts, tokens=tokens, seed=seed, depths=depths)
                     for name, (role, prompts) in sets.items())
     first_dev = next(prompts for role, prompts in sets.values() if role == "dev")[0]
-    costs = step_costs(models, first_dev, repeats, verify=depths)
-    return FeatureRealism(figures, costs.feature_draft, costs.draft, dtype, costs.verify)
+    costs = step_costs(models, first_dev, repeats, verify=0 if verify is not None else depths)
+    return FeatureRealism(figures, costs.feature_draft, costs.draft, dtype,
+                          costs.verify if verify is None else verify)

@@ -46,8 +46,10 @@ def load_shipped(path: Path, target: PreTrainedModel, dtype: torch.dtype = torch
     return assemble_draft(target, config, tensors, dtype)
 
 
-def realism_of(spec: PairSpec, pair_root: Path, draft_dir: Path) -> FeatureRealism:
-    """The feature draft's realism by depth on the pair's realism sets, the pair's draft beside it."""
+def realism_of(spec: PairSpec, pair_root: Path, draft_dir: Path,
+               beside: FeatureRealism | None = None) -> FeatureRealism:
+    """The feature draft's realism by depth on the pair's realism sets, the pair's draft beside it; ``beside``: the
+    realism of a draft it is compared with, whose measured verification costs price this one too."""
     from .build import realism_sets
     from .recipe import PairRecipe
 
@@ -60,4 +62,5 @@ def realism_of(spec: PairSpec, pair_root: Path, draft_dir: Path) -> FeatureReali
               ROLE: load_causal_lm(str(draft_dir), dtype=dtype)}
     return measure_feature_realism(models, tokenizer, realism_sets(spec, tokenizer, recipe),
                                    tokens=recipe.realism_tokens, seed=recipe.seed, repeats=recipe.latency_repeats,
-                                   depths=REALISM_DEPTHS, dtype=str(models["target"].dtype).split(".")[-1])
+                                   depths=REALISM_DEPTHS, dtype=str(models["target"].dtype).split(".")[-1],
+                                   verify=beside.verify_costs if beside is not None else None)

@@ -212,7 +212,7 @@ def ship_feature_draft(name: str, draft_dir: Path, cache_dir: str | Path | None 
     _drop_feature_role(spec, record, feature.PREVIOUS_ROLE)
     if feature.ROLE in record:
         previous = record.pop(feature.ROLE) | {
-            "realism": feature.realism_of(spec, pair.root, pair.root / feature.ROLE).to_dict()}
+            "realism": feature.realism_of(spec, pair.root, pair.root / feature.ROLE, beside=realism).to_dict()}
         _move_feature_role(spec, record, feature.ROLE, feature.PREVIOUS_ROLE)
         record[feature.PREVIOUS_ROLE] = previous
     shipped_name = feature.shipped_file(feature.ROLE)
@@ -264,8 +264,9 @@ def measure_feature_draft(name: str, draft_dir: Path, cache_dir: str | Path | No
         raise PairError(f"{draft_dir} holds no {feature.TRAINED_FILE}; train one with python -m model_build.feature_draft")
     with tempfile.TemporaryDirectory(prefix=".feature-", dir=pair.root.parent) as staging:
         installed = install_trained_feature_draft(pair, draft_dir, Path(staging))
-        return {draft_dir.name: feature.realism_of(spec, pair.root, installed),
-                "shipped": feature.realism_of(spec, pair.root, pair.root / feature.ROLE)}
+        trained = feature.realism_of(spec, pair.root, installed)
+        return {draft_dir.name: trained,
+                "shipped": feature.realism_of(spec, pair.root, pair.root / feature.ROLE, beside=trained)}
 
 
 def _ship(spec: PairSpec, staging: Path, record: dict[str, Any]) -> None:

@@ -160,6 +160,7 @@ def test_a_feature_draft_trains_ships_and_installs_with_the_pair(micro_env, tmp_
     beside = measure_feature_draft(spec.name, built.directory, tmp_path / "build-cache")
     assert list(beside) == ["fd", "shipped"]
     assert beside["fd"].sets[0].reached == pytest.approx(beside["shipped"].sets[0].reached)  # the same draft
+    assert beside["shipped"].verify_costs == beside["fd"].verify_costs  # priced at one measured verification
     first = record["files"]["feature_draft/model.safetensors"]
     again = ship_feature_draft(spec.name, built.directory, tmp_path / "build-cache")  # the first one moves aside
     record = spec.shipped_record()
@@ -167,6 +168,8 @@ def test_a_feature_draft_trains_ships_and_installs_with_the_pair(micro_env, tmp_
     assert {"feature_draft.safetensors", "feature_draft_previous.safetensors"} <= set(record["shipped_files"])
     assert record["files"]["feature_draft_previous/model.safetensors"] == first
     assert len(record["feature_draft_previous"]["realism"]["sets"][0]["reached"]) == REALISM_DEPTHS
+    assert record["feature_draft_previous"]["realism"]["verify_costs"] == record["feature_draft"]["realism"][
+        "verify_costs"]
     installed = ensure_pair(spec.name, tmp_path / "user-cache", from_wheel=wheel)
     for role in ("feature_draft", "feature_draft_previous"):
         name = f"{role}/model.safetensors"
