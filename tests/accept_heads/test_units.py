@@ -59,10 +59,10 @@ def test_the_prior_shift_turns_the_weighted_loss_minimiser_into_the_acceptance_p
         return loss
 
     optimiser.step(closure)
-    raw = float(torch.sigmoid(logit))
+    raw = float(torch.sigmoid(logit.detach()))
     assert raw == pytest.approx(label / (label + 6 * (1 - label)), abs=1e-4)  # the weighted loss's minimiser
     assert abs(raw - label) > 0.2  # negative control: unshifted, the head under-predicts acceptance
-    assert float(torch.sigmoid(logit + prior_shift(1.0, 6.0))) == pytest.approx(label, abs=1e-4)
+    assert float(torch.sigmoid(logit.detach() + prior_shift(1.0, 6.0))) == pytest.approx(label, abs=1e-4)
     metrics = AcceptanceMetrics("val/", 1.0, 6.0)
     metrics.update(logit.detach().expand(8), labels, (labels > 0.5).float())
     assert float(metrics.compute()["val/mean_pred"]) == pytest.approx(label, abs=1e-4)  # metrics score the shifted
