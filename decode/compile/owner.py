@@ -110,3 +110,31 @@ class CompiledModels:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+class DecoderForwards:
+    """One decoder's compiled forwards: ``compile=True`` opens an owner it closes itself, a :class:`CompiledModels`
+    passed in is its caller's to close, ``False`` decodes eager. The forwards open at first use."""
+
+    def __init__(self, compile: bool | CompiledModels) -> None:
+        self.enabled = compile is not False
+        self._owns = compile is True
+        self.owner = compile if isinstance(compile, CompiledModels) else CompiledModels()
+        self._opened: list[CompiledModel | None] | None = None
+
+    def open(self, models: Sequence[PreTrainedModel]) -> list[CompiledModel | None]:
+        """Each model's compiled forwards (None each: eager), opened once until :meth:`close`."""
+        if self._opened is None:
+            compiled = self.owner.open(models) if self.enabled else None
+            self._opened = compiled or [None] * len(models)
+        return self._opened
+
+    def outcome(self, compiled: Sequence[CompiledModel | None]) -> tuple[CompileConfig | None, str | None]:
+        """What a decode on ``compiled`` records (:meth:`CompiledModels.outcome`)."""
+        return self.owner.outcome(compiled)
+
+    def close(self) -> None:
+        """Close the owner this decoder opened (its hooks leave the models); the next use opens the forwards again."""
+        if self._owns:
+            self.owner.close()
+        self._opened = None

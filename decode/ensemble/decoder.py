@@ -46,7 +46,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.artifacts.serialization import check_compatibility
 from decode.compile.model import CompiledModel
-from decode.compile.owner import CompiledModels
+from decode.compile.owner import CompiledModels, DecoderForwards
 from decode.ensemble.ensemble_stats import EnsembleStats
 from decode.ensemble.sd_mode import MemberEnsemble, Members
 from decode.ensemble_fn import EnsembleFn
@@ -102,9 +102,7 @@ class EnsembleDecoder:
     ) -> None:
         self.models = list(models)
         self.compile = compile is not False
-        self._owns = compile is True  # the decoder opened its owner, so it closes it
-        self._owner = compile if isinstance(compile, CompiledModels) else CompiledModels()
-        self._compiled: list[CompiledModel | None] | None = None
+        self._forwards = DecoderForwards(compile)
         n = len(self.models)
         if isinstance(ensemble, Ensemble):
             if n != 2:
@@ -155,17 +153,12 @@ class EnsembleDecoder:
 
     def compiled_models(self) -> list[CompiledModel | None]:
         """Each model's compiled forwards (None each: eager), made at first use."""
-        if self._compiled is None:
-            compiled = self._owner.open(self.models) if self.compile else None
-            self._compiled = compiled or [None] * len(self.models)
-        return self._compiled
+        return self._forwards.open(self.models)
 
     def close(self) -> None:
         """Close the compiled forwards this decoder opened (their hooks leave the models); a later decode opens them
         again. Forwards on an owner passed as ``compile`` are its caller's to close."""
-        if self._owns:
-            self._owner.close()
-        self._compiled = None
+        self._forwards.close()
 
     def __enter__(self) -> Self:
         return self
@@ -200,7 +193,7 @@ class EnsembleDecoder:
             stats.calls = [runner.calls for runner in runners]
         stats.wall_time_s = time.perf_counter() - start
         if self.compile:
-            stats.compile, stats.eager_reason = self._owner.outcome(self.compiled_models())
+            stats.compile, stats.eager_reason = self._forwards.outcome(self.compiled_models())
         sequences = tokens[:, :length]
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return EnsembleOutput(sequences=sequences, stats=stats, text=text)

@@ -16,7 +16,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import check_compatibility
 from decode.compile.model import CompiledModel
-from decode.compile.owner import CompiledModels
+from decode.compile.owner import CompiledModels, DecoderForwards
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.emit import Emitter, OnTokens
@@ -69,9 +69,7 @@ class SpeculativeDecoder:
     ) -> None:
         self.target, self.draft, self.companion = target, draft, companion
         self.compile = compile is not False
-        self._owns = compile is True  # the decoder opened its owner, so it closes it
-        self._owner = compile if isinstance(compile, CompiledModels) else CompiledModels()
-        self._compiled: dict[str, CompiledModel | None] | None = None
+        self._forwards = DecoderForwards(compile)
         self.rule = rule if rule is not None else Speculative()
         self.policy = policy if policy is not None else Fixed(5)
         self.sampling = sampling if sampling is not None else Sampling()
@@ -95,20 +93,15 @@ class SpeculativeDecoder:
 
     def compiled_models(self) -> dict[str, CompiledModel | None]:
         """The compiled forwards of ``target``, ``draft`` and ``companion`` (None each: eager), made at first use."""
-        if self._compiled is None:
-            names = ["target", "draft"] + (["companion"] if self.companion is not None else [])
-            models = [getattr(self, name) for name in names]
-            compiled = self._owner.open(models) if self.compile else None
-            self._compiled = dict(zip(names, compiled or [None] * len(names)))
-            self._compiled.setdefault("companion", None)
-        return self._compiled
+        names = ["target", "draft"] + (["companion"] if self.companion is not None else [])
+        compiled = dict(zip(names, self._forwards.open([getattr(self, name) for name in names])))
+        compiled.setdefault("companion", None)
+        return compiled
 
     def close(self) -> None:
         """Close the compiled forwards this decoder opened (their hooks leave the models); a later decode opens them
         again (and compiles again). Forwards on an owner passed as ``compile`` are its caller's to close."""
-        if self._owns:
-            self._owner.close()
-        self._compiled = None
+        self._forwards.close()
 
     def __enter__(self) -> Self:
         return self
@@ -207,7 +200,7 @@ class SpeculativeDecoder:
         stats.companion_calls = runners.companion.calls if runners.companion is not None else 0
         stats.wall_time_s = time.perf_counter() - start
         if self.compile:
-            stats.compile, stats.eager_reason = self._owner.outcome(list(fast.values()))
+            stats.compile, stats.eager_reason = self._forwards.outcome(list(fast.values()))
         sequences = tokens[:, :length]
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return DecodeOutput(sequences=sequences, stats=stats, text=text)
