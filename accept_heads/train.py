@@ -30,11 +30,11 @@ from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accept_heads.measure.cost_models import device_description, verification_latency
+from accept_heads.measure.information import information_gain
 from accept_heads.measure.threshold import SWEEP_FILE, choose_threshold
 from accept_heads.training.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
 from accept_heads.training.features import DraftFeatures, head_encoder
 from accept_heads.training.loggers import make_logger
-from accept_heads.training.metrics import information_gain
 from accept_heads.training.module import HeadModule, fold_prior_shift
 from accept_heads.training.outcomes import HeadOutcome, ProfileOutcome
 from accept_heads.training.profile_fit import (

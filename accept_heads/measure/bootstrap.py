@@ -50,7 +50,7 @@ def paired_draws(prompts: int, seed: int, draws: int = DRAWS) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, prompts, size=(draws, prompts))
 
 
-def _interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+def interval(values: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
     values = values[np.isfinite(values)]
     if values.size == 0:
         return float("nan"), float("nan")
@@ -63,7 +63,7 @@ def ratio_interval(run: PromptCosts, reference: PromptCosts, draws: np.ndarray) 
     """Interval of ``throughput(run) / throughput(reference)`` over paired draws (same prompt ids)."""
     if run.prompt_ids != reference.prompt_ids:
         raise ValueError("a paired comparison needs both runs on the same prompts")
-    return _interval(_resampled_throughput(run, draws) / _resampled_throughput(reference, draws))
+    return interval(_resampled_throughput(run, draws) / _resampled_throughput(reference, draws))
 
 
 def gap_share_interval(run: PromptCosts, fixed: PromptCosts, oracle: PromptCosts,
@@ -72,4 +72,4 @@ def gap_share_interval(run: PromptCosts, fixed: PromptCosts, oracle: PromptCosts
     x, f, o = (_resampled_throughput(r, draws) for r in (run, fixed, oracle))
     gap = o - f
     share = np.divide(x - f, gap, out=np.full(len(draws), np.nan), where=gap > 0)
-    return _interval(share)
+    return interval(share)

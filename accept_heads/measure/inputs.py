@@ -88,12 +88,19 @@ def load_sets(p: PromptsConfig, e: EvaluateConfig, seed: int, tokenizer: PreTrai
               context: int) -> list[PromptSet]:
     """dev, test (the configured source) and every ``prompts.ood`` set, sized by ``evaluate.prompts``."""
     sizes = e.prompts
-    budget = _budget(p, e, context)
     sets = [load_split(p, e, seed, tokenizer, context, split, sizes[split]) for split in ("dev", "test")]
+    return sets + load_ood(p, e, seed, tokenizer, context, sizes["ood"])
+
+
+def load_ood(p: PromptsConfig, e: EvaluateConfig, seed: int, tokenizer: PreTrainedTokenizerBase, context: int,
+             count: int) -> list[PromptSet]:
+    """``count`` prompts of every ``prompts.ood`` set."""
+    budget = _budget(p, e, context)
+    sets = []
     for spec in p.ood:
         source, style = parse_source(spec)
         sets.append(_load(p, seed, tokenizer, budget, name=spec, role="ood", source=source, style=style,
-                          split=ood_split(source), count=sizes["ood"]))
+                          split=ood_split(source), count=count))
     return sets
 
 

@@ -14,7 +14,7 @@ Predictions ``s_t = σ(logit_t)`` against soft targets ``a_t ∈ [0, 1]``; every
   (``Σ_b |Σ_{t∈b} s_t − Σ_{t∈b} a_t| / N``; the expected gap w.r.t. sampled outcomes);
 * ``mean_pred`` / ``mean_label``.
 
-Information measures of the SV profile use bits.
+The SV profile's information measures (bits) are :mod:`accept_heads.measure.information`'s.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from torch import Tensor, nn
 from torch.nn.functional import logsigmoid
 from torchmetrics import MeanMetric, Metric, SumMetric
 from torchmetrics.classification import BinaryAUROC
-
-from decode.metadata import InformationGain
 
 
 def weighted_bce(logits: Tensor, labels: Tensor, w_acc: float, w_rej: float) -> Tensor:
@@ -153,53 +151,3 @@ def outcome_calibration(probs: Tensor, outcomes: Tensor) -> dict[str, float]:
     one_class = bool(outcomes.min() == outcomes.max())
     return {"auroc": math.nan if one_class else float(auroc.compute()), "ece": float(ece.compute()),
             "brier": float(((probs - outcomes) ** 2).mean())}
-
-
-def entropy_bits(counts: Tensor) -> Tensor:
-    """Shannon entropy (bits) of the distribution proportional to ``counts`` along the last dim."""
-    probs = counts.double() / counts.double().sum(-1, keepdim=True).clamp_min(1e-300)
-    return -(torch.xlogy(probs, probs).sum(-1)) / torch.log(torch.tensor(2.0, dtype=torch.float64))
-
-
-#: Shuffles of the acceptance bins behind the null term of :func:`information_gain`'s correction.
-NULL_SHUFFLES = 20
-
-
-def plug_in_gain(joint: Tensor) -> tuple[float, float]:
-    """``(H(A), H(A) - H(A | X, Y))`` in bits, plug-in estimates from a count table ``[..., A-bins]``."""
-    cells = joint.double().reshape(-1, joint.shape[-1])
-    h_a = float(entropy_bits(cells.sum(0)))
-    weights = cells.sum(-1) / cells.sum().clamp_min(1e-300)
-    return h_a, h_a - float((weights * entropy_bits(cells)).sum())
-
-
-def null_gain(joint: Tensor, shuffles: int = NULL_SHUFFLES, seed: int = 0) -> float:
-    """The mean plug-in gain of tables with ``joint``'s margins and no dependence: its positions' acceptance bins
-    shuffled across the conditioning cells (``shuffles`` times, seeded)."""
-    cells = joint.reshape(-1, joint.shape[-1]).round().long()
-    cell_of = torch.repeat_interleave(torch.arange(cells.shape[0]), cells.sum(-1))
-    bin_of = torch.repeat_interleave(torch.arange(cells.shape[1]).repeat(cells.shape[0]), cells.reshape(-1))
-    generator = torch.Generator().manual_seed(seed)
-    gains = []
-    for _ in range(shuffles):
-        shuffled = bin_of[torch.randperm(len(bin_of), generator=generator)]
-        table = torch.zeros(cells.shape, dtype=torch.float64)
-        table.index_put_((cell_of, shuffled), torch.ones(len(shuffled), dtype=torch.float64), accumulate=True)
-        gains.append(plug_in_gain(table)[1])
-    return sum(gains) / len(gains)
-
-
-def information_gain(joint: Tensor) -> InformationGain:
-    """``H(A)``, ``H(A | X, Y)`` (bits) and the gain ``I(A; X, Y)`` from a count table ``[..., A-bins]``.
-
-    All leading dimensions together form the conditioning variable (e.g. ``[x-bin, y-bin]``). The
-    plug-in gain is biased upward by about ``(A-bins − 1)(cells − 1) / (2 N ln 2)`` bits, even with no
-    dependence at all (DESIGN §3); ``gain`` subtracts the mean
-    plug-in gain of the same table with its acceptance bins shuffled (:func:`null_gain`, the
-    "shuffle-corrected" estimate: unbiased without dependence, conservative with it) and
-    ``h_a_given_xy`` is ``h_a − gain``. ``gain_plugin`` keeps the uncorrected estimate (the SV paper's).
-    """
-    h_a, plug_in = plug_in_gain(joint)
-    gain = plug_in - null_gain(joint)
-    return InformationGain(h_a=h_a, h_a_given_xy=h_a - gain, gain=gain, gain_fraction=gain / h_a if h_a > 0 else 0.0,
-                           gain_plugin=plug_in)

@@ -34,7 +34,7 @@ class HeadOutcome:
 class ProfileOutcome:
     """An exported SV profile: its bins, information gain per split and latency tables (DESIGN §3).
 
-    ``information``: split → its gain (:func:`accept_heads.training.metrics.information_gain`).
+    ``information``: split → its gain (:func:`accept_heads.measure.information.information_gain`).
     """
 
     name: str

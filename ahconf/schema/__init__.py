@@ -45,7 +45,15 @@ from ahconf.schema.evaluate import (
     LatencyConfig,
     WallclockConfig,
 )
-from ahconf.schema.root import CollectJob, Config, EvaluateJob, RegenerateJob, TrainJob, register_configs
+from ahconf.schema.root import (
+    CollectJob,
+    Config,
+    EvaluateJob,
+    RegenerateJob,
+    StructureJob,
+    TrainJob,
+    register_configs,
+)
 from ahconf.schema.train import DEFAULT_MIXING_R, HeadTrainConfig, LoggerConfig, LossConfig, OptimConfig, TrainerConfig
 
 __all__ = [
@@ -54,6 +62,6 @@ __all__ = [
     "TRUNCATION", "ZOO_PREFIX", "BatchAxisConfig", "CollectConfig", "CollectJob", "Config", "ConfigError",
     "CostConfig", "EvaluateConfig", "EvaluateJob", "HFConfig", "HeadTrainConfig", "LatencyConfig",
     "LoggerConfig", "LossConfig", "ModelSpec", "ModelsConfig", "OptimConfig", "PathsConfig", "PromptsConfig",
-    "RegenerateConfig", "RegenerateJob", "RulesConfig", "SamplingConfig", "TrainJob", "TrainerConfig",
+    "RegenerateConfig", "RegenerateJob", "RulesConfig", "SamplingConfig", "StructureJob", "TrainJob", "TrainerConfig",
     "WallclockConfig", "register_configs", "rule_defaults", "rule_names",
 ]

@@ -93,6 +93,22 @@ class EvaluateJob:
         return [float(h) for h in grid]
 
 
+@dataclass(frozen=True)
+class StructureJob:
+    """What ``python -m accept_heads.structure`` reads: the models, the test and out-of-distribution prompts (as many
+    as the collection's test split), the transform and rules, and the collection's response length and depths."""
+
+    models: ModelsConfig
+    prompts: PromptsConfig
+    sampling: SamplingConfig
+    rules: RulesConfig
+    collect: CollectConfig
+    evaluate: EvaluateConfig
+    paths: PathsConfig
+    seed: int
+    exp_name: str
+
+
 @dataclass
 class Config:
     """Root config of every entry point (collect, train, evaluate); each stage reads its job (``*_job()``)."""
@@ -132,6 +148,11 @@ class Config:
         return TrainJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.loss, self.optim,
                         self.trainer, self.logger, self.cost, self.evaluate, self.paths, self.seed, self.exp_name,
                         self.ckpt_path)
+
+    def structure_job(self) -> StructureJob:
+        """The groups ``accept_heads.structure`` reads."""
+        return StructureJob(self.models, self.prompts, self.sampling, self.rules, self.collect, self.evaluate,
+                            self.paths, self.seed, self.exp_name)
 
     def evaluate_job(self) -> EvaluateJob:
         """The groups ``accept_heads.evaluate`` reads."""

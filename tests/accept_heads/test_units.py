@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from accept_heads.measure.information import information_gain
 from accept_heads.measure.selection import best_value
 from accept_heads.train import head_architecture
 from accept_heads.training.loggers import make_logger
-from accept_heads.training.metrics import AcceptanceMetrics, binary_kl, information_gain, prior_shift, weighted_bce
+from accept_heads.training.metrics import AcceptanceMetrics, binary_kl, prior_shift, weighted_bce
 from accept_heads.training.profile_fit import BinnedAcceptance, backed_off_table, equal_frequency_edges
 from accept_heads.training.training_data import (
     SequenceItem,
