@@ -259,6 +259,8 @@ SOURCE_TRAITS.update({
     "margin": SourceTraits(rows_alone=False, colors={"h": "tab:gray", "goodput": "darkslategray",
                                                      "budget": "slateblue"}),
     "head": SourceTraits(colors={"h": "tab:red", "goodput": "tab:brown", "budget": "darkred"}),
+    # recalibrated on each request's own rounds from the head as exported: rows decide as alone
+    "head-online": SourceTraits(colors={"h": "orangered", "goodput": "sienna", "budget": "firebrick"}),
     "perfect": SourceTraits(colors={"h": "dimgrey", "goodput": "silver"}),
 })
 STOP_TRAITS.update({

@@ -80,6 +80,9 @@ class AcceptanceSource:
     def end_round(self, verified: int, accepted: int) -> None:
         """Feedback after verification: ``accepted`` of the ``verified`` candidates were accepted."""
 
+    def reset(self) -> None:
+        """Forget what it learned about one request (called at the start of every generation)."""
+
     def fresh(self) -> AcceptanceSource:
         """The source for one row of a batch (default: this one; a source with per-round state copies it)."""
         return self
@@ -175,17 +178,23 @@ class MarginLogistic:
                 self.coefficients[i] = fit_logistic(column, self.ridge)
 
 
-def fit_logistic(observations: list[tuple[float, bool]], ridge: float = 1e-4, steps: int = 50) -> tuple[float, float]:
-    """``(a, b)`` minimising the mean log-loss of ``σ(a + b·m)`` plus ``ridge·b²/2`` (Newton's method, float64)."""
+def fit_logistic(observations: list[tuple[float, bool]], ridge: float = 1e-4, steps: int = 50, *,
+                 prior: float = 0.0, center: tuple[float, float] = (0.0, 1.0)) -> tuple[float, float]:
+    """``(a, b)`` minimising the mean log-loss of ``σ(a + b·m)`` plus ``ridge·b²/2`` (Newton's method, float64).
+
+    ``prior > 0``: the MAP fit under a Gaussian prior centred on ``center`` and worth ``prior`` observations, i.e.
+    plus ``prior·‖(a, b) − center‖² / (2n)``, started at ``center`` (:class:`OnlineHead`).
+    """
     data = torch.tensor([(1.0, margin) for margin, _ in observations], dtype=torch.float64)
     labels = torch.tensor([float(label) for _, label in observations], dtype=torch.float64)
-    penalty = torch.diag(torch.tensor([0.0, ridge], dtype=torch.float64))
-    mean = labels.mean().clamp(1e-6, 1 - 1e-6)
-    weights = torch.tensor([math.log(mean / (1 - mean)), 0.0], dtype=torch.float64)
     n = len(labels)
+    penalty = torch.diag(torch.tensor([prior / n, ridge + prior / n], dtype=torch.float64))
+    mean = labels.mean().clamp(1e-6, 1 - 1e-6)
+    centre = torch.tensor(center if prior > 0 else (0.0, 0.0), dtype=torch.float64)
+    weights = centre.clone() if prior > 0 else torch.tensor([math.log(mean / (1 - mean)), 0.0], dtype=torch.float64)
     for _ in range(steps):
         probs = torch.sigmoid(data @ weights)
-        gradient = data.T @ (probs - labels) / n + penalty @ weights
+        gradient = data.T @ (probs - labels) / n + penalty @ (weights - centre)
         hessian = (data.T * (probs * (1 - probs))) @ data / n + penalty + 1e-12 * torch.eye(2, dtype=torch.float64)
         step = torch.linalg.solve(hessian, gradient)
         weights = weights - step
@@ -274,6 +283,57 @@ class HeadEstimate(AcceptanceSource):
 
     def estimate(self, state: DraftRound) -> float:
         return self.predict(*self.inputs(state))
+
+
+def logit(probability: float, eps: float = 1e-6) -> float:
+    """``log(p / (1 − p))`` with ``p`` clamped to ``[eps, 1 − eps]``."""
+    p = min(max(probability, eps), 1.0 - eps)
+    return math.log(p / (1.0 - p))
+
+
+@register_source
+class OnlineHead(HeadEstimate):
+    """A trained head recalibrated online on each request's own rounds (DESIGN §2): ``P̂_i = σ(a + b·ℓ_i)``, ``ℓ_i``
+    the head's logit of ``y_i`` and ``(a, b)`` the MAP logistic fit (:func:`fit_logistic`) on the request's verified
+    candidates so far, observed as :class:`MarginLogistic` observes them (accepted ones positive, the first rejected
+    one negative), under a Gaussian prior centred on the head as exported (``a = 0, b = 1``) worth ``prior``
+    observations. Before the request's first verified round it is the head itself; it refits after every round.
+
+    The head ranks, the request's outcomes calibrate: its estimates follow how this request is going.
+    """
+
+    name = "head-online"
+
+    #: How many observations the head's own calibration is worth.
+    PRIOR = 8.0
+
+    def __init__(self, head: AcceptanceHead, prior: float = PRIOR) -> None:
+        super().__init__(head)
+        if prior <= 0:
+            raise ValueError(f"OnlineHead needs prior > 0, got {prior}")
+        self.prior = prior
+        self.reset()
+
+    def reset(self) -> None:
+        self.observations: list[tuple[float, bool]] = []
+        self.coefficients = (0.0, 1.0)
+        self.logits: dict[int, float] = {}
+
+    def fresh(self) -> OnlineHead:
+        return type(self)(self.head, self.prior)
+
+    def estimate(self, state: DraftRound) -> float:
+        head_logit = logit(super().estimate(state))
+        self.logits[state.i] = head_logit
+        a, b = self.coefficients
+        return 1.0 / (1.0 + math.exp(-(a + b * head_logit)))
+
+    def end_round(self, verified: int, accepted: int) -> None:
+        self.observations += [(self.logits[i], i <= accepted)
+                              for i in range(1, min(verified, accepted + 1) + 1) if i in self.logits]
+        self.logits = {}
+        if self.observations:
+            self.coefficients = fit_logistic(self.observations, ridge=0.0, prior=self.prior)
 
 
 @register_source

@@ -67,6 +67,7 @@ class StopPolicy(Policy, Generic[Source, Stop]):
 
     def reset(self) -> None:
         self.stop.reset()
+        self.source.reset()
 
     def k_cap(self) -> int:
         return self.stop.k_max

@@ -16,6 +16,7 @@ from decode.policies.sources import (
     DraftConfidence,
     EntropyBound,
     HeadEstimate,
+    OnlineHead,
     OnlineMargin,
     TrueAcceptance,
     register_source,
@@ -36,7 +37,7 @@ from tests.helpers.policy_specs import BATCH_SPECS, COSTS, SPECS, buildable, pol
 #: The kinds before acceptance sources and stop rules were registries: every one still reads (issue 63).
 TODAYS_KINDS = ["fixed", "heuristic", "confidence", "confidence-h", "confidence-goodput", "confidence-refit", "svip",
                 "adaedl", "margin", "margin-goodput", "head", "head-goodput", "head-budget", "margin-budget", "sv",
-                "perfect", "perfect-goodput", "oracle"]
+                "head-online", "head-online-goodput", "head-online-budget", "perfect", "perfect-goodput", "oracle"]
 
 
 @pytest.fixture()
@@ -49,7 +50,7 @@ def test_the_registries_hold_what_serving_needs_and_no_evaluation_trait():
     but where both take a parameter and where a source read in hindsight meets a stop only a batch takes; a spec
     class, a source and a stop declare their name, parameters and the artifact read only (how the evaluation sweeps,
     tables and draws a kind is declared there)."""
-    assert list(SOURCES) == ["confidence", "adaedl", "margin", "head", "perfect"]
+    assert list(SOURCES) == ["confidence", "adaedl", "margin", "head", "head-online", "perfect"]
     assert list(STOPS) == ["h", "goodput", "budget"]
     assert list(POLICY_SPECS) == ["fixed", "heuristic", "confidence", "confidence-refit", "svip", "source-stop", "sv",
                                   "oracle"]
@@ -90,7 +91,7 @@ def test_each_spec_round_trips_through_its_flat_form(spec):
 
 def test_todays_kind_names_read_and_a_source_under_the_stop_it_names_is_named_by_the_source_alone():
     assert source_stop_aliases() == {"adaedl-goodput": "adaedl", "margin-h": "margin", "head-h": "head",
-                                     "perfect-h": "perfect"}
+                                     "head-online-h": "head-online", "perfect-h": "perfect"}
     assert [policy_spec(kind, 0.5, "pre").kind for kind in TODAYS_KINDS] == TODAYS_KINDS
     assert policy_spec("head-h", 0.8, "pre") == policy_spec("head", 0.8, "pre") == SourceStopSpec("head", "h", 0.8,
                                                                                                      "pre")
@@ -111,12 +112,12 @@ def test_each_spec_builds_the_policy_it_names(inputs):
     assert isinstance(refit, RefitConfidence) and (refit.fit.tau, refit.k_max) == (0.4, 20)
     pairs = [spec for spec in SPECS if isinstance(spec, SourceStopSpec)]
     classes = {"confidence": DraftConfidence, "adaedl": EntropyBound, "margin": OnlineMargin, "head": HeadEstimate,
-               "perfect": TrueAcceptance, "h": Threshold, "goodput": Goodput}
+               "head-online": OnlineHead, "perfect": TrueAcceptance, "h": Threshold, "goodput": Goodput}
     for spec in pairs:
         policy = built[repr(spec)]
         assert type(policy) is policies.StopPolicy, spec
         assert (type(policy.source), type(policy.stop)) == (classes[spec.source], classes[spec.stop]), spec
-        assert (policy.k_min, policy.k_max) == ((2, 12) if spec.source == "head" else (1, 20)), spec  # a head's range
+        assert (policy.k_min, policy.k_max) == ((2, 12) if spec.source in ("head", "head-online") else (1, 20)), spec  # a head's range
         if spec.stop == "goodput":
             assert policy.stop.costs == inputs.costs and policy.stop.batch_costs is None, spec
     head = built[repr(SourceStopSpec("head", "h", 0.8, "pre"))]

@@ -14,14 +14,17 @@ from decode.policies.sources import (
     DraftConfidence,
     EntropyBound,
     MarginLogistic,
+    OnlineHead,
     OnlineMargin,
     draft_entropy,
     fit_logistic,
+    logit,
     top2_margin,
 )
 from decode.policies.stop_policy import StopPolicy
 from decode.policies.stops import Threshold
 from decode.sampling import Sampling
+from tests.helpers.policy_specs import policy_inputs
 
 
 def sample(frequencies: dict[float, tuple[int, int]]) -> list[tuple[float, bool]]:
@@ -150,3 +153,64 @@ def test_svip_stops_once_the_square_root_of_the_entropy_exceeds_h():
     assert SVIP(h=0.9).after_propose(state) is Decision.CONTINUE
     with pytest.raises(ValueError, match="h >= 0"):
         SVIP(h=-1.0)
+
+
+class ScriptedHead(OnlineHead):
+    """:class:`OnlineHead` over a head whose estimate of each candidate is scripted (``state.p``)."""
+
+    def inputs(self, state):
+        return state.p, None
+
+    def predict(self, hidden, features):
+        return hidden
+
+
+class Candidate:
+    def __init__(self, i: int, p: float) -> None:
+        self.i, self.p = i, p
+
+
+def play(source: OnlineHead, rounds: list[tuple[list[float], int, int]]) -> None:
+    """Rounds of ``(head estimates of candidates 1..k, verified, accepted)``."""
+    for estimates, verified, accepted in rounds:
+        for i, p in enumerate(estimates, 1):
+            source.estimate(Candidate(i, p))
+        source.end_round(verified, accepted)
+
+
+def test_the_online_head_is_the_head_before_any_round_and_again_after_a_reset():
+    source = ScriptedHead(policy_inputs().heads["pre"])
+    assert source.estimate(Candidate(1, 0.3)) == pytest.approx(0.3)
+    play(source, [([0.9, 0.9, 0.9], 3, 0)] * 5)  # a head far too confident on this request
+    assert source.estimate(Candidate(1, 0.9)) < 0.6
+    source.reset()
+    assert source.estimate(Candidate(1, 0.9)) == pytest.approx(0.9)
+    assert source.fresh().estimate(Candidate(1, 0.7)) == pytest.approx(0.7)
+
+
+def test_the_online_head_observes_as_the_margin_logistic_and_with_a_weak_prior_is_the_plain_fit():
+    """Two head logits with their acceptance frequencies: with a vanishing prior the fit is the closed-form MLE
+    (the plain logistic regression), observed from rounds as the margin logistic observes them (accepted
+    candidates positive, the first rejected one negative, later ones unobserved)."""
+    source = ScriptedHead(policy_inputs().heads["pre"], prior=1e-9)
+    # candidate 1 at estimate 0.4, candidate 2 at 0.8: 20 rounds, 6 accept candidate 1 and 5 of those candidate 2
+    rounds = [([0.4, 0.8], 2, 2)] * 5 + [([0.4, 0.8], 2, 1)] + [([0.4, 0.8], 2, 0)] * 14
+    play(source, rounds)
+    observations = [(logit(0.4), True)] * 6 + [(logit(0.4), False)] * 14 + [(logit(0.8), True)] * 5 + [
+        (logit(0.8), False)]
+    assert sorted(source.observations) == sorted(observations)
+    a, b = fit_logistic(observations, ridge=0.0)
+    assert source.coefficients == pytest.approx((a, b), abs=1e-6)
+    assert source.estimate(Candidate(1, 0.4)) == pytest.approx(6 / 20, abs=1e-6)
+    assert source.estimate(Candidate(2, 0.8)) == pytest.approx(5 / 6, abs=1e-6)
+
+
+def test_the_online_head_learns_that_an_uninformative_head_says_nothing_on_this_request():
+    """Negative control: outcomes independent of the head's estimate at one rate; the refit flattens the slope and
+    both estimates move to the rate the request shows."""
+    source = ScriptedHead(policy_inputs().heads["pre"])
+    play(source, [([0.2], 1, 1), ([0.2], 1, 0), ([0.9], 1, 1), ([0.9], 1, 0)] * 50)
+    a, b = source.coefficients
+    assert abs(b) < 0.1
+    for p in (0.2, 0.9):
+        assert source.estimate(Candidate(1, p)) == pytest.approx(0.5, abs=0.05)

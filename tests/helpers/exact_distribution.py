@@ -16,7 +16,7 @@ from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.head_config import PREVIOUS_TOKEN
 from decode.policies.schedules import SVIP, RefitConfidence
-from decode.policies.sources import DraftConfidence, EntropyBound, MarginLogistic, OnlineMargin
+from decode.policies.sources import DraftConfidence, EntropyBound, MarginLogistic, OnlineHead, OnlineMargin
 from decode.policies.stops import Goodput, Threshold
 
 PROMPT = torch.tensor([[0, 1]])
@@ -124,6 +124,9 @@ POLICIES: dict[str, Callable[[dict], policies.Policy]] = {
     # Thresholds put the stop decision inside the range of these random heads' predictions.
     "head_pre": lambda m: policies.Head(random_head(m, "pre"), threshold=0.47),
     "head_post": lambda m: policies.Head(random_head(m, "post"), threshold=0.66),
+    # recalibrated on each generation's own verified rounds: its stops depend on earlier verdicts, still lossless
+    "head_online": lambda m: policies.StopPolicy(OnlineHead(random_head(m, "pre"), prior=0.05),
+                                                 Threshold(0.47, k_max=4)),
     "head_dspark": lambda m: policies.GoodputHead(random_head(m, "dspark"), CostModel(
         t_draft=0.3, t_target=1.0, t_companion=0.0), k_max=4),
     "sv": lambda m: policies.SV(random_profile(), k=4),
