@@ -210,7 +210,7 @@ def test_the_online_head_learns_that_an_uninformative_head_says_nothing_on_this_
     both estimates move to the rate the request shows."""
     source = ScriptedHead(policy_inputs().heads["pre"])
     play(source, [([0.2], 1, 1), ([0.2], 1, 0), ([0.9], 1, 1), ([0.9], 1, 0)] * 50)
-    a, b = source.coefficients
+    _, b = source.coefficients
     assert abs(b) < 0.1
     for p in (0.2, 0.9):
         assert source.estimate(Candidate(1, p)) == pytest.approx(0.5, abs=0.05)
