@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from decode.head_config import DEPTH_FEATURE, HEAD_FEATURES, PRE_FEATURES, PREVIOUS_TOKEN, HeadConfig
+from decode.head_config import (
+    DEPTH_FEATURE,
+    HEAD_FEATURES,
+    PRE_FEATURES,
+    PREVIOUS_TOKEN,
+    REQUEST_FEATURE,
+    HeadConfig,
+)
 from decode.metadata import HeadMetadata
 
 
@@ -51,13 +58,15 @@ def head_features(
     companion: tuple[Tensor, Tensor] | None = None,
     depth: Tensor | int | None = None,
     previous: Tensor | None = None,
+    request: Tensor | float | None = None,
 ) -> Tensor:
     """Scalar features ``[..., F]`` of candidates ``y[...]`` drawn from ``q_probs[..., V]`` (vectorised).
 
     ``log_q = log q(y)``, ``entropy = H(q)`` (nats), ``top_prob = max q``, ``depth`` the candidates' depth in their
     round (broadcast to ``y``'s shape; :meth:`HeadConfig.depth_of`); ``previous_token`` the ids ``previous`` (shaped
-    as ``y``) of the tokens whose forwards produced ``q``; ``companion`` is the ``(X, Y)`` pair appended when the head
-    uses companion features.
+    as ``y``) of the tokens whose forwards produced ``q``; ``request_acceptance`` the request's running rate of accepted
+    first candidates ``request`` (broadcast to ``y``'s shape; :data:`~decode.head_config.REQUEST_FEATURE`);
+    ``companion`` is the ``(X, Y)`` pair appended when the head uses companion features.
     """
     columns: list[Tensor] = []
     for name in names:
@@ -71,6 +80,10 @@ def head_features(
             if depth is None:
                 raise ValueError("the depth feature needs each candidate's depth in its round")
             columns.append(torch.as_tensor(depth, dtype=torch.float32, device=y.device).expand(y.shape))
+        elif name == REQUEST_FEATURE:
+            if request is None:
+                raise ValueError("the request_acceptance feature needs the request's running acceptance")
+            columns.append(torch.as_tensor(request, dtype=torch.float32, device=y.device).expand(y.shape))
         elif name == PREVIOUS_TOKEN:
             if previous is None:
                 raise ValueError("the previous_token feature needs the ids of the tokens that produced q")

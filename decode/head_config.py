@@ -16,8 +16,11 @@ DEPTH_FEATURE = "depth"
 #: The id of the token whose draft forward produced ``q_i`` (``y_{i−1}``, or the last committed token for ``i = 1``):
 #: a DSpark-style head embeds it (its low-rank Markov embedding) instead of reading it as a number.
 PREVIOUS_TOKEN = "previous_token"
+#: The request so far: the rate at which its verified rounds accepted their first candidate, ``(a + 1) / (n + 2)`` after
+#: ``a`` of ``n`` rounds (``docs/design.md`` §10: what a round's draft state cannot tell).
+REQUEST_FEATURE = "request_acceptance"
 #: Every feature a ``pre`` head may read of its candidate.
-HEAD_FEATURES: tuple[str, ...] = (*PRE_FEATURES, DEPTH_FEATURE, PREVIOUS_TOKEN)
+HEAD_FEATURES: tuple[str, ...] = (*PRE_FEATURES, DEPTH_FEATURE, PREVIOUS_TOKEN, REQUEST_FEATURE)
 #: Companion SV indicators (DESIGN §3), optional extra features of a ``pre`` head.
 COMPANION_FEATURES: tuple[str, ...] = ("companion_x", "companion_y")
 

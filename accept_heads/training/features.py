@@ -29,6 +29,7 @@ from transformers import PreTrainedModel
 from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, teacher_forced_rounds
 from decode.head import HeadConfig as ArchConfig
 from decode.head import head_features
+from decode.head_config import REQUEST_FEATURE
 from decode.sampling import Sampling
 
 
@@ -45,6 +46,7 @@ class DraftFeatures:
         self.feature_sampling = feature_sampling
         self.vocab = vocab
         self.softcap = getattr(draft.config, "final_logit_softcapping", None)
+        self.reads_request = REQUEST_FEATURE in arch.features
 
     @property
     def device(self) -> torch.device:
@@ -81,7 +83,9 @@ class DraftFeatures:
             stored = batch["companion"].to(device)[rows, positions]
             companion = (stored[:, 0], stored[:, 1])
         previous = batch["input_ids"].to(device)[rows, positions - 1]  # the (mixed) token that produced q_t
-        return hidden.float(), head_features(q, candidates, self.arch.features, companion, previous=previous)
+        request = batch["request"].to(device)[rows, positions] if self.reads_request else None
+        return hidden.float(), head_features(q, candidates, self.arch.features, companion, previous=previous,
+                                             request=request)
 
 
 class RoundFeatures(DraftFeatures):
@@ -117,7 +121,11 @@ class RoundFeatures(DraftFeatures):
         previous = torch.cat([batch["input_ids"].to(device)[rows, positions - 1, None],
                               batch["candidate"].to(device)[rows, positions - 1].reshape(len(rows), depths)[:, :-1]],
                              dim=1)
-        return hidden.float(), head_features(q, candidates, self.arch.features, depth=depth, previous=previous)
+        # the request so far at the round's start t − d + 1, as the decoder reads it for the whole round
+        starts = (positions[:, None] - torch.arange(depths, device=device)).clamp_min(0)
+        request = batch["request"].to(device)[rows[:, None], starts] if self.reads_request else None
+        return hidden.float(), head_features(q, candidates, self.arch.features, depth=depth, previous=previous,
+                                             request=request)
 
 
 def head_encoder(draft: PreTrainedModel, arch: ArchConfig, feature_sampling: Sampling, vocab: int,

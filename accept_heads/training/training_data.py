@@ -90,6 +90,7 @@ class PositionTable:
     label: np.ndarray  # [N] acceptance target a_t ([N, D]: NaN where no round reaches t at that depth)
     outcome: np.ndarray  # [N] sampled 0/1 outcome for AUROC ([N, D])
     companion: np.ndarray | None  # [N, 2] the rule's SV indicators (X_t, Y_t) at the true prefix
+    request: np.ndarray  # [N] the row's running rate of accepted first candidates before t (request_rates)
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -164,7 +165,18 @@ def load_positions(
         label=label,
         outcome=outcome,
         companion=companion,
+        request=request_rates(outcome if outcome.ndim == 1 else outcome[:, 0], offsets),
     )
+
+
+def request_rates(first_outcomes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """``[N]``: at each position ``t`` of a row, ``(a + 1) / (t + 2)`` with ``a`` the accepted depth-1 outcomes of the
+    row's positions before ``t`` (:data:`decode.head_config.REQUEST_FEATURE`: what the decoder counts over the
+    request's verified rounds, here over every earlier position a round could have started at)."""
+    before = np.concatenate([[0.0], np.cumsum(first_outcomes, dtype=np.float64)])
+    starts = np.repeat(offsets[:-1], np.diff(offsets))
+    steps = np.arange(len(first_outcomes)) - starts
+    return ((before[:-1] - before[starts] + 1) / (steps + 2)).astype(np.float32)
 
 
 def expected_labels(rule: rule_defs.Rule, labels: np.ndarray, stored: Any) -> np.ndarray:
@@ -193,6 +205,7 @@ class SequenceItem:
     label: np.ndarray  # [N] or [N, D] acceptance target a_t
     outcome: np.ndarray  # [N] or [N, D] sampled 0/1 outcome
     companion: np.ndarray | None  # [N, 2] the rule's SV indicators (X_t, Y_t), None: not read
+    request: np.ndarray  # [N] the request's running acceptance before t
 
 
 class SequenceDataset(Dataset):
@@ -208,7 +221,7 @@ class SequenceDataset(Dataset):
         t, span = self.table, self.table.row(index)
         return SequenceItem(row=index, prompt=t.prompts[index], response=t.response[span], candidate=t.candidate[span],
                         label=t.label[span], outcome=t.outcome[span],
-                        companion=None if t.companion is None else t.companion[span])
+                        companion=None if t.companion is None else t.companion[span], request=t.request[span])
 
 
 def collate_sequences(items: list[SequenceItem]) -> dict[str, Tensor]:
@@ -224,6 +237,7 @@ def collate_sequences(items: list[SequenceItem]) -> dict[str, Tensor]:
     label = torch.zeros(batch, width, *depths)
     outcome = torch.zeros(batch, width, *depths)
     companion = torch.zeros(batch, width, 2)
+    request = torch.zeros(batch, width)
     for b, item in enumerate(items):
         p, n = len(item.prompt), len(item.response)
         input_ids[b, :p] = torch.from_numpy(item.prompt)
@@ -233,6 +247,7 @@ def collate_sequences(items: list[SequenceItem]) -> dict[str, Tensor]:
         candidate[b, p : p + n] = torch.from_numpy(item.candidate)
         label[b, p : p + n] = torch.from_numpy(item.label)
         outcome[b, p : p + n] = torch.from_numpy(item.outcome)
+        request[b, p : p + n] = torch.from_numpy(item.request)
         if item.companion is not None:
             companion[b, p : p + n] = torch.from_numpy(item.companion)
     return {
@@ -244,6 +259,7 @@ def collate_sequences(items: list[SequenceItem]) -> dict[str, Tensor]:
         "label": label,
         "outcome": outcome,
         "companion": companion,
+        "request": request,
     }
 
 

@@ -28,6 +28,8 @@ class HeadTrainConfig:
     # 1 - TV(p, q) under the speculative rule; a y-independent rule's own label; DESIGN §2)
     target: str = "label"
     use_companion: bool = False  # add the companion indicators X, Y as features
+    # a pre head also reads the request so far: its running rate of accepted first candidates (docs/design.md §10)
+    request_feature: bool = False
     rule: str = "speculative"  # which label column to train on (fuzzy T and divergence, ensemble kind: rules.*)
     mixing_r: float = DEFAULT_MIXING_R  # probability of keeping the target token in token mixing
     # the stop thresholds h the head's h is chosen from on dev after training (accept_heads.measure.threshold) and that the
@@ -54,9 +56,9 @@ class HeadTrainConfig:
         _choice("head.target", self.target, ("label", "expected"))
         if self.depth < 0 or self.markov_rank < 0:
             raise ConfigError("head.depth and head.markov_rank must be >= 0")
-        if self.timing == "post" and (self.markov_rank or not self.candidate_features):
-            raise ConfigError("head.markov_rank and head.candidate_features shape a pre head's input: set "
-                              "head.timing=pre (a post head reads the hidden state only)")
+        if self.timing == "post" and (self.markov_rank or not self.candidate_features or self.request_feature):
+            raise ConfigError("head.markov_rank, head.candidate_features and head.request_feature shape a pre head's "
+                              "input: set head.timing=pre (a post head reads the hidden state only)")
         if not 0 <= self.mixing_r <= 1:
             raise ConfigError("head.mixing_r must be in [0, 1]")
         if self.kind == "specdecpp" and self.timing == "post" and self.mixing_r == 1:

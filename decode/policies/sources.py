@@ -13,6 +13,7 @@ DESIGN §5): :class:`TrueAcceptance`. Training-free, what the engines estimate a
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import ClassVar, Literal
 
@@ -21,6 +22,7 @@ from torch import Tensor
 
 from decode.draft_round import DraftRound
 from decode.head import AcceptanceHead, head_features
+from decode.head_config import REQUEST_FEATURE
 from decode.metadata import recorded_k_range
 from decode.policies.base import CompanionUse, PolicyInputs, registrar
 from decode.profile import companion_indicators
@@ -249,6 +251,27 @@ class HeadEstimate(AcceptanceSource):
         self.head = head.eval()
         self.decides_after = "propose" if head.config.timing == "pre" else "feed"
         self.companion = "step" if head.config.companion_features else None
+        self.reads_request = REQUEST_FEATURE in head.config.features
+        self.first_accepted, self.rounds = 0, 0  # the request's rounds and those that accepted their first candidate
+
+    @property
+    def request_acceptance(self) -> float:
+        """The request's running rate of accepted first candidates, ``(a + 1) / (n + 2)`` (``REQUEST_FEATURE``)."""
+        return (self.first_accepted + 1) / (self.rounds + 2)
+
+    def reset(self) -> None:
+        self.first_accepted, self.rounds = 0, 0
+
+    def fresh(self) -> HeadEstimate:
+        """This source for one row of a batch: a copy with its own request history (the head is shared)."""
+        source = copy.copy(self)
+        source.reset()
+        return source
+
+    def end_round(self, verified: int, accepted: int) -> None:
+        if verified:
+            self.rounds += 1
+            self.first_accepted += accepted > 0
 
     @classmethod
     def build(cls, value: float | None, artifact: str | None, inputs: PolicyInputs) -> HeadEstimate:
@@ -274,7 +297,7 @@ class HeadEstimate(AcceptanceSource):
             indicators = companion_indicators(state.sampling, q_logits, candidate.companion_logits, y)
             companion = (indicators.x, indicators.y)
         return candidate.step.hidden, head_features(q, y, config.features, companion, config.depth_of(state.i),
-                                                    candidate.step.input_token)
+                                                    candidate.step.input_token, self.request_acceptance)
 
     def predict(self, hidden: Tensor, features: Tensor | None) -> float:
         """``P̂`` from the head's inputs (:meth:`inputs`)."""
@@ -315,12 +338,10 @@ class OnlineHead(HeadEstimate):
         self.reset()
 
     def reset(self) -> None:
+        super().reset()
         self.observations: list[tuple[float, bool]] = []
         self.coefficients = (0.0, 1.0)
         self.logits: dict[int, float] = {}
-
-    def fresh(self) -> OnlineHead:
-        return type(self)(self.head, self.prior)
 
     def estimate(self, state: DraftRound) -> float:
         head_logit = logit(super().estimate(state))
@@ -329,6 +350,7 @@ class OnlineHead(HeadEstimate):
         return 1.0 / (1.0 + math.exp(-(a + b * head_logit)))
 
     def end_round(self, verified: int, accepted: int) -> None:
+        super().end_round(verified, accepted)
         self.observations += [(self.logits[i], i <= accepted)
                               for i in range(1, min(verified, accepted + 1) + 1) if i in self.logits]
         self.logits = {}

@@ -37,7 +37,7 @@ from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import load_head, load_profile, write_card
 from decode.head import dspark_tensors
-from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, PREVIOUS_TOKEN
+from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, PREVIOUS_TOKEN, REQUEST_FEATURE
 from runtime.models import load_trio
 from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 
@@ -366,6 +366,14 @@ def test_a_feature_drafts_head_reads_every_depth_of_a_round(make_config, micro_t
     previous = features[..., 1].long()
     assert torch.equal(previous[:, 0], live["input_ids"][rows, positions - 1])
     assert torch.equal(previous[:, 1:], live["candidate"][rows, positions - 1][:, :-1])
+
+    # the request so far, read at each round's start t − d + 1 for all of its depths (as the decoder holds it)
+    request = prepare_head_run(make_config(*overrides, "head.request_feature=true").train_job())
+    assert request.head.config.features == (*PRE_FEATURES, DEPTH_FEATURE, REQUEST_FEATURE)
+    _, features = request.encoder(live)
+    for depth in range(3):
+        assert torch.equal(features[:, depth, -1], live["request"][rows, positions - depth])
+    assert (features[..., -1] > 0).all() and (features[..., -1] < 1).all()
 
     with pytest.raises(ConfigError, match="mixing_r=1"):
         prepare_head_run(make_config(*overrides, "head.mixing_r=0.15").train_job())

@@ -22,6 +22,7 @@ from accept_heads.training.training_data import (
     loss_everywhere,
     mix_batch,
     mixing_mask,
+    request_rates,
 )
 from ahconf.schema import ConfigError, LoggerConfig
 from data_gen.collect import features_for
@@ -107,7 +108,7 @@ def test_mix_batch_puts_candidates_exactly_at_loss_positions():
     items = [
         SequenceItem(row=row, prompt=np.array([1, 2, 3][: row + 1]), response=np.arange(100, 100 + n),
                  candidate=np.arange(200, 200 + n), label=np.full(n, 0.5, dtype=np.float32),
-                 outcome=np.ones(n, dtype=np.float32), companion=None)
+                 outcome=np.ones(n, dtype=np.float32), companion=None, request=np.full(n, 0.5, dtype=np.float32))
         for row, n in ((0, 50), (1, 30))
     ]
     batch = mix_batch(collate_sequences(items), r=0.3, seed=0, split="dev", epoch=0)
@@ -259,3 +260,16 @@ def test_information_gain_is_corrected_for_the_plug_in_bias():
     dependent = information_gain(_profile_joint(10_600, 0.5, seed=3))
     assert truth == pytest.approx(0.196, abs=0.01)
     assert 0.8 * truth < dependent.gain_fraction < dependent.gain_plugin / dependent.h_a
+
+
+def test_the_request_rate_counts_only_earlier_positions_of_the_same_row():
+    """Causal: a position's rate reads the accepted depth-1 outcomes before it in its row, never its own or a later
+    one's, nor another row's; (a + 1) / (t + 2) as the decoder counts its rounds."""
+    outcomes = np.array([1, 1, 0, 1, 0, 0, 1], dtype=np.float32)
+    offsets = np.array([0, 4, 7])
+    rates = request_rates(outcomes, offsets)
+    assert rates.tolist() == pytest.approx([1 / 2, 2 / 3, 3 / 4, 3 / 5, 1 / 2, 1 / 3, 1 / 4])
+    flipped = outcomes.copy()
+    flipped[2:4] = 1 - flipped[2:4]  # the first row's last two verdicts: nothing at or before position 2 moves
+    assert request_rates(flipped, offsets)[:3].tolist() == rates[:3].tolist()
+    assert request_rates(flipped, offsets)[4:].tolist() == rates[4:].tolist()
