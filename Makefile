@@ -27,7 +27,8 @@ $(STAMP): pyproject.toml
 
 # The main job on the embedded default: install (first use) and check the shipped tiny-code trio; collect labelled data
 # from the target's sampled (T = 1) responses and, for the greedy rule, from its greedy responses;
-# train a `pre` acceptance head for the speculative, greedy and (weighted) ensemble rules, a DSpark-style head for
+# train a `pre` acceptance head for the speculative, greedy and (weighted) ensemble rules, a greedy head that also reads
+# the request so far (head.request_feature), a DSpark-style head for
 # the speculative rule and the SV profile (exported under runs/tiny/heads/, each with a model card); then evaluate
 # every length policy of those rules against the training-free sources (results table, the predictor league, per-head
 # summary and figures under runs/tiny/eval/), and measure the structure of acceptance (by depth, and what the round,
@@ -44,6 +45,7 @@ demo: setup
 	$(TRAIN) head.name=speculative-pre
 	$(TRAIN) head=dspark
 	$(TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
+	$(TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-request head.request_feature=true
 	$(TRAIN) head.rule=ensemble head.name=ensemble-weighted-pre
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate 'evaluate.rules=[speculative,greedy,ensemble]'
