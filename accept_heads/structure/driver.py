@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -83,7 +84,7 @@ def print_structure(results: list[Structure]) -> None:
         by_depth.add_row("", "", "unconditional", *(f"{d.unconditional:.3f}" for d in r.depths))
     console.print(by_depth)
     gains = Table(title="what each variable tells about a reached candidate's verdict beyond the draft's top "
-                        "probability: I(A; Z | X) in bits, shuffle-corrected [95% bootstrap CI over prompts], its "
+                        "probability: I(A; Z | X) in bits, shuffle-corrected [95% half-sample interval over prompts], its "
                         "share of H(A | X), and the share accepted in each of its bins", title_justify="left")
     for column in ("rule", "set", "variable Z", "bits", "% of H(A|X)", "accepted by bin"):
         gains.add_column(column, justify="right" if column in ("bits", "% of H(A|X)") else "left")
@@ -91,7 +92,8 @@ def print_structure(results: list[Structure]) -> None:
         gains.add_row(r.rule, r.set, f"draft's top probability X alone: I(A; X) of H(A) = {r.h_a:.3f}",
                       f"{r.top_prob_gain:.4f}", f"{100 * r.top_prob_gain / r.h_a:.1f}" if r.h_a else "—", "")
         for g in r.gains:
-            bins = "  ".join(f"{label}: {share:.2f}" for label, share in zip(g.bins, g.acceptance, strict=True))
+            bins = "  ".join(f"{label}: {share:.2f}" for label, share in zip(g.bins, g.acceptance, strict=True)
+                             if not math.isnan(share))  # a bin no candidate falls in (positions past the responses)
             gains.add_row("", "", g.variable, f"{g.gain:.4f} [{g.low:.4f}, {g.high:.4f}]", f"{100 * g.fraction:.1f}",
                           bins)
     console.print(gains)
