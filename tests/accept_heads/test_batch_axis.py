@@ -56,7 +56,8 @@ def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
     for batch in (1, 2):
         at = test[test["batch"] == batch]
         assert set(at.loc[at["rule"] == "speculative", "family"]) == speculative
-        assert set(at.loc[at["rule"] == "greedy", "family"]) == speculative - {"head", "head-goodput", "head-budget", "sv"}
+        heads = {"head", "head-goodput", "head-budget", "head-online", "head-online-goodput", "head-online-budget"}
+        assert set(at.loc[at["rule"] == "greedy", "family"]) == speculative - heads - {"sv"}
         assert set(at.loc[at["family"] == "head", "artifact"]) == {"pre", "post"}
     assert (test["rows"] == 3).all()  # every run decodes the same 3 prompts (at B=2: a batch of 2, then 1)
     assert (test["tokens_per_s"] > 0).all() and (test["modelled_s"] > 0).all()

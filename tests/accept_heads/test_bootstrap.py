@@ -52,7 +52,7 @@ def _coverage(level_draws: int, quantile_level: float, replications: int = 200) 
         faster = _run(generated, generated * per_token / 1.1 * rng.lognormal(0, 0.3, PROMPTS))
         draws = paired_draws(PROMPTS, seed=replication, draws=level_draws)
         ratio = bootstrap._resampled_throughput(faster, draws) / bootstrap._resampled_throughput(reference, draws)
-        low, high = bootstrap._interval(ratio, quantile_level)
+        low, high = bootstrap.interval(ratio, quantile_level)
         covered += low <= 1.1 <= high
     return covered / replications
 

@@ -136,8 +136,9 @@ def test_the_tables_figures_keep_their_identities(evaluated):
 def test_the_wall_clock_times_the_chosen_methods_beside_their_modelled_figures(evaluated):
     config, results = evaluated
     wall = results.wallclock
-    assert set(wall["family"]) == {"target", "fixed", "head", "head-goodput", "confidence", "confidence-h",
-                                   "confidence-goodput", "adaedl", "hf-constant", "hf-heuristic"}
+    assert set(wall["family"]) == {"target", "fixed", "head", "head-goodput", "head-online", "head-online-goodput",
+                                   "confidence", "confidence-h", "confidence-goodput", "adaedl", "hf-constant",
+                                   "hf-heuristic"}
     assert set(wall["set"]) == {"test"} and set(wall["rule"]) == {"speculative"}
     ours = wall[wall["family"] != "target"]
     assert ours["matches"].eq(1.0).all()  # every timed output is its counted run's
