@@ -22,7 +22,6 @@ from torch import Tensor
 
 from decode.draft_round import DraftRound
 from decode.head import AcceptanceHead, head_features
-from decode.head_config import REQUEST_FEATURE
 from decode.metadata import recorded_k_range
 from decode.policies.base import CompanionUse, PolicyInputs, registrar
 from decode.profile import companion_indicators
@@ -130,6 +129,12 @@ class EntropyBound(AcceptanceSource):
         return max(0.0, 1.0 - math.sqrt(self.gamma * draft_entropy(state.sampling, state.latest.step.q_logits)))
 
 
+def observed_outcomes(verified: int, accepted: int) -> list[tuple[int, bool]]:
+    """The candidates a verified round observed, ``(position, accepted)``: the accepted ones and the first rejected
+    one; those after it are unobserved (their acceptance is conditional on the prefix's)."""
+    return [(i, i <= accepted) for i in range(1, min(verified, accepted + 1) + 1)]
+
+
 class MarginLogistic:
     """Per-position logistic regressions ``P̂_i = σ(a_i + b_i·m)`` on the top-2 margin ``m``, fitted online.
 
@@ -229,9 +234,9 @@ class OnlineMargin(AcceptanceSource):
         return self.fit.predict(state.i, margin)
 
     def end_round(self, verified: int, accepted: int) -> None:
-        for i in range(1, min(verified, accepted + 1) + 1):
+        for i, outcome in observed_outcomes(verified, accepted):
             if i in self.margins:
-                self.fit.observe(i, self.margins[i], i <= accepted)
+                self.fit.observe(i, self.margins[i], outcome)
         self.margins = {}
         self.fit.end_round()
 
@@ -251,7 +256,6 @@ class HeadEstimate(AcceptanceSource):
         self.head = head.eval()
         self.decides_after = "propose" if head.config.timing == "pre" else "feed"
         self.companion = "step" if head.config.companion_features else None
-        self.reads_request = REQUEST_FEATURE in head.config.features
         self.first_accepted, self.rounds = 0, 0  # the request's rounds and those that accepted their first candidate
 
     @property
@@ -351,8 +355,8 @@ class OnlineHead(HeadEstimate):
 
     def end_round(self, verified: int, accepted: int) -> None:
         super().end_round(verified, accepted)
-        self.observations += [(self.logits[i], i <= accepted)
-                              for i in range(1, min(verified, accepted + 1) + 1) if i in self.logits]
+        self.observations += [(self.logits[i], outcome)
+                              for i, outcome in observed_outcomes(verified, accepted) if i in self.logits]
         self.logits = {}
         if self.observations:
             self.coefficients = fit_logistic(self.observations, ridge=0.0, prior=self.prior)

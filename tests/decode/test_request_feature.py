@@ -28,7 +28,7 @@ class RecordingHead(HeadEstimate):
 
 def test_the_request_rate_counts_rounds_that_accepted_their_first_candidate():
     source = HeadEstimate(AcceptanceHead(HeadConfig(8, timing="pre", features=(*PRE_FEATURES, REQUEST_FEATURE))))
-    assert source.reads_request and source.request_acceptance == 0.5
+    assert source.request_acceptance == 0.5
     for verified, accepted in [(3, 3), (2, 0), (4, 1), (0, 0)]:  # a round with nothing verified is not counted
         source.end_round(verified, accepted)
     assert source.request_acceptance == pytest.approx((2 + 1) / (3 + 2))
