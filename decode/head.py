@@ -11,6 +11,8 @@ from decode.head_config import (
     PRE_FEATURES,
     PREVIOUS_TOKEN,
     REQUEST_FEATURE,
+    ROUND_FEATURE,
+    TOP_K_FEATURES,
     HeadConfig,
 )
 from decode.metadata import HeadMetadata
@@ -51,6 +53,11 @@ class AcceptanceHead(nn.Module):
         return torch.sigmoid(self(hidden, features))
 
 
+def candidate_log_q(q_probs: Tensor, y: Tensor) -> Tensor:
+    """``log q(y)`` of candidates ``y[...]`` under ``q_probs[..., V]`` (the ``log_q`` feature; floored at 1e-30)."""
+    return q_probs.gather(-1, y.unsqueeze(-1)).squeeze(-1).clamp_min(1e-30).log()
+
+
 def head_features(
     q_probs: Tensor,
     y: Tensor,
@@ -59,31 +66,38 @@ def head_features(
     depth: Tensor | int | None = None,
     previous: Tensor | None = None,
     request: Tensor | float | None = None,
+    round_log_q: Tensor | float | None = None,
 ) -> Tensor:
     """Scalar features ``[..., F]`` of candidates ``y[...]`` drawn from ``q_probs[..., V]`` (vectorised).
 
-    ``log_q = log q(y)``, ``entropy = H(q)`` (nats), ``top_prob = max q``, ``depth`` the candidates' depth in their
-    round (broadcast to ``y``'s shape; :meth:`HeadConfig.depth_of`); ``previous_token`` the ids ``previous`` (shaped
-    as ``y``) of the tokens whose forwards produced ``q``; ``request_acceptance`` the request's running rate of accepted
-    first candidates ``request`` (broadcast to ``y``'s shape; :data:`~decode.head_config.REQUEST_FEATURE`);
+    ``log_q = log q(y)``, ``entropy = H(q)`` (nats), ``top_prob = max q`` and ``top2_prob`` .. ``top4_prob`` the next
+    largest, ``depth`` the candidates' depth in their round (broadcast to ``y``'s shape; :meth:`HeadConfig.depth_of`);
+    ``previous_token`` the ids ``previous`` (shaped as ``y``) of the tokens whose forwards produced ``q``;
+    ``request_acceptance`` the request's running rate of accepted first candidates ``request`` and ``round_log_q``
+    the round's earlier candidates' summed ``log q`` (each broadcast to ``y``'s shape;
+    :data:`~decode.head_config.REQUEST_FEATURE`, :data:`~decode.head_config.ROUND_FEATURE`);
     ``companion`` is the ``(X, Y)`` pair appended when the head uses companion features.
     """
+    given = {REQUEST_FEATURE: request, ROUND_FEATURE: round_log_q}
+    ranked = q_probs.topk(1 + len(TOP_K_FEATURES), dim=-1).values if set(names) & set(TOP_K_FEATURES) else None
     columns: list[Tensor] = []
     for name in names:
         if name == "log_q":
-            columns.append(q_probs.gather(-1, y.unsqueeze(-1)).squeeze(-1).clamp_min(1e-30).log())
+            columns.append(candidate_log_q(q_probs, y))
         elif name == "entropy":
             columns.append(-torch.xlogy(q_probs, q_probs).sum(-1))
         elif name == "top_prob":
             columns.append(q_probs.max(-1).values)
+        elif name in TOP_K_FEATURES:
+            columns.append(ranked[..., 1 + TOP_K_FEATURES.index(name)])
         elif name == DEPTH_FEATURE:
             if depth is None:
                 raise ValueError("the depth feature needs each candidate's depth in its round")
             columns.append(torch.as_tensor(depth, dtype=torch.float32, device=y.device).expand(y.shape))
-        elif name == REQUEST_FEATURE:
-            if request is None:
-                raise ValueError("the request_acceptance feature needs the request's running acceptance")
-            columns.append(torch.as_tensor(request, dtype=torch.float32, device=y.device).expand(y.shape))
+        elif name in given:
+            if given[name] is None:
+                raise ValueError(f"the {name} feature needs its value (the request's or the round's history so far)")
+            columns.append(torch.as_tensor(given[name], dtype=torch.float32, device=y.device).expand(y.shape))
         elif name == PREVIOUS_TOKEN:
             if previous is None:
                 raise ValueError("the previous_token feature needs the ids of the tokens that produced q")

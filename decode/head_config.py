@@ -19,8 +19,15 @@ PREVIOUS_TOKEN = "previous_token"
 #: The request so far: the rate at which its verified rounds accepted their first candidate, ``(a + 1) / (n + 2)`` after
 #: ``a`` of ``n`` rounds (``docs/design.md`` §10: what a round's draft state cannot tell).
 REQUEST_FEATURE = "request_acceptance"
+#: The draft's second, third and fourth largest probabilities where it drew the candidate: how its mass spreads
+#: beyond the top (``docs/design.md`` §2, "Heads that read more").
+TOP_K_FEATURES: tuple[str, ...] = ("top2_prob", "top3_prob", "top4_prob")
+#: The round so far: ``Σ_{j<i} log q_j(y_j)``, the draft's log probability of the round's earlier candidates (0 for
+#: the first); their verdicts are unknown until the round is verified, so it reads none.
+ROUND_FEATURE = "round_log_q"
 #: Every feature a ``pre`` head may read of its candidate.
-HEAD_FEATURES: tuple[str, ...] = (*PRE_FEATURES, DEPTH_FEATURE, PREVIOUS_TOKEN, REQUEST_FEATURE)
+HEAD_FEATURES: tuple[str, ...] = (*PRE_FEATURES, DEPTH_FEATURE, PREVIOUS_TOKEN, REQUEST_FEATURE, *TOP_K_FEATURES,
+                                  ROUND_FEATURE)
 #: Companion SV indicators (DESIGN §3), optional extra features of a ``pre`` head.
 COMPANION_FEATURES: tuple[str, ...] = ("companion_x", "companion_y")
 

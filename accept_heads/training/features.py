@@ -17,7 +17,8 @@ only computed where a ``pre`` head needs ``q_t``.
 A feature draft (:class:`RoundFeatures`) is read at every depth of a round along the target's own prefix: the
 target's features from one forward, then :func:`decode.feature_draft.depth_hidden`; a ``pre`` head's input at
 depth ``d`` is the draft's output that produced ``q_t`` at that depth, plus the candidate's features there and its
-``depth`` (``docs/design.md`` §8).
+``depth`` (``docs/design.md`` §8), and the round so far is the summed ``log q`` of the candidates before it at
+their own depths (:func:`round_so_far`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from transformers import PreTrainedModel
 
 from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, teacher_forced_rounds
 from decode.head import HeadConfig as ArchConfig
-from decode.head import head_features
-from decode.head_config import REQUEST_FEATURE
+from decode.head import candidate_log_q, head_features
+from decode.head_config import REQUEST_FEATURE, ROUND_FEATURE
 from decode.sampling import Sampling
 
 
@@ -124,8 +125,25 @@ class RoundFeatures(DraftFeatures):
         # the request so far at the round's start t − d + 1, as the decoder reads it for the whole round
         starts = (positions[:, None] - torch.arange(depths, device=device)).clamp_min(0)
         request = batch["request"].to(device)[rows[:, None], starts] if self.reads_request else None
+        round_log_q = None
+        if ROUND_FEATURE in self.arch.features:
+            round_log_q = round_so_far(candidate_log_q(q, candidates), rows, positions, batch["input_ids"].shape)
         return hidden.float(), head_features(q, candidates, self.arch.features, depth=depth, previous=previous,
-                                             request=request)
+                                             request=request, round_log_q=round_log_q)
+
+
+def round_so_far(log_q: Tensor, rows: Tensor, positions: Tensor, shape: torch.Size) -> Tensor:
+    """``[M, D]``: at the candidate of position ``t`` and depth ``d``, the summed ``log_q [M, D]`` of its round's
+    earlier candidates, ``(t − d + j, j)`` for ``j < d`` (:data:`decode.head_config.ROUND_FEATURE`), from the
+    candidates at ``(rows, positions)`` of a ``shape = [B, W]`` batch (a round reaching before them reads 0 there)."""
+    depths = log_q.shape[1]
+    grid = log_q.new_zeros(*shape, depths)
+    grid[rows, positions] = log_q
+    total = torch.zeros_like(log_q)
+    for d in range(1, depths):
+        for j in range(d):
+            total[:, d] += grid[rows, (positions - d + j).clamp_min(0), j]
+    return total
 
 
 def head_encoder(draft: PreTrainedModel, arch: ArchConfig, feature_sampling: Sampling, vocab: int,

@@ -302,7 +302,8 @@ def loss_everywhere(timing: str) -> bool:
 
 
 class CachedDataset(Dataset):
-    """Rows of precomputed head inputs: item ``i`` is every cached loss position of row ``i``."""
+    """Rows of precomputed head inputs: item ``i`` is every cached loss position of row ``i`` (with its row and its
+    position in the response: ``entry_row``, ``entry_position``)."""
 
     def __init__(self, tensors: dict[str, Tensor], table: PositionTable) -> None:
         self.hidden, self.features = tensors["hidden"], tensors.get("features")
@@ -310,13 +311,16 @@ class CachedDataset(Dataset):
         self.label = torch.from_numpy(table.label)[flat]
         self.outcome = torch.from_numpy(table.outcome)[flat]
         self.offsets = tensors["row_offsets"].tolist()
+        starts = np.repeat(table.offsets[:-1], np.diff(table.offsets))  # [N] each position's row start
+        self.position = flat - torch.from_numpy(starts)[flat]
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def __getitem__(self, index: int) -> dict[str, Tensor]:
         span = slice(self.offsets[index], self.offsets[index + 1])
-        item = {"hidden": self.hidden[span].float(), "label": self.label[span], "outcome": self.outcome[span]}
+        item = {"hidden": self.hidden[span].float(), "label": self.label[span], "outcome": self.outcome[span],
+                "entry_row": torch.full((span.stop - span.start,), index), "entry_position": self.position[span]}
         if self.features is not None:
             item["features"] = self.features[span]
         return item

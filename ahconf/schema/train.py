@@ -30,6 +30,10 @@ class HeadTrainConfig:
     use_companion: bool = False  # add the companion indicators X, Y as features
     # a pre head also reads the request so far: its running rate of accepted first candidates (docs/design.md §10)
     request_feature: bool = False
+    # a pre head also reads the draft's second to fourth largest probabilities (how its mass spreads beyond the top)
+    top_k_features: bool = False
+    # a pre head also reads the round so far: its earlier candidates' summed log q (a feature draft's depth labels)
+    round_feature: bool = False
     rule: str = "speculative"  # which label column to train on (fuzzy T and divergence, ensemble kind: rules.*)
     mixing_r: float = DEFAULT_MIXING_R  # probability of keeping the target token in token mixing
     # the stop thresholds h the head's h is chosen from on dev after training (accept_heads.measure.threshold) and that the
@@ -56,9 +60,10 @@ class HeadTrainConfig:
         _choice("head.target", self.target, ("label", "expected"))
         if self.depth < 0 or self.markov_rank < 0:
             raise ConfigError("head.depth and head.markov_rank must be >= 0")
-        if self.timing == "post" and (self.markov_rank or not self.candidate_features or self.request_feature):
-            raise ConfigError("head.markov_rank, head.candidate_features and head.request_feature shape a pre head's "
-                              "input: set head.timing=pre (a post head reads the hidden state only)")
+        if self.timing == "post" and (self.markov_rank or not self.candidate_features or self.request_feature
+                                      or self.top_k_features or self.round_feature):
+            raise ConfigError("head.markov_rank, candidate_features, request_feature, top_k_features and round_feature "
+                              "shape a pre head's input: set head.timing=pre (a post head reads the hidden state only)")
         if not 0 <= self.mixing_r <= 1:
             raise ConfigError("head.mixing_r must be in [0, 1]")
         if self.kind == "specdecpp" and self.timing == "post" and self.mixing_r == 1:
@@ -74,14 +79,28 @@ class HeadTrainConfig:
 
 @dataclass
 class LossConfig:
-    """Weighted BCE with soft labels (DESIGN §2)."""
+    """Weighted BCE with soft labels, plus (``goodput_weight > 0``) the goodput a soft goodput stop reaches on the
+    training rounds at the priced costs below (DESIGN §2, "A loss for the stop")."""
 
     w_acc: float = 1.0
     w_rej: float = 6.0
+    goodput_weight: float = 0.0  # weight of −log(goodput) beside the BCE (0: the BCE alone)
+    goodput_k: int = 6  # the longest round it prices (a feature draft's: at most its labelled depths)
+    goodput_temperature: float = 0.1  # of the soft choice of a round's length, in units of log goodput
+    # the priced costs, in target calls verifying one candidate: a draft step, and T(L) / T(1) for L = 1.. (beyond the
+    # table it grows linearly); defaults: the configured cost pair's (cost.t_draft / cost.t_target, flat), an
+    # experiment on measured costs sets the profile `accept_heads.evaluate` prints for its machine
+    goodput_draft_cost: float = 0.21
+    goodput_verify_shape: List[float] = field(default_factory=lambda: [1.0])
 
     def __post_init__(self) -> None:
         if self.w_acc <= 0 or self.w_rej <= 0:
             raise ConfigError("loss.w_acc and loss.w_rej must be > 0")
+        if self.goodput_weight < 0 or self.goodput_k < 1 or self.goodput_temperature <= 0 or self.goodput_draft_cost < 0:
+            raise ConfigError("need loss.goodput_weight >= 0, goodput_k >= 1, goodput_temperature > 0 and "
+                              "goodput_draft_cost >= 0")
+        if not self.goodput_verify_shape or self.goodput_verify_shape[0] != 1.0:
+            raise ConfigError("loss.goodput_verify_shape is T(L) / T(1) from L = 1: it starts with 1.0")
 
 
 @dataclass

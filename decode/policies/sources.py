@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from decode.draft_round import DraftRound
-from decode.head import AcceptanceHead, head_features
+from decode.head import AcceptanceHead, candidate_log_q, head_features
+from decode.head_config import ROUND_FEATURE
 from decode.metadata import recorded_k_range
 from decode.policies.base import CompanionUse, PolicyInputs, registrar
 from decode.profile import companion_indicators
@@ -127,6 +128,13 @@ class EntropyBound(AcceptanceSource):
 
     def estimate(self, state: DraftRound) -> float:
         return max(0.0, 1.0 - math.sqrt(self.gamma * draft_entropy(state.sampling, state.latest.step.q_logits)))
+
+
+def round_log_probability(state: DraftRound) -> float:
+    """``Σ_{j<i} log q_j(y_j)`` over the round's earlier candidates, under the rule's feature transform
+    (:data:`~decode.head_config.ROUND_FEATURE`: what a head reads of the round so far)."""
+    earlier = state.candidates[:-1]
+    return sum(float(candidate_log_q(state.sampling.feature_probs(c.step.q_logits), c.token)) for c in earlier)
 
 
 def observed_outcomes(verified: int, accepted: int) -> list[tuple[int, bool]]:
@@ -300,8 +308,9 @@ class HeadEstimate(AcceptanceSource):
         if config.companion_features:
             indicators = companion_indicators(state.sampling, q_logits, candidate.companion_logits, y)
             companion = (indicators.x, indicators.y)
+        round_log_q = round_log_probability(state) if ROUND_FEATURE in config.features else None
         return candidate.step.hidden, head_features(q, y, config.features, companion, config.depth_of(state.i),
-                                                    candidate.step.input_token, self.request_acceptance)
+                                                    candidate.step.input_token, self.request_acceptance, round_log_q)
 
     def predict(self, hidden: Tensor, features: Tensor | None) -> float:
         """``P̂`` from the head's inputs (:meth:`inputs`)."""

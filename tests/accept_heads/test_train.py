@@ -19,8 +19,9 @@ from accept_heads.evaluation.recorded_sweeps import recorded_runs
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.measure.cost_models import pricing
 from accept_heads.measure.threshold import SWEEP_FILE, RecordedSweep, choose_threshold
-from accept_heads.train import load_head_weights, prepare_head_run, train
+from accept_heads.train import head_architecture, load_head_weights, prepare_head_run, train
 from accept_heads.training.metrics import prior_shift
+from accept_heads.training.module import HeadModule
 from accept_heads.training.profile_fit import equal_frequency_edges
 from accept_heads.training.training_data import (
     SequenceDataset,
@@ -28,8 +29,9 @@ from accept_heads.training.training_data import (
     labelled_positions,
     loss_everywhere,
     mix_batch,
+    request_rates,
 )
-from ahconf.schema import ConfigError, HFConfig, LatencyConfig
+from ahconf.schema import ConfigError, HeadTrainConfig, HFConfig, LatencyConfig
 from data_gen.collect import collect
 from data_gen.shards import load_split
 from decode import Sampling, SpeculativeDecoder, policies, rules
@@ -37,7 +39,14 @@ from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import load_head, load_profile, write_card
 from decode.head import dspark_tensors
-from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, PREVIOUS_TOKEN, REQUEST_FEATURE
+from decode.head_config import (
+    DEPTH_FEATURE,
+    PRE_FEATURES,
+    PREVIOUS_TOKEN,
+    REQUEST_FEATURE,
+    ROUND_FEATURE,
+    TOP_K_FEATURES,
+)
 from runtime.models import load_trio
 from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 
@@ -69,7 +78,7 @@ def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micr
     batch = mix_batch(collate_sequences([SequenceDataset(run.datamodule.table("dev"))[i] for i in range(2)]),
                       config.head.mixing_r, config.seed, "dev", 0, every_position=loss_everywhere(config.head.timing))
     with torch.no_grad():
-        logits, _, _ = run.module(batch)
+        logits, _ = run.module(batch)
         hidden, features = run.encoder(batch)
         exported = head(hidden, features)
     assert logits.numel() > 0
@@ -121,7 +130,7 @@ def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config
     assert 0 < mask.sum() < batch["is_response"].sum()  # only the draft-token positions ...
     assert torch.equal(batch["input_ids"][mask], batch["candidate"][mask])  # ... whose input is y_t
     with torch.no_grad():
-        logits, _, _ = run.module.eval()(batch)
+        logits, _ = run.module.eval()(batch)
         exported = head(*run.encoder(batch))
     torch.testing.assert_close(torch.sigmoid(exported), torch.sigmoid(logits), atol=1e-6, rtol=0)
 
@@ -172,7 +181,7 @@ def test_a_dspark_head_learns_the_expected_acceptance_from_the_previous_token_an
     rows, positions = batch["loss_mask"].nonzero(as_tuple=True)
     assert torch.equal(features[:, 0].long(), batch["input_ids"][rows, positions - 1])  # the token before t
     with torch.no_grad():
-        logits, _, _ = run.module.eval()(batch)
+        logits, _ = run.module.eval()(batch)
         exported = head(hidden, features)
         swapped = head(hidden, torch.roll(features, 1, dims=0))
     shift = prior_shift(config.loss.w_acc, config.loss.w_rej)
@@ -212,8 +221,9 @@ def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_
     data_dir = tmp_path / "data"
     shutil.copytree(Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data", data_dir)
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
-                         "trainer.feature_cache=true", "trainer.max_epochs=1", "head.calibrate=false")
-    result = train(config.train_job())
+                         "trainer.feature_cache=true", "trainer.max_epochs=1", "head.calibrate=false",
+                         "loss.goodput_weight=1", "loss.goodput_k=3")
+    result = train(config.train_job())  # with the goodput objective beside the BCE
     caches = list((data_dir / "feature_cache").glob("*/dev.safetensors"))
     assert len(caches) == 1 and result.dev_metrics["val/binary_kl"] > 0
     run = prepare_head_run(config.train_job())
@@ -225,6 +235,14 @@ def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_
     torch.testing.assert_close(first["hidden"], hidden)
     torch.testing.assert_close(first["features"], features)
     torch.testing.assert_close(first["label"], live["label"][live["loss_mask"]])
+    # the goodput objective sees the same rounds in the cache's entries as in the live batch's positions
+    module = HeadModule(run.head, run.encoder, config.loss, config.optim, constant=0.5)
+    losses = []
+    for batch in (first, live):
+        logits, inputs = module(batch)
+        losses.append(module.goodput(torch.sigmoid(logits), inputs.labels, inputs.rows, inputs.positions))
+    assert losses[0] is not None and losses[0] < 0
+    torch.testing.assert_close(losses[0], losses[1])
 
 
 def test_the_head_records_its_data_by_sha256_and_a_run_relative_path_and_its_card_prints_no_path(trained):
@@ -375,6 +393,40 @@ def test_a_feature_drafts_head_reads_every_depth_of_a_round(make_config, micro_t
         assert torch.equal(features[:, depth, -1], live["request"][rows, positions - depth])
     reached = ~live["label"][rows, positions].isnan()  # rounds that start in the response
     assert (features[..., -1][reached] > 0).all() and (features[..., -1][reached] < 1).all()
+
+    # the draft's next-largest probabilities and the round so far: its earlier candidates' summed log q
+    reads = prepare_head_run(make_config(*overrides, "head.top_k_features=true", "head.round_feature=true").train_job())
+    assert reads.head.config.features == (*PRE_FEATURES, DEPTH_FEATURE, *TOP_K_FEATURES, ROUND_FEATURE)
+    hidden, features = reads.encoder(live)
+    assert (features[..., 2] >= features[..., 4]).all() and (features[..., 4] >= features[..., 5]).all()
+    log_q = features[..., 0]
+    at = {(r, p): m for m, (r, p) in enumerate(zip(rows.tolist(), positions.tolist()))}
+    row, start = 0, int(positions[rows == 0][0]) + 2  # a round that starts two tokens into row 0's response
+    for depth in range(3):
+        earlier = sum(float(log_q[at[row, start + j], j]) for j in range(depth))
+        assert float(features[at[row, start + depth], depth, -1]) == pytest.approx(earlier, abs=1e-5)
+    # causal: the verdicts of this round and of later ones, and the candidates it has not drawn yet, change nothing
+    for depth in range(3):
+        changed = {key: value.clone() for key, value in live.items()}
+        changed["outcome"][row, start:] = 1 - changed["outcome"][row, start:]
+        changed["label"][row, start:] = changed["label"][row, start:].flip(0)
+        for j in range(3):  # the round's deeper candidates, then those of every later round (start + 1 on)
+            later = changed["candidate"][row, start + max(j, depth + 1) :, j] if j > depth else \
+                changed["candidate"][row, start + j + 1 :, j]
+            later.copy_((later + 1) % 7)
+        hidden_changed, features_changed = reads.encoder(changed)
+        m = at[row, start + depth]
+        assert torch.equal(features_changed[m, depth], features[m, depth])
+        assert torch.equal(hidden_changed[m, depth], hidden[m, depth])
+        assert not torch.equal(changed["candidate"], live["candidate"])
+    # the request so far, from the same flips: its rate at the round's start reads only earlier rounds
+    first = live["outcome"][row, :, 0].numpy()
+    flipped = first.copy()
+    flipped[start:] = 1 - flipped[start:]
+    offsets = np.array([0, len(first)])
+    assert request_rates(flipped, offsets)[: start + 1].tolist() == request_rates(first, offsets)[: start + 1].tolist()
+    with pytest.raises(ConfigError, match="round_feature"):  # a plain draft's data has no rounds to read
+        head_architecture(HeadTrainConfig(round_feature=True), hidden_size=8, depths=1)
 
     with pytest.raises(ConfigError, match="mixing_r=1"):
         prepare_head_run(make_config(*overrides, "head.mixing_r=0.15").train_job())
