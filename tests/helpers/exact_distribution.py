@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 from decode import EnsembleDecoder, HeadConfig, Sampling, SpeculativeDecoder, SVProfile, policies, rules
 from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
-from decode.head_config import PREVIOUS_TOKEN, REQUEST_FEATURE
+from decode.head_config import PREVIOUS_TOKEN, REQUEST_FEATURE, ROUND_FEATURE, TOP_K_FEATURES
 from decode.policies.schedules import SVIP, RefitConfidence
 from decode.policies.sources import DraftConfidence, EntropyBound, MarginLogistic, OnlineHead, OnlineMargin
 from decode.policies.stops import Goodput, Threshold
@@ -97,8 +97,9 @@ def random_head(models: dict[str, PreTrainedModel], timing: str) -> AcceptanceHe
     if timing == "dspark":  # linear on the hidden state and the previous token's Markov embedding
         config = HeadConfig(hidden, depth=0, timing="pre", features=(PREVIOUS_TOKEN,), markov_rank=4,
                             vocab_size=models["draft"].config.vocab_size)
-    elif timing == "request":  # a pre head that also reads the request's running acceptance
-        config = HeadConfig(hidden, depth=2, timing="pre", features=(*PRE_FEATURES, REQUEST_FEATURE))
+    elif timing == "reads":  # a pre head that also reads the request, the draft's top-k and the round so far
+        config = HeadConfig(hidden, depth=2, timing="pre",
+                            features=(*PRE_FEATURES, REQUEST_FEATURE, *TOP_K_FEATURES, ROUND_FEATURE))
     elif timing == "pre":
         config = HeadConfig(hidden, depth=2, timing="pre", features=PRE_FEATURES, companion_features=True)
     else:
@@ -126,7 +127,7 @@ POLICIES: dict[str, Callable[[dict], policies.Policy]] = {
     # Thresholds put the stop decision inside the range of these random heads' predictions.
     "head_pre": lambda m: policies.Head(random_head(m, "pre"), threshold=0.47),
     "head_post": lambda m: policies.Head(random_head(m, "post"), threshold=0.66),
-    "head_request": lambda m: policies.Head(random_head(m, "request"), threshold=0.47),
+    "head_reads": lambda m: policies.Head(random_head(m, "reads"), threshold=0.47),
     # recalibrated on each generation's own verified rounds: its stops depend on earlier verdicts, still lossless
     "head_online": lambda m: policies.StopPolicy(OnlineHead(random_head(m, "pre"), prior=0.05),
                                                  Threshold(0.47, k_max=4)),
