@@ -77,18 +77,16 @@ REAL := +exp=smollm2
 # a head that also reads the request so far, the draft's next-largest probabilities and the round so far
 READS_MORE := head.request_feature=true head.top_k_features=true head.round_feature=true
 COMPILE ?= false
-# each head's h is chosen after training at the prices the evaluation models at (compiled or eager)
-REAL_TRAIN = $(TRAIN) $(REAL) evaluate.compile=$(COMPILE)
 real: setup
 	$(OFFLINE) $(PY) -m model_build.real
 	$(OFFLINE) $(PY) -m data_gen.collect $(REAL)
 	$(OFFLINE) $(PY) -m data_gen.collect $(REAL) $(GREEDY_DATA)
-	$(REAL_TRAIN) head.name=speculative-pre
-	$(REAL_TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
-	$(REAL_TRAIN) head.name=speculative-goodput $(GOODPUT_LOSS)
-	$(REAL_TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-goodput $(GOODPUT_LOSS)
-	$(REAL_TRAIN) head.name=speculative-reads $(READS_MORE)
-	$(REAL_TRAIN) $(GREEDY_DATA) head.rule=greedy head.name=greedy-reads $(READS_MORE)
+	$(TRAIN) $(REAL) head.name=speculative-pre
+	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-pre
+	$(TRAIN) $(REAL) head.name=speculative-goodput $(GOODPUT_LOSS)
+	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-goodput $(GOODPUT_LOSS)
+	$(TRAIN) $(REAL) head.name=speculative-reads $(READS_MORE)
+	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-reads $(READS_MORE)
 	$(OFFLINE) $(PY) -m accept_heads.train $(REAL) head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate $(REAL) evaluate.compile=$(COMPILE)
 	$(OFFLINE) $(PY) -m accept_heads.structure $(REAL)
