@@ -133,8 +133,11 @@ class EntropyBound(AcceptanceSource):
 def round_log_probability(state: DraftRound) -> float:
     """``Σ_{j<i} log q_j(y_j)`` over the round's earlier candidates, under the rule's feature transform
     (:data:`~decode.head_config.ROUND_FEATURE`: what a head reads of the round so far)."""
-    earlier = state.candidates[:-1]
-    return sum(float(candidate_log_q(state.sampling.feature_probs(c.step.q_logits), c.token)) for c in earlier)
+    earlier = state.i - 1
+    if not earlier:
+        return 0.0
+    q = state.sampling.feature_probs(state.q_logits(earlier))
+    return float(candidate_log_q(q, state.tokens(earlier)).sum())
 
 
 def observed_outcomes(verified: int, accepted: int) -> list[tuple[int, bool]]:
