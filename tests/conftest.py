@@ -24,8 +24,10 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_costs_store(tmp_path_factory) -> None:
-    """Batch costs measured by a test are stored in its session's temp dir, never in the user's cache."""
+    """Batch costs measured and graphs compiled by a test are stored in its session's temp dir, never in the user's
+    cache."""
     os.environ["ACCEPT_HEADS_COSTS_DIR"] = str(tmp_path_factory.mktemp("batch-costs"))
+    os.environ["ACCEPT_HEADS_COMPILED_DIR"] = str(tmp_path_factory.mktemp("compiled"))
 
 
 @pytest.fixture(scope="session")

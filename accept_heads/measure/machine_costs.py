@@ -27,7 +27,7 @@ from transformers import PreTrainedModel
 
 from data_gen.shards import write_json_atomic
 from decode.batch_costs import BatchCosts, CostProfile, measure_batch_costs
-from decode.compile.config import SHORT
+from decode.compile.config import DEFAULT, SHORT
 from decode.json_types import JSONDict
 from decode.loops.step_costs import CONTEXT, measure_cost_profile
 from decode.timing import device_name, machine_class
@@ -93,11 +93,13 @@ def digest(data: JSONDict) -> str:
 def profile_key(target: PreTrainedModel, draft: PreTrainedModel, companion: PreTrainedModel | None,
                 models: JSONDict) -> JSONDict:
     """What a cost profile's prices depend on: the machine class (:func:`decode.timing.machine_class`: the device,
-    its SIMD path and torch's threads), torch, the models (their description, files and dtypes) and what is timed."""
+    its SIMD path and torch's threads), torch, the models (their description, files and dtypes), what is timed and the
+    compiled forwards' settings."""
     dtypes = {role: str(model.dtype) for role, model in (("target", target), ("draft", draft), ("companion", companion))
               if model is not None}
     return {"machine": machine_class(target.device), "arch": platform.machine(), "torch": torch.__version__,
-            "models": models, "files": model_files(models), "dtypes": dtypes, "context": CONTEXT, "lengths": SHORT}
+            "models": models, "files": model_files(models), "dtypes": dtypes, "context": CONTEXT, "lengths": SHORT,
+            "compile": repr(DEFAULT)}
 
 
 def profile_path(key: JSONDict, root: Path | None = None) -> Path:

@@ -11,11 +11,19 @@ import torch
 
 
 def _cpu_options() -> dict[str, object]:
-    # cpp_wrapper: the code that calls the kernels is C++ too (no Python between a step's few hundred kernels); each
-    # matmul shape is timed once between inductor's own C++ GEMM (micro-kernels for the CPU's AMX, AVX-512 or AVX2) and
-    # oneDNN's, and the faster kept, so no CPU gets slower than oneDNN; quietly
-    return {"cpp_wrapper": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
-            "autotune_num_choices_displayed": 0, "max_autotune_report_choices_stats": False}
+    # cpp_wrapper: the code that calls the kernels is C++ too (no Python between a step's few hundred kernels); the
+    # frozen weights stay plain tensors (no oneDNN prepacking), so the graphs go to inductor's disk cache and a second
+    # process loads them: compiled once per machine (:mod:`decode.compile.store`)
+    return {"cpp_wrapper": True, "cpp.weight_prepack": False}
+
+
+def _prepacked_cpu_options() -> dict[str, object]:
+    # the weights prepacked by oneDNN, each matmul shape timed once between inductor's own C++ GEMM (micro-kernels for
+    # the CPU's AMX, AVX-512 or AVX2) and oneDNN's; inductor's disk cache refuses these graphs, so every process
+    # compiles them (minutes); quietly
+    return {"cpp_wrapper": True, "cpp.weight_prepack": True, "max_autotune": True,
+            "max_autotune_gemm_backends": "CPP,ATEN", "autotune_num_choices_displayed": 0,
+            "max_autotune_report_choices_stats": False}
 
 
 def _cuda_options() -> dict[str, object]:
@@ -31,11 +39,13 @@ class CompileConfig:
 
     bucket: int = 256  # cache lengths are multiples of this
     short: int = 16  # the longest feed that runs compiled; longer ones (a prompt) run eager
+    # shorter feeds are padded to this length (their extra positions dropped again): one graph serves every feed
+    padded: int = 2
     # graphs per forward code object (every model class shares its forward's: two per model, a few models, their caches'
     # lengths), raised to this only around the calls that compile
     recompile_limit: int = 64
     dynamic: bool = False  # no automatic dynamic shapes: each cache length keeps graphs of its own
-    # freezing: the weights are constants of the graph (prepacked for the matmuls)
+    # freezing: the weights are constants of the graph
     inductor: dict[str, object] = field(default_factory=lambda: {"freezing": True})
     cpu: dict[str, object] = field(default_factory=_cpu_options)
     cuda: dict[str, object] = field(default_factory=_cuda_options)
@@ -54,4 +64,7 @@ class CompileConfig:
 
 
 DEFAULT = CompileConfig()
+# the CPU's two ways to run a graph's matmuls: plain frozen weights (the default: compiled once per machine) and
+# oneDNN-prepacked ones (compiled in every process); ``python -m benchmarks.engines --gemm`` times both on a machine
+GEMMS = {"frozen": DEFAULT, "prepacked": CompileConfig(cpu=_prepacked_cpu_options())}
 SHORT = DEFAULT.short  # the default bound of a compiled feed (the lengths a cost profile times)

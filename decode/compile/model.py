@@ -4,8 +4,10 @@ A :class:`CompiledModel` wraps one model. Its KV caches are transformers' ``Stat
 in place, pooled by :class:`~decode.compile.pool.CachePool`): rolling back is moving the cache's length back
 (``crop``), and the stale states past it are overwritten by the next feed and masked until then. Feeds of at most
 :attr:`CompileConfig.short` tokens go through ``torch.compile``; longer ones (a prompt) run eager on the same cache,
-so a new prompt length never compiles anything. The first short feed on a cache length runs every feed length once
-(and on CUDA records each as a graph), then crops the cache back, so no decode compiles while it is timed.
+so a new prompt length never compiles anything; a one-token feed is padded to two, so one graph serves every feed.
+The first short feed on a cache length runs every feed length once (and on CUDA records each as a graph), then crops
+the cache back, so no decode compiles while it is timed. The graphs compile into the machine's
+:class:`~decode.compile.store.GraphStore`, where a later process finds them.
 
 It installs one forward hook on the model's output layer (the hidden states a policy or a feature draft reads) and
 removes it in :meth:`CompiledModel.close`. The rules and the commits that found them: docs/design.md, "Compiled
@@ -30,6 +32,7 @@ from transformers import PreTrainedModel, StaticCache
 from decode.cache_api import cache_kwargs, drop_last
 from decode.compile.config import DEFAULT, CompileConfig
 from decode.compile.pool import CachePool, binding
+from decode.compile.store import GraphKey, GraphStore, graph_key
 
 Signature = tuple[tuple[str, str], ...]
 # what a compilation that cannot work here raises (no C++ toolchain or Python headers, an unsupported op)
@@ -58,9 +61,10 @@ class CompiledModel:
     :class:`~decode.compile.owner.CompiledModels` owns and closes them.
     """
 
-    def __init__(self, model: PreTrainedModel, config: CompileConfig = DEFAULT) -> None:
+    def __init__(self, model: PreTrainedModel, config: CompileConfig = DEFAULT, store: GraphStore | None = None) -> None:
         self.model = model
         self.config = config
+        self.store = GraphStore() if store is None else store
         self.log = CompileLog()
         self.eager_reason: str | None = None
         self.users = 0  # owners sharing it (CompiledModels.open); the last one to leave closes it
@@ -134,14 +138,36 @@ class CompiledModel:
         if (size, key) not in self._prepared:
             self._prepared.add((size, key))
             self._prepare(input_ids, cache, kwargs, extra, key)
+        if n < self.config.padded:
+            return self._padded(input_ids, cache, kwargs, extra, key)
         return self._run(input_ids, cache, keep, kwargs, extra, key)
+
+    def _padded(self, input_ids: Tensor, cache: StaticCache, kwargs: dict[str, object], extra: dict[str, object],
+                key: Signature):
+        """A feed shorter than ``padded``, its last token (and features) repeated up to that length; the extra
+        positions dropped again from the cache, the logits and :attr:`hidden`."""
+        n = input_ids.shape[1]
+        grown = padded(input_ids, self.config.padded)
+        stand_in = {name: padded(value, self.config.padded) if is_fed(value, n) else value
+                    for name, value in extra.items()}
+        out = self._run(grown, cache, self.config.padded, {**kwargs, **stand_in}, stand_in, key)
+        drop_last(cache, self.config.padded - n)
+        if self._slot.hidden is not None:
+            self._slot.hidden = self._slot.hidden[:, :n]
+        for name in ("logits", "hidden_states"):
+            value = getattr(out, name, None)
+            if isinstance(value, Tensor):
+                setattr(out, name, value[:, :n])
+            elif isinstance(value, tuple):
+                setattr(out, name, tuple(layer[:, :n] for layer in value))
+        return out
 
     def _prepare(self, input_ids: Tensor, cache: StaticCache, kwargs: dict[str, object], extra: dict[str, object],
                  key: Signature) -> None:
         """Run every feed length the cache has room for, ``prepare_calls`` times, on stand-in tokens (``input_ids``'
         first, with its features), each dropped from the cache again: its graphs compiled (and recorded) now."""
         room = cache.get_max_length() - int(cache.get_seq_length())
-        for length in range(1, min(self.config.short, room) + 1):
+        for length in range(min(self.config.padded, room), min(self.config.short, room) + 1):
             ids = input_ids[:, :1].expand(-1, length)
             stand_in = {name: value[:, :1].expand(-1, length, *value.shape[2:]) if is_fed(value, input_ids.shape[1])
                         else value for name, value in extra.items()}
@@ -150,6 +176,11 @@ class CompiledModel:
                 drop_last(cache, length)
             if self.failed:
                 return
+        self.store.commit(self._key(cache))
+
+    def _key(self, cache: StaticCache) -> GraphKey:
+        """The store's key of this model's graphs on ``cache``'s length."""
+        return graph_key(self.model, cache.get_max_length(), self._options)
 
     def _run(self, input_ids: Tensor, cache: StaticCache, keep: int, kwargs: dict[str, object],
              extra: dict[str, object], key: Signature):
@@ -171,7 +202,8 @@ class CompiledModel:
                 return self._owned(self._compiled(input_ids=input_ids, **kwargs))
             start = time.perf_counter()
             try:
-                with warnings.catch_warnings():  # the GEMM autotuner reads a deprecated storage API
+                with self.store.building(self._key(cache)), warnings.catch_warnings():
+                    # the prepacked GEMMs' autotuner reads a deprecated storage API
                     warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
                     out = self._compiled(input_ids=input_ids, **kwargs)
             except COMPILE_ERRORS as error:  # raised before the graph ran: the cache is as it was
@@ -216,6 +248,12 @@ def is_fed(value: object, n: int) -> bool:
     """Whether a forward argument holds one entry per fed token (``[B, n, ...]``, such as a feature draft's
     features)."""
     return isinstance(value, Tensor) and value.dim() > 1 and value.shape[1] == n
+
+
+def padded(tensor: Tensor, length: int) -> Tensor:
+    """``tensor [B, n, ...]`` with its last entry repeated up to ``length`` entries."""
+    extra = tensor[:, -1:].expand(-1, length - tensor.shape[1], *tensor.shape[2:])
+    return torch.cat([tensor, extra], dim=1)
 
 
 def fed(tensor: Tensor, n: int, short: int) -> Tensor:
