@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ahconf.schema import Config, ConfigError, register_configs
 from decode.artifacts.hub import ModelLoadError, quiet_hub_logs
+from decode.compile.store import CompiledStoreNotice
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 USER_ERRORS = (ConfigError, ModelLoadError, FileNotFoundError)  # bad input: one line, never a traceback
@@ -36,11 +37,30 @@ def no_advertisement(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith("💡 Tip")
 
 
+def one_line_notices() -> None:
+    """Our own notices (:class:`~decode.compile.store.CompiledStoreNotice`) print as one ``note:`` line, without the
+    file and source line a warning adds; every other warning prints as before."""
+    shown = warnings.showwarning
+    if getattr(shown, "one_line_notices", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, CompiledStoreNotice):
+            print(f"note: {message}", file=file or sys.stderr, flush=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.one_line_notices = True
+    warnings.showwarning = show
+
+
 def quiet_library_output() -> None:
-    """Keep the terminal for our own progress bars and tables: no per-file loading/saving bars, and none of
-    :data:`OTHER_LIBRARIES_DEPRECATIONS`."""
+    """Keep the terminal for our own progress bars and tables: no per-file loading/saving bars, none of
+    :data:`OTHER_LIBRARIES_DEPRECATIONS`, and our notices on one line (:func:`one_line_notices`)."""
     import datasets
     import transformers
+
+    one_line_notices()
 
     for message in OTHER_LIBRARIES_DEPRECATIONS:
         warnings.filterwarnings("ignore", message, FutureWarning)

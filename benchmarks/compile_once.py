@@ -35,10 +35,10 @@ quiet_library_output()
 from benchmarks.real_pair import load_real_pair
 from decode import SpeculativeDecoder, policies, rules
 from decode.timing import machine_class
+from model_build.real.build import encoded_prompts
 real = load_real_pair(sys.argv[1], ("target",))
 target = real.models["target"]
-prompt = torch.tensor([real.tokenizer.apply_chat_template([{"role": "user", "content": "Write a haiku."}],
-                                                          add_generation_prompt=True)])
+prompt = torch.tensor(encoded_prompts(real.spec, real.tokenizer, "builtin", "test", 1, 0, style="function")[:1])
 start = time.perf_counter()
 decoder = SpeculativeDecoder(target, target, rule=rules.Greedy(), policy=policies.TargetOnly(), eos_token_id=None,
                              compile=True)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Generator, Tensor
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
-from decode.cache_api import cache_kwargs
+from decode.compile.batch_steps import BatchSteps
 from decode.feature_draft import FeatureDraftForCausalLM, teacher_forced_rounds
 from decode.loops.prompt_input import left_pad
 from decode.sampling import Sampling
@@ -86,24 +86,23 @@ def generate_responses(
     generators: list[Generator],
     vocab: int,
     keep_logits: bool = True,
+    compiled: bool = False,
 ) -> Batch:
     """Sample one response per prompt from ``target`` and keep its raw logits at every step.
 
     Logits are sliced to the first ``vocab`` entries before sampling (see the module docstring).
     Without ``keep_logits`` the batch's ``target_logits`` is empty (a caller that needs only the
-    responses does not hold ``[B, T, V]`` floats).
+    responses does not hold ``[B, T, V]`` floats). ``compiled``: the steps after the prompts run compiled over
+    static caches grown by a bucket of columns (:class:`decode.compile.batch_steps.BatchSteps`).
     Each row draws from its own generator, so a prompt's response does not depend on which other
     prompts share its batch. A row stops after EOS; afterwards it is padded and masked.
     """
     device = target.device
     ids, prompt_mask = left_pad(prompts, pad_token_id, device)
     width = ids.shape[1]
-    mask = torch.cat([prompt_mask, torch.ones_like(prompt_mask[:, :1]).expand(-1, max_new_tokens)], dim=1)
     position = prompt_mask.sum(-1, keepdim=True)
-    cache = DynamicCache(config=target.config)
-    out = target(input_ids=ids, attention_mask=prompt_mask, position_ids=_positions(prompt_mask),
-                 **cache_kwargs(target, cache), logits_to_keep=1)
-    logits = out.logits[:, -1, :vocab]
+    steps = BatchSteps(target, compiled)
+    logits = steps.prefill(ids, prompt_mask, _positions(prompt_mask))[:, :vocab]
     noise = _GumbelNoise(generators, logits.shape[-1], device)
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     lengths = torch.zeros(len(prompts), dtype=torch.long, device=device)
@@ -122,10 +121,8 @@ def generate_responses(
             finished |= tokens == eos_token_id
         if step + 1 == max_new_tokens or bool(finished.all()):
             break
-        out = target(input_ids=tokens[:, None], attention_mask=mask[:, : width + step + 1], position_ids=position,
-                     **cache_kwargs(target, cache))
+        logits = steps.step(tokens, position)[:, :vocab]
         position = position + 1
-        logits = out.logits[:, -1, :vocab]
     responses = torch.stack(steps_tokens, dim=1)
     response_mask = torch.arange(responses.shape[1], device=device)[None, :] < lengths[:, None]
     return Batch(

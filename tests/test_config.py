@@ -257,3 +257,22 @@ def test_the_entry_points_drop_lightnings_advertisement_and_keep_its_other_lines
     tip = logger.makeRecord(logger.name, logging.INFO, __file__, 0, "💡 Tip: try our cloud logger", (), None)
     info = logger.makeRecord(logger.name, logging.INFO, __file__, 0, "GPU available: False", (), None)
     assert not logger.filter(tip) and logger.filter(info)
+
+
+def test_the_entry_points_print_the_graph_stores_notices_on_one_line_and_other_warnings_as_before(capsys,
+                                                                                                   monkeypatch):
+    import warnings
+
+    from ahconf.entry import one_line_notices
+    from decode.compile.store import CompiledStoreNotice
+
+    passed_on = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, category, *rest, **kw: passed_on.append(category))
+    one_line_notices()
+    one_line_notices()  # installed once, not wrapped twice
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("graphs built in /cache (once per machine)", CompiledStoreNotice, stacklevel=1)
+        warnings.warn("another library's warning", UserWarning, stacklevel=1)
+    assert capsys.readouterr().err == "note: graphs built in /cache (once per machine)\n"
+    assert passed_on == [UserWarning]  # negative control: any other warning goes where it went before

@@ -59,6 +59,7 @@ class GraphKey:
     threads: int
     cache_length: int
     settings: str  # the inductor options the graphs were compiled with
+    rows: int = 1  # the batch's rows (BatchSteps); 1 for a decoder's forwards
 
     def folder(self) -> str:
         """The key's folder name: the model's class, the cache length and a digest of every field."""
@@ -90,8 +91,9 @@ def weights_digest(model: PreTrainedModel) -> str:
     return _WEIGHTS[model]
 
 
-def graph_key(model: PreTrainedModel, cache_length: int, settings: dict[str, object]) -> GraphKey:
-    """The :class:`GraphKey` of ``model``'s graphs on caches of ``cache_length`` compiled with ``settings``."""
+def graph_key(model: PreTrainedModel, cache_length: int, settings: dict[str, object], rows: int = 1) -> GraphKey:
+    """The :class:`GraphKey` of ``model``'s graphs on caches of ``rows`` x ``cache_length`` compiled with
+    ``settings``."""
     device = model.device
     if device.type == "cuda":
         name, capability = torch.cuda.get_device_name(device), ".".join(map(str, torch.cuda.get_device_capability()))
@@ -101,7 +103,7 @@ def graph_key(model: PreTrainedModel, cache_length: int, settings: dict[str, obj
     return GraphKey(model=f"{type(model).__name__} ({source})", weights=weights_digest(model),
                     torch=torch.__version__, device=name, capability=capability,
                     dtype=str(model.dtype).removeprefix("torch."), threads=torch.get_num_threads(),
-                    cache_length=cache_length, settings=json.dumps(settings, sort_keys=True, default=str))
+                    cache_length=cache_length, settings=json.dumps(settings, sort_keys=True, default=str), rows=rows)
 
 
 def file_digests(folder: Path) -> dict[str, str]:
@@ -190,6 +192,6 @@ class GraphStore:
                 stored = GraphKey(**json.loads(manifest.read_text())["key"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if (stored.model, stored.cache_length) == (key.model, key.cache_length) and stored != key:
+            if (stored.model, stored.cache_length, stored.rows) == (key.model, key.cache_length, key.rows) and stored != key:
                 return manifest, key.changes(stored)
         return None
