@@ -139,6 +139,8 @@ class CompiledModel:
             self._prepared.add((size, key))
             self._prepare(input_ids, cache, kwargs, extra, key)
         if n < self.config.padded:
+            if int(cache.get_seq_length()) + self.config.padded > size:
+                return self._eager(input_ids, keep, kwargs)  # no room for the padding: the cache's last column
             return self._padded(input_ids, cache, kwargs, extra, key)
         return self._run(input_ids, cache, keep, kwargs, extra, key)
 

@@ -138,6 +138,7 @@ class GraphStore:
     def commit(self, key: GraphKey) -> Path:
         """Write the manifest of ``key``'s folder (its key, each file's sha256, when), atomically; returns its path."""
         folder = self.folder(key)
+        (folder / GRAPHS).mkdir(parents=True, exist_ok=True)
         manifest = {"key": asdict(key), "files": file_digests(folder / GRAPHS),
                     "written": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         handle, scratch = tempfile.mkstemp(dir=folder, prefix=".manifest-")

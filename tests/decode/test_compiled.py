@@ -267,3 +267,27 @@ def test_closing_a_decoder_removes_its_hooks_and_a_reopened_one_decodes_as_eager
         assert torch.equal(fast.generate(ids, 16).sequences, expected)
         assert fast.compiled_models()["target"].log.eager_feeds == 0  # on the bound caches, not eager beside them
     assert all(len(model.get_output_embeddings()._forward_hooks) == 0 for model in models.values())
+
+
+@needs_compiler
+def test_a_one_token_feed_into_the_caches_last_column_runs_eager_and_scores_as_eager():
+    """A one-token feed is padded to two; where the cache has one column left it runs eager instead of writing past
+    the cache."""
+    model = micro_lm(96, seed=24, hidden=32, layers=2, init=0.3)
+    owner = CompiledModels()
+    (compiled,) = owner.open([model])
+    ids = torch.randint(0, 96, (1, 256), generator=torch.Generator().manual_seed(0))
+    try:
+        with torch.inference_mode():
+            cache = compiled.acquire(256)
+            compiled(ids[:, :251], cache, 1)  # the prompt (eager)
+            compiled(ids[:, 251:255], cache, 1)  # a short feed: prepares the graph
+            eager_before = compiled.log.eager_feeds
+            last = compiled(ids[:, 255:256], cache, 1).logits[0, -1]  # the cache's last column: no room for a pad
+            assert int(cache.get_seq_length()) == 256
+            expected = model(input_ids=ids).logits[0, -1]
+            torch.testing.assert_close(last, expected, rtol=1e-4, atol=1e-4)
+            assert compiled.log.eager_feeds == eager_before  # ran eager for room, not for a second cache
+            compiled.release(cache)
+    finally:
+        owner.close()
