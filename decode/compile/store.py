@@ -86,7 +86,7 @@ def weights_digest(model: PreTrainedModel) -> str:
         for name, tensor in (*model.named_parameters(), *model.named_buffers()):
             flat = tensor.detach().to("cpu").contiguous().reshape(-1)
             digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
-            digest.update(flat.view(torch.uint8).numpy().tobytes())
+            digest.update(flat.view(torch.uint8).numpy())  # the bytes in place, not a copy
         _WEIGHTS[model] = digest.hexdigest()
     return _WEIGHTS[model]
 
@@ -95,13 +95,11 @@ def graph_key(model: PreTrainedModel, cache_length: int, settings: dict[str, obj
     """The :class:`GraphKey` of ``model``'s graphs on caches of ``rows`` x ``cache_length`` compiled with
     ``settings``."""
     device = model.device
-    if device.type == "cuda":
-        name, capability = torch.cuda.get_device_name(device), ".".join(map(str, torch.cuda.get_device_capability()))
-    else:
-        name, capability = device_name(), torch.backends.cpu.get_cpu_capability()
+    capability = (".".join(map(str, torch.cuda.get_device_capability(device))) if device.type == "cuda"
+                  else torch.backends.cpu.get_cpu_capability())
     source = getattr(model.config, "_name_or_path", "") or "in memory"
     return GraphKey(model=f"{type(model).__name__} ({source})", weights=weights_digest(model),
-                    torch=torch.__version__, device=name, capability=capability,
+                    torch=torch.__version__, device=device_name(), capability=capability,
                     dtype=str(model.dtype).removeprefix("torch."), threads=torch.get_num_threads(),
                     cache_length=cache_length, settings=json.dumps(settings, sort_keys=True, default=str), rows=rows)
 
