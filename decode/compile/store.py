@@ -182,15 +182,16 @@ class GraphStore:
         return None
 
     def _stale(self, key: GraphKey) -> tuple[Path, list[str]] | None:
-        """A stored manifest of the same model (loaded from the same place) and cache length under another key, and
-        what changed; None for a model built in memory."""
+        """The stored manifest of the same model (loaded from the same place), cache length and rows under the key
+        nearest to ``key`` (fewest fields changed), and what changed; None for a model built in memory."""
         if key.model.endswith("(in memory)"):
             return None
+        found = []
         for manifest in sorted(self.root.glob(f"*/{MANIFEST}")):
             try:
                 stored = GraphKey(**json.loads(manifest.read_text())["key"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if (stored.model, stored.cache_length, stored.rows) == (key.model, key.cache_length, key.rows) and stored != key:
-                return manifest, key.changes(stored)
-        return None
+                found.append((manifest, key.changes(stored)))
+        return min(found, key=lambda pair: len(pair[1]), default=None)

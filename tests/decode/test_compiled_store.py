@@ -95,6 +95,13 @@ def test_a_changed_key_builds_anew_with_one_line_naming_the_change(tmp_path, cha
     assert build(GraphStore(tmp_path), a_key()) == []
 
 
+def test_a_changed_key_names_the_nearest_stored_key(tmp_path):
+    build(GraphStore(tmp_path), a_key(threads=1, settings='{"other": 1}'))
+    build(GraphStore(tmp_path), a_key(threads=1))
+    (line,) = build(GraphStore(tmp_path), a_key())  # one field from the second, two from the first
+    assert "threads 1 -> 2" in line and "settings" not in line
+
+
 def test_a_corrupt_folder_is_refused_with_one_line_and_rebuilt(tmp_path):
     build(GraphStore(tmp_path), a_key())
     stored = GraphStore(tmp_path).folder(a_key()) / GRAPHS / "graph.so"
