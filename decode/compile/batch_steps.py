@@ -12,6 +12,7 @@ the static cache. The rules: docs/design.md, "Compiled forwards: the rules".
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
@@ -23,6 +24,7 @@ from transformers import DynamicCache, PreTrainedModel, StaticCache
 
 from decode.cache_api import cache_kwargs
 from decode.compile.config import CompileConfig
+from decode.compile.owner import compile_refusal
 from decode.compile.store import GraphStore, graph_key
 
 # batches compile with the weights and caches as inputs (each batch has caches of its own), over caches grown by
@@ -43,17 +45,21 @@ class BatchCompileLog:
 class BatchSteps:
     """The rows' forwards: :meth:`prefill` on the left-padded prompts, then :meth:`step` one token per row.
 
-    ``compiled`` asks for compiled steps (CPU: a C++ compiler must be on PATH, as for :mod:`decode.compile`); the
+    ``compiled`` asks for compiled steps; where the model cannot compile here (no C++ compiler on a CPU, a layer other
+    than full attention: :func:`~decode.compile.owner.compile_refusal`) they run eager after one warning line. The
     logits returned are the last position's ``[B, V]`` either way.
     """
 
     def __init__(self, model: PreTrainedModel, compiled: bool, config: CompileConfig = BATCHES,
                  store: GraphStore | None = None) -> None:
-        self.model, self.compiled, self.config = model, compiled, config
-        self.store = GraphStore() if store is None and compiled else store
+        refusal = compile_refusal(model, config) if compiled else None
+        if refusal is not None:
+            warnings.warn(refusal, stacklevel=2)
+        self.model, self.compiled, self.config = model, compiled and refusal is None, config
+        self.store = GraphStore() if store is None and self.compiled else store
         self.log = BatchCompileLog()
         self._options = config.inductor_options(model.device)
-        self._forward = torch.compile(model, dynamic=False) if compiled else None
+        self._forward = torch.compile(model, dynamic=False) if self.compiled else None
         self._cache: DynamicCache | StaticCache | None = None
         self._mask: Tensor | None = None  # [B, columns]: the prompts' mask, then ones
 

@@ -3,6 +3,7 @@ generation does: float32 micro models, prompts of several lengths, caches grown 
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from data_gen.generation import generate_responses
@@ -57,3 +58,15 @@ def test_compiled_batched_generation_equals_eager_batched_generation():
     eager, compiled = generate(False), generate(True)
     assert torch.equal(compiled.input_ids, eager.input_ids) and compiled.response_lengths == eager.response_lengths
     torch.testing.assert_close(compiled.target_logits, eager.target_logits, rtol=1e-4, atol=1e-4)
+
+
+def test_without_a_compiler_batch_steps_run_eager_after_one_line(monkeypatch):
+    from decode.compile import owner
+
+    monkeypatch.setattr(owner.shutil, "which", lambda name: None)
+    model = micro_lm(96, seed=25, hidden=32, layers=2, init=0.3)
+    with pytest.warns(UserWarning, match="no C\\+\\+ compiler") as caught:
+        steps = BatchSteps(model, compiled=True)
+    assert len(caught) == 1 and not steps.compiled
+    with torch.inference_mode():
+        assert torch.equal(greedy_steps(steps, PROMPTS, 8), greedy_steps(BatchSteps(model, compiled=False), PROMPTS, 8))
