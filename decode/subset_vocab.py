@@ -19,6 +19,7 @@ import torch
 from huggingface_hub.dataclasses import strict
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 MODEL_TYPE = "llama_subset_vocab"
 
@@ -27,13 +28,16 @@ class SubsetVocabHead(nn.Module):
     """``logits[..., token_ids] = x @ weight.T``; every other token of ``vocab_size`` gets the lowest finite logit.
 
     With a ``rank`` the subset's scores are low-rank (SlimSpec): ``x`` is first projected to ``rank`` dimensions
-    (``down``), and ``weight`` is ``[subset, rank]``.
+    (``down``), and ``weight`` is ``[subset, rank]``. With ``norm_eps`` ``x`` is RMS-normalised first (``norm``: the
+    model's final norm, kept here so that its hidden state is the pre-norm one, as an EAGLE-3 draft feeds back).
     """
 
-    def __init__(self, hidden_size: int, vocab_size: int, subset_size: int, rank: int | None = None) -> None:
+    def __init__(self, hidden_size: int, vocab_size: int, subset_size: int, rank: int | None = None,
+                 norm_eps: float | None = None) -> None:
         super().__init__()
         self.in_features = hidden_size
         self.out_features = vocab_size  # the width of the logits, as for nn.Linear
+        self.norm = LlamaRMSNorm(hidden_size, eps=norm_eps) if norm_eps is not None else None
         self.down = nn.Linear(hidden_size, rank, bias=False) if rank is not None else None  # [rank, H]
         self.weight = nn.Parameter(torch.empty(subset_size, rank or hidden_size))  # [subset, rank or H]
         self.register_buffer("token_ids", torch.arange(subset_size, dtype=torch.long))  # [subset] target ids
@@ -41,6 +45,8 @@ class SubsetVocabHead(nn.Module):
 
     def scores(self, hidden: Tensor) -> Tensor:
         """The subset's logits ``[..., subset]`` of hidden states ``[..., H]`` (column ``i``: ``token_ids[i]``)."""
+        if self.norm is not None:
+            hidden = self.norm(hidden)
         return nn.functional.linear(self.down(hidden) if self.down is not None else hidden, self.weight)
 
     def forward(self, hidden: Tensor) -> Tensor:

@@ -13,6 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ahconf.entry import quiet_library_output
 from decode.artifacts.hub import NATIVE_BF16, ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
+from decode.feature_draft import FIRST_LAYERS
 from model_build.model_store import file_hashes
 
 from .build import FeatureRecipe, PromptSource, build_data, build_feature_draft, encoded, shard_plan
@@ -76,6 +77,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--head-rank", type=int, default=shape.head_rank,
                         help="a low-rank output layer of this rank (default: full)")
     parser.add_argument("--feature-norm", action="store_true", help="EAGLE-3.1's norms on the features read")
+    parser.add_argument("--first-layer", choices=FIRST_LAYERS, default=shape.first_layer,
+                        help="fc: this project's projection of the token and its feature into a Llama layer; eagle3: "
+                        "EAGLE-3's first layer, as vLLM and speculators load it (python -m decode.artifacts.export_draft); "
+                        "its default --feature-layers are EAGLE-3's low, middle and high layers")
     parser.add_argument("--vocab-subset", type=int, default=shape.vocab_subset,
                         help="tokens its output layer scores (0: the whole vocabulary)")
     parser.add_argument("--prompt-source", default=PromptSource().source, help="prompt source (data_gen.prompts)")
@@ -93,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     recipe = FeatureRecipe(
         shape=FeatureDraftShape(layers=args.layers, vocab_subset=args.vocab_subset or None,
                                 feature_layers=tuple(args.feature_layers) if args.feature_layers else None,
-                                head_rank=args.head_rank, feature_norm=args.feature_norm),
+                                head_rank=args.head_rank, feature_norm=args.feature_norm,
+                                first_layer=args.first_layer),
         training=dataclasses.replace(FeatureTraining(), steps=args.steps, tokens_per_step=args.tokens_per_step,
                                      lr=args.lr, unroll=args.unroll, regression_weight=args.regression_weight,
                                      loss=args.loss, exact_masks=not args.causal_unroll,

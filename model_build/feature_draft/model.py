@@ -4,7 +4,9 @@ The draft's layers start as copies of the target's last layers with their residu
 at zero, its output layer as the target's embeddings of the subset (the target's most frequent response
 tokens), its embeddings are the target's (frozen), and ``fc`` starts by passing the feature through (the token's
 embedding enters with weight zero): at step 0 the draft returns the feature it reads, so it starts out predicting
-with the target's distribution of one position earlier, and training moves it one position on.
+with the target's distribution of one position earlier, and training moves it one position on. An EAGLE-3 first
+layer (``first_layer="eagle3"``) starts the same way: its attention reads only the feature, ``fuse`` passes the last
+target layer read through, and its output layer normalises with the target's final norm.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class FeatureDraftShape:
     ``feature_layers``: the target's ``hidden_states`` it reads (None: the last one, the output layer's input;
     EAGLE-3 reads a low, a middle and a high layer); ``vocab_subset``: tokens its output layer scores (None:
     all, through the target's tied embeddings); ``head_rank``: that layer's rank (None: full; SlimSpec);
-    ``feature_norm``: EAGLE-3.1's norms on every target layer read and on every feature read.
+    ``feature_norm``: EAGLE-3.1's norms on every target layer read and on every feature read; ``first_layer``: this
+    project's ``fc`` or EAGLE-3's layer as vLLM loads it (:data:`decode.feature_draft.FIRST_LAYERS`).
     """
 
     layers: int = 1
@@ -37,10 +40,17 @@ class FeatureDraftShape:
     vocab_subset: int | None = 8192
     head_rank: int | None = None
     feature_norm: bool = False
+    first_layer: str = "fc"
 
     def reads(self, target: PreTrainedModel) -> tuple[int, ...]:
-        """The target's ``hidden_states`` indices it reads."""
-        return self.feature_layers if self.feature_layers is not None else (target.config.num_hidden_layers,)
+        """The target's ``hidden_states`` indices it reads (None: the last one; with an EAGLE-3 first layer,
+        EAGLE-3's low, middle and high layers, as vLLM picks them)."""
+        if self.feature_layers is not None:
+            return self.feature_layers
+        count = target.config.num_hidden_layers
+        if self.first_layer != "eagle3":
+            return (count,)
+        return tuple(sorted({2, count // 2, count - 3} & set(range(count))))  # vLLM hands them over in this order
 
 
 def frequent_tokens(sequences: Iterable[Tensor], vocab: int, count: int) -> Tensor:
@@ -60,7 +70,7 @@ def draft_config(target: PreTrainedModel, shape: FeatureDraftShape) -> FeatureDr
     return FeatureDraftConfig(**fields, num_hidden_layers=shape.layers, feature_layers=list(shape.reads(target)),
                               target_hidden_size=target.config.hidden_size, draft_vocab_size=shape.vocab_subset,
                               draft_head_rank=shape.head_rank, feature_norm=shape.feature_norm,
-                              tie_word_embeddings=shape.vocab_subset is None)
+                              first_layer=shape.first_layer, tie_word_embeddings=shape.vocab_subset is None)
 
 
 def initial_draft(target: PreTrainedModel, shape: FeatureDraftShape, subset: Tensor | None) -> FeatureDraftForCausalLM:
@@ -76,17 +86,21 @@ def initial_draft(target: PreTrainedModel, shape: FeatureDraftShape, subset: Ten
     for index in range(shape.layers):
         origin = f"model.layers.{count - shape.layers + index}."
         for name in [n for n in state if n.startswith(f"model.layers.{index}.")]:
-            state[name] = source[origin + name.removeprefix(f"model.layers.{index}.")]
+            copied = source.get(origin + name.removeprefix(f"model.layers.{index}."))
+            if copied is not None and copied.shape == state[name].shape:  # an EAGLE-3 layer's q/k/v and hidden_norm:
+                state[name] = copied                                        # eagle3_start
         for branch in ("self_attn.o_proj.weight", "mlp.down_proj.weight"):  # the layer starts as the identity
             state[f"model.layers.{index}.{branch}"] = torch.zeros_like(state[f"model.layers.{index}.{branch}"])
-    # the features already passed the target's final norm: the draft's keeps their scale, and so does its norm on
-    # every feature read (EAGLE-3.1)
-    scale = float(source["model.norm.weight"].pow(2).mean().sqrt())
-    state["model.norm.weight"] = torch.full((hidden,), scale)
-    if shape.feature_norm:
-        state["read_norm.weight"] = torch.full((hidden,), scale)
-    state["fc.weight"] = torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)
-    state["fc.bias"] = torch.zeros(hidden)
+    if shape.first_layer == "eagle3":
+        eagle3_start(state, source, draft.config, count)
+    else:  # the features already passed the target's final norm: the draft's keeps their scale, and so does its
+        # norm on every feature read (EAGLE-3.1)
+        scale = float(source["model.norm.weight"].pow(2).mean().sqrt())
+        state["model.norm.weight"] = torch.full((hidden,), scale)
+        if shape.feature_norm:
+            state["read_norm.weight"] = torch.full((hidden,), scale)
+        state["fc.weight"] = torch.cat([torch.zeros(hidden, hidden), torch.eye(hidden)], dim=1)
+        state["fc.bias"] = torch.zeros(hidden)
     if shape.vocab_subset is not None:
         if subset is None or len(subset) != shape.vocab_subset:
             raise ValueError(f"a {shape.vocab_subset}-token output layer needs that many subset ids")
@@ -102,6 +116,23 @@ def initial_draft(target: PreTrainedModel, shape: FeatureDraftShape, subset: Ten
     draft.model.embed_tokens.weight.requires_grad_(False)
     draft.generation_config = target.generation_config
     return draft
+
+
+def eagle3_start(state: dict[str, Tensor], source: dict[str, Tensor], config: FeatureDraftConfig, count: int) -> None:
+    """An EAGLE-3 first layer's start in ``state`` (the layers already copied from the target's last ones): its
+    attention reads the feature alone (the embedding's half of q/k/v at zero, ``hidden_norm`` the copied layer's input
+    norm), ``fuse`` passes the last target layer read through, the output layer normalises with the target's final
+    norm. At step 0 the draft scores the last layer it reads through the target's output layer (a logit lens)."""
+    layer = "model.layers.0."
+    for name in ("q_proj", "k_proj", "v_proj"):  # [out, 2H]: the copied [out, H] in the feature's half
+        copied = source[f"model.layers.{count - config.num_hidden_layers}.self_attn.{name}.weight"]
+        state[f"{layer}self_attn.{name}.weight"] = torch.cat([torch.zeros_like(copied), copied], dim=1)
+    state[f"{layer}hidden_norm.weight"] = state[f"{layer}input_layernorm.weight"].clone()
+    width = config.target_hidden_size
+    fuse = torch.zeros(config.hidden_size, len(config.feature_layers) * width)
+    fuse[:, -width:] = torch.eye(config.hidden_size, width)
+    state["fuse.weight"] = fuse
+    state["lm_head.norm.weight"] = source["model.norm.weight"].clone()
 
 
 def warm_start(draft: FeatureDraftForCausalLM, trained: dict[str, Tensor]) -> None:

@@ -50,12 +50,16 @@ def test_compiled_greedy_decoding_is_eager_greedy_decoding(wide, name):
 
 
 @needs_compiler
-def test_a_feature_draft_decodes_compiled_as_eager(wide):
-    draft = micro_feature_draft(wide["target"], seed=31)
+@pytest.mark.parametrize("first_layer", ["fc", "eagle3"])
+def test_a_feature_draft_decodes_compiled_as_eager(wide, first_layer):
+    subset = list(range(64)) if first_layer == "eagle3" else None
+    draft = micro_feature_draft(wide["target"], seed=31, subset=subset, first_layer=first_layer)
     eager, fast = greedy_pair(wide, policies.Fixed(3), draft=draft)
     for prompt in PROMPTS:
         ids = torch.tensor([prompt])
-        assert torch.equal(fast.generate(ids, 24).sequences, eager.generate(ids, 24).sequences)
+        got, expected = fast.generate(ids, 24), eager.generate(ids, 24)
+        assert torch.equal(got.sequences, expected.sequences)
+        assert (got.stats.accepted, got.stats.draft_calls) == (expected.stats.accepted, expected.stats.draft_calls)
     assert fast.compiled_models()["draft"].log.graphs >= 1
 
 

@@ -61,6 +61,23 @@ def featured_v2(tiny) -> dict:
     return {**tiny, "draft": draft}
 
 
+@pytest.fixture(scope="module")
+def featured_eagle3(tiny) -> dict:
+    """The vocabulary-4 pair with a draft whose first layer is EAGLE-3's (as vLLM loads it), over three tokens."""
+    return {**tiny, "draft": micro_feature_draft(tiny["target"], seed=16, init=0.3, subset=[0, 1, 3],
+                                                 first_layer="eagle3")}
+
+
+@pytest.fixture(scope="module")
+def featured_wide_eagle3(wide) -> dict:
+    """The vocabulary-96 target with an EAGLE-3 first layer's draft fusing two of its layers, over 60 tokens."""
+    return {**wide, "draft": micro_feature_draft(wide["target"], seed=29, hidden=16, feature_layers=(1, 2), init=0.3,
+                                                 subset=list(range(60)), first_layer="eagle3", decoder_layers=2)}
+
+
+WIDE_DRAFTS = ["featured_wide", "featured_wide_eagle3"]
+
+
 def exact_distribution(models: dict, mix, sampling: Sampling) -> torch.Tensor:
     """Probability of each continuation of PROMPT, the draft reading the target's features at every position."""
     target, draft = models["target"], models["draft"]
@@ -141,6 +158,25 @@ def test_the_v2_draft_kind_is_lossless(featured_v2, case):
     assert tv <= bound, f"{case}: TV {tv:.4f} exceeds {bound:.4f}"
 
 
+@pytest.mark.parametrize("case", [*V2_CASES, pytest.param("speculative-head_post", marks=pytest.mark.slow)])
+def test_an_eagle3_first_layer_is_lossless(featured_eagle3, case):
+    tv, bound = one_prompt_tv(featured_eagle3, *case_parts(featured_eagle3, case), N_DEFAULT)
+    report(f"feature draft eagle3 {case} n={N_DEFAULT}", tv, bound)
+    assert tv <= bound, f"{case}: TV {tv:.4f} exceeds {bound:.4f}"
+
+
+def test_an_eagle3_first_layer_never_attends_the_first_position(featured_wide, featured_wide_eagle3):
+    """The first position has no feature; vLLM's draft starts at the second token, and so does this one's attention
+    (negative control: the fc first layer's draft attends it)."""
+    ids, features = torch.tensor([[5, 17, 3, 88, 41]]), torch.randn(1, 5, 16)
+    changed = ids.clone()
+    changed[0, 0] = 60
+    for models, attends in ((featured_wide_eagle3, False), (featured_wide, True)):
+        with torch.no_grad():
+            before, after = (models["draft"](input_ids=x, features=features).logits[0, 1:] for x in (ids, changed))
+        assert ((before - after).abs().max() > 1e-4) == attends
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(set(ALL_CASES) - set(DEFAULT_CASES)))
 def test_every_rule_and_policy_is_lossless(featured, case):
@@ -167,8 +203,10 @@ def test_negative_control_exceeds_the_bound(featured, batched):
     assert tv > bound
 
 
+@pytest.mark.parametrize("draft", WIDE_DRAFTS)
 @pytest.mark.parametrize("policy", ["fixed4", "confidence", "head_post", "sv"])
-def test_greedy_is_the_target_greedy_output(featured_wide, policy):
+def test_greedy_is_the_target_greedy_output(request, draft, policy):
+    featured_wide = request.getfixturevalue(draft)
     prompts = wide_prompts(96)
     budgets = [20, 6, 20, 0, 13, 20, 9]
     decoder = decoder_for(featured_wide, rules.Greedy(), POLICIES[policy](featured_wide))
@@ -250,9 +288,13 @@ def test_transformers_generate_drives_a_feature_draft(featured_wide):
     assert torch.equal(out, reference)
 
 
-def test_one_forward_per_depth_computes_each_round_step_as_decoding_does(featured_wide):
-    """``depth_hidden`` over a left-padded batch equals drafting round by round, one token per forward."""
-    target, draft = featured_wide["target"], featured_wide["draft"]
+@pytest.mark.parametrize("draft", WIDE_DRAFTS)
+def test_one_forward_per_depth_computes_each_round_step_as_decoding_does(request, draft):
+    """``depth_hidden`` over a left-padded batch equals drafting round by round, one token per forward (an eagle3
+    first layer's rounds started at the first position, which has no feature and starts none in decoding, left
+    out)."""
+    target, draft = request.getfixturevalue(draft)["target"], request.getfixturevalue(draft)["draft"]
+    first = 1 if draft.config.first_layer == "eagle3" else 0
     sequences = [[5, 17, 3, 88, 41, 9, 60, 2, 33, 71, 12], [44, 8, 90, 15, 27, 3, 66]]
     depths, width = 3, max(len(s) for s in sequences)
     ids = torch.zeros(len(sequences), width, dtype=torch.long)
@@ -267,10 +309,12 @@ def test_one_forward_per_depth_computes_each_round_step_as_decoding_does(feature
         offset = width - len(sequence)
         for depth in range(1, depths + 1):
             for position, logits in reference[depth - 1].items():
+                if position - depth + 1 < first:
+                    continue
                 torch.testing.assert_close(head(rounds[depth - 1][row, offset + position]), logits, atol=1e-5,
                                            rtol=1e-5)
                 compared += 1
-    assert compared == sum(len(s) * depths - depths * (depths - 1) // 2 for s in sequences)
+    assert compared == sum(len(s) * depths - depths * (depths - 1) // 2 - first * depths for s in sequences)
     # Negative controls: a deeper step differs from the first, and so does a plain causal pass over the draft's own
     # outputs (every earlier position reading its own feature: the training's unrolled approximation).
     assert (head(rounds[1][0, -1]) - head(rounds[0][0, -1])).abs().max() > 1e-3
@@ -292,10 +336,11 @@ def test_a_head_reads_the_candidates_depth_capped_at_its_labels():
         HeadConfig(hidden_size=4, timing="pre", features=("round",))
 
 
+@pytest.mark.parametrize("draft", WIDE_DRAFTS)
 @pytest.mark.parametrize("policy", [policies.Fixed(3), policies.Confidence(0.4, k_max=6)], ids=str)
-def test_a_batch_decodes_each_prompt_as_alone(featured_wide, policy):
+def test_a_batch_decodes_each_prompt_as_alone(request, draft, policy):
     """Each row of a batch reads its own features and makes the draws it makes alone (float32: the same tokens)."""
-    target, draft = featured_wide["target"], featured_wide["draft"]
+    target, draft = request.getfixturevalue(draft)["target"], request.getfixturevalue(draft)["draft"]
     prompts = [[3, 1, 4, 1, 5, 9, 2], [6, 5, 3], [5, 8, 9, 7, 9, 3, 2, 3, 8, 4], [2, 7]]
     seeds = [100 + i for i in range(len(prompts))]
     decoder = SpeculativeDecoder(target, draft, rule=rules.Speculative(), policy=policy, sampling=Sampling())

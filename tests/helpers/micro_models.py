@@ -44,25 +44,31 @@ def word_tokenizer(vocab: int) -> PreTrainedTokenizerFast:
 
 def micro_feature_draft(target: PreTrainedModel, seed: int, hidden: int = 16, feature_layers: tuple[int, ...] | None = None,
                         subset: list[int] | None = None, init: float = 0.5, head_rank: int | None = None,
-                        feature_norm: bool = False) -> PreTrainedModel:
+                        feature_norm: bool = False, first_layer: str = "fc", decoder_layers: int = 1,
+                        **variants: bool) -> PreTrainedModel:
     """A random float32 feature draft reading ``target``'s hidden states (its final ones by default); ``head_rank``
-    and ``feature_norm``: the v2 recipe's low-rank subset head and EAGLE-3.1's norms."""
+    and ``feature_norm``: the v2 recipe's low-rank subset head and EAGLE-3.1's norms; ``first_layer="eagle3"``:
+    EAGLE-3's first layer (``variants``: its ``norm_before_residual`` / ``norm_output``), every norm away from the
+    identity."""
     from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM
 
     torch.manual_seed(seed)
     layers = feature_layers if feature_layers is not None else (target.config.num_hidden_layers,)
     config = FeatureDraftConfig(
-        vocab_size=target.config.vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, initializer_range=init,
+        vocab_size=target.config.vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
+        num_hidden_layers=decoder_layers, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+        initializer_range=init, first_layer=first_layer, **variants,
         bos_token_id=None, eos_token_id=None, pad_token_id=None, feature_layers=list(layers),
         target_hidden_size=target.config.hidden_size, draft_vocab_size=len(subset) if subset is not None else None,
         tie_word_embeddings=subset is None, draft_head_rank=head_rank, feature_norm=feature_norm,
     )
     model = FeatureDraftForCausalLM(config)
-    if feature_norm:  # norms away from the identity, so a test sees them
-        with torch.no_grad():
-            for norm in [*model.feature_norms, model.read_norm]:
-                norm.weight.uniform_(0.5, 1.5)
+    # norms away from the identity, so a test sees them: EAGLE-3.1's, or every one of an EAGLE-3 first layer's draft
+    norms = ([weight for name, weight in model.named_parameters() if "norm" in name] if first_layer == "eagle3"
+             else [norm.weight for norm in [*model.feature_norms, model.read_norm]] if feature_norm else [])
+    with torch.no_grad():
+        for weight in norms:
+            weight.uniform_(0.5, 1.5)
     if subset is not None:
         model.lm_head.token_ids.copy_(torch.tensor(subset))
     return model.eval()

@@ -183,6 +183,29 @@ def test_a_low_rank_head_starts_as_the_best_rank_r_approximation():
     assert torch.equal(whole[:, off], torch.full_like(whole[:, off], torch.finfo(whole.dtype).min))
 
 
+def test_an_eagle3_first_layer_starts_as_the_logit_lens_of_the_last_layer_it_reads():
+    target = micro_lm(VOCAB, seed=31, hidden=32, layers=2, init=0.3)
+    subset = torch.arange(0, VOCAB, 2)
+    shape = FeatureDraftShape(vocab_subset=48, first_layer="eagle3", feature_layers=(0, 1))
+    draft = initial_draft(target, shape, subset)
+    assert shape.reads(micro_lm(VOCAB, seed=1, hidden=8, layers=30)) == (0, 1)
+    assert FeatureDraftShape(first_layer="eagle3").reads(micro_lm(VOCAB, seed=1, hidden=8, layers=30)) == (2, 15, 27)
+    ids = torch.randint(1, VOCAB, (1, 9), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        hidden = target(ids, output_hidden_states=True).hidden_states
+        reads = feature_reads(draft.fuse_features(target_features(hidden, (0, 1))), torch.ones_like(ids))
+        logits = draft(input_ids=ids, features=reads).logits[0, 1:, subset]
+        # layer 1's logit lens a position before, through the target's embeddings (the draft's output layer's start)
+        lens = target.model.norm(hidden[1])[0, :-1] @ target.get_input_embeddings().weight[subset].T
+    torch.testing.assert_close(logits, lens, atol=1e-4, rtol=1e-4)
+    moved = initial_draft(target, FeatureDraftShape(vocab_subset=48, first_layer="eagle3", feature_layers=(1, 2)),
+                          subset)
+    with torch.no_grad():  # negative control: reading another layer last starts elsewhere
+        other = moved(input_ids=ids, features=feature_reads(moved.fuse_features(target_features(hidden, (1, 2))),
+                                                            torch.ones_like(ids))).logits[0, 1:, subset]
+    assert (other - lens).abs().max() > 1e-2
+
+
 def test_a_warm_start_takes_every_trained_tensor_and_refuses_another_shape():
     target = micro_lm(VOCAB, seed=31, hidden=32, layers=2, init=0.3)
     subset = torch.arange(0, VOCAB, 2)

@@ -117,9 +117,11 @@ def test_a_resumed_run_takes_the_steps_an_uninterrupted_one_takes(target, shards
                               trained_tensors(whole, torch.float32)["fc.weight"])
 
 
-def test_training_lowers_the_held_out_loss_and_the_draft_decodes(target, shards, tmp_path):
+@pytest.mark.parametrize("shape", [SHAPE, dataclasses.replace(SHAPE, first_layer="eagle3", feature_layers=(2,))],
+                         ids=["fc", "eagle3"])
+def test_training_lowers_the_held_out_loss_and_the_draft_decodes(target, shards, tmp_path, shape):
     training = dataclasses.replace(TRAINING, steps=40, on_policy_steps=0, lr=3e-3, checkpoint_every=40)
-    draft = initial_draft(target, SHAPE, subset())
+    draft = initial_draft(target, shape, subset())
     data = TeacherData(shards, training.max_length)
     held = data.sequences[-training.held_out_sequences:]
     before = held_out_losses(draft, data, held, training)
