@@ -34,7 +34,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 
@@ -138,10 +138,13 @@ def ours(target: PreTrainedModel, draft: PreTrainedModel, policy: Policy, budget
 
 @dataclass(frozen=True)
 class VllmRun:
-    """One configuration of vLLM timed in its own process."""
+    """One configuration of vLLM timed in its own process (its counts over the timed repeats)."""
 
     rates: list[float]  # [repeats] tokens/s
     accepted_per_round: float | None  # vLLM's own count, with speculation
+    drafts: int | None = None  # rounds that drafted
+    accepted_per_position: list[int] | None = None  # [K] rounds whose i-th draft token was accepted
+    outputs: list[list[int]] = field(default_factory=list)  # [prompts] the last repeat's tokens
 
     def line(self, name: str) -> str:
         """``name``: the median tokens/s, the spread of the repeats, the acceptance when speculating."""
@@ -152,14 +155,16 @@ class VllmRun:
 
 
 def vllm_rates(python: str, target_dir: Path, prompts: list[list[int]], budget: int, repeats: int,
-               threads: int | None, draft: tuple[Path, int] | None = None) -> VllmRun | None:
-    """vLLM's tokens/s on ``prompts`` per repeat (its own process), speculating with ``draft`` (a stock model's
-    directory, K) when given; or None with one line when it cannot run."""
+               threads: int | None, draft: tuple[Path, int] | None = None, method: str = "draft_model",
+               dtype: str = "bfloat16") -> VllmRun | None:
+    """vLLM's tokens/s on ``prompts`` per repeat (its own process), speculating with ``draft`` (a directory, K) by
+    ``method`` when given (``draft_model``: a stock model; ``eagle3``: a speculators checkpoint); or None with one
+    line when it cannot run."""
     with tempfile.TemporaryDirectory() as scratch:
         request = Path(scratch) / "request.json"
-        speculation = {"draft": str(draft[0]), "k": draft[1]} if draft else {}
+        speculation = {"draft": str(draft[0]), "k": draft[1], "method": method} if draft else {}
         request.write_text(json.dumps({"model": str(target_dir), "prompts": prompts, "max_tokens": budget,
-                                       "repeats": repeats, **speculation}))
+                                       "repeats": repeats, "dtype": dtype, **speculation}))
         # vLLM binds its threads to cores itself (VLLM_CPU_OMP_THREADS_BIND, default auto); --threads: the first n
         env = {**os.environ, **({"VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}"} if threads else {})}
         print("waiting on vLLM's CPU engine (its own process: start-up, graph capture, then the timed rounds)")
@@ -175,7 +180,8 @@ def vllm_rates(python: str, target_dir: Path, prompts: list[list[int]], budget: 
             print(f"vLLM was not timed: {VLLM_SCRIPT.name} printed no rates")
             return None
         figures = json.loads(lines[-1])
-        return VllmRun(figures["rates"], figures.get("accepted_per_round"))
+        return VllmRun(figures["rates"], figures.get("accepted_per_round"), figures.get("drafts"),
+                       figures.get("accepted_per_position"), figures.get("outputs", []))
 
 
 def export_plain_draft(draft: SubsetVocabLlamaForCausalLM, target_dir: Path, into: Path,

@@ -5,6 +5,7 @@ Imports only torch, transformers, safetensors and the standard library.
 
 from decode import policies, rules
 from decode.artifacts.serialization import load_head, load_profile, save_head, save_profile, write_card
+from decode.artifacts.speculators import export_speculators, load_speculators
 from decode.ensemble.decoder import EnsembleDecoder, EnsembleOutput
 from decode.ensemble.ensemble_stats import EnsembleStats
 from decode.ensemble_fn import EnsembleFn
@@ -34,9 +35,11 @@ __all__ = [
     "Sampling",
     "SpeculativeDecoder",
     "SpeculativeGenerateOutput",
+    "export_speculators",
     "generate_from_repo",
     "load_head",
     "load_profile",
+    "load_speculators",
     "policies",
     "row_seed",
     "rules",

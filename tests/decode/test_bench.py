@@ -263,3 +263,40 @@ def test_the_costs_bench_prints_and_stores_this_machines_profile(tmp_path, monke
     with pytest.raises(SystemExit):
         costs.main(["--exp", "tiny", "models.target.id=/nowhere/model"])
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_the_vllm_door_counts_acceptance_by_position_as_vllm_does():
+    """Ours from the per-round counts, vLLM's from its counters: the same rounds give the same figures, conditional
+    and unconditional, named apart (a hand case: 4 rounds of K = 3 accepting 3, 1, 0, 2)."""
+    from benchmarks.engines import VllmRun
+    from benchmarks.vllm_door import Acceptance
+    from decode.stats import DecodeStats
+
+    stats = DecodeStats()
+    for accepted in (3, 1, 0, 2):
+        stats.record_round(verified=3, accepted=accepted)
+    stats.record_round(verified=0, accepted=0)  # the target's first step alone drafts nothing
+    ours = Acceptance.of_stats([stats], 3)
+    theirs = Acceptance.of_vllm(VllmRun([1.0], 1.5, drafts=4, accepted_per_position=[3, 2, 1]), 3)
+    assert ours == theirs
+    assert ours.unconditional == [3 / 4, 2 / 4, 1 / 4]
+    assert ours.conditional == [3 / 4, 2 / 3, 1 / 2]
+    assert ours.conditional == stats.per_position_acceptance  # the decoder's own figure is the conditional one
+
+
+def test_the_vllm_script_counts_only_the_timed_repeats():
+    from benchmarks.vllm_cpu import since
+
+    before = {"drafts": 10, "tokens": 12, "per_position": [7, 4, 1]}
+    after = {"drafts": 30, "tokens": 40, "per_position": [20, 14, 6]}
+    assert since(after, before) == {"drafts": 20, "tokens": 28, "per_position": [13, 10, 5]}
+    assert since({}, {}) == {}  # no speculation, no counters
+
+
+def test_the_vllm_door_without_a_vllm_python_says_so_in_one_line(capsys, monkeypatch):
+    from benchmarks import vllm_door
+
+    monkeypatch.delenv("VLLM_PYTHON", raising=False)
+    assert vllm_door.main(["--draft", "nowhere"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "--vllm-python" in err[0]
