@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import torch
+import transformers
 
 from decode.artifacts.gguf import file_sha256
-from decode.artifacts.hub import ModelLoadError, load_causal_lm
+from decode.artifacts.hub import ModelLoadError, load_causal_lm, quiet_hub_logs
 from decode.artifacts.speculators import FORMAT, SpeculatorsError, export_speculators, load_speculators
 from decode.feature_draft import FeatureDraftForCausalLM, feature_reads, target_features
 
@@ -55,6 +56,9 @@ def round_trip_difference(draft: FeatureDraftForCausalLM, target: torch.nn.Modul
 def main(argv: list[str] | None = None) -> int:
     """Export; 0 when the checkpoint was written and reads back, 2 on an unusable draft or target."""
     args = parser().parse_args(argv)
+    quiet_hub_logs()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
     try:
         print(f"loading the draft {args.draft} and the target {args.target} ...", file=sys.stderr, flush=True)
         draft = load_causal_lm(args.draft)
