@@ -168,10 +168,10 @@ class FeatureDraftForCausalLM(LlamaForCausalLM):
         return self.fc(torch.cat([embeds, features], dim=-1))
 
 
-def featured_keys(attention_mask: Tensor | None, input_ids: Tensor, kwargs: dict) -> Tensor | None:
+def featured_keys(attention_mask: Tensor | None, input_ids: Tensor, kwargs: dict) -> Tensor:
     """An eagle3 draft's 2-D attention mask ``[B, keys]``: ``attention_mask`` (all ones where None) without each row's
-    first attended position, which has no feature (vLLM's draft starts at the prompt's second token). None where the
-    caller passed a 4-D mask (:func:`depth_hidden` builds its own)."""
+    first attended position, which has no feature (vLLM's draft starts at the prompt's second token). A 4-D mask
+    passes unchanged (:func:`depth_hidden` builds its own, :func:`round_mask`)."""
     if attention_mask is not None and attention_mask.dim() != 2:
         return attention_mask
     if attention_mask is None:
