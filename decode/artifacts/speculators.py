@@ -157,10 +157,7 @@ def speculators_tensors(draft: FeatureDraftForCausalLM, target_embeddings: Tenso
     tensors = {"fc.weight": state["fuse.weight"], "lm_head.weight": rows.to(draft.dtype),
                "d2t": subset - torch.arange(len(subset)),
                "t2d": torch.zeros(draft.config.vocab_size, dtype=torch.bool).index_fill_(0, subset, True)}
-    if draft.config.norm_output:
-        tensors["norm.weight"] = state["model.norm.weight"]
-    else:
-        tensors["norm.weight"] = state["lm_head.norm.weight"]
+    tensors["norm.weight"] = state["model.norm.weight" if draft.config.norm_output else "lm_head.norm.weight"]
     for name, value in state.items():
         if name.startswith("model.layers."):
             tensors[name.removeprefix("model.")] = value
@@ -217,7 +214,7 @@ def read_config(path: Path) -> dict:
     return doc
 
 
-def draft_config(doc: dict, target: TargetShape) -> FeatureDraftConfig:
+def config_of(doc: dict, target: TargetShape) -> FeatureDraftConfig:
     """Our config of a speculators EAGLE-3 config (vLLM's defaults where a field is absent)."""
     layers = {key: value for key, value in doc["transformer_layer_config"].items() if key not in PROVENANCE_FIELDS}
     aux = doc.get("eagle_aux_hidden_state_layer_ids") or sorted({2, target.layers // 2, target.layers - 3})
@@ -235,7 +232,7 @@ def load_speculators(path: str | Path, target: PreTrainedModel, dtype: torch.dty
     embeddings the target's unless the checkpoint has its own); refused with one line where its target layers,
     width or vocabulary disagree with ``target``."""
     doc = read_config(Path(path))
-    config = draft_config(doc, TargetShape.of(target))
+    config = config_of(doc, TargetShape.of(target))
     check_target(config, TargetShape.of(target))
     tensors = load_file(str(Path(path) / WEIGHTS_FILE))
     with torch.random.fork_rng(devices=[]):
