@@ -157,10 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    real = load_real_pair(args.pair, ("target",))
+    real = load_real_pair(args.pair, ())
     dtype = getattr(torch, args.dtype) if args.dtype else real.dtype
-    target = real.models["target"].to(dtype)
-    try:
+    try:  # loaded in the dtype (a cast would also round the rotary buffers that stay float32)
+        target = load_causal_lm(str(real.target_dir), dtype=dtype)
         draft = check_exportable(load_causal_lm(str(args.draft), dtype=dtype))
     except (ModelLoadError, SpeculatorsError) as error:
         print(f"error: {error}", file=sys.stderr)
