@@ -4,17 +4,18 @@
                                    [--max-new-tokens 64] [--repeats 3] [--threads N] [--dtype bfloat16|float32]
 
 ``DIR``: a feature draft with EAGLE-3's first layer for the pair's target (``python -m model_build.feature_draft
---first-layer eagle3``). It is exported as a speculators checkpoint (:mod:`decode.artifacts.export_draft`) and served by vLLM
-(``method="eagle3"``, in its own environment and process, ``benchmarks/vllm_cpu.py``), while this project's compiled
-decoder drafts with the same draft at the same fixed K. Both decode the pair's test prompts greedily at batch 1 with
-no EOS stop, each alone on the machine in turn (vLLM's process cannot take turns prompt by prompt with ours):
+--first-layer eagle3``). It is exported as a speculators checkpoint (:mod:`decode.artifacts.export_draft`) and
+served by vLLM (``method="eagle3"``, in its own environment and process, ``benchmarks/vllm_cpu.py``), while this
+project's compiled decoder drafts with the same draft at the same fixed K. Both decode the pair's test prompts greedily at batch 1 with
+no EOS stop; our two methods take turns prompt by prompt (``benchmarks.turns``), vLLM's processes run after them
+alone on the machine (they cannot take turns with ours):
 
 * losslessness: each engine's output against the target's greedy output by that engine alone (vLLM's target alone;
   our compiled target alone), and the two engines against each other, prompt by prompt;
 * acceptance by draft position ``i = 1..K``: **unconditional** (rounds whose ``i``-th draft token was accepted, over
   rounds that drafted: vLLM's ``num_accepted_tokens_per_pos / num_drafts``) and **conditional** (over rounds that
   reached position ``i``), from vLLM's counters and from our :class:`decode.DecodeStats`;
-* tokens per second of each (the median of ``--repeats`` rounds over the prompts), and vLLM's target alone.
+* tokens per second of each (the median of ``--repeats`` rounds over the prompts), and of each target alone.
 """
 
 from __future__ import annotations
@@ -33,15 +34,15 @@ from rich.console import Console
 from rich.table import Table
 
 from ahconf.entry import quiet_library_output
-from benchmarks.engines import VllmRun, vllm_rates
+from benchmarks.engines import VllmRun, ours, vllm_rates
 from benchmarks.real_pair import load_real_pair
+from benchmarks.turns import time_methods
 from decode.artifacts.hub import ModelLoadError, load_causal_lm
 from decode.artifacts.speculators import SpeculatorsError, check_exportable, export_speculators
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies.schedules import Fixed, TargetOnly
-from decode.rules import Greedy
 from decode.stats import DecodeStats
-from decode.timing import Stopwatch, machine_class
+from decode.timing import machine_class
 from model_build.real.build import encoded_prompts
 
 TOLERANCE = 0.03  # the largest difference in acceptance at any position the check allows
@@ -101,32 +102,16 @@ class Acceptance:
         return cls(int(run.drafts or 0), tuple((run.accepted_per_position or [0] * k)[:k]))
 
 
-@dataclass
-class OurRun:
-    """Our compiled decoder over the prompts: tokens/s per repeat, the last repeat's outputs, every decode's stats."""
-
-    rates: list[float]
-    outputs: list[list[int]]
-    stats: list[DecodeStats]
-
-
-def run_ours(decoder: SpeculativeDecoder, prompts: list[list[int]], budget: int, repeats: int) -> OurRun:
-    """Decode every prompt alone, ``repeats`` times over, after an untimed round over them all (which compiles the
-    graphs of every cache length they need, or loads them)."""
+def decode_all(decoder: SpeculativeDecoder, prompts: list[list[int]], budget: int
+               ) -> tuple[list[list[int]], list[DecodeStats]]:
+    """Each prompt decoded once, untimed: its output and stats (greedy, so what every timed round decodes again), and
+    the graphs of every cache length the prompts need compiled or loaded before the timing."""
+    outputs, stats = [], []
     for prompt in prompts:
-        decoder.generate(prompt, max_new_tokens=budget, seed=0)
-    rates, outputs, stats = [], [], []
-    for _ in range(repeats):
-        tokens, seconds, outputs = 0, 0.0, []
-        for prompt in prompts:
-            with Stopwatch(torch.device("cpu")) as watch:
-                out = decoder.generate(prompt, max_new_tokens=budget, seed=0)
-            seconds += watch.seconds
-            tokens += out.stats.generated
-            outputs.append(out.sequences[0, len(prompt):].tolist())
-            stats.append(out.stats)
-        rates.append(tokens / seconds)
-    return OurRun(rates, outputs, stats)
+        out = decoder.generate(prompt, max_new_tokens=budget, seed=0)
+        outputs.append(out.sequences[0, len(prompt):].tolist())
+        stats.append(out.stats)
+    return outputs, stats
 
 
 def same(a: list[list[int]], b: list[list[int]]) -> str:
@@ -134,15 +119,15 @@ def same(a: list[list[int]], b: list[list[int]]) -> str:
     return f"{sum(x == y for x, y in zip(a, b))} / {len(a)}"
 
 
-def acceptance_table(k: int, ours: Acceptance, theirs: Acceptance, title: str) -> Table:
-    table = Table(title=title, caption=f"rounds that drafted: ours {ours.drafts}, vLLM {theirs.drafts}; the check "
-                  f"allows |difference| ≤ {TOLERANCE} at each position")
+def acceptance_table(k: int, mine: Acceptance, theirs: Acceptance, title: str) -> Table:
+    table = Table(title=title, caption=f"rounds that drafted: ours {mine.drafts} (one pass), vLLM {theirs.drafts} "
+                  f"(the timed repeats); the check allows |difference| ≤ {TOLERANCE} at each position")
     for column in ("position", "ours, unconditional", "vLLM, unconditional", "|Δ|", "ours, conditional",
                    "vLLM, conditional", "|Δ|"):
         table.add_column(column, justify="right")
     for i in range(k):
-        u, v = ours.unconditional[i], theirs.unconditional[i]
-        c, d = ours.conditional[i], theirs.conditional[i]
+        u, v = mine.unconditional[i], theirs.unconditional[i]
+        c, d = mine.conditional[i], theirs.conditional[i]
         table.add_row(str(i + 1), f"{u:.3f}", f"{v:.3f}", f"{abs(u - v):.3f}", f"{c:.3f}", f"{d:.3f}",
                       f"{abs(c - d):.3f}")
     return table
@@ -178,44 +163,49 @@ def main(argv: list[str] | None = None) -> int:
         except SpeculatorsError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-        print("waiting on our compiled decoder (compiling, then the timed rounds)")
-        alone = run_ours(SpeculativeDecoder(target, draft, rule=Greedy(), policy=TargetOnly(), eos_token_id=None,
-                                            compile=True), prompts, budget, 1)
-        ours = run_ours(SpeculativeDecoder(target, draft, rule=Greedy(), policy=Fixed(k), eos_token_id=None,
-                                           compile=True), prompts, budget, args.repeats)
+        print("waiting on our compiled decoder (compiling, one untimed pass, then the timed rounds in turns)")
+        methods = {"ours, compiled, eagle3 draft": ours(target, draft, Fixed(k), budget, True, True),
+                   "ours, compiled, target alone": ours(target, draft, TargetOnly(), budget, True, True)}
+        decoded = {name: decode_all(decoder, prompts, budget) for name, (_, decoder) in methods.items()}
+        timed = {one.name: one.repeat_rates for one in time_methods(
+            {name: run for name, (run, _) in methods.items()}, prompts, "ours", repeats=args.repeats)}
         vllm_dtype = str(dtype).removeprefix("torch.")
         theirs = vllm_rates(args.vllm_python, real.target_dir, prompts, budget, args.repeats, args.threads,
                             (exported, k), method="eagle3", dtype=vllm_dtype)
         vllm_alone = vllm_rates(args.vllm_python, real.target_dir, prompts, budget, 1, args.threads, dtype=vllm_dtype)
     if theirs is None or vllm_alone is None:
         return 1
-    mine, vllm = Acceptance.of_stats(ours.stats, k), Acceptance.of_vllm(theirs, k)
+    (outputs, stats), (alone_outputs, _) = decoded.values()
+    mine, vllm = Acceptance.of_stats(stats, k), Acceptance.of_vllm(theirs, k)
     console.print(acceptance_table(k, mine, vllm, f"acceptance by draft position, K = {k} ({machine})"))
     differences = [abs(a - b) for a, b in zip(mine.unconditional + mine.conditional,
                                               vllm.unconditional + vllm.conditional)]
     speed = Table(title="tokens per second (median of the repeats; their range)")
     for column in ("engine", "tokens/s", "range", "× vLLM eagle3"):
         speed.add_column(column, justify="right")
-    rows = {"ours, compiled, eagle3 draft": ours.rates, "vLLM CPU, eagle3 draft": theirs.rates,
-            "vLLM CPU, target alone": vllm_alone.rates, "ours, compiled, target alone": alone.rates}
+    rows = {"ours, compiled, eagle3 draft": timed["ours, compiled, eagle3 draft"],
+            "vLLM CPU, eagle3 draft": theirs.rates, "vLLM CPU, target alone": vllm_alone.rates,
+            "ours, compiled, target alone": timed["ours, compiled, target alone"]}
     for name, rates in rows.items():
         speed.add_row(name, f"{median(rates):.1f}", f"{min(rates):.1f}–{max(rates):.1f}",
                       f"{median(rates) / median(theirs.rates):.2f}")
     console.print(speed)
     lossless = {"vLLM eagle3 = vLLM target alone": same(theirs.outputs, vllm_alone.outputs),
-                "ours = our target alone": same(ours.outputs, alone.outputs),
-                "ours = vLLM eagle3": same(ours.outputs, theirs.outputs)}
+                "ours = our target alone": same(outputs, alone_outputs),
+                "ours = vLLM eagle3": same(outputs, theirs.outputs)}
     print("greedy outputs equal, prompt by prompt: " + "; ".join(f"{k_}: {v}" for k_, v in lossless.items()))
     print(f"largest acceptance difference at any position: {max(differences):.3f} "
           f"({'within' if max(differences) <= TOLERANCE else 'beyond'} {TOLERANCE})")
     if args.out:
         args.out.write_text(json.dumps({
             "machine": machine, "dtype": str(dtype), "k": k, "prompts": len(prompts), "max_new_tokens": budget,
-            "ours": {"rates": ours.rates, "unconditional": mine.unconditional, "conditional": mine.conditional,
+            "ours": {"rates": rows["ours, compiled, eagle3 draft"], "unconditional": mine.unconditional,
+                     "conditional": mine.conditional,
                      "drafts": mine.drafts},
             "vllm": {"rates": theirs.rates, "unconditional": vllm.unconditional, "conditional": vllm.conditional,
                      "drafts": vllm.drafts},
-            "target_alone": {"ours": alone.rates, "vllm": vllm_alone.rates}, "lossless": lossless,
+            "target_alone": {"ours": rows["ours, compiled, target alone"], "vllm": vllm_alone.rates},
+            "lossless": lossless,
         }, indent=2))
     return 0
 
