@@ -7,8 +7,8 @@
 --first-layer eagle3``). It is exported as a speculators checkpoint (:mod:`decode.artifacts.export_draft`) and
 served by vLLM (``method="eagle3"``, in its own environment and process, ``benchmarks/vllm_cpu.py``), while this
 project's compiled decoder drafts with the same draft at the same fixed K. Both decode the pair's test prompts
-greedily at batch 1 with no EOS stop; our two methods take turns prompt by prompt (``benchmarks.turns``), vLLM's processes run after them
-alone on the machine (they cannot take turns with ours):
+greedily at batch 1 with no EOS stop; our two methods take turns prompt by prompt (``benchmarks.turns``), vLLM's
+processes run after them alone on the machine (they cannot take turns with ours):
 
 * losslessness: each engine's output against the target's greedy output by that engine alone (vLLM's target alone;
   our compiled target alone), and the two engines against each other, prompt by prompt;
