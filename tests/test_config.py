@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from accept_heads.evaluation.plan import sweep
 from accept_heads.measure.inputs import Artifacts
 from ahconf.entry import CONF_DIR, to_config
-from ahconf.schema import DEFAULT_MIXING_R, RENAMED, Config, ConfigError
+from ahconf.schema import DEFAULT_MIXING_R, Config, ConfigError
 from decode import AcceptanceHead, HeadConfig, rules
 from decode.metadata import HeadMetadata
 from decode.sampling import Sampling
@@ -105,50 +105,6 @@ def test_an_experiments_thresholds_are_what_the_evaluation_sweeps_unless_overrid
     assert swept("evaluate.thresholds=[0.45]") == {"head": [0.45], "perfect": [0.45]}
 
 
-def test_the_old_grid_names_read_as_the_grids_for_one_release(capsys):
-    config = to_config(_compose("evaluate.fixed_k=[1,2]", "evaluate.confidence_taus=[0.4]"))
-    assert config.evaluate.grids["fixed"] == [1.0, 2.0] and config.evaluate.grids["confidence"] == [0.4]
-    assert config.evaluate.fixed_k is None and config.evaluate.confidence_taus is None  # one home for a grid
-    assert "evaluate.fixed_k is now evaluate.grids.fixed" in capsys.readouterr().err
-    assert "fixed" not in to_config(_compose()).evaluate.grids  # negative control: no notice, the family's grid
-
-
-#: An old flat evaluate name's override → the nested field it now sets and the value read (none of them a default).
-OLD_FLAT_NAMES = {
-    "evaluate.wallclock_sets=[test]": ("wallclock", "sets", ["test"]),
-    "evaluate.wallclock_prompts=3": ("wallclock", "prompts", 3),
-    "evaluate.wallclock_rules=[greedy]": ("wallclock", "rules", ["greedy"]),
-    "evaluate.wallclock_threads=2": ("wallclock", "threads", 2),
-    "evaluate.batch_sizes=[1,8]": ("batch_axis", "sizes", [1, 8]),
-    "evaluate.batch_prompts=4": ("batch_axis", "prompts", 4),
-    "evaluate.batch_costs_refresh=true": ("batch_axis", "costs_refresh", True),
-    "evaluate.batch_rules=[greedy]": ("batch_axis", "rules", ["greedy"]),
-    "evaluate.latency_lengths=7": ("latency", "lengths", 7),
-    "evaluate.latency_repeats=2": ("latency", "repeats", 2),
-    "evaluate.hf_baselines=false": ("hf", "baselines", False),
-    "evaluate.hf_k=[2,3]": ("hf", "k", [2, 3]),
-    "evaluate.hf_sets=[ood]": ("hf", "sets", ["ood"]),
-}
-
-
-def test_every_old_flat_name_is_covered():
-    assert {o.split("=")[0].removeprefix("evaluate.") for o in OLD_FLAT_NAMES} == set(RENAMED) - {"fixed_k",
-                                                                                                   "confidence_taus"}
-
-
-@pytest.mark.parametrize("override", OLD_FLAT_NAMES)
-def test_an_old_flat_name_reads_as_its_nested_field_for_one_release(override, capsys):
-    group, name, value = OLD_FLAT_NAMES[override]
-    old = override.split("=")[0].removeprefix("evaluate.")
-    assert getattr(getattr(to_config(_compose()).evaluate, group), name) != value  # negative control: the default
-    capsys.readouterr()
-    evaluate = to_config(_compose(override)).evaluate
-    assert getattr(getattr(evaluate, group), name) == value
-    assert getattr(evaluate, old) is None  # one home for a setting
-    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
-    assert notes == [f"note: evaluate.{old} is now evaluate.{group}.{name} (the old name is read for this release)"]
-
-
 @pytest.mark.parametrize("override", ["evaluate.wallclock.setz=[test]", "evaluate.batch_axis.size=[1]",
                                       "evaluate.latency.repeat=2", "evaluate.hf.baseline=false"])
 def test_a_typo_in_a_nested_evaluate_name_fails_at_compose_time_naming_it(override):
@@ -188,7 +144,7 @@ def test_typo_in_a_yaml_group_file_fails(tmp_path):
      ("head.timing=post", "head.mixing_r=1 leaves none"),
      ("evaluate.batch_axis.rules=[exact]", "evaluate.batch_axis.rules"),
      ("evaluate.batch_axis.sizes=[0,8]", "evaluate.batch_axis.sizes"), ("head.thresholds=[]", "head.thresholds"),
-     ("evaluate.thresholds=[]", "evaluate.thresholds"), ("evaluate.hf_sets=[dev]", "evaluate.hf.sets"),
+     ("evaluate.thresholds=[]", "evaluate.thresholds"), ("evaluate.hf.sets=[dev]", "evaluate.hf.sets"),
      ("evaluate.wallclock.prompts=0", "evaluate.wallclock.prompts")],  # the tiny recipe's r = 1 suits pre heads only
 )
 def test_invalid_values_fail_validation_naming_the_key(override, key):

@@ -38,7 +38,6 @@ from ahconf.schema.common import (
 )
 from ahconf.schema.evaluate import (
     LEVER_NAMES,
-    RENAMED,
     BatchAxisConfig,
     EvaluateConfig,
     HFConfig,
@@ -58,7 +57,7 @@ from ahconf.schema.train import DEFAULT_MIXING_R, HeadTrainConfig, LoggerConfig,
 
 __all__ = [
     "COST_SOURCES", "DEFAULT_MIXING_R", "ENGINES", "FEATURE_DRAFT_ROLE", "HEAD_KINDS", "LEVER_NAMES", "LOGGERS",
-    "PREVIOUS_FEATURE_DRAFT_ROLE", "REAL_PREFIX", "REAL_ROLES", "RENAMED", "ROLES", "SPLITS", "TIMINGS",
+    "PREVIOUS_FEATURE_DRAFT_ROLE", "REAL_PREFIX", "REAL_ROLES", "ROLES", "SPLITS", "TIMINGS",
     "TRUNCATION", "ZOO_PREFIX", "BatchAxisConfig", "CollectConfig", "CollectJob", "Config", "ConfigError",
     "CostConfig", "EvaluateConfig", "EvaluateJob", "HFConfig", "HeadTrainConfig", "LatencyConfig",
     "LoggerConfig", "LossConfig", "ModelSpec", "ModelsConfig", "OptimConfig", "PathsConfig", "PromptsConfig",

@@ -1,14 +1,12 @@
 """The evaluation stage's config: ``accept_heads.evaluate`` (and the levers it tries).
 
 :class:`EvaluateConfig` nests one sub-config per part of the evaluation that has several settings
-(``evaluate.wallclock.*``, ``evaluate.batch_axis.*``, ``evaluate.latency.*``, ``evaluate.hf.*``, ``evaluate.grids``);
-the flat names they replaced are read for one release (:data:`RENAMED`), each with a one-line notice.
+(``evaluate.wallclock.*``, ``evaluate.batch_axis.*``, ``evaluate.latency.*``, ``evaluate.hf.*``, ``evaluate.grids``).
 """
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from ahconf.schema.common import ConfigError, _choice, _rule_check, rule_names
@@ -88,19 +86,6 @@ class HFConfig:
             raise ConfigError("every evaluate.hf.k value must be >= 1")
 
 
-#: The flat names of the evaluation's settings before they nested, each read as its new place (``group.field``)
-#: for one release with a one-line notice.
-RENAMED = {
-    "fixed_k": "grids.fixed", "confidence_taus": "grids.confidence",
-    "wallclock_sets": "wallclock.sets", "wallclock_prompts": "wallclock.prompts",
-    "wallclock_rules": "wallclock.rules", "wallclock_threads": "wallclock.threads",
-    "batch_sizes": "batch_axis.sizes", "batch_prompts": "batch_axis.prompts",
-    "batch_costs_refresh": "batch_axis.costs_refresh", "batch_rules": "batch_axis.rules",
-    "latency_lengths": "latency.lengths", "latency_repeats": "latency.repeats",
-    "hf_baselines": "hf.baselines", "hf_k": "hf.k", "hf_sets": "hf.sets",
-}
-
-
 @dataclass
 class EvaluateConfig:
     """``python -m accept_heads.evaluate``: every policy × rule × prompt set; defaults sized for the tiny trio.
@@ -149,40 +134,8 @@ class EvaluateConfig:
     # and the wall clock): each process compiles its graphs once (frozen graphs skip inductor's disk cache);
     # batches decode eager
     compile: bool = False
-    # the old flat names (RENAMED), read as their nested fields for one release
-    fixed_k: Optional[List[int]] = None
-    confidence_taus: Optional[List[float]] = None
-    wallclock_sets: Optional[List[str]] = None
-    wallclock_prompts: Optional[int] = None
-    wallclock_rules: Optional[List[str]] = None
-    wallclock_threads: Optional[int] = None
-    batch_sizes: Optional[List[int]] = None
-    batch_prompts: Optional[int] = None
-    batch_costs_refresh: Optional[bool] = None
-    batch_rules: Optional[List[str]] = None
-    latency_lengths: Optional[int] = None
-    latency_repeats: Optional[int] = None
-    hf_baselines: Optional[bool] = None
-    hf_k: Optional[List[int]] = None
-    hf_sets: Optional[List[str]] = None
-
-    def _read_renamed(self) -> None:
-        """Move each old flat name's value to its nested field, with a one-line notice (the old one left None)."""
-        for old, new in RENAMED.items():
-            value = getattr(self, old)
-            if value is None:
-                continue
-            print(f"note: evaluate.{old} is now evaluate.{new} (the old name is read for this release)",
-                  file=sys.stderr)
-            group, name = new.split(".")
-            if group == "grids":
-                self.grids = {**self.grids, name: [float(v) for v in value]}
-            else:
-                setattr(self, group, replace(getattr(self, group), **{name: value}))  # checks it again
-            setattr(self, old, None)
 
     def __post_init__(self) -> None:
-        self._read_renamed()
         for name in self.rules or []:
             _choice("evaluate.rules", name, rule_names())
         for name in self.levers:
