@@ -10,8 +10,8 @@ anywhere, and imports with the training stack hidden. The development tools (``d
 nothing imports them. Test code reaches other test code one way, ``from tests.helpers.<module> import ...``, and a
 conftest file holds fixtures only. Inside accept_heads the stages hand files, not imports: nothing outside the
 evaluation and its entry point imports accept_heads.evaluation, and accept_heads.measure (what they share) imports
-neither stage. Below model_build, two declared modules load another by name: runtime.schemes (the resolvers of
-``zoo:`` / ``real:`` ids, which model_build defines) and data_gen.renamed (the builders' old command names).
+neither stage. Below model_build, one declared module loads another by name: runtime.schemes (the resolvers of
+``zoo:`` / ``real:`` ids, which model_build defines).
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ def test_the_checks_report_upward_imports_a_cycle_and_the_training_stack(tmp_pat
 
 
 #: The modules below model_build that load another by name, and the package what they load lives in.
-BY_NAME = {"runtime/schemes.py": "model_build", "data_gen/renamed.py": "model_build"}
+BY_NAME = {"runtime/schemes.py": "model_build"}
 BY_NAME_TOOLS = ("importlib", "importlib.import_module", "importlib.__import__", "runpy")  # (importlib.util: no)
 
 
