@@ -75,7 +75,7 @@ from ahconf.schema import ConfigError, EvaluateJob
 from data_gen.prompts import check_prompt_choices
 from decode.artifacts.version import code_version
 from decode.costs import CostModel
-from decode.feature_draft import is_feature_draft
+from decode.drafts import drafter_of
 from decode.head import AcceptanceHead
 from runtime.models import Trio
 
@@ -216,7 +216,7 @@ def evaluate(job: EvaluateJob) -> Results:
     notes: dict[str, str] = {}
     executor = Executor.build(job, notes)
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
-    plan = plan.loaded(device, is_feature_draft(trio.draft), notes)
+    plan = plan.loaded(device, drafter_of(trio.draft), notes)
     rules, axis_rules = list(plan.rules), list(plan.axis_rules)
     check_recorded_thresholds(job, artifacts)
     unused = unmatched(job.rules, artifacts, rules)

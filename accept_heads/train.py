@@ -59,7 +59,7 @@ from data_gen.manifest import CollectionManifest, read_manifest
 from data_gen.prompts import check_prompt_choices
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, tokenizer_hash
 from decode.artifacts.serialization import load_head, load_profile, save_head, save_profile
-from decode.feature_draft import is_feature_draft
+from decode.drafts import drafter_of
 from decode.head import DEPTH_FEATURE, PRE_FEATURES, AcceptanceHead, HeadConfig
 from decode.head_config import PREVIOUS_TOKEN, REQUEST_FEATURE, ROUND_FEATURE, TOP_K_FEATURES
 from decode.rules import Rule
@@ -176,10 +176,11 @@ def head_architecture(head: HeadTrainConfig, hidden_size: int, depths: int = 1, 
                       vocab_size=vocab_size if head.markov_rank else 0)
 
 
-def check_feature_draft_head(head: HeadTrainConfig) -> None:
-    """A feature draft's head is a ``pre`` head on the target's own prefix (its rounds are its candidates' prefix)."""
+def check_round_head(head: HeadTrainConfig, kind: str) -> None:
+    """A depth-dependent draft's head is a ``pre`` head on the target's own prefix (its rounds are its candidates'
+    prefix)."""
     if head.timing != "pre" or head.mixing_r != 1:
-        raise ConfigError("a feature draft's head reads the state that produced q at each depth of a round, along "
+        raise ConfigError(f"a {kind} draft's head reads the state that produced q at each depth of a round, along "
                           "the target's own prefix: set head.timing=pre and head.mixing_r=1")
 
 
@@ -207,20 +208,21 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
     ctx = data_context(job)
     L.seed_everything(job.seed, workers=True, verbose=False)
     draft, tokenizer = load_draft(job, ctx.manifest)
-    depths, feature_draft = 1, is_feature_draft(draft)
-    if feature_draft:
-        check_feature_draft_head(job.head)
+    kind = drafter_of(draft)
+    depths = 1
+    if kind.depth_dependent:
+        check_round_head(job.head, kind.name)
         depths = label_depths(job.paths.data_dir, ctx.rule)
     arch = head_architecture(job.head, draft.config.get_text_config(decoder=True).hidden_size, depths,
                              ctx.manifest.vocab_size)
     head = AcceptanceHead(arch)
     feature_sampling = ctx.rule.transform(ctx.sampling)
-    target = load_model(job.models.target, job.paths.zoo_dir, draft_dtype(job.trainer))[0] if feature_draft else None
+    target = load_model(job.models.target, job.paths.zoo_dir, draft_dtype(job.trainer))[0] if kind.reads_target else None
     encoder = head_encoder(draft, arch, feature_sampling, ctx.manifest.vocab_size, target)
     cache = None
     if job.trainer.feature_cache:
         cache = {"draft": job.models.draft.id, "revision": job.models.draft.revision,
-                 **({"target": job.models.target.id} if feature_draft else {}),
+                 **({"target": job.models.target.id} if kind.reads_target else {}),
                  "dtype": draft_dtype(job.trainer), "arch": {**arch.to_dict(), "depth": None},
                  "feature_sampling": feature_sampling.to_dict(), "candidate_rule": ctx.rule.name,
                  "mixing_r": job.head.mixing_r, "loss_everywhere": loss_everywhere(arch.timing),

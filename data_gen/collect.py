@@ -43,7 +43,7 @@ from data_gen.manifest import MANIFEST_VERSION, CollectionManifest, SplitProgres
 from data_gen.prompts import check_prompt_choices, split_prompts
 from data_gen.responses import GivenResponse, ResponsesSource
 from data_gen.shards import MANIFEST_FILE, claim_directory, complete_shards, write_json_atomic, write_shard
-from decode.feature_draft import is_feature_draft
+from decode.drafts import drafter_of
 from decode.json_types import JSONDict
 from decode.loops.prompt_input import pad_id
 from decode.loops.runner import context_length as models_context
@@ -101,11 +101,11 @@ class Labeller:
     label_columns: dict
     companion_rules: list
     seed: int
-    depths: int = 1  # depths of a round labelled (a feature draft's q depends on it; any other draft's does not)
+    depths: int = 1  # depths of a round labelled (more than one where the draft kind's q depends on the depth)
 
     @classmethod
     def for_job(cls, trio: Trio, job: CollectJob) -> Labeller:
-        depths = job.collect.depths if is_feature_draft(trio.draft) else 1
+        depths = drafter_of(trio.draft).labelled_depths(job.collect.depths)
         return cls(trio, Sampling(**asdict(job.sampling)), label_rules(job.rules), indicator_rules(job.rules),
                    job.seed, depths)
 
@@ -151,12 +151,13 @@ class Labeller:
 
         The draft's candidates come from each prompt's own ``"draft"`` stream, so they depend on the
         prompt and the draft's logits only, not on how (or with whom) the response was produced.
-        A feature draft is labelled at every depth of a round (:func:`data_gen.generation.round_depth_logits`):
+        A depth-dependent draft (a feature draft) is labelled at every depth of a round
+        (:func:`data_gen.generation.round_depth_logits`):
         depth 1 in the usual columns, depth ``d > 1`` in :func:`data_gen.labels.depth_columns` (candidates from the
         stream ``"draft@d<d>"``, no companion indicators).
         """
         trio = self.trio
-        if self.depths > 1:
+        if drafter_of(trio.draft).depth_dependent:
             depth_logits = round_depth_logits(trio.target, trio.draft, batch, trio.vocab, self.depths)
         else:
             depth_logits = [teacher_forced_logits(trio.draft, batch, trio.vocab)]

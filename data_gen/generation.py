@@ -23,7 +23,7 @@ from torch import Generator, Tensor
 from transformers import PreTrainedModel
 
 from decode.compile.batch_steps import BatchSteps
-from decode.feature_draft import FeatureDraftForCausalLM, teacher_forced_rounds
+from decode.drafts import drafter_of
 from decode.loops.prompt_input import left_pad
 from decode.sampling import Sampling
 
@@ -172,13 +172,13 @@ def teacher_forced_logits(model: PreTrainedModel, batch: Batch, vocab: int) -> T
 
 
 @torch.inference_mode()
-def round_depth_logits(target: PreTrainedModel, draft: FeatureDraftForCausalLM, batch: Batch, vocab: int,
+def round_depth_logits(target: PreTrainedModel, draft: PreTrainedModel, batch: Batch, vocab: int,
                        depths: int) -> list[Tensor]:
-    """``[B, T, vocab]`` logits of a feature draft predicting each response token at depths ``1 .. depths`` of a
-    round (:func:`decode.feature_draft.depth_hidden`): depth 1 is :func:`teacher_forced_logits`' counterpart."""
+    """``[B, T, vocab]`` logits of a depth-dependent draft predicting each response token at depths ``1 .. depths`` of
+    a round (:meth:`decode.drafts.Drafter.round_states`): depth 1 is :func:`teacher_forced_logits`' counterpart."""
     ids = batch.input_ids.to(target.device)
     mask = batch.attention_mask.to(target.device)
     width = batch.response_width
     head = draft.get_output_embeddings()
-    return [head(hidden[:, -width - 1:-1])[..., :vocab] for hidden in teacher_forced_rounds(target, draft, ids, mask,
-                                                                                             depths)]
+    states = drafter_of(draft).round_states(target, draft, ids, mask, depths)
+    return [head(hidden[:, -width - 1:-1])[..., :vocab] for hidden in states]

@@ -21,7 +21,7 @@ from torch import nn
 def cache_keyword(model_class: type[nn.Module]) -> str:
     """``cache`` if ``model_class.forward`` takes it, else ``past_key_values``.
 
-    A forward that passes its keyword arguments on (``**kwargs``, e.g. :class:`decode.feature_draft`'s) names
+    A forward that passes its keyword arguments on (``**kwargs``, e.g. :class:`decode.drafts.feature_model`'s) names
     neither: the first class up the MRO whose forward names one decides.
     """
     for cls in model_class.__mro__:

@@ -27,7 +27,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from decode.cache_api import cache_kwargs, drop_last
-from decode.feature_draft import is_feature_draft
+from decode.drafts import drafter_of
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -104,26 +104,19 @@ def random_ids(model: PreTrainedModel, shape: tuple[int, ...], generator: torch.
     return torch.randint(vocab, shape, generator=generator).to(model.device)
 
 
-def forward_inputs(model: PreTrainedModel, ids: Tensor) -> dict[str, Tensor]:
-    """What a timed forward of ``model`` feeds: the tokens, and for a feature draft features of its width (zeros:
-    what it reads does not change what it computes)."""
-    if not is_feature_draft(model):
-        return {"input_ids": ids}
-    return {"input_ids": ids, "features": ids.new_zeros((*ids.shape, model.config.hidden_size), dtype=model.dtype)}
-
-
 class CachedForward:
     """``model`` with a KV cache holding ``context`` (``[B, C]`` ids); a call feeds ``tokens`` (``[B, w]``) and cuts
     the cache back to the context (sliding-window layers record their past, so that they can be cut back)."""
 
     def __init__(self, model: PreTrainedModel, context: Tensor) -> None:
-        self.model = model
+        self.model, self.kind = model, drafter_of(model)
         self.cache = DynamicCache(config=model.config)
         self.cache.activate_past_recording()
-        model(**forward_inputs(model, context.to(model.device)), **cache_kwargs(model, self.cache), logits_to_keep=1)
+        model(**self.kind.forward_inputs(model, context.to(model.device)), **cache_kwargs(model, self.cache),
+              logits_to_keep=1)
 
     def __call__(self, tokens: Tensor) -> None:
-        self.model(**forward_inputs(self.model, tokens), **cache_kwargs(self.model, self.cache))
+        self.model(**self.kind.forward_inputs(self.model, tokens), **cache_kwargs(self.model, self.cache))
         drop_last(self.cache, tokens.shape[1])
 
 

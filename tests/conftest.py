@@ -67,7 +67,7 @@ def micro_feature_draft(micro_trio, tmp_path_factory) -> Path:
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
-    from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM
+    from decode.drafts.feature_model import FeatureDraftConfig, FeatureDraftForCausalLM
 
     target = AutoConfig.from_pretrained(micro_trio["target"])
     torch.manual_seed(4)

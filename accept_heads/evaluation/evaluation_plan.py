@@ -1,7 +1,7 @@
 """What one evaluation does, fixed before it decodes: a frozen record computed from its validated config.
 
 :func:`plan_evaluation` reads the config; :meth:`EvaluationPlan.loaded` adds what the loaded models decide (the
-device's worker count, no HF baseline for a feature draft) and :meth:`EvaluationPlan.with_fixed_grid` the fixed-K
+device's worker count, no HF baseline for a draft kind transformers' assistant loop cannot run) and :meth:`EvaluationPlan.with_fixed_grid` the fixed-K
 grid grown on dev. Each returns a new plan whose ``job`` is a new config where it differs: the caller's config is
 never written.
 """
@@ -15,10 +15,8 @@ from accept_heads.evaluation.executor import default_workers
 from accept_heads.evaluation.plan import eval_rules
 from accept_heads.measure.families import check_grids
 from ahconf.schema import EvaluateJob
+from decode.drafts import Drafter
 from decode.policy_specs import FixedSpec
-
-HF_FEATURE_DRAFT = ("no HF assisted-generation baseline: transformers' assistant loop cannot feed a feature draft "
-                    "the target's features")
 
 
 @dataclass(frozen=True)
@@ -30,13 +28,14 @@ class EvaluationPlan:
     axis_rules: tuple[str, ...]  # the batch axis's rules (empty: no batch axis)
     workers: int | None  # decoding processes (None: one per usable core on CPU, 1 on a GPU, once the device is known)
 
-    def loaded(self, device: str, feature_draft: bool, notes: dict[str, str]) -> EvaluationPlan:
-        """The plan once the models are loaded on ``device``: its workers resolved, and no HF baseline when the
-        draft is a feature draft (noted in ``notes``)."""
+    def loaded(self, device: str, kind: Drafter, notes: dict[str, str]) -> EvaluationPlan:
+        """The plan once the models are loaded on ``device``: its workers resolved, and no HF baseline when
+        transformers' assistant loop cannot run the draft's ``kind`` (noted in ``notes``)."""
         plan = replace(self, workers=self.workers if self.workers is not None else default_workers(device))
         e = plan.job.evaluate
-        if e.hf.baselines and feature_draft:
-            notes["hf_baselines"] = HF_FEATURE_DRAFT
+        if e.hf.baselines and not kind.assisted_generation:
+            notes["hf_baselines"] = (f"no HF assisted-generation baseline: transformers' assistant loop cannot run a "
+                                     f"{kind.name} draft")
             plan = replace(plan, job=replace(plan.job, evaluate=replace(e, hf=replace(e.hf, baselines=False))))
         return plan
 

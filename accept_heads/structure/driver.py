@@ -18,7 +18,7 @@ from ahconf.schema import StructureJob
 from data_gen.collect import Labeller
 from data_gen.shards import write_json_atomic
 from decode.artifacts.version import code_version
-from decode.feature_draft import is_feature_draft
+from decode.drafts import drafter_of
 from decode.rules import Rule
 from decode.sampling import Sampling
 from runtime.models import Trio, load_trio
@@ -56,7 +56,7 @@ def measure_structure(job: StructureJob) -> list[Structure]:
     sampling = Sampling(**asdict(job.sampling))
     rules = [build_rule(name, job.rules) for name in (job.evaluate.rules or job.rules.names)]
     depths = job.collect.depths
-    labelled_depths = depths if is_feature_draft(trio.draft) else 1
+    labelled_depths = drafter_of(trio.draft).labelled_depths(depths)
     results = []
     for prompts in prompt_sets(job, trio):
         for greedy in sorted({rule.transform(sampling).greedy for rule in rules}):

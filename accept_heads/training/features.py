@@ -14,8 +14,9 @@ only computed where a ``pre`` head needs ``q_t``.
   same candidate). Those were computed at the *unmixed* (true) prefix during collection: an
   approximation on top of token mixing.
 
-A feature draft (:class:`RoundFeatures`) is read at every depth of a round along the target's own prefix: the
-target's features from one forward, then :func:`decode.feature_draft.depth_hidden`; a ``pre`` head's input at
+A depth-dependent draft, such as a feature draft (:class:`RoundFeatures`), is read at every depth of a round along the
+target's own prefix (:meth:`decode.drafts.Drafter.round_states`: a feature draft's reads the target's features from
+one forward, then :func:`decode.drafts.feature_model.depth_hidden`); a ``pre`` head's input at
 depth ``d`` is the draft's output that produced ``q_t`` at that depth, plus the candidate's features there and its
 ``depth`` (``docs/design.md`` §8), and the round so far is the summed ``log q`` of the candidates before it at
 their own depths (:func:`round_so_far`).
@@ -27,7 +28,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, teacher_forced_rounds
+from decode.drafts import Drafter, drafter_of
 from decode.head import HeadConfig as ArchConfig
 from decode.head import candidate_log_q, head_features
 from decode.head_config import REQUEST_FEATURE, ROUND_FEATURE
@@ -90,19 +91,21 @@ class DraftFeatures:
 
 
 class RoundFeatures(DraftFeatures):
-    """Frozen target + feature draft → ``(hidden [M, D, H], features [M, D, F])`` at the ``loss_mask`` positions, one
-    per depth ``1 .. D = arch.depths`` of a round (``pre`` heads only; candidates ``[B, W, D]`` in the batch)."""
+    """Frozen target + depth-dependent draft → ``(hidden [M, D, H], features [M, D, F])`` at the ``loss_mask``
+    positions, one per depth ``1 .. D = arch.depths`` of a round (``pre`` heads only; candidates ``[B, W, D]`` in the
+    batch)."""
 
-    def __init__(self, target: PreTrainedModel, draft: FeatureDraftForCausalLM, arch: ArchConfig,
+    def __init__(self, target: PreTrainedModel | None, draft: PreTrainedModel, kind: Drafter, arch: ArchConfig,
                  feature_sampling: Sampling, vocab: int) -> None:
         if arch.timing != "pre":
-            raise ValueError("a feature draft's head reads the state that produced q at each depth: timing='pre'")
+            raise ValueError(f"a {kind.name} draft's head reads the state that produced q at each depth: timing='pre'")
         super().__init__(draft, arch, feature_sampling, vocab)
-        self.target = target.eval().requires_grad_(False)
+        self.kind = kind
+        self.target = target.eval().requires_grad_(False) if target is not None else None
 
     def to(self, device: torch.device | str) -> RoundFeatures:
         """Move the target and the draft (no-op when they are already there)."""
-        if self.target.device != torch.device(device):
+        if self.target is not None and self.target.device != torch.device(device):
             self.target.to(device)
         super().to(device)
         return self
@@ -111,8 +114,8 @@ class RoundFeatures(DraftFeatures):
     def __call__(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
         device = self.device
         depths = self.arch.depths
-        outputs = teacher_forced_rounds(self.target, self.draft, batch["input_ids"].to(device),
-                                        batch["attention_mask"].to(device), depths)
+        outputs = self.kind.round_states(self.target, self.draft, batch["input_ids"].to(device),
+                                         batch["attention_mask"].to(device), depths)
         rows, positions = batch["loss_mask"].to(device).nonzero(as_tuple=True)
         hidden = torch.stack([h[rows, positions - 1] for h in outputs], dim=1)  # [M, D, H]
         q = self.feature_sampling.feature_probs(self.q_logits(hidden))
@@ -148,9 +151,11 @@ def round_so_far(log_q: Tensor, rows: Tensor, positions: Tensor, shape: torch.Si
 
 def head_encoder(draft: PreTrainedModel, arch: ArchConfig, feature_sampling: Sampling, vocab: int,
                  target: PreTrainedModel | None = None) -> DraftFeatures:
-    """What turns a batch into a head's inputs: the draft alone, or a feature draft fed by ``target``."""
-    if not is_feature_draft(draft):
+    """What turns a batch into a head's inputs: the draft alone, or a depth-dependent draft read along ``target``'s
+    rounds."""
+    kind = drafter_of(draft)
+    if not kind.depth_dependent:
         return DraftFeatures(draft, arch, feature_sampling, vocab)
-    if target is None:
-        raise ValueError("a feature draft's head inputs need the target's features: pass the target")
-    return RoundFeatures(target, draft, arch, feature_sampling, vocab)
+    if target is None and kind.reads_target:
+        raise ValueError(f"a {kind.name} draft's head inputs need the target's forward: pass the target")
+    return RoundFeatures(target, draft, kind, arch, feature_sampling, vocab)

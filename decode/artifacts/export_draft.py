@@ -18,7 +18,7 @@ import transformers
 from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, quiet_hub_logs
 from decode.artifacts.speculators import FORMAT, SpeculatorsError, export_speculators, load_speculators
-from decode.feature_draft import FeatureDraftForCausalLM, feature_reads, target_features
+from decode.drafts.feature_model import FeatureDraftForCausalLM, feature_reads, target_features
 
 CHECK_TOKENS = 64  # positions of the round-trip check
 

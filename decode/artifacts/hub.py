@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-import decode.feature_draft  # registers the feature draft with the Auto classes
+import decode.drafts.feature_model  # registers the feature draft with the Auto classes
 import decode.subset_vocab  # noqa: F401  (registers the reduced-vocabulary draft with the Auto classes)
 from decode.artifacts.gguf import GGUFError, converted_dir, is_gguf
 

@@ -39,7 +39,8 @@ from transformers import LlamaConfig, PretrainedConfig, PreTrainedModel
 
 from decode.artifacts.gguf import file_sha256
 from decode.artifacts.version import code_version
-from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM, is_feature_draft
+from decode.drafts import drafter_of
+from decode.drafts.feature_model import FeatureDraftConfig, FeatureDraftForCausalLM
 
 FORMAT = "speculators"
 CONFIG_FILE = "config.json"
@@ -97,10 +98,11 @@ def check_target(config: FeatureDraftConfig, target: TargetShape) -> None:
 
 def check_exportable(draft: PreTrainedModel) -> FeatureDraftForCausalLM:
     """``draft`` as a feature draft vLLM's eagle3 loads; else one line naming what to train instead."""
-    if not is_feature_draft(draft):
+    kind = drafter_of(draft)
+    if kind.vllm_method != "eagle3":
         raise SpeculatorsError(f"{type(draft).__name__} is not a feature draft: vLLM's eagle3 method loads EAGLE-3 "
-                               "drafts (python -m model_build.feature_draft --first-layer eagle3); a stock draft "
-                               "serves with vLLM's draft_model method as it is")
+                               "drafts (python -m model_build.feature_draft --first-layer eagle3); a "
+                               f"{kind.name} draft serves with vLLM's {kind.vllm_method} method as it is")
     if draft.config.first_layer != "eagle3":
         raise SpeculatorsError(
             "this feature draft's first layer is this project's fc (a projection of the token and its feature), which "

@@ -28,7 +28,7 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from decode.cache_api import cache_kwargs, drop_last
-from decode.loops.feature_feed import FeatureTape
+from decode.drafts import TargetObserver
 from decode.loops.runner import RunnerBase
 
 Layout = Literal["holes", "compact"]
@@ -44,17 +44,18 @@ class BatchRunner(RunnerBase):
     ``row_calls[r]`` the forwards that fed buffer row ``r`` at least one token (what a batch-1
     decode of that row would have made). With ``capture_hidden``
     the final hidden states of the kept positions (the LM head's input) are recorded in
-    :attr:`hidden` ``[rows, keep, H]``. With a ``tape`` (the target of a feature draft) every forward writes the
-    features of the positions it read, and a rollback trims it (:mod:`decode.loops.feature_feed`).
+    :attr:`hidden` ``[rows, keep, H]``. With an ``observer`` (the target of a draft kind that reads it,
+    :class:`decode.drafts.DraftFeed`) every forward reports its hidden states of the positions it read, and every
+    rollback the lengths kept.
     """
 
     def __init__(
         self, model: PreTrainedModel, vocab: int, rows: int, layout: Layout = "holes", capture_hidden: bool = False,
-        tape: FeatureTape | None = None,
+        observer: TargetObserver | None = None,
     ) -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"unknown cache layout {layout!r}; valid: {', '.join(LAYOUTS)}")
-        self.model, self.vocab, self.layout, self.tape = model, vocab, layout, tape
+        self.model, self.vocab, self.layout, self.observer = model, vocab, layout, observer
         self.cache = DynamicCache(config=model.config)
         if any(type(layer) is not DynamicLayer for layer in self.cache.layers):
             layers = sorted({type(layer).__name__ for layer in self.cache.layers})
@@ -95,6 +96,10 @@ class BatchRunner(RunnerBase):
         """Tokens of buffer row ``row`` in the cache."""
         return self.consumed[self.rows.index(row)]
 
+    def ready(self, row: int) -> bool:
+        """A model fed tokens alone drafts from the first step."""
+        return True
+
     def feed(self, tokens: Tensor, ends: dict[int, int], keep: int, inputs: Tensor | None = None
              ) -> dict[int, Tensor]:
         """Run ``tokens[r, consumed_r : ends[r]]`` for the rows in ``ends`` (others get masked columns only).
@@ -118,7 +123,7 @@ class BatchRunner(RunnerBase):
         row_ids = torch.tensor(self.rows, device=tokens.device)
         input_ids = tokens[row_ids[:, None], positions.to(tokens.device)].to(device)
         extra = {} if inputs is None else {"features": inputs[row_ids[:, None].to(inputs.device), positions]}
-        if self.tape is not None:
+        if self.observer is not None:
             extra["output_hidden_states"] = True
         self.mask = torch.cat([self.mask, new_mask], dim=1)
         out = self.model(
@@ -129,15 +134,15 @@ class BatchRunner(RunnerBase):
             logits_to_keep=keep,
             **extra,
         )
-        features = self.tape.fused(out.hidden_states) if self.tape is not None else None
+        if self.observer is not None:
+            self.observer.seen(out.hidden_states, {row: (index[row], self.consumed[index[row]], counts[index[row]])
+                                                   for row in ends if counts[index[row]]})
         self.calls += 1
         self.shapes.append((len(self.rows), w))
         logits = out.logits[..., : self.vocab].float()
         result: dict[int, Tensor] = {}
         for row in ends:
             b = index[row]
-            if features is not None and counts[b]:
-                self.tape.write(row, self.consumed[b], features[b, w - counts[b]:])
             self.consumed[b] += counts[b]
             if counts[b]:
                 self.row_calls[row] += 1
@@ -154,8 +159,8 @@ class BatchRunner(RunnerBase):
         for b, row in enumerate(self.rows):
             if row in lengths:
                 keep[b] = min(keep[b], lengths[row])
-                if self.tape is not None:
-                    self.tape.truncate(row, keep[b])
+                if self.observer is not None:
+                    self.observer.forget(row, keep[b])
         if keep != self.consumed:
             limit = torch.tensor(keep, device=self.device)[:, None]
             self.mask &= self.mask.cumsum(1) <= limit

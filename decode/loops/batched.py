@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from decode.drafts import drafter_of
 from decode.loops.batch_cache import BatchRunner, Layout
 from decode.loops.emit import Emitter, OnTokens
-from decode.loops.feature_feed import draft_runner, feature_tape
 from decode.loops.prompt_input import check_context, prompt_ids
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.policies.base import Policy
@@ -166,16 +166,16 @@ def generate_batch(
         for i, (n, budget, generator_seed) in enumerate(zip(lengths, budgets, seeds))
     ]
     batch = len(rows)
-    tape = feature_tape(decoder.draft, batch, tokens.shape[1])
-    target = BatchRunner(decoder.target, decoder.vocab, batch, layout, tape=tape)
+    feed = drafter_of(decoder.draft).feed(decoder.draft, batch, tokens.shape[1])
+    target = BatchRunner(decoder.target, decoder.vocab, batch, layout, observer=feed.observer)
     draft = BatchRunner(decoder.draft, decoder.vocab, batch, layout,
-                        capture_hidden=policy.needs_hidden or tape is not None)
+                        capture_hidden=policy.needs_hidden or feed.draft_hidden)
     companion = (
         BatchRunner(decoder.companion, decoder.vocab, batch, layout) if policy.companion is not None else None
     )
     try:
         RoundLoop(decoder.rule, decoder.sampling, decoder.eos, policy.batch_plan(), tokens, rows,
-                  Runners(target, draft_runner(draft, tape), companion, tape=tape), Emitter(on_tokens, lengths)).run()
+                  Runners(target, feed.wrap(draft), companion), Emitter(on_tokens, lengths)).run()
     finally:
         draft.close()
     wall = time.perf_counter() - start

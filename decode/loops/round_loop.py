@@ -33,7 +33,6 @@ from torch import Generator, Tensor
 
 from decode.draft_round import Candidate, Decision, DraftRound, DraftStep, Hindsight
 from decode.loops.emit import Emitter
-from decode.loops.feature_feed import FeatureTape
 from decode.policies.base import BatchPlan, Policy
 from decode.rules import Rule, uniform
 from decode.sampling import Sampling
@@ -64,19 +63,23 @@ class Runner(Protocol):
         ...
 
 
+class DraftRunner(Runner, Protocol):
+    """The draft's :class:`Runner`, which also says whether a row can draft yet."""
+
+    def ready(self, row: int) -> bool:
+        """Whether ``row`` can draft this round (e.g. a feature draft's first step is the target's alone)."""
+        ...
+
+
 @dataclass(frozen=True)
 class Runners:
     """The models of a decode, each behind a :class:`Runner`; ``hindsight`` reads the target uncounted (bounds only).
-
-    ``tape``: the target's features a feature draft reads (:mod:`decode.loops.feature_feed`); a row drafts only
-    once the target has read its prompt.
-    """
+    A row drafts once the draft's runner is ready for it (:class:`decode.drafts.DraftFeed`)."""
 
     target: Runner
-    draft: Runner
+    draft: DraftRunner
     companion: Runner | None = None
     hindsight: Runner | None = None
-    tape: FeatureTape | None = None
 
     def __iter__(self) -> Iterator[Runner]:
         return (r for r in (self.target, self.draft, self.companion, self.hindsight) if r is not None)
@@ -319,9 +322,8 @@ class RoundLoop:
         if not self.plan.opens_round([row.policy for row in rows]):
             for row in rows:  # a target-only step
                 row.k = 0
-        tape = self.runners.tape
-        for row in rows if tape is not None else ():
-            if not tape.ready(row.index):  # a feature draft's first step: the target reads the prompt alone
+        for row in rows:
+            if not self.runners.draft.ready(row.index):  # e.g. a feature draft's first step: the target's alone
                 row.k = 0
         self._draft(rows)
         lengths = self.plan.verification_lengths([row.policy for row in rows], [row.state for row in rows])

@@ -10,7 +10,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from decode.cache_api import cache_kwargs, drop_last
 from decode.compile.model import CompiledModel
-from decode.loops.feature_feed import FeatureTape
+from decode.drafts import TargetObserver
 
 
 def vocab_size(model: PreTrainedModel) -> int:
@@ -78,16 +78,16 @@ class ModelRunner(RunnerBase):
     until the next :meth:`rollback`, which crops them and trims them back to the window. A rollback
     therefore cannot go below what the previous one left cached on such layers (:attr:`floor`).
 
-    With a ``tape`` (the target of a feature draft) every forward also writes the target's features of the
-    positions it read into the tape, and a rollback trims it (:mod:`decode.loops.feature_feed`).
+    With an ``observer`` (the target of a draft kind that reads it, :class:`decode.drafts.DraftFeed`) every forward
+    also reports its hidden states of the positions it read, and every rollback the length kept.
     """
 
     def __init__(self, model: PreTrainedModel, vocab: int, capture_hidden: bool = False,
-                 tape: FeatureTape | None = None, compiled: CompiledModel | None = None) -> None:
+                 observer: TargetObserver | None = None, compiled: CompiledModel | None = None) -> None:
         super().__init__(model, capture_hidden and compiled is None)
         self.model = model
         self.vocab = vocab
-        self.tape = tape
+        self.observer = observer
         self.compiled = compiled
         self._keep = 0
         if compiled is None:
@@ -116,7 +116,7 @@ class ModelRunner(RunnerBase):
         ``inputs [1, length, H]``: the feature each buffer position reads, for a feature draft.
         """
         extra = {} if inputs is None else {"features": inputs[:, self.consumed:end]}
-        if self.tape is not None:
+        if self.observer is not None:
             extra["output_hidden_states"] = True
         if self.compiled is None:
             out = self.model(input_ids=tokens[:, self.consumed:end], **cache_kwargs(self.model, self.cache),
@@ -126,8 +126,8 @@ class ModelRunner(RunnerBase):
                 self.cache = self.compiled.acquire(tokens.shape[1])
             out = self.compiled(tokens[:, self.consumed:end], self.cache, keep, **extra)
         self._keep = keep
-        if self.tape is not None:
-            self.tape.write(0, self.consumed, self.tape.fused(out.hidden_states)[0])
+        if self.observer is not None:
+            self.observer.seen(out.hidden_states, {0: (0, self.consumed, end - self.consumed)})
         self.consumed = end
         self.calls += 1
         self._last_charged = True
@@ -156,8 +156,8 @@ class ModelRunner(RunnerBase):
         recurrent linear-attention states).
         """
         name = type(self.model).__name__
-        if self.tape is not None:
-            self.tape.truncate(0, length)
+        if self.observer is not None:
+            self.observer.forget(0, length)
         if length < self.floor:
             raise RuntimeError(
                 f"{name}: cannot roll back to {length} tokens: its sliding-window cache layers dropped the states "
@@ -202,6 +202,10 @@ class OneRow:
     def consumed_of(self, row: int) -> int:
         """Tokens of ``row`` in the cache."""
         return self.runner.consumed
+
+    def ready(self, row: int) -> bool:
+        """A model fed tokens alone drafts from the first step."""
+        return True
 
     def hidden_of(self, row: int) -> Tensor | None:
         return self.runner.hidden

@@ -17,10 +17,10 @@ from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import check_compatibility
 from decode.compile.model import CompiledModel
 from decode.compile.owner import CompiledModels, DecoderForwards
+from decode.drafts import drafter_of
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
 from decode.loops.emit import Emitter, OnTokens
-from decode.loops.feature_feed import draft_runner, feature_tape
 from decode.loops.prompt_input import ROUND_SLACK, id_list, is_batch, token_buffer
 from decode.loops.round_loop import RoundLoop, Row, Runners
 from decode.loops.runner import ModelRunner, OneRow, context_length, vocab_size
@@ -177,16 +177,15 @@ class SpeculativeDecoder:
         policy = self.policy
         policy.reset()
         row = Row(0, policy, generator, max_new_tokens, n)
-        tape = feature_tape(self.draft, 1, tokens.shape[1])
+        feed = drafter_of(self.draft).feed(self.draft, 1, tokens.shape[1])
         fast = self.compiled_models()
         runners = Runners(
-            target=OneRow(ModelRunner(self.target, self.vocab, tape=tape, compiled=fast["target"])),
-            draft=draft_runner(OneRow(ModelRunner(self.draft, self.vocab, compiled=fast["draft"],
-                                                  capture_hidden=policy.needs_hidden or tape is not None)), tape),
+            target=OneRow(ModelRunner(self.target, self.vocab, observer=feed.observer, compiled=fast["target"])),
+            draft=feed.wrap(OneRow(ModelRunner(self.draft, self.vocab, compiled=fast["draft"],
+                                               capture_hidden=policy.needs_hidden or feed.draft_hidden))),
             companion=(OneRow(ModelRunner(self.companion, self.vocab, compiled=fast["companion"]))
                        if policy.companion is not None else None),
             hindsight=OneRow(ModelRunner(self.target, self.vocab)) if policy.needs_hindsight else None,  # uncounted
-            tape=tape,
         )
         try:
             # one prompt decides as alone: the policy's own verification length, no batch plan

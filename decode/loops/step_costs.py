@@ -21,7 +21,8 @@ from decode.batch_costs import CostProfile, measure_batch_costs
 from decode.cache_api import drop_last
 from decode.compile.config import SHORT
 from decode.compile.owner import CompiledModels
-from decode.timing import forward_inputs, machine_class
+from decode.drafts import drafter_of
+from decode.timing import machine_class
 
 CONTEXT = 128  # tokens of cached context every timed forward follows
 
@@ -39,11 +40,12 @@ def compiled_forward(owner: CompiledModels, model: PreTrainedModel,
     (fast,) = compiled
     cache = fast.acquire(context.shape[1] + fast.config.short)
     try:
-        inputs = forward_inputs(model, context.to(model.device))
+        kind = drafter_of(model)
+        inputs = kind.forward_inputs(model, context.to(model.device))
         fast(inputs.pop("input_ids"), cache, 1, **inputs)  # a new cache's first feed runs eager
 
         def forward(tokens: Tensor) -> None:
-            fed = forward_inputs(model, tokens)
+            fed = kind.forward_inputs(model, tokens)
             fast(fed.pop("input_ids"), cache, 1, **fed)
             drop_last(cache, tokens.shape[1])
 

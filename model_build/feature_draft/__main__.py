@@ -13,7 +13,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ahconf.entry import quiet_library_output
 from decode.artifacts.hub import NATIVE_BF16, ModelLoadError, load_causal_lm, load_tokenizer, resolve_dtype
-from decode.feature_draft import FIRST_LAYERS
+from decode.drafts.feature_model import FIRST_LAYERS
 from model_build.model_store import file_hashes
 
 from .build import FeatureRecipe, PromptSource, build_data, build_feature_draft, encoded, shard_plan

@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_gen.prompts import load_prompts
 from decode.artifacts.hub import native_bf16
-from decode.feature_draft import FeatureDraftForCausalLM
+from decode.drafts.feature_model import FeatureDraftForCausalLM
 from model_build.model_store import file_hashes
 from model_build.zoo.build import machine_class
 from runtime.encoding import encode_prompts

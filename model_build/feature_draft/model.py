@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM
+from decode.drafts.feature_model import FeatureDraftConfig, FeatureDraftForCausalLM
 
 #: The draft's own tensors (the rest, its embeddings, are the target's and are never trained or shipped).
 TRAINED_PREFIXES = ("fc.", "fuse.", "feature_norms.", "read_norm.", "model.layers.", "model.norm.", "lm_head.")
@@ -32,7 +32,7 @@ class FeatureDraftShape:
     EAGLE-3 reads a low, a middle and a high layer); ``vocab_subset``: tokens its output layer scores (None:
     all, through the target's tied embeddings); ``head_rank``: that layer's rank (None: full; SlimSpec);
     ``feature_norm``: EAGLE-3.1's norms on every target layer read and on every feature read; ``first_layer``: this
-    project's ``fc`` or EAGLE-3's layer as vLLM loads it (:data:`decode.feature_draft.FIRST_LAYERS`).
+    project's ``fc`` or EAGLE-3's layer as vLLM loads it (:data:`decode.drafts.feature_model.FIRST_LAYERS`).
     """
 
     layers: int = 1

@@ -2,7 +2,7 @@
 
 Per prompt set, along T = 1 responses: ``1 − TV(p, q)`` at depth ``d`` is measured as decoding sees it: the
 draft reads the target's features up to the round's start, then its own outputs for ``d − 1`` steps
-(:func:`decode.feature_draft.depth_hidden`: every round start at once, one forward per depth). Greedy agreement at
+(:func:`decode.drafts.feature_model.depth_hidden`: every round start at once, one forward per depth). Greedy agreement at
 depth 1 is on the target's greedy responses. The old draft's acceptance on the same positions stands beside it. Its
 cost is one single-token forward at batch 1 on a cached context, as a share of the target's, the models taking
 turns.
@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.batch_costs import forward_tables
-from decode.feature_draft import FeatureDraftForCausalLM, depth_hidden, feature_reads, target_features
+from decode.drafts.feature_model import FeatureDraftForCausalLM, depth_hidden, feature_reads, target_features
 from decode.json_types import JSONDict
 from model_build.zoo.realism import RealismCheck, sample_responses
 
@@ -165,7 +165,7 @@ def round_products(overlaps: list[list[float]]) -> list[list[float]]:
 def _rounds(target: PreTrainedModel, draft: FeatureDraftForCausalLM, ids: Tensor, depths: int
             ) -> tuple[Tensor, list[Tensor]]:
     """The target's log p ``[L, V]`` along ``ids [1, L]`` (row ``u`` predicts token ``u + 1``) and the draft's log q
-    ``[L, V]`` at each depth of a round (:func:`decode.feature_draft.depth_hidden`), from one target forward."""
+    ``[L, V]`` at each depth of a round (:func:`decode.drafts.feature_model.depth_hidden`), from one target forward."""
     out = target(ids, output_hidden_states=True)
     mask = torch.ones_like(ids)
     reads = feature_reads(draft.fuse_features(target_features(out.hidden_states, draft.feature_layers)), mask)

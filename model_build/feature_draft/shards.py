@@ -8,7 +8,7 @@ interrupted run keeps every finished shard and redoes only the one it was writin
   exist): shard ``i`` is pass ``i // shards_per_pass`` (its temperature; 0 is greedy) over slice
   ``i % shards_per_pass`` of the prompts;
 * ``teacher-NNNNN.safetensors``: for the same sequences, the target's feature at every position (the hidden
-  states a feature draft reads, :attr:`decode.feature_draft.FeatureDraftConfig.feature_layers`) and its top-k
+  states a feature draft reads, :attr:`decode.drafts.feature_model.FeatureDraftConfig.feature_layers`) and its top-k
   next-token probabilities there. Prompt positions count as well as response ones: the target's distribution is
   the label, not the next token (``docs/design.md`` §8).
 
@@ -35,7 +35,7 @@ from transformers import PreTrainedModel
 
 from data_gen.generation import generate_responses
 from data_gen.memory import release_freed_memory
-from decode.feature_draft import target_features
+from decode.drafts.feature_model import target_features
 from decode.sampling import Sampling
 from runtime.seeding import prompt_seed
 

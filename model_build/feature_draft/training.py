@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from data_gen.schedule import warmup_cosine
-from decode.feature_draft import FeatureDraftForCausalLM, depth_hidden, feature_reads
+from decode.drafts.feature_model import FeatureDraftForCausalLM, depth_hidden, feature_reads
 from decode.subset_vocab import SubsetVocabHead
 
 from .losses import acceptance, distribution_loss, soft_cross_entropy
@@ -219,7 +219,7 @@ def unrolled_hidden(draft: FeatureDraftForCausalLM, ids: Tensor, mask: Tensor, r
                     exact_masks: bool) -> list[Tensor]:
     """The draft's outputs ``[B, L, H]`` at depths ``1 .. depths`` along the target's tokens ``ids [B, L]``.
 
-    ``exact_masks``: decoding's attention (:func:`decode.feature_draft.depth_hidden`); else every depth attends
+    ``exact_masks``: decoding's attention (:func:`decode.drafts.feature_model.depth_hidden`); else every depth attends
     causally over its own pass (earlier positions' keys from the draft's own outputs: how the v1 draft trained).
     """
     if exact_masks:

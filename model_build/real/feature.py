@@ -20,7 +20,7 @@ from transformers import PreTrainedModel
 
 from ahconf.schema import FEATURE_DRAFT_ROLE, PREVIOUS_FEATURE_DRAFT_ROLE
 from decode.artifacts.hub import load_causal_lm, load_tokenizer, resolve_dtype
-from decode.feature_draft import FeatureDraftConfig
+from decode.drafts.feature_model import FeatureDraftConfig
 from model_build.feature_draft.model import assemble_draft
 from model_build.feature_draft.realism import FeatureRealism, measure_feature_realism
 

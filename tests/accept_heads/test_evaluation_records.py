@@ -9,8 +9,9 @@ from dataclasses import asdict, fields
 
 import pytest
 
-from accept_heads.evaluation.evaluation_plan import HF_FEATURE_DRAFT, plan_evaluation
+from accept_heads.evaluation.evaluation_plan import plan_evaluation
 from accept_heads.evaluation.metadata import OPTIONAL, EvaluationMetadata
+from decode.drafts import FeatureDrafter, PlainDrafter
 from tests.helpers.config import compose_config
 
 
@@ -54,8 +55,9 @@ def test_the_plan_never_writes_into_its_config():
     plan = plan_evaluation(job)
     assert plan.rules == ("speculative", "greedy") and plan.axis_rules == ("greedy",) and plan.workers is None
     notes: dict[str, str] = {}
-    loaded = plan.loaded("cpu", feature_draft=True, notes=notes).with_fixed_grid([1, 3, 5, 6])
-    assert not loaded.job.evaluate.hf.baselines and notes == {"hf_baselines": HF_FEATURE_DRAFT}
+    loaded = plan.loaded("cpu", FeatureDrafter(), notes=notes).with_fixed_grid([1, 3, 5, 6])
+    assert not loaded.job.evaluate.hf.baselines and "cannot run a feature draft" in notes["hf_baselines"]
+    assert plan.loaded("cpu", PlainDrafter(), notes={}).job.evaluate.hf.baselines  # negative control
     assert loaded.job.evaluate.grids["fixed"] == [1.0, 3.0, 5.0, 6.0] and loaded.workers >= 1
     assert asdict(job) == asdict(before) and job.evaluate.hf.baselines  # the caller's config as it was
     assert plan.job is job  # nothing to change, nothing copied

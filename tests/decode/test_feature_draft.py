@@ -1,4 +1,4 @@
-"""A feature draft (EAGLE-style, :mod:`decode.feature_draft`) decodes losslessly under every rule and policy.
+"""A feature draft (EAGLE-style, :mod:`decode.drafts.feature_model`) decodes losslessly under every rule and policy.
 
 Exactness is checked as in ``test_exact_distribution`` (the empirical distribution of 3-token continuations
 against the enumerated one, TV bound from honest samples of the same size, negative controls), for one prompt
@@ -20,10 +20,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from decode import Sampling, SpeculativeDecoder, policies, rules
-from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, target_features, teacher_forced_rounds
+from decode.drafts import FeatureDrafter, PlainDrafter, drafter_of
+from decode.drafts.feature import FeatureFed
+from decode.drafts.feature_model import FeatureDraftForCausalLM, target_features, teacher_forced_rounds
 from decode.head import head_features
 from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, HeadConfig
-from decode.loops.feature_feed import FeatureFed
 from tests.helpers.batched import BATCH_BUDGETS, BATCH_PROMPTS, SAMPLE_ROWS, target_greedy, wide_prompts
 from tests.helpers.exact_distribution import (
     LENGTH,
@@ -262,8 +263,8 @@ def test_a_feature_draft_saves_and_loads_with_the_auto_classes(featured_wide, tm
     draft = featured_wide["draft"]
     draft.save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
-    assert is_feature_draft(loaded) and type(loaded).__name__ == FeatureDraftForCausalLM.__name__
-    assert not is_feature_draft(featured_wide["target"])
+    assert isinstance(drafter_of(loaded), FeatureDrafter) and type(loaded).__name__ == FeatureDraftForCausalLM.__name__
+    assert isinstance(drafter_of(featured_wide["target"]), PlainDrafter)
     assert loaded.feature_layers == (1, 2) and loaded.fuse is not None
     ids, features = torch.tensor([[1, 2, 3]]), torch.randn(1, 3, 16)
     with torch.no_grad():

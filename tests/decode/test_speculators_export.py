@@ -17,7 +17,7 @@ from decode.artifacts.speculators import (
     export_speculators,
     load_speculators,
 )
-from decode.feature_draft import feature_reads, target_features
+from decode.drafts.feature_model import feature_reads, target_features
 from tests.helpers.micro_models import micro_feature_draft, micro_lm
 
 SUBSET = [0, 3, 5, 8, 13, 21, 34, 55, 89, 90, 91, 95]  # draft id i scores target id SUBSET[i]

@@ -50,7 +50,7 @@ def micro_feature_draft(target: PreTrainedModel, seed: int, hidden: int = 16, fe
     and ``feature_norm``: the v2 recipe's low-rank subset head and EAGLE-3.1's norms; ``first_layer="eagle3"``:
     EAGLE-3's first layer (``variants``: its ``norm_before_residual`` / ``norm_output``), every norm away from the
     identity."""
-    from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM
+    from decode.drafts.feature_model import FeatureDraftConfig, FeatureDraftForCausalLM
 
     torch.manual_seed(seed)
     layers = feature_layers if feature_layers is not None else (target.config.num_hidden_layers,)
@@ -82,7 +82,7 @@ def incremental_round_logits(target: PreTrainedModel, draft: PreTrainedModel, se
     from transformers import DynamicCache
 
     from decode.cache_api import cache_kwargs, drop_last
-    from decode.feature_draft import target_features
+    from decode.drafts.feature_model import target_features
 
     ids = torch.tensor([sequence])
     hidden_states = target(ids, output_hidden_states=True).hidden_states

@@ -13,7 +13,7 @@ import torch
 from rich.console import Console
 from safetensors.torch import load_file
 
-from decode.feature_draft import feature_reads, target_features
+from decode.drafts.feature_model import feature_reads, target_features
 from model_build.feature_draft.__main__ import shards_table
 from model_build.feature_draft.losses import (
     DISTRIBUTION_LOSSES,

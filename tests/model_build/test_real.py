@@ -20,7 +20,7 @@ from transformers import LlamaForCausalLM
 from decode import Sampling, SpeculativeDecoder, policies, rules
 from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
-from decode.feature_draft import is_feature_draft
+from decode.drafts import FeatureDrafter, drafter_of
 from decode.subset_vocab import SubsetVocabLlamaForCausalLM
 from model_build.feature_draft.__main__ import summary_table as feature_summary_table
 from model_build.feature_draft.build import FeatureRecipe, PromptSource, build_feature_draft
@@ -174,7 +174,7 @@ def test_a_feature_draft_trains_ships_and_installs_with_the_pair(micro_env, tmp_
     for role in ("feature_draft", "feature_draft_previous"):
         name = f"{role}/model.safetensors"
         assert file_sha256(installed.root / name) == record["files"][name]
-        assert is_feature_draft(load_causal_lm(str(installed.path(role)), dtype=torch.float32))
+        assert isinstance(drafter_of(load_causal_lm(str(installed.path(role)), dtype=torch.float32)), FeatureDrafter)
     draft = load_causal_lm(str(installed.path("feature_draft")), dtype=torch.float32)
     decoder = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policies.Fixed(3),
                                  sampling=Sampling(temperature=0.0), eos_token_id=None)

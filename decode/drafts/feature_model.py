@@ -8,7 +8,7 @@ hidden state, then Llama decoder layers, the final norm and an output layer (the
 ``feature_norm`` (EAGLE-3.1) each of the target's layers is RMS-normalised before they are fused, and so is
 every feature the draft reads, the target's or its own fed back (``docs/design.md`` §8). Its own output at ``t`` (the
 output layer's input) is trained to be the target's feature at ``t`` (``docs/design.md`` §8), so it feeds the
-next drafting step. It keeps its own KV cache like any causal LM; :mod:`decode.loops.feature_feed` feeds it.
+next drafting step. It keeps its own KV cache like any causal LM; :mod:`decode.drafts.feature` feeds it (its kind).
 
 Its first layer is this project's (``first_layer="fc"``: ``fc`` into a Llama layer, as above) or EAGLE-3's as vLLM and
 speculators load it (``"eagle3"``, :class:`Eagle3FirstLayer`): attention reads the token's normalised embedding beside
@@ -186,12 +186,6 @@ def featured_keys(attention_mask: Tensor | None, input_ids: Tensor, kwargs: dict
 def first_attended(attention_mask: Tensor) -> Tensor:
     """``[B, keys]``: True at each row's first attended position."""
     return (attention_mask.cumsum(-1) == 1) & attention_mask.bool()
-
-
-def is_feature_draft(model: PreTrainedModel | None) -> bool:
-    """Whether ``model`` is a feature draft (it needs the target's features to draft): by its config's model type,
-    so a copy of this class registered by another import of the package counts too."""
-    return getattr(getattr(model, "config", None), "model_type", None) == MODEL_TYPE
 
 
 def target_features(hidden_states: Sequence[Tensor], layers: Sequence[int]) -> Tensor:

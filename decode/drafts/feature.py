@@ -1,29 +1,39 @@
-"""How a feature draft is fed inside the round loop: the target's features from its own verifying forwards.
+"""The feature draft's kind (:class:`FeatureDrafter`, the model in :mod:`decode.drafts.feature_model`) and how it is
+fed inside the round loop: the target's features from its own verifying forwards.
 
 :class:`FeatureTape` holds, per buffer row and position, the target's feature there (fused to the draft's
-width). The target's runner writes it from every counted forward (``output_hidden_states``; no second target
-forward) and trims it when the target rolls back, so it only ever holds features of committed tokens.
+width). It observes the target's runner: every counted forward reports its hidden states (``output_hidden_states``;
+no second target forward) and every rollback trims it, so it only ever holds features of committed tokens.
 
 :class:`FeatureFed` wraps the draft's runner. Position ``t`` reads the tape's feature of ``t − 1`` where the
 target has read ``t − 1``, else the draft's own output there (the latest drafting step's; ``docs/design.md``
 §8). A rollback keeps only the cache positions that read the target's features, so a round's accepted
 candidates are fed again with the target's features in the next round's first draft forward (as EAGLE does),
-one forward as before. A row's first step is the target's alone (:meth:`FeatureTape.ready`): the draft has no
+one forward as before. A row's first step is the target's alone (:meth:`FeatureFed.ready`): the draft has no
 feature of the prompt before the target has read it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
+from transformers import PreTrainedModel
 
-from decode.feature_draft import FeatureDraftForCausalLM, is_feature_draft, target_features
+from decode.drafts.base import Drafter, DraftFeed, register_drafter
+from decode.drafts.feature_model import (
+    FeatureDraftConfig,
+    FeatureDraftForCausalLM,
+    target_features,
+    teacher_forced_rounds,
+)
 
 
 class FeatureTape:
-    """The target's fused features ``values [rows, length, H]``; ``known[row]``: positions written (a prefix)."""
+    """The target's fused features ``values [rows, length, H]``; ``known[row]``: positions written (a prefix). A
+    :class:`decode.drafts.base.TargetObserver` of the target's runner."""
 
     def __init__(self, draft: FeatureDraftForCausalLM, rows: int, length: int) -> None:
         self.draft = draft
@@ -46,13 +56,15 @@ class FeatureTape:
         self.values[row, start:start + len(features)] = features
         self.known[row] = start + len(features)
 
-    def truncate(self, row: int, length: int) -> None:
+    def seen(self, hidden_states: tuple[Tensor, ...], fed: dict[int, tuple[int, int, int]]) -> None:
+        """Record the features of every row a target forward read (``fed[row] = (b, start, n)``)."""
+        features = self.fused(hidden_states)
+        for row, (b, start, n) in fed.items():
+            self.write(row, start, features[b, features.shape[1] - n:])
+
+    def forget(self, row: int, length: int) -> None:
         """Forget the features past ``length`` (the target rolled back to ``length`` tokens)."""
         self.known[row] = min(self.known[row], length)
-
-    def ready(self, row: int) -> bool:
-        """Whether the draft can draft for ``row``: the target has read its prompt."""
-        return self.known[row] > 0
 
 
 class FeatureFed:
@@ -77,6 +89,10 @@ class FeatureFed:
     @property
     def row_calls(self) -> list[int]:
         return self.inner.row_calls
+
+    def ready(self, row: int) -> bool:
+        """Whether the draft can draft for ``row``: the target has read its prompt."""
+        return self.tape.known[row] > 0
 
     def feed(self, tokens: Tensor, ends: dict[int, int], keep: int) -> dict[int, Tensor]:
         for row, end in ends.items():
@@ -124,11 +140,26 @@ class FeatureFed:
         self.inner.close()
 
 
-def draft_runner(inner, tape: FeatureTape | None):
-    """The draft's runner as the round loop takes it: ``inner`` itself, or fed from ``tape`` (a feature draft)."""
-    return inner if tape is None else FeatureFed(inner, tape)
+@register_drafter
+class FeatureDrafter(Drafter):
+    """A draft that reads the target's features (EAGLE-style, ``docs/design.md`` §8): fed from a :class:`FeatureTape`,
+    its ``q`` depends on the depth in a round, served by vLLM's eagle3 method (an eagle3 first layer)."""
 
+    name = "feature"
+    config_class = FeatureDraftConfig
+    depth_dependent = True
+    reads_target = True
+    assisted_generation = False  # transformers' assistant loop cannot feed it the target's features
+    vllm_method = "eagle3"
 
-def feature_tape(draft, rows: int, length: int) -> FeatureTape | None:
-    """A tape for a feature draft decoding ``rows`` buffer rows of ``length`` positions; None for any other draft."""
-    return FeatureTape(draft, rows, length) if is_feature_draft(draft) else None
+    def feed(self, draft: FeatureDraftForCausalLM, rows: int, length: int) -> DraftFeed:
+        tape = FeatureTape(draft, rows, length)
+        return DraftFeed(observer=tape, draft_hidden=True, wrap=lambda inner: FeatureFed(inner, tape))
+
+    def forward_inputs(self, model: PreTrainedModel, ids: Tensor) -> dict[str, Tensor]:
+        """The tokens and features of the draft's width (zeros: what it reads does not change what it computes)."""
+        return {"input_ids": ids, "features": ids.new_zeros((*ids.shape, model.config.hidden_size), dtype=model.dtype)}
+
+    def round_states(self, target: PreTrainedModel, draft: Any, input_ids: Tensor, attention_mask: Tensor,
+                     depths: int) -> list[Tensor]:
+        return teacher_forced_rounds(target, draft, input_ids, attention_mask, depths)
