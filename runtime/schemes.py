@@ -1,12 +1,11 @@
-"""Model ids with a scheme (``zoo:<role>``, ``real:<pair>/<role>``): the table of their resolvers.
+"""Model ids with a scheme (``zoo:<role>``, ``real:<pair>/<role>``): the resolvers the model builders declare.
 
 A resolver installs models on first use, which is the model builders' work (:mod:`model_build`, a layer above this
-one), so :mod:`runtime.models` cannot import it. This module is the declared plugin table instead: :data:`SCHEMES`
-maps each id prefix to the ``module:function`` that resolves it, imported by name on first use. It is the one place
-below :mod:`model_build` that imports by name, and tests/test_imports.py holds it to that: every entry names a
-resolver of :mod:`model_build` that exists, and no other module of the lower layers imports by name. Every entry
-point that loads models (collection, regeneration, training, evaluation, benchmarks) resolves through this table,
-so none of them has to remember to register a scheme.
+one), so this module names none of them: model_build declares each as a package entry point of the group
+:data:`GROUP` in ``pyproject.toml``, named by its scheme, and this module loads the one an id's scheme asks for on
+first use (tests/test_imports.py checks that every scheme has one, a function of model_build). Every entry point
+that loads models (collection, regeneration, training, evaluation, benchmarks) resolves through here, so none of
+them has to import model_build or register a scheme.
 
 A resolver takes the id without its prefix and the configured ``paths.zoo_dir`` (the zoo's install directory;
 other schemes ignore it) and returns the directory to load, installed and verified.
@@ -14,27 +13,33 @@ other schemes ignore it) and returns the directory to load, installed and verifi
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from functools import cache
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 from ahconf.schema import REAL_PREFIX, ZOO_PREFIX
+from decode.artifacts.hub import ModelLoadError
 
 Resolver = Callable[[str, "str | None"], Path]  # (id without its prefix, paths.zoo_dir) -> directory to load
 
-#: Id prefix -> ``module:function`` of its resolver.
-SCHEMES: dict[str, str] = {
-    ZOO_PREFIX: "model_build.zoo.store:resolve_zoo_id",
-    REAL_PREFIX: "model_build.real.pair_store:resolve_pair_id",
-}
+GROUP = "accept_heads.model_schemes"  # the entry-point group of the resolvers, each named by its scheme
+SCHEMES = (ZOO_PREFIX, REAL_PREFIX)  # the id prefixes the config knows (ahconf.schema)
+
+
+def declared() -> dict[str, EntryPoint]:
+    """Id prefix → the installed entry point of its resolver (:data:`GROUP`)."""
+    return {f"{point.name}:": point for point in entry_points(group=GROUP)}
 
 
 @cache
 def resolver(prefix: str) -> Resolver:
-    """The resolver :data:`SCHEMES` names for ``prefix``, imported on first use."""
-    module, _, name = SCHEMES[prefix].partition(":")
-    return getattr(importlib.import_module(module), name)
+    """The resolver declared for ``prefix``, loaded on first use."""
+    point = declared().get(prefix)
+    if point is None:
+        raise ModelLoadError(f"no resolver of {prefix} ids is installed (entry points {GROUP!r}): install the project "
+                             "again (`make setup`, or `pip install -e .`)")
+    return point.load()
 
 
 def resolve_id(model_id: str, zoo_dir: str | None = None) -> str:

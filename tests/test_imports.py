@@ -10,8 +10,8 @@ anywhere, and imports with the training stack hidden. The development tools (``d
 nothing imports them. Test code reaches other test code one way, ``from tests.helpers.<module> import ...``, and a
 conftest file holds fixtures only. Inside accept_heads the stages hand files, not imports: nothing outside the
 evaluation and its entry point imports accept_heads.evaluation, and accept_heads.measure (what they share) imports
-neither stage. Below model_build, one declared module loads another by name: runtime.schemes (the resolvers of
-``zoo:`` / ``real:`` ids, which model_build defines).
+neither stage. Below model_build nothing loads a module by name: the resolvers of ``zoo:`` / ``real:`` ids reach
+runtime.schemes as package entry points that model_build declares (``pyproject.toml``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {"decode": 0, "ahconf": 1, "runtime": 2, "data_gen": 3, "model_build": 4, "accept_heads": 4, "benchmarks": 5}
@@ -299,8 +301,6 @@ def test_the_checks_report_upward_imports_a_cycle_and_the_training_stack(tmp_pat
     ]
 
 
-#: The modules below model_build that load another by name, and the package what they load lives in.
-BY_NAME = {"runtime/schemes.py": "model_build"}
 BY_NAME_TOOLS = ("importlib", "importlib.import_module", "importlib.__import__", "runpy")  # (importlib.util: no)
 
 
@@ -319,9 +319,9 @@ def by_name_loaders(root: Path) -> list[str]:
     return sorted(found)
 
 
-def test_only_the_declared_modules_load_another_by_name():
-    """An import by name hides an edge from the checks above: below model_build only :data:`BY_NAME` may make one."""
-    assert by_name_loaders(ROOT) == sorted(BY_NAME)
+def test_nothing_below_model_build_loads_a_module_by_name():
+    """An import by name hides an edge from the checks above: below model_build none is made."""
+    assert by_name_loaders(ROOT) == []
 
 
 def test_the_by_name_check_finds_importlib_runpy_and___import__(tmp_path):
@@ -335,15 +335,19 @@ def test_the_by_name_check_finds_importlib_runpy_and___import__(tmp_path):
     assert by_name_loaders(tmp_path) == ["ahconf/b.py", "data_gen/c.py", "decode/a.py"]
 
 
-def test_the_scheme_table_names_resolvers_of_the_model_builders():
-    """Every entry of runtime.schemes.SCHEMES is a function of model_build that exists: ``zoo:`` and ``real:`` ids
-    resolve from every entry point without one importing model_build."""
-    from runtime.schemes import SCHEMES, resolver
+def test_the_model_builders_declare_the_resolver_of_every_scheme():
+    """Every scheme the config knows has a resolver installed as an entry point (``pyproject.toml``), a function of
+    model_build that exists: ``zoo:`` and ``real:`` ids resolve from every entry point without one importing
+    model_build."""
+    from decode.artifacts.hub import ModelLoadError
+    from runtime.schemes import SCHEMES, declared, resolver
 
-    assert sorted(SCHEMES) == ["real:", "zoo:"]
-    for prefix, target in SCHEMES.items():
-        assert target.split(".")[0] == BY_NAME["runtime/schemes.py"], target
-        assert callable(resolver(prefix)), target
+    assert sorted(declared()) == sorted(SCHEMES)
+    for prefix, point in declared().items():
+        assert point.value.split(".")[0] == "model_build", point
+        assert callable(resolver(prefix)), point
+    with pytest.raises(ModelLoadError, match="no resolver of hub: ids is installed"):  # negative control: one line
+        resolver("hub:")
 
 
 def _imported_names(tree: ast.AST) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:

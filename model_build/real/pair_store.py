@@ -292,7 +292,7 @@ def _link_or_copy(source: Path, destination: Path) -> None:
 
 def resolve_pair_id(name: str, zoo_dir: str | None) -> Path:
     """``real:<pair>/<role>`` → that role's directory of the installed pair (the resolver
-    :data:`runtime.schemes.SCHEMES` names; ``zoo_dir`` is the zoo's and not used)."""
+    ``pyproject.toml`` declares for :mod:`runtime.schemes`; ``zoo_dir`` is the zoo's and not used)."""
     pair, _, role = name.partition("/")
     return _installed_root(pair) / role
 

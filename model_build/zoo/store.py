@@ -125,5 +125,5 @@ def _fix_command(root: Path) -> str:
 
 def resolve_zoo_id(role: str, zoo_dir: str | None) -> Path:
     """``zoo:<role>`` → that role's directory of the zoo in ``zoo_dir``, installed on first use (the resolver
-    :data:`runtime.schemes.SCHEMES` names)."""
+    ``pyproject.toml`` declares for :mod:`runtime.schemes`)."""
     return ensure_zoo(zoo_dir).path(role)
