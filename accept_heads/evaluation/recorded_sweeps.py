@@ -7,17 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from accept_heads.evaluation.plan import HEAD_THRESHOLD
 from accept_heads.measure.inputs import Artifacts, PromptSet
 from accept_heads.measure.runs import DecoderRunner, GenerationRecord, Record, RunSpec
 from accept_heads.measure.threshold import SWEEP_FILE, RecordedSweep, SweepKey, prompts_sha256, sweep_settings
 from decode.artifacts.gguf import file_sha256
 from decode.json_types import JSONDict
-from decode.policies.sources import HeadEstimate
-from decode.policies.stops import Threshold
-from decode.policy_specs import source_stop_kind
-
-#: The family of a head stopping at a threshold ``h``: the runs a recorded sweep holds.
-HEAD_KIND = source_stop_kind(HeadEstimate.name, Threshold.name)
 
 
 def recorded_runs(specs: Sequence[RunSpec], artifacts: Artifacts, runner: DecoderRunner, dev: PromptSet,
@@ -29,7 +24,7 @@ def recorded_runs(specs: Sequence[RunSpec], artifacts: Artifacts, runner: Decode
     for spec in specs:
         name = str(spec.artifact)
         path = artifacts.head_files.get(name)
-        if spec.family != HEAD_KIND or spec.set != dev.name or path is None or not (path.parent / SWEEP_FILE).is_file():
+        if spec.family != HEAD_THRESHOLD or spec.set != dev.name or path is None or not (path.parent / SWEEP_FILE).is_file():
             continue
         if name not in sweeps:
             sweeps[name] = RecordedSweep.read(path.parent / SWEEP_FILE), file_sha256(path)

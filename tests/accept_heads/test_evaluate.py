@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -14,7 +15,7 @@ from rich.console import Console
 
 from accept_heads.evaluate import cost_tuples, evaluate
 from accept_heads.evaluation.executor import Executor, runners
-from accept_heads.evaluation.figures import FIGURES
+from accept_heads.evaluation.figures import FIGURES, REFERENCES, draw_league, source_family
 from accept_heads.evaluation.plan import Choice, edge_note, edge_rules, extended_k
 from accept_heads.evaluation.report import cost_lines, league_table
 from accept_heads.evaluation.results import load_results
@@ -107,6 +108,44 @@ def test_every_figure_is_a_drawn_image(evaluated):
         assert min(rgb.shape[:2]) >= 200, name
         saturated = (rgb.max(-1) - rgb.min(-1)) > 0.25
         assert saturated.sum() >= 100, name
+
+
+def league_panels(figure) -> dict[str, list[tuple[str, str, float]]]:
+    """Per panel title, its entries top to bottom: (reference or family, policy, drawn × best fixed K)."""
+    panels = {}
+    for ax in figure.axes:
+        labels = [text.get_text().split(": ") for text in ax.get_yticklabels()]
+        points = [float(container.lines[0].get_xdata()[0]) for container in ax.containers]
+        panels[ax.get_title()] = [(entry, policy, x) for (entry, policy), x in zip(labels, points, strict=True)]
+    return panels
+
+
+def test_the_league_figure_draws_each_familys_best_beside_the_two_references(evaluated):
+    """Per rule and held-out set, the best fixed K, the best training-free source, then one entry per league family in
+    the results: its best source × stop on dev at its dev choice, drawn at its × best fixed K; a family the results
+    lack is not drawn."""
+    _, results = evaluated
+    table = results.table
+    league = family_names(league="learned") + family_names(league="training-free")
+    panels = league_panels(draw_league(results))
+    test = table[(table["set"] == "test") & (table["rule"] == "speculative")]
+    families = list(dict.fromkeys(test.loc[test["family"].isin(league), "family"].map(source_family)))
+    assert {"head", "head-online", "margin", "confidence"} <= set(families)
+    entries = panels["speculative — test"]
+    assert [entry for entry, _, _ in entries] == [*REFERENCES, *families]
+    dev = table[(table["role"] == "dev") & (table["rule"] == "speculative") & at_dev_choice(table)
+                & table["family"].map(source_family).eq("head")]
+    best_head = dev.loc[dev["throughput_cost"].idxmax(), "policy"]
+    (head,) = [(policy, x) for entry, policy, x in entries if entry == "head"]
+    assert head == (best_head, pytest.approx(test.loc[test["policy"] == best_head, "speedup_fixed_cost"].item()))
+    assert entries[0][2] == pytest.approx(1.0)  # the best fixed K against itself
+    held_out = set(table.loc[table["role"] != "dev", "set"])
+    assert len(panels) == len(held_out) * table["rule"].nunique()  # per rule and held-out set
+    assert {title.split(" ")[0] for title in panels} == set(table["rule"])
+
+    without = replace(results, table=table[table["family"].map(source_family) != "head-online"])
+    drawn = {entry for rows in league_panels(draw_league(without)).values() for entry, _, _ in rows}
+    assert "head-online" not in drawn and {"head", *REFERENCES} <= drawn
 
 
 def test_the_table_covers_every_family_rule_set_and_head(evaluated):
@@ -252,10 +291,10 @@ def test_every_registered_policy_kind_is_swept_tabled_and_drawn(evaluated):
     assert batch_only and not table["family"].isin(batch_only).any()  # the batch axis decodes those
     for kind in set(policy_kinds()) - batch_only:
         assert {"dev", "test"} <= set(table.loc[table["family"] == kind, "role"]), kind
-    pareto = FIGURES["pareto"](results)
-    labels = {text.get_text().split("[")[0] for ax in pareto.axes if ax.get_legend()
-              for text in ax.get_legend().get_texts()}
-    assert set(policy_kinds()) - batch_only <= labels
+    pareto = FIGURES["pareto"](results)  # each family's best run: labelled by its policy, e.g. head-goodput[pre]
+    drawn = {source_family(re.split(r"[\[(]", text.get_text())[0]) for ax in pareto.axes if ax.get_legend()
+             for text in ax.get_legend().get_texts()}
+    assert {source_family(kind) for kind in set(policy_kinds()) - batch_only} <= drawn
 
 
 def test_each_head_is_measured_against_the_perfect_predictor_with_its_own_stop_rule():
@@ -387,8 +426,12 @@ def test_an_explicit_evaluate_thresholds_chooses_h_on_dev_over_the_recorded_one(
     overrides = [*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
                  f"paths.head_dir={tmp_path / 'heads'}", "evaluate.rules=[speculative]", "evaluate.hf.baselines=false",
                  "evaluate.figures=false", "evaluate.calibration_rows=0", "evaluate.bounds=false"]
-    with pytest.raises(ConfigError, match=r"head\[post\] records h = 0.5, which head.thresholds \[0.6, 0.9\] lacks"):
+    with pytest.raises(ConfigError, match=r"head\[post\] records h = 0.5, which the heads' dev grid "
+                                          r"head.thresholds=\[0.6, 0.9\] lacks"):
         evaluate(make_config(*overrides, "head.thresholds=[0.6,0.9]").evaluate_job())
+    with pytest.raises(ConfigError, match=r"records h = 0.5, which the heads' dev grid evaluate.grids.head="
+                                          r"\[0.6, 0.9\] lacks"):  # the grid the heads decode, not head.thresholds
+        evaluate(make_config(*overrides, "+evaluate.grids.head=[0.6,0.9]").evaluate_job())
     results = evaluate(make_config(*overrides, "evaluate.thresholds=[0.6,0.9]").evaluate_job())
     heads = [c for c in results.metadata.selection if c["family"] == "head"]
     assert sorted(c["artifact"] for c in heads) == ["post", "pre"] and {c["value"] for c in heads} <= {0.6, 0.9}
