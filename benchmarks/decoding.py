@@ -21,7 +21,7 @@ process (after one compile) and ends with the median and spread of each of our r
 
 ``--batch-sizes`` instead compares batched decoding at each batch size ``B`` on ``B`` prompts of
 different lengths: the target alone (HF ``generate`` on the left-padded batch) against
-``SpeculativeDecoder.generate_batch`` with ``Fixed(k)`` (once per cache layout of ``--layouts``)
+``SpeculativeDecoder.generate`` on the list with ``Fixed(k)`` (once per cache layout of ``--layouts``)
 and, with ``--head``, with a trained SpecDec++ head, and ``Fixed(k)`` decoding the rows one by
 one with ``generate``; calls are (batched) forwards. With ``--goodput`` it compares modelled goodput
 at costs measured on the device instead (:mod:`benchmarks.goodput`).

@@ -4,13 +4,13 @@ revision's decoder (``--against REV``), at batch 1 and at larger batches.
     python -m benchmarks.loops [--target PATH --draft PATH | --random-init {tiny,1b}] [--against REV]
                                [--batch-sizes 1 8] [--prompts 16] [--max-new-tokens 128] [--k 5] [--repeats 3]
 
-At batch 1 it times ``generate(prompt)`` (one row in its own cache) and ``generate_batch([prompt])`` (the batch
-runner's shared cache); at each larger B, ``generate_batch`` on groups of B prompts. With ``--against REV`` the
-``decode`` package of that git revision is exported into a temporary directory (its imports renamed) and its
-``generate`` / ``generate_batch`` run on the same models, prompts and seeds. The methods take turns on every
+At batch 1 it times ``generate(prompt)`` (one row in its own cache) and ``generate([prompt])`` (the batched loop,
+``generate_batch``: the batch runner's shared cache); at each larger B, ``generate`` on groups of B prompts. With
+``--against REV`` the ``decode`` package of that git revision is exported into a temporary directory (its imports
+renamed) and its ``generate`` runs on the same models, prompts and seeds. The methods take turns on every
 prompt (or group) and repeat; the table gives each method's tokens per second and the ratio of its time to the
-reference's per prompt (mean, with a 95 % interval over prompts). The reference is REV's ``generate`` at B = 1
-and its ``generate_batch`` at larger B when given, else this tree's.
+reference's per prompt (mean, with a 95 % interval over prompts). The reference is REV's ``generate`` of one prompt
+at B = 1 and of the group at larger B when given, else this tree's.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def decoder_methods(package: ModuleType, label: str, target, draft, k: int, budg
         return decoder.generate(prompts[0], max_new_tokens=budget, seed=seed).stats.generated
 
     def batched(prompts: list[torch.Tensor], seed: int) -> int:
-        return decoder.generate_batch(prompts, max_new_tokens=budget, seed=seed).totals.tokens
+        return decoder.generate(prompts, max_new_tokens=budget, seed=seed).totals.tokens
 
     if batch == 1:
         return [Method(f"{label} generate", one, []), Method(f"{label} generate_batch", batched, [])]
