@@ -1,7 +1,8 @@
 """Figures of an evaluation, drawn from saved :class:`~accept_heads.evaluation.results.Results` (matplotlib, Agg).
 
-Every ``draw_*`` function returns a :class:`matplotlib.figure.Figure`, or ``None`` when the results
-hold nothing to draw (e.g. no exported head). :func:`draw_all` saves them as PNGs.
+One figure per question. Every ``draw_*`` function returns a :class:`matplotlib.figure.Figure`, or ``None`` when the
+results hold nothing to draw (e.g. no exported head); :func:`draw_all` saves them as PNGs. Runs are coloured by their
+family (:func:`source_family`, :func:`family_color`); legends sit outside the axes.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -20,14 +22,21 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from accept_heads.evaluation.plan import recorded_choices
 from accept_heads.evaluation.reliability import expected_calibration_error, reliability
 from accept_heads.evaluation.results import Results
-from accept_heads.measure.families import families, family_names
-from decode.rules import from_spec
+from accept_heads.evaluation.table import at_dev_choice, best_training_free
+from accept_heads.measure.families import families, family, family_names
+from decode.policy_specs import source_stop_kinds
+from decode.rules import Rule, from_spec
 
 PALETTE = ("teal", "gold", "navy", "crimson", "olive")  # families that declare no colour, in table order
+COST = "cost"  # the cost model's columns (cost.source: the configured pair, or this machine's measured costs)
+THROUGHPUT = f"throughput_{COST}"  # what the best run of a family is chosen by on dev, as the dev choices are
+REFERENCES = ("best fixed K", "best training-free")  # the league's references, first in each of its panels
+MARKERS = "● learned source, ■ training-free source, ▲ bound, ◆ other policy"  # :func:`_marker`
 
 
 def family_color(family: str) -> str:
@@ -39,17 +48,31 @@ def family_color(family: str) -> str:
     return PALETTE[uncoloured.index(family) % len(PALETTE)] if family in uncoloured else "grey"
 
 
-COST = "cost"  # the cost model's columns (cost.source: the configured pair, or this machine's measured costs)
+def source_family(kind: str) -> str:
+    """The family a run of ``kind`` is drawn as: the acceptance source it reads (``head-goodput`` → ``head``), else
+    its kind."""
+    return source_stop_kinds().get(kind, (kind,))[0]
 
 
-def _panels(count: int, width: float = 4.6, height: float = 3.8) -> tuple[Figure, list[Axes]]:
-    columns = min(count, 3)
+def _marker(kind: str) -> str:
+    """A run's marker by its side (:data:`MARKERS`)."""
+    traits = family(kind)
+    return {"learned": "o", "training-free": "s"}.get(traits.league or "", "^" if traits.bound else "D")
+
+
+def _panels(count: int, columns: int = 3, width: float = 4.6, height: float = 3.8) -> tuple[Figure, list[Axes]]:
+    columns = min(count, columns)
     rows = math.ceil(count / columns)
     figure = Figure(figsize=(width * columns, height * rows), layout="constrained")
     axes = figure.subplots(rows, columns, squeeze=False).ravel().tolist()
     for extra in axes[count:]:
         extra.set_visible(False)
     return figure, axes[:count]
+
+
+def _legend_outside(ax: Axes) -> None:
+    """The panel's legend to the right of its axes, never over the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8, frameon=False)
 
 
 def _cost_note(results: Results) -> str:
@@ -65,110 +88,216 @@ def _sweep_set(results: Results) -> str:
     return results.metadata.selection_set
 
 
-def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices of the points not dominated in (x, y), both minimised, sorted by x."""
-    order = np.lexsort((y, x))
-    front, best = [], math.inf
-    for i in order:
-        if y[i] < best:
-            front.append(i)
-            best = y[i]
-    return np.asarray(front, dtype=int)
+def _rule(results: Results, rule: str) -> Rule:
+    """``rule`` as the evaluation configured it."""
+    spec = results.metadata.rule_specs[rule]
+    return from_spec(spec["name"], **spec["params"])
+
+
+def _rule_title(results: Results, rule: str, rule_param: Any) -> str:
+    """``rule``, with its swept parameter's value where the table tells its configurations apart by one."""
+    return rule if pd.isna(rule_param) else f"{rule} ({_rule(results, rule).primary} = {rule_param:g})"
+
+
+def _set_title(table: pd.DataFrame, set_name: str) -> str:
+    role = table.loc[table["set"] == set_name, "role"].iloc[0]
+    return set_name if role == set_name else f"{set_name} ({role.upper() if role == 'ood' else role})"
+
+
+def _key(values: tuple) -> tuple:
+    return tuple(None if pd.isna(v) else v for v in values)
+
+
+def _matching(table: pd.DataFrame, **values: Any) -> pd.Series:
+    """The rows whose columns equal ``values`` (a missing value matches a missing one)."""
+    mask = pd.Series(True, index=table.index)
+    for column, value in values.items():
+        mask &= table[column].isna() if pd.isna(value) else table[column] == value
+    return mask
+
+
+def best_of_families(table: pd.DataFrame, kinds: list[str]) -> pd.Series:
+    """The rows of each family's best run among ``kinds`` per rule and rule parameter: the kind, artifact and
+    parameter at their dev choice whose dev run has the highest :data:`THROUGHPUT`; its rows in every set."""
+    candidates = table["family"].isin(kinds) & at_dev_choice(table)
+    dev = table[candidates & (table["role"] == "dev") & table[THROUGHPUT].notna()]
+    keys = ["rule", "rule_param", "family", "artifact", "param"]
+    groups = dev.groupby([dev["rule"], dev["rule_param"], dev["family"].map(source_family)], dropna=False, sort=False)
+    best = {_key(dev.loc[index, keys]) for index in groups[THROUGHPUT].idxmax()}
+    return candidates & pd.Series([_key(row) in best for row in table[keys].itertuples(index=False)],
+                                  index=table.index)
 
 
 def _configured(rule_params: pd.Series, results: Results, rule: str) -> pd.Series:
     """The rows at ``rule``'s configured parameters, not at another point of its swept parameter's grid."""
-    spec = results.metadata.rule_specs[rule]
-    value = from_spec(spec["name"], **spec["params"]).value
+    value = _rule(results, rule).value
     return rule_params.isna() if value is None else rule_params == value
 
 
-def draw_pareto(results: Results, set_name: str | None = None) -> Figure | None:
-    """Verification rate vs discard rate, one panel per rule, one frontier per policy family."""
-    set_name = set_name or _sweep_set(results)
-    table = results.table[(results.table["set"] == set_name) & results.table["discard_rate"].notna()]
-    if table.empty:
-        return None
-    rules = list(dict.fromkeys(table["rule"]))
-    figure, axes = _panels(len(rules))
+def _sweep_panels(results: Results, set_name: str, shown: pd.DataFrame) -> tuple[Figure, list[tuple[Axes, str]]]:
+    """One panel per rule of ``shown`` (stacked, each with its legend at its right), titled by rule and set."""
+    rules = list(dict.fromkeys(shown["rule"]))
+    figure, axes = _panels(len(rules), columns=1, width=9.0, height=3.6)
     for ax, rule in zip(axes, rules):
-        rows = table[(table["rule"] == rule) & _configured(table["rule_param"], results, rule)]
-        for (family, artifact), group in rows.groupby(["family", "artifact"], dropna=False, sort=False):
-            x, y = group["discard_rate"].to_numpy(float), group["verification_rate"].to_numpy(float)
-            color = family_color(family)
-            label = _family_label(family, artifact)
-            ax.scatter(x, y, color=color, s=18, alpha=0.6, label=label)
-            if len(group) > 1:
-                front = pareto_front(x, y)
-                ax.plot(x[front], y[front], color=color, lw=1.2)
-            chosen = group[group["chosen_on"] == "dev"]
-            ax.scatter(chosen["discard_rate"], chosen["verification_rate"], color=color, marker="*", s=120,
-                       edgecolor="black", linewidth=0.5)
-        ax.set(title=f"{rule} — {set_name}", xlabel="discard rate (discarded / token)",
-               ylabel="verification rate (target calls / token)")
+        ax.set_title(f"{_rule_title(results, rule, _rule(results, rule).value)} — "
+                     f"{_set_title(results.table, set_name)}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    figure.suptitle("Pareto frontier per policy family (lower-left is better; ★ = chosen on dev)")
+    return figure, list(zip(axes, rules))
+
+
+def _fixed_k(ax: Axes, rows: pd.DataFrame, x: str, y: str) -> None:
+    """Fixed K over its grid (``rows``), ★ at its dev choice."""
+    rows = rows.sort_values("param")
+    ax.plot(rows[x], rows[y], "o-", color=family_color("fixed"), ms=4, label="fixed K over its grid")
+    for _, row in rows[rows["chosen_on"] == "dev"].iterrows():
+        ax.scatter(row[x], row[y], marker="*", s=220, color=family_color("fixed"), edgecolor="black", linewidth=0.7,
+                   zorder=2.5, label=f"{row['policy']}, chosen on dev")
+
+
+def _best_point(ax: Axes, row: pd.Series, x: float, y: float) -> None:
+    """One family's best run, in its colour and league marker, labelled by its policy."""
+    ax.plot(x, y, _marker(row["family"]), color=family_color(source_family(row["family"])), ms=8, mec="black",
+            mew=0.6, alpha=0.9, label=row["policy"], zorder=3)
+
+
+def _against_fixed_k(results: Results, set_name: str, x: str, y: str,
+                     best_x: Callable[[pd.Series], float]) -> tuple[Figure, list[Axes]] | None:
+    """Per rule on ``set_name``, ``y`` against ``x``: fixed K over its grid (★ its dev choice) and each family's best
+    run (chosen on dev) at ``best_x`` of its row; None without fixed-K rows."""
+    table = results.table[results.table[y].notna()]
+    kinds = [k for k in family_names(runner="decode") if k != "fixed"]
+    best = table[best_of_families(table, kinds) & (table["set"] == set_name)]
+    fixed = table[(table["set"] == set_name) & (table["family"] == "fixed")]
+    if fixed.empty:
+        return None
+    figure, panels = _sweep_panels(results, set_name, fixed)
+    for ax, rule in panels:
+        _fixed_k(ax, fixed[(fixed["rule"] == rule) & _configured(fixed["rule_param"], results, rule)], x, y)
+        for _, row in best[(best["rule"] == rule) & _configured(best["rule_param"], results, rule)].iterrows():
+            _best_point(ax, row, best_x(row), row[y])
+        _legend_outside(ax)
+    return figure, [ax for ax, _ in panels]
+
+
+def draw_pareto(results: Results, set_name: str | None = None) -> Figure | None:
+    """Verification rate against discard rate per rule: fixed K over its grid (★ its dev choice) and each family's
+    best run (chosen on dev), lower-left better."""
+    drawn = _against_fixed_k(results, set_name or _sweep_set(results), "discard_rate", "verification_rate",
+                             lambda row: row["discard_rate"])
+    if drawn is None:
+        return None
+    figure, axes = drawn
+    for ax in axes:
+        ax.set(xlabel="discard rate (discarded drafts / token)", ylabel="verification rate (target calls / token)")
+    figure.suptitle(f"Pareto: fixed K against each family's best run (chosen on dev); lower-left is better\n{MARKERS}")
     return figure
 
 
 def draw_throughput_vs_k(results: Results) -> Figure | None:
-    """Modelled speed-up (∝ throughput) of fixed K per rule, with the other policies' values as references."""
-    set_name = _sweep_set(results)
-    table = results.table[results.table["set"] == set_name]
-    fixed = table[table["family"] == "fixed"]
-    if fixed.empty:
+    """Modelled speed-up over the target alone against draft tokens per round, per rule on the sweep set: fixed K
+    over its grid (★ its dev choice) and each family's best run at its mean drafted tokens per round."""
+    drawn = _against_fixed_k(results, _sweep_set(results), "param", f"speedup_target_{COST}",
+                             lambda row: row["drafted"] / row["rounds"])
+    if drawn is None:
         return None
-    rules = list(dict.fromkeys(fixed["rule"]))
-    figure, axes = _panels(len(rules))
-    for ax, rule in zip(axes, rules):
-        rows = fixed[fixed["rule"] == rule].sort_values("param")
-        ax.plot(rows["param"], rows[f"speedup_target_{COST}"], "o-", color=family_color("fixed"),
-                label="fixed K (cost model)")
-        ax.plot(rows["param"], rows["speedup_target_fitted"], "o--", color="grey", alpha=0.7,
-                label="fixed K (fitted pair)")
-        chosen = rows[rows["chosen_on"] == "dev"]
-        ax.scatter(chosen["param"], chosen[f"speedup_target_{COST}"], marker="*", s=160, color="gold",
-                   edgecolor="black", zorder=3, label="chosen on dev")
-        same_rule = table[table["rule"] == rule]
-        others = same_rule[same_rule["family"].isin(family_names(runner="decode")) & (same_rule["family"] != "fixed")
-                           & (~same_rule["family"].isin(family_names(tuned=True)) | (same_rule["chosen_on"] == "dev"))]
-        for _, row in others.iterrows():
-            ax.axhline(row[f"speedup_target_{COST}"], color=family_color(row["family"]), ls=":", lw=1,
-                       label=row["policy"])
-        ax.set(title=f"{rule} — {set_name}", xlabel="K (draft tokens per round)",
-               ylabel="modelled speed-up over the target alone")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    figure.suptitle(f"Throughput vs K, at {_cost_note(results)}")
+    figure, axes = drawn
+    for ax in axes:
+        ax.set(xlabel="draft tokens per round (K; a policy's mean)", ylabel="modelled speed-up over the target alone")
+    figure.suptitle(f"Throughput against K: fixed K and each family's best run (chosen on dev), at\n"
+                    f"{_cost_note(results)}\n{MARKERS}")
     return figure
 
 
 def draw_throughput_vs_h(results: Results) -> Figure | None:
-    """Modelled throughput of every head vs its stop threshold h, against the best fixed K."""
+    """Modelled speed-up over the target alone against the stop threshold h, per rule on the sweep set: each family's
+    best run with an h over its grid (★ its dev choice), against the best fixed K."""
     set_name = _sweep_set(results)
     table = results.table[results.table["set"] == set_name]
-    heads = table[table["family"] == "head"]
-    if heads.empty:
+    kinds = [k for k in family_names(runner="decode", tuned=True) if family(k).symbol == "h"]
+    best = table[best_of_families(table, kinds)]
+    if best.empty:
         return None
-    keys = list(dict.fromkeys(zip(heads["rule"], heads["artifact"])))
-    figure, axes = _panels(len(keys))
-    for ax, (rule, artifact) in zip(axes, keys):
-        rows = heads[(heads["rule"] == rule) & (heads["artifact"] == artifact)].sort_values("param")
-        ax.plot(rows["param"], rows[f"speedup_target_{COST}"], "o-", color=family_color("head"),
-                label=f"head[{artifact}]")
-        chosen = rows[rows["chosen_on"] == "dev"]
-        ax.scatter(chosen["param"], chosen[f"speedup_target_{COST}"], marker="*", s=160, color="gold",
-                   edgecolor="black", zorder=3, label="chosen on dev")
-        fixed = table[(table["rule"] == rule) & (table["family"] == "fixed") & (table["chosen_on"] == "dev")]
+    figure, panels = _sweep_panels(results, set_name, best)
+    column = f"speedup_target_{COST}"
+    for ax, rule in panels:
+        fixed = table[(table["rule"] == rule) & (table["family"] == "fixed") & (table["chosen_on"] == "dev")
+                      & _configured(table["rule_param"], results, rule)]
         for _, row in fixed.iterrows():
-            ax.axhline(row[f"speedup_target_{COST}"], color=family_color("fixed"), ls="--",
-                       label=f"best {row['policy']}")
-        ax.set(title=f"{rule} — head[{artifact}] — {set_name}", xlabel="stop threshold h",
-               ylabel="modelled speed-up over the target alone")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    figure.suptitle(f"Throughput vs h, at {_cost_note(results)}")
+            ax.axhline(row[column], color=family_color("fixed"), ls="--", lw=1.2, label=f"best {row['policy']}")
+        for _, row in best[(best["rule"] == rule) & _configured(best["rule_param"], results, rule)].iterrows():
+            color = family_color(source_family(row["family"]))
+            curve = table[_matching(table, rule=rule, rule_param=row["rule_param"], family=row["family"],
+                                    artifact=row["artifact"])].sort_values("param")
+            ax.plot(curve["param"], curve[column], ":" if family(row["family"]).bound else "-",
+                    marker=_marker(row["family"]), ms=4, color=color, label=_family_label(row["family"], row["artifact"]))
+            ax.scatter(row["param"], row[column], marker="*", s=220, color=color, edgecolor="black", linewidth=0.7,
+                       zorder=4)
+        ax.set(xlabel="stop threshold h", ylabel="modelled speed-up over the target alone")
+        _legend_outside(ax)
+    figure.suptitle(f"Throughput against h: each family's best run with an h (★ = chosen on dev), at\n"
+                    f"{_cost_note(results)}\n{MARKERS}; a bound dotted")
+    return figure
+
+
+def league_entries(table: pd.DataFrame) -> pd.DataFrame:
+    """The league's rows on the test / OOD sets: the best fixed K and the best training-free source (both chosen on
+    dev), then each league family's best source × stop (:func:`best_of_families`), with an ``entry`` column naming
+    the reference or the family."""
+    kinds = family_names(league="learned") + family_names(league="training-free")
+    best = best_of_families(table, kinds)
+    held_out = table["role"] != "dev"
+    references = [table[held_out & mask].assign(entry=name) for name, mask in
+                  zip(REFERENCES, ((table["family"] == "fixed") & (table["chosen_on"] == "dev"),
+                                   best_training_free(table, THROUGHPUT)))]
+    league = table[held_out & best].assign(entry=lambda rows: rows["family"].map(source_family))
+    return pd.concat([*references, league])
+
+
+def _league_key() -> list[Line2D]:
+    """What the league's marks mean (its panels' references are coloured by their family)."""
+    grey = {"color": "grey", "mec": "black", "mew": 0.6, "ms": 7, "ls": "none"}
+    return [Line2D([], [], marker="D", label="reference", **grey),
+            Line2D([], [], marker="o", label="learned source", **grey),
+            Line2D([], [], marker="s", label="training-free source", **grey),
+            Line2D([], [], color=family_color("fixed"), lw=1, label="the best fixed K"),
+            Line2D([], [], color="grey", ls="--", lw=1, label="the best training-free source")]
+
+
+def draw_league(results: Results) -> Figure | None:
+    """The predictor league per rule and test / OOD set: each family's best source × stop (chosen on dev) as × the best
+    fixed K with its 95 % paired-bootstrap interval, beside the two references (the best fixed K, the best
+    training-free source)."""
+    entries = league_entries(results.table)
+    families_drawn = entries[~entries["entry"].isin(REFERENCES)]
+    if families_drawn.empty:
+        return None
+    panels = list(dict.fromkeys(_key(rule) for rule in zip(families_drawn["rule"], families_drawn["rule_param"])))
+    sets = list(dict.fromkeys(families_drawn["set"]))
+    height = 0.9 + 0.32 * entries.groupby(["set", "rule", "rule_param"], dropna=False).size().max()
+    figure, axes = _panels(len(panels) * len(sets), columns=len(sets), width=7.0, height=height)
+    column = f"speedup_fixed_{COST}"
+    for ax, ((rule, rule_param), set_name) in zip(axes, ((p, s) for p in panels for s in sets)):
+        rows = entries[_matching(entries, set=set_name, rule=rule, rule_param=rule_param)]
+        for y, (_, row) in enumerate(rows.iterrows()):
+            color = family_color(source_family(row["family"]))
+            value, low, high = row[column], row[f"{column}_lo"], row[f"{column}_hi"]
+            marker = "D" if row["entry"] in REFERENCES else _marker(row["family"])
+            error = None if pd.isna(low) else [[value - low], [high - value]]
+            ax.errorbar(value, y, xerr=error, fmt=marker, color=color, ms=7, mec="black", mew=0.6, capsize=3, lw=1.5)
+        free = rows[rows["entry"] == REFERENCES[1]]
+        ax.axvline(1.0, color=family_color("fixed"), lw=1, zorder=0)
+        for value in free[column]:
+            ax.axvline(value, color=family_color(source_family(free["family"].iloc[0])), ls="--", lw=1, zorder=0)
+        ax.set_yticks(range(len(rows)), [f"{entry}: {policy}" for entry, policy in zip(rows["entry"], rows["policy"])],
+                      fontsize=9)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.margins(x=0.12)
+        ax.set_title(f"{_rule_title(results, rule, rule_param)} — {_set_title(results.table, set_name)}")
+        ax.grid(axis="x", alpha=0.3)
+    for ax in axes[-len(sets):]:
+        ax.set_xlabel("modelled throughput × the best fixed K\n(95 % paired-bootstrap interval over prompts)")
+    figure.legend(handles=_league_key(), loc="outside lower center", ncols=5, fontsize=9, frameon=False)
+    figure.suptitle(f"Predictor league: each family's best source × stop (chosen on dev), at\n{_cost_note(results)}")
     return figure
 
 
@@ -194,7 +323,7 @@ def draw_calibration(results: Results) -> Figure | None:
         ax.set(title=f"head[{name}] ({meta.get('timing', '?')}, {meta.get('rule', {}).get('name', '?')})\n"
                      f"ECE {expected_calibration_error(rows):.3f}{auroc_text}",
                xlabel="predicted acceptance P̂", ylabel="mean acceptance label", xlim=(0, 1), ylim=(0, 1))
-        ax.legend(fontsize=7, loc="upper left")
+    figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=9, frameon=False)
     figure.suptitle(f"Head calibration on dev positions ({len(frame)} positions)")
     return figure
 
@@ -228,7 +357,7 @@ def draw_sv_profile(results: Results) -> Figure | None:
         bars.set_xticks(positions, splits)
         top = max((information[s]["h_a"] for s in splits), default=1.0)
         bars.set(title="information gain of the profile", ylabel="bits", ylim=(0, 1.25 * top))
-        bars.legend(fontsize=7, loc="upper right")
+        _legend_outside(bars)
     figure.suptitle("Speculative Verification profile")
     return figure
 
@@ -261,7 +390,7 @@ def draw_fsd(results: Results) -> Figure | None:
                    title="quality proxy (teacher-forced target argmax match)")
     for ax in (length_ax, quality_ax):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _legend_outside(ax)
     figure.suptitle("Fuzzy speculative decoding: divergence threshold trade-off")
     return figure
 
@@ -280,11 +409,11 @@ def draw_se(results: Results) -> Figure | None:
     if se.empty and fixed.empty:
         return None
     cost = results.metadata.cost_models["cost"]
-    figure, (ax,) = _panels(1, width=6.5)
-    for family, group in se.groupby("family", sort=False):
+    figure, (ax,) = _panels(1, width=9.5)
+    for kind, group in se.groupby("family", sort=False):
         group = group.sort_values("param")
         ax.plot(group["param"], group[f"speedup_plain_ensemble_{COST}"], "o-",
-                label=f"EnsembleDecoder {family.removeprefix('se-')} ({group['set'].iloc[0]})")
+                label=f"EnsembleDecoder {kind.removeprefix('se-')} ({group['set'].iloc[0]})")
     if not fixed.empty:
         ax.plot(fixed["param"], fixed[f"speedup_plain_ensemble_{COST}"], "s--", alpha=0.7,
                 label=f"SpeculativeDecoder, ensemble rule, fixed K ({fixed['set'].iloc[0]})")
@@ -298,7 +427,7 @@ def draw_se(results: Results) -> Figure | None:
     ax.set(xlabel="γ (draft proposals per round)", ylabel="modelled speed-up over the plain ensemble",
            title=f"Speculative Ensemble, at {_cost_note(results)}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend_outside(ax)
     return figure
 
 
@@ -309,31 +438,32 @@ def draw_batch_axis(results: Results) -> Figure | None:
         return None
     test = axis[(axis["role"] == "test") & (axis["family"] != "target")]
     rules = list(dict.fromkeys(test["rule"]))
-    figure, axes = _panels(len(rules))
+    figure, axes = _panels(len(rules), columns=1, width=9.0, height=4.2)
     for ax, rule in zip(axes, rules):
         rows = test[test["rule"] == rule]
         # one line per policy: fixed K and SV's drafted k chosen per B on dev (chosen_on) are one line each
-        for (family, artifact, chosen), group in rows.groupby(["family", "artifact", "chosen_on"], dropna=False,
-                                                              sort=False):
+        for (kind, artifact, chosen), group in rows.groupby(["family", "artifact", "chosen_on"], dropna=False,
+                                                            sort=False):
             group = group.sort_values("batch")
-            color = family_color(family)
-            per_b = " (K per B on dev)" if family == "fixed" else " (k = K per B)" if family == "sv" and chosen else ""
-            ax.plot(group["batch"], group["x_target"], "s-." if family == "sv" and chosen else "o-", color=color,
-                    label=_family_label(family, artifact) + per_b)
+            color = family_color(kind)
+            per_b = " (K per B on dev)" if kind == "fixed" else " (k = K per B)" if kind == "sv" and chosen else ""
+            ax.plot(group["batch"], group["x_target"], "s-." if kind == "sv" and chosen else "o-", color=color,
+                    label=_family_label(kind, artifact) + per_b)
             ax.plot(group["batch"], group["x_target_measured"], "x--", color=color, alpha=0.5, lw=1)
         ax.axhline(1.0, color="black", lw=1, label="target alone")
         ax.set_xscale("log", base=2)
         ax.set(title=f"{rule} — {rows['set'].iloc[0]}", xlabel="batch size B", ylabel="throughput / target alone")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        _legend_outside(ax)
     figure.suptitle("Batch axis: solid = modelled at the batch costs measured on this device, dashed = measured")
     return figure
 
 
 FIGURES: dict[str, Callable[[Results], Figure | None]] = {
-    "pareto": draw_pareto,
+    "league": draw_league,
     "throughput_vs_k": draw_throughput_vs_k,
     "throughput_vs_h": draw_throughput_vs_h,
+    "pareto": draw_pareto,
     "calibration": draw_calibration,
     "sv_profile": draw_sv_profile,
     "fsd": draw_fsd,
@@ -343,16 +473,16 @@ FIGURES: dict[str, Callable[[Results], Figure | None]] = {
 
 
 def png(figure: Figure) -> bytes:
-    """The figure as PNG bytes (for ``IPython.display.Image`` in the notebooks)."""
+    """The figure as PNG bytes (for ``IPython.display.Image`` in the notebooks), its legends and titles inside."""
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight", pad_inches=0.15)
     return buffer.getvalue()
 
 
 def save(figure: Figure, path: Path) -> Path:
-    """Write ``figure`` as a PNG (creating the folder)."""
+    """Write ``figure`` as a PNG (creating the folder), its legends and titles inside."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, bbox_inches="tight", pad_inches=0.15)
     return path
 
 

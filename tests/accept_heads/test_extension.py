@@ -175,9 +175,9 @@ def test_a_policy_declared_in_one_file_is_swept_tabled_timed_batched_and_drawn(a
     caption = results.metadata.cost_models["cost"]["caption"]
     assert label in rendered(wallclock_table(wall, results.metadata.wallclock, caption))
     assert any(p.startswith("alternating(K=") for p in results.batch_axis["policy"])  # on the batch axis
-    legends = {text.get_text() for name in ("pareto", "throughput_vs_k") if (figure := FIGURES[name](results))
-               for ax in figure.axes if ax.get_legend() for text in ax.get_legend().get_texts()}
-    assert "alternating" in legends and any(label.startswith("alternating") for label in legends - {"alternating"})
+    for name in ("pareto", "throughput_vs_k"):  # drawn at its dev choice, the best run of its family
+        figure = FIGURES[name](results)
+        assert label in {text.get_text() for ax in figure.axes for text in ax.get_legend().get_texts()}, name
     assert "alternating" in family_names(runner="decode", tuned=True, timed=True)
 
 
