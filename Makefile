@@ -72,11 +72,12 @@ more-heads: setup
 # choice made on dev, with the wall clock at batch 1 beside the modelled figures (runs/smollm2/eval/); the structure of
 # acceptance on test and HumanEval (runs/smollm2/structure/).
 # `make real COMPILE=true` evaluates with compiled forwards (`evaluate.compile`: the decodes of one prompt; batches
-# and the collection stay eager, docs/library.md "Fast forwards").
-REAL := +exp=smollm2
+# and the collection stay eager, docs/library.md "Fast forwards"), and so does each head's dev sweep of h in training,
+# which the evaluation then reuses rather than decoding the grid again.
+COMPILE ?= false
+REAL := +exp=smollm2 evaluate.compile=$(COMPILE)
 # a head that also reads the request so far, the draft's next-largest probabilities and the round so far
 READS_MORE := head.request_feature=true head.top_k_features=true head.round_feature=true
-COMPILE ?= false
 real: setup
 	$(OFFLINE) $(PY) -m model_build.real
 	$(OFFLINE) $(PY) -m data_gen.collect $(REAL)
@@ -88,7 +89,7 @@ real: setup
 	$(TRAIN) $(REAL) head.name=speculative-reads $(READS_MORE)
 	$(TRAIN) $(REAL) $(GREEDY_DATA) head.rule=greedy head.name=greedy-reads $(READS_MORE)
 	$(OFFLINE) $(PY) -m accept_heads.train $(REAL) head=sv_profile
-	$(OFFLINE) $(PY) -m accept_heads.evaluate $(REAL) evaluate.compile=$(COMPILE)
+	$(OFFLINE) $(PY) -m accept_heads.evaluate $(REAL)
 	$(OFFLINE) $(PY) -m accept_heads.structure $(REAL)
 
 test: setup

@@ -20,8 +20,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import torch
-
 from accept_heads.measure.cost_models import one_call_seconds, pricing
 from accept_heads.measure.costing import costed
 from accept_heads.measure.inputs import Artifacts, PromptSet, load_split
@@ -41,6 +39,7 @@ from decode.policies.stops import Threshold
 from decode.policy_specs import SourceStopSpec
 from decode.rules import Rule
 from decode.sampling import Sampling
+from decode.threads import torch_threads
 from runtime.models import load_trio
 from runtime.placement import place
 
@@ -141,13 +140,15 @@ def prompts_sha256(prompts: PromptSet) -> str:
 
 def sweep_settings(runner: DecoderRunner, rule: str, rule_param: float | None, companion: bool) -> JSONDict:
     """What decides a head's dev rows besides the head and the prompts: the models (the companion where the head
-    reads it), sampling, the rule, the seed, the token budget, the K range and compiled forwards."""
+    reads it), the sampling the rule applies (:meth:`decode.rules.Rule.transform`: greedy's whatever the configured
+    temperature), the rule, the seed, the token budget, the K range and compiled forwards."""
     roles = ("target", "draft", "companion") if companion else ("target", "draft")
     description = runner.trio.description
     models = {role: {k: description[role][k] for k in ("id", "revision", "dtype")}
               for role in roles if role in description}
+    built = build_rule(rule, runner.rules, value=rule_param)
     return {"models": models, "tokenizer_hash": description.get("tokenizer_hash"),
-            "sampling": asdict(runner.sampling), "rule": build_rule(rule, runner.rules, value=rule_param).spec(),
+            "sampling": asdict(built.transform(runner.sampling)), "rule": built.spec(),
             "seed": runner.seed, "max_new_tokens": runner.max_new_tokens, "k_min": runner.k_min,
             "k_max": runner.k_max, "compile": runner.compile}
 
@@ -198,17 +199,12 @@ def choose_threshold(job: TrainJob, head: AcceptanceHead, rule: Rule, sampling: 
 
     runner = DecoderRunner(trio, sampling, job.rules, Artifacts(heads={NAME: head.to(trio.draft.device)}),
                            e.max_new_tokens, job.seed, job.head.k_min, job.head.k_max, batch_size=e.batch_size,
-                           timed_prompts=alone_prompts(e, len(dev.prompts)))
-    threads = torch.get_num_threads()
-    if e.threads is not None:
-        torch.set_num_threads(e.threads)
-    try:
+                           timed_prompts=alone_prompts(e, len(dev.prompts)), compile=e.compile)
+    with torch_threads(e.threads):
         priced = pricing(job.cost, trio, companion_ratio, compiled=e.compile, repeats=e.latency.repeats,
                          threads=e.threads)
         rows, runs = sweep_thresholds(runner, rule, job.rules, dev, [float(h) for h in job.head.thresholds],
                                       priced.model)
-    finally:
-        torch.set_num_threads(threads)
     settings = sweep_settings(runner, rule.name, rule_value(rule.name, job.rules), head.config.companion_features)
     return Calibration(rows, best_threshold(rows), dev.describe(), e.max_new_tokens, priced.record, tuple(runs),
                        prompts_sha256(dev), settings)

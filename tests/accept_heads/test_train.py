@@ -18,7 +18,8 @@ from accept_heads.evaluation.plan import dev_sweeps, eval_rules
 from accept_heads.evaluation.recorded_sweeps import recorded_runs
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.measure.cost_models import pricing
-from accept_heads.measure.threshold import SWEEP_FILE, RecordedSweep, choose_threshold
+from accept_heads.measure.runs import RunSpec
+from accept_heads.measure.threshold import SWEEP_FILE, RecordedSweep, choose_threshold, sweep_settings
 from accept_heads.train import head_architecture, load_head_weights, prepare_head_run, train
 from accept_heads.training.metrics import prior_shift
 from accept_heads.training.module import HeadModule
@@ -47,6 +48,7 @@ from decode.head_config import (
     ROUND_FEATURE,
     TOP_K_FEATURES,
 )
+from decode.policy_specs import policy_spec
 from runtime.models import load_trio
 from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 
@@ -286,6 +288,20 @@ def test_the_evaluation_reuses_the_recorded_dev_sweep_when_its_key_matches_and_d
     assert recorded_runs(specs, executor.artifacts, executor.decoding, dev, other, notes) == {}
     assert list(notes.values()) == [f"head[{spec.artifact}]'s recorded dev sweep ({SWEEP_FILE}) not reused (different "
                                     "cost): its dev grid decoded here" for spec in list(reused)[:1]]
+
+
+def test_a_greedy_heads_sweep_is_keyed_by_the_sampling_its_rule_applies(trained):
+    """Under the greedy rule a policy decodes its dev rows at T = 0 (a greedy head's training job) as at T = 1 (the
+    evaluation's), so both key them alike and the evaluation reuses a greedy head's sweep; the speculative rule's rows
+    depend on T (negative control)."""
+    config, _ = trained
+    executor = Executor.build(config.evaluate_job(), {})
+    runner, dev = executor.decoding, executor.sets["dev"]
+    greedy = replace(runner, sampling=Sampling(temperature=0.0))
+    spec = RunSpec(set=dev.name, rule="greedy", policy=policy_spec("confidence", 0.5, None))  # a stop reading q
+    assert sweep_settings(runner, "greedy", None, False) == sweep_settings(greedy, "greedy", None, False)
+    assert _decisions(runner.run(spec, dev, False)) == _decisions(greedy.run(spec, dev, False))
+    assert sweep_settings(runner, "speculative", None, False) != sweep_settings(greedy, "speculative", None, False)
 
 
 def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, tmp_path, monkeypatch):
