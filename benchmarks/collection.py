@@ -26,6 +26,7 @@ from data_gen.collect import Labeller, batches_of
 from data_gen.prompts import load_prompts
 from data_gen.responses import GivenResponse
 from decode.loops.prompt_input import left_pad, pad_id
+from decode.threads import torch_threads
 from runtime.encoding import EncodedPrompt, encode_prompts
 from runtime.models import Trio, load_trio
 
@@ -83,8 +84,7 @@ def _labelling(labeller: Labeller, given: list[GivenResponse], batch_size: int) 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     quiet_library_output()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch_threads(args.threads or None)
     config = Config()
     companion = None if args.companion == "none" else ModelSpec(id=args.companion)
     config.models = replace(config.models, target=ModelSpec(id=args.target), draft=ModelSpec(id=args.draft),

@@ -17,7 +17,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 from hydra import compose, initialize_config_dir
 from rich.console import Console
 from rich.table import Table
@@ -26,6 +25,7 @@ from accept_heads.measure.machine_costs import CostsSource, machine_profile
 from ahconf.entry import CONF_DIR, USER_ERRORS, quiet_library_output, to_config
 from ahconf.schema import Config
 from decode.batch_costs import CostProfile
+from decode.threads import torch_threads
 from runtime.models import load_trio
 from runtime.placement import place
 
@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> CostProfile:
     quiet_library_output()
     try:
         config = experiment(args.exp, args.overrides)
-        threads = args.threads or config.evaluate.threads
-        if threads:
-            torch.set_num_threads(threads)
+        torch_threads(args.threads or config.evaluate.threads)
         trio = load_trio(config.models, config.paths.zoo_dir)
     except USER_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)

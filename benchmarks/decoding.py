@@ -59,6 +59,7 @@ from decode.policies.stop_policy import Head
 from decode.rules import Rule, Speculative
 from decode.sampling import Sampling
 from decode.stats import CallCounter
+from decode.threads import torch_threads
 from decode.timing import Stopwatch, synchronize
 from model_build.zoo.paths import installed_zoo_dir
 from runtime.models import resolve_model_id
@@ -520,8 +521,7 @@ def main(argv: list[str] | None = None) -> list[Result] | list[BatchResult] | li
         return engines.main([arg for arg in argv if arg != "--engines"])
     args = parse_args(argv)
     quiet_library_output()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch_threads(args.threads or None)
     device = args.device
     target, draft, described = load_pair(args, device)
     budget = args.max_new_tokens

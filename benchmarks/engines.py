@@ -56,6 +56,7 @@ from decode.policies.schedules import Confidence, Fixed, TargetOnly
 from decode.rules import Greedy, Speculative
 from decode.sampling import Sampling
 from decode.subset_vocab import SubsetVocabLlamaForCausalLM, plain_greedy_agreement, plain_llama
+from decode.threads import torch_threads
 from decode.timing import machine_class
 from model_build.real.build import encoded_prompts
 from model_build.real.feature import ROLE
@@ -207,8 +208,7 @@ def compile_line(models: dict[str, CompiledModel | None]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
     args = parse_args(argv)
     quiet_library_output()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch_threads(args.threads or None)
     real = load_real_pair(args.pair, ("target", ROLE, "draft"))
     spec, tokenizer, dtype = real.spec, real.tokenizer, real.dtype
     device = args.device

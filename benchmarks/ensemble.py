@@ -27,6 +27,7 @@ from decode.artifacts.hub import load_causal_lm
 from decode.ensemble.decoder import EnsembleDecoder
 from decode.ensemble_fn import DEFAULT_MU, EnsembleFn
 from decode.sampling import Sampling
+from decode.threads import torch_threads
 
 ROLES = ("draft", "companion", "target")
 
@@ -92,8 +93,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     """Run the benchmark, print the table and return its rows."""
     args = parse_args(argv)
     quiet_library_output()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch_threads(args.threads or None)
     root = Path(args.zoo_dir) if args.zoo_dir is not None else zoo_dir_or_exit()
     device = args.device
     models: dict[str, PreTrainedModel] = {

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
 from rich.console import Console
 from transformers import PreTrainedModel
 
@@ -25,6 +24,7 @@ from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies.base import Policy
 from decode.policies.schedules import Confidence, Fixed
 from decode.sampling import Sampling
+from decode.threads import torch_threads
 from model_build.real.build import encoded_prompts
 from model_build.real.feature import ROLE
 
@@ -52,8 +52,7 @@ def decoder_run(target: PreTrainedModel, draft: PreTrainedModel | None, policy: 
 def main(argv: list[str] | None = None) -> dict[str, list[Timed]]:
     args = parse_args(argv)
     quiet_library_output()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch_threads(args.threads or None)
     real = load_real_pair(args.pair, ("target", "draft", ROLE))
     spec, models, tokenizer, dtype = real.spec, real.models, real.tokenizer, real.dtype
     sets = {name: encoded_prompts(spec, tokenizer, source, split, args.prompts, args.seed, style=style)

@@ -35,6 +35,7 @@ import torch
 from ahconf.entry import quiet_library_output
 from benchmarks.decoding import RANDOM_PAIRS, batch_prompts, load_pair
 from benchmarks.devices import add_device_option
+from decode.threads import torch_threads
 from decode.timing import Stopwatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,8 +124,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ``{"B=b name ratio": mean time ratio to the reference}`` (with ``… lo`` / ``… hi``)."""
     args = parse_args(argv)
     quiet_library_output()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch_threads(args.threads or None)
     device = args.device
     target, draft, described = load_pair(args, device)
     prompts = batch_prompts(args.target, args.prompts, target.config.get_text_config().vocab_size, device)

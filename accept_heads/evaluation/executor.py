@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
-import torch
-
 from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRecord, BatchRun, measure_batches
 from accept_heads.measure.families import families
@@ -30,6 +28,7 @@ from ahconf.schema import EvaluateJob
 from decode.batch_costs import BatchCosts
 from decode.costs import CostModel
 from decode.sampling import Sampling
+from decode.threads import torch_threads
 from runtime.models import Trio, load_trio
 from runtime.placement import place
 
@@ -106,8 +105,7 @@ def _start_worker(job: EvaluateJob, costs: CostModel, batch_costs: BatchCosts | 
     """A spawned process starts afresh: quiet the libraries as the entry point did, then build its executor."""
     global _WORKER
     quiet_library_output()
-    if job.evaluate.threads is not None:
-        torch.set_num_threads(job.evaluate.threads)
+    torch_threads(job.evaluate.threads)
     _WORKER = Executor.build(job, notes={}).priced(costs, batch_costs)
 
 

@@ -32,6 +32,7 @@ from accept_heads.measure.specs import TargetAloneSpec
 from decode.compile.config import DEFAULT
 from decode.compile.owner import compile_log
 from decode.loops.prompt_input import prompt_cache_length
+from decode.threads import torch_threads
 from decode.timing import synchronize
 from runtime.encoding import EncodedPrompt
 from runtime.seeding import prompt_seed
@@ -205,10 +206,8 @@ def measure(executor: Executor, specs: Sequence[RunSpec], counted: pd.DataFrame)
     process with ``evaluate.wallclock.threads`` torch threads; its timings and their summary (:func:`summarise`)."""
     e = executor.job.evaluate
     rules = [rule for rule in e.wallclock.rules if rule in set(counted["rule"])]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(e.wallclock.threads or len(os.sched_getaffinity(0)))
     timings: list[Timing] = []
-    try:
+    with torch_threads(e.wallclock.threads or len(os.sched_getaffinity(0))):
         for prompts in (s for s in executor.sets.values() if s.role in e.wallclock.sets):
             for rule in rules:
                 methods = [timed_method(spec, executor.decoding, executor.hf)
@@ -217,8 +216,6 @@ def measure(executor: Executor, specs: Sequence[RunSpec], counted: pd.DataFrame)
                 timings += take_turns(methods, timed, sync=device_sync(executor.device),
                                       warmup=warmup_prompts(timed, executor.decoding.max_new_tokens),
                                       progress=f"wall clock: {prompts.name} {rule} ({len(methods)} methods in turn)")
-    finally:
-        torch.set_num_threads(threads)
     return timings, summarise(timings, counted, executor.job.seed) if timings else pd.DataFrame()
 
 

@@ -35,6 +35,7 @@ from accept_heads.measure.machine_costs import machine_profile
 from ahconf.schema import CostConfig
 from decode.costs import CostModel, LatencyShape
 from decode.json_types import JSONDict
+from decode.threads import torch_threads
 from decode.timing import forward_seconds
 from runtime.models import Trio
 
@@ -141,13 +142,9 @@ def pricing(cost: CostConfig, trio: Trio, companion_ratio: Callable[[], float | 
     evaluation's ``evaluate.threads``; None: as many as now), measured now where there is none, with ``repeats`` timed
     forwards per shape; compiled forwards where ``compiled`` and the models compile here."""
     if cost.source == "measured":
-        previous = torch.get_num_threads()
-        torch.set_num_threads(threads or previous)
-        try:
+        with torch_threads(threads):
             profile, stored = machine_profile(trio.target, trio.draft, trio.companion, models=trio.description,
                                               repeats=repeats, compiled=compiled)
-        finally:
-            torch.set_num_threads(previous)
         fast = compiled and profile.compiled is not None
         caption = profile.caption(fast)
         return Pricing(profile.cost_model(fast), cost.source, caption, "the companion's one-token step, measured",

@@ -12,8 +12,6 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,24 +40,13 @@ def machine_class() -> dict[str, Any]:
     }
 
 
-@contextmanager
-def _torch_threads(count: int) -> Iterator[None]:
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
     """Train tokenizer and models into ``staging`` and measure their realism; returns the record for ``zoo.json``."""
     # Heavy imports stay here so that installing the shipped trio does not pay for them.
     import torch
 
     from data_gen.prompts.shipped import held_out_modules
+    from decode.threads import torch_threads
 
     from .architecture import build_model, fold_temperature, parameter_count
     from .evaluation import EVALUATION_SETS
@@ -77,7 +64,7 @@ def build_into(staging: Path, recipe: ZooRecipe) -> dict[str, Any]:
     if fallback:
         print(f"warning: {fallback}", file=sys.stderr)
     bf16 = precision == "bf16"
-    with _torch_threads(machine["threads"]), torch.random.fork_rng(devices=[]):
+    with torch_threads(machine["threads"]), torch.random.fork_rng(devices=[]):
         tokenizer = train_tokenizer(train_texts, recipe.vocab_size, recipe.context)
         train_stream = token_stream(tokenizer, train_texts)
 

@@ -32,6 +32,7 @@ from decode.divergence import DIVERGENCES, divergences
 from decode.loops.runner import ModelRunner, vocab_size
 from decode.profile import companion_indicators
 from decode.sampling import Sampling
+from decode.threads import torch_threads
 from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, compose_config, model_overrides
 from tests.helpers.micro_models import incremental_round_logits
 
@@ -181,14 +182,10 @@ def test_draft_candidates_on_threads_are_each_rows_own_draws(sampling):
     q_logits, lengths = _logits(5, 12, 64, seed=11), [12, 3, 7, 12, 1]
     alone = [rules.Speculative().propose(q_logits[row, :n], sampling, torch.Generator().manual_seed(row))
              for row, n in enumerate(lengths)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         generators = [torch.Generator().manual_seed(row) for row in range(5)]
         drawn = labels.draft_candidates(q_logits, lengths, sampling, generators)
         assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(threads)
     assert torch.equal(drawn, torch.cat(alone))
     assert len(set(drawn.tolist())) > 5  # samples, not one repeated token
 
