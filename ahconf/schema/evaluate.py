@@ -130,9 +130,8 @@ class EvaluateConfig:
     timed_prompts: int = 1
     batch_axis: BatchAxisConfig = field(default_factory=BatchAxisConfig)
     wallclock: WallclockConfig = field(default_factory=WallclockConfig)
-    # static caches and compiled forwards for every decode of one prompt (decode.loops.compiled; the timed prompts
-    # and the wall clock): each process compiles its graphs once (frozen graphs skip inductor's disk cache);
-    # batches decode eager
+    # static caches and compiled forwards for every decode of one prompt (the timed prompts and the wall clock;
+    # decode.compile): graphs built once per machine and kept in its graph store; batches decode eager
     compile: bool = False
 
     def __post_init__(self) -> None:
