@@ -77,6 +77,7 @@ from decode.artifacts.version import code_version
 from decode.costs import CostModel
 from decode.drafts import drafter_of
 from decode.head import AcceptanceHead
+from decode.threads import torch_threads
 from runtime.models import Trio
 
 
@@ -211,8 +212,7 @@ def evaluate(job: EvaluateJob) -> Results:
     start = time.perf_counter()
     plan = plan_evaluation(job)
     e = job.evaluate
-    if e.threads is not None:
-        torch.set_num_threads(e.threads)
+    torch_threads(e.threads)
     notes: dict[str, str] = {}
     executor = Executor.build(job, notes)
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())

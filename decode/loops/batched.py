@@ -70,7 +70,7 @@ class BatchTotals:
 
 @dataclass
 class BatchDecodeOutput:
-    """Result of :meth:`SpeculativeDecoder.generate_batch`.
+    """Result of :meth:`SpeculativeDecoder.generate` with several prompts.
 
     ``sequences[i]``: row ``i``'s prompt and generated tokens, 1-D, no padding (its prompt is the
     first ``prompt_lengths[i]``); ``stats[i]``: its counts as a batch-1 decode would report them
@@ -133,16 +133,14 @@ def generate_batch(
     attention_mask: Tensor | None = None,
     on_tokens: OnTokens | None = None,
 ) -> BatchDecodeOutput:
-    """Implementation of :meth:`SpeculativeDecoder.generate_batch`."""
+    """:meth:`SpeculativeDecoder.generate` of several prompts (a list, or a ``[B, n]`` tensor)."""
     check_supported(decoder.policy)
-    owner = "SpeculativeDecoder.generate_batch"
-    if isinstance(prompts, str) or (isinstance(prompts, Tensor) and prompts.dim() != 2):
-        raise ValueError("generate_batch takes a list of prompts or a [B, n] tensor; for one prompt pass [prompt]")
+    owner = "SpeculativeDecoder.generate"
     if attention_mask is not None:
         prompts = unpadded_rows(prompts, attention_mask)
     prompts = list(prompts.unbind(0)) if isinstance(prompts, Tensor) else list(prompts)
     if not prompts:
-        raise ValueError("generate_batch needs at least one prompt")
+        raise ValueError("generate needs at least one prompt")
     budgets = [max_new_tokens] * len(prompts) if isinstance(max_new_tokens, int) else list(max_new_tokens)
     if len(budgets) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(budgets)} max_new_tokens")

@@ -41,15 +41,16 @@ def check_context(length: int, max_new_tokens: int, context: int | None, owner: 
 
 
 def is_batch(inputs: object, attention_mask: Tensor | None = None) -> bool:
-    """Whether ``generate`` input holds several prompts: a list of prompts (texts, id lists or tensors), a
-    ``[B, n]`` tensor with ``B > 1``, or any tensor with an ``attention_mask`` (a padded batch, HF style)."""
+    """Whether ``generate`` input holds several prompts: a list of prompts (texts, id lists or tensors; an empty list
+    holds none), a ``[B, n]`` tensor with ``B > 1``, or any tensor with an ``attention_mask`` (a padded batch, HF
+    style)."""
     if attention_mask is not None:
         return True
     if isinstance(inputs, Tensor):
         return inputs.dim() == 2 and inputs.shape[0] > 1
-    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence) or len(inputs) == 0:
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
         return False
-    return not isinstance(inputs[0], int)
+    return len(inputs) == 0 or not isinstance(inputs[0], int)
 
 
 #: The positions a one-prompt decoder's token buffer keeps past ``max_new_tokens`` (the ``slack`` of

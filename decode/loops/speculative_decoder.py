@@ -159,10 +159,12 @@ class SpeculativeDecoder:
 
         One prompt (text, ids or ``[1, n]``) gives a :class:`DecodeOutput`. Several — a list of
         prompts of different lengths, or a padded ``[B, n]`` tensor with its ``attention_mask`` —
-        are decoded together by the batched loop (:meth:`generate_batch`) into a
+        are decoded together by the batched loop (:func:`decode.loops.batched.generate_batch`) into a
         :class:`~decode.loops.batched.BatchDecodeOutput`; row ``i`` decodes as one prompt would with
-        ``seed=row_seed(seed, i)``. ``on_tokens`` sees each row's tokens as they become final and may end
-        the row (:mod:`decode.loops.emit`).
+        ``seed=row_seed(seed, i)``, or with ``seed[i]``; ``max_new_tokens`` is one budget or one per row; ``layout`` is
+        how the KV caches keep rows of different lengths (:mod:`decode.loops.batch_cache`); every rule and policy but
+        the hindsight bounds decode batched (:func:`decode.loops.batched.check_supported`). ``on_tokens`` sees each
+        row's tokens as they become final and may end the row (:mod:`decode.loops.emit`).
         """
         if is_batch(inputs, attention_mask):
             return generate_batch(self, inputs, max_new_tokens, seed, layout, attention_mask, on_tokens)
@@ -203,27 +205,3 @@ class SpeculativeDecoder:
         sequences = tokens[:, :length]
         text = self.tokenizer.decode(sequences[0, n:]) if self.tokenizer is not None else None
         return DecodeOutput(sequences=sequences, stats=stats, text=text)
-
-    @torch.inference_mode()
-    def generate_batch(
-        self,
-        prompts: Sequence[Tensor | str | Sequence[int]] | Tensor,
-        max_new_tokens: int | Sequence[int] = 64,
-        seed: int | Sequence[int] = 0,
-        layout: Layout = "holes",
-        attention_mask: Tensor | None = None,
-        on_tokens: OnTokens | None = None,
-    ) -> BatchDecodeOutput:
-        """Decode a batch of prompts of different lengths (ids, ``[1, n]`` / 1-D tensors, or text), or a padded
-        ``[B, n]`` tensor with its ``attention_mask`` (left or right padding, as a tokenizer returns them).
-        :meth:`generate` with several prompts does the same; this name stays for a batch of one.
-
-        Row ``i`` is decoded as ``generate(prompts[i], max_new_tokens[i], seed=row_seed(seed, i))``
-        would decode it (a per-row policy copy, generator, budget and EOS stop), with the draft and
-        target forwards of all rows batched; ``max_new_tokens`` is one budget for all rows or one
-        per row; ``seed`` one seed for the batch (rows seeded by :func:`decode.row_seed`) or each
-        row's own seed; ``layout`` is how the KV caches keep rows of different lengths
-        (:mod:`decode.loops.batch_cache`). Every rule and every policy but the hindsight bounds decode batched
-        (:func:`decode.loops.batched.check_supported`).
-        """
-        return generate_batch(self, prompts, max_new_tokens, seed, layout, attention_mask, on_tokens)

@@ -144,7 +144,7 @@ def test_a_batch_of_one_at_the_same_prices_decides_as_the_batch_one_goodput_head
                                 BatchCosts(batches=(1,), draft=(0.2,), target=((1.0,) + LINEAR,)))
     prompt = wide_prompts(96)[2]
     alone = make_decoder(wide, rules.Speculative(), alone_policy).generate(prompt, max_new_tokens=24, seed=5)
-    batch = make_decoder(wide, rules.Speculative(), batch_policy).generate_batch([prompt], max_new_tokens=24,
+    batch = make_decoder(wide, rules.Speculative(), batch_policy).generate([prompt], max_new_tokens=24,
                                                                                  seed=[5])
     assert len(alone.stats.verified_per_round) > 2  # several rounds were decided
     assert torch.equal(batch.sequences[0], alone.sequences[0])
@@ -176,7 +176,7 @@ def test_where_drafting_never_pays_the_batch_decodes_target_only_steps(wide):
     runs = {}
     for name, costs in (("hopeless", hopeless), ("cheap", cheap)):
         decoder = make_decoder(wide, rules.Speculative(), goodput_head(hidden, costs))
-        runs[name] = decoder.generate_batch(prompts, max_new_tokens=16, seed=2)
+        runs[name] = decoder.generate(prompts, max_new_tokens=16, seed=2)
     off, on = runs["hopeless"], runs["cheap"]
     assert all(s.generated == 16 for s in off.stats)  # every row still decodes its budget
     assert all(set(s.verified_per_round[1:]) == {0} for s in off.stats)  # later rounds verify nothing
@@ -196,7 +196,7 @@ def test_rows_draft_longer_where_verification_is_cheap_in_its_length(wide):
 
     def drafted_per_round(costs: BatchCosts) -> float:
         decoder = make_decoder(wide, rules.Speculative(), goodput_head(hidden, costs))
-        out = decoder.generate_batch(prompts, max_new_tokens=20, seed=1)
+        out = decoder.generate(prompts, max_new_tokens=20, seed=1)
         return sum(s.drafted for s in out.stats) / sum(s.rounds for s in out.stats)
 
     cheap, dear = drafted_per_round(flat), drafted_per_round(steep)

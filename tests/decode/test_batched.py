@@ -1,4 +1,4 @@
-"""Batched decoding (``SpeculativeDecoder.generate_batch``): every row is decoded as it would be alone.
+"""Batched decoding (``SpeculativeDecoder.generate`` of several prompts): every row is decoded as it would be alone.
 
 Greedy rows equal the target's own greedy ``generate`` (prompts of different lengths, rows
 finishing at different times by budget and by EOS); a batch of one is ``generate``; a row's output
@@ -93,7 +93,7 @@ def test_greedy_batch_equals_target_greedy_row_by_row(wide, policy_name, layout)
     stopped = [n < b for n, b in zip(new, BUDGETS)]
     assert len(set(new)) >= 4 and 0 in new and stopped[0] and not all(stopped)  # rows finish at different times
     decoder = make_decoder(wide, rules.Greedy(), wide_policy(policy_name, wide), eos_token_id=eos)
-    out = decoder.generate_batch(prompts, max_new_tokens=BUDGETS, seed=1, layout=layout)
+    out = decoder.generate(prompts, max_new_tokens=BUDGETS, seed=1, layout=layout)
     for i, (sequence, reference) in enumerate(zip(out.sequences, references)):
         assert torch.equal(sequence, reference), f"row {i} diverged from the target's greedy output"
     assert out.prompt_lengths == [len(p) for p in prompts]
@@ -108,7 +108,7 @@ def test_batch_of_one_is_generate(wide, rule, policy_name):
     prompt = wide_prompts(96)[2]
     decoder = make_decoder(wide, rule, wide_policy(policy_name, wide))
     alone = decoder.generate(prompt, max_new_tokens=20, seed=4)
-    batch = decoder.generate_batch([prompt], max_new_tokens=20, seed=4)
+    batch = decoder.generate([prompt], max_new_tokens=20, seed=4)
     assert torch.equal(batch.sequences[0], alone.sequences[0])
     a, b = alone.stats, batch.stats[0]
     assert (a.target_calls, a.draft_calls, a.accepted, a.drafted, a.rejected, a.accepted_per_round) == (
@@ -132,8 +132,8 @@ def test_a_row_does_not_depend_on_the_other_rows(wide, rule, policy_name):
     policy = wide_policy(policy_name, wide)
     decoder = make_decoder(wide, rule, policy, eos_token_id=[5, 40])
     row = prompts[2]
-    first = decoder.generate_batch([prompts[0], row, prompts[4]], max_new_tokens=[20, 16, 6], seed=9)
-    second = decoder.generate_batch([prompts[5], row, prompts[1], prompts[6]], max_new_tokens=[3, 16, 20, 20], seed=9,
+    first = decoder.generate([prompts[0], row, prompts[4]], max_new_tokens=[20, 16, 6], seed=9)
+    second = decoder.generate([prompts[5], row, prompts[1], prompts[6]], max_new_tokens=[3, 16, 20, 20], seed=9,
                                     layout="compact")
     if policy_name == "heuristic":  # each row adapted its own copy; the decoder's policy is untouched
         assert policy.k == policy.k0 and len({tuple(s.verified_per_round) for s in first.stats}) == 3
@@ -150,15 +150,15 @@ def test_each_row_can_bring_its_own_seed(wide):
     prompts = wide_prompts(96)[:3]
     decoder = make_decoder(wide, rules.Speculative(), policies.Heuristic(k0=2, k_max=8))
     seeds = [11, 40_000, 11]
-    batch = decoder.generate_batch(prompts, max_new_tokens=12, seed=seeds)
+    batch = decoder.generate(prompts, max_new_tokens=12, seed=seeds)
     for i, (prompt, seed) in enumerate(zip(prompts, seeds)):
         alone = decoder.generate(prompt, max_new_tokens=12, seed=seed)
         assert torch.equal(batch.sequences[i], alone.sequences[0])
         assert comparable(batch.stats[i]) == comparable(alone.stats)
-    other = decoder.generate_batch(prompts, max_new_tokens=12, seed=[12, 40_000, 11])
+    other = decoder.generate(prompts, max_new_tokens=12, seed=[12, 40_000, 11])
     assert not torch.equal(other.sequences[0], batch.sequences[0])  # the seed is what row 0 drew from
     with pytest.raises(ValueError, match="3 prompts but 2 seeds"):
-        decoder.generate_batch(prompts, max_new_tokens=12, seed=[1, 2])
+        decoder.generate(prompts, max_new_tokens=12, seed=[1, 2])
 
 
 def test_row_seeds():
@@ -232,7 +232,7 @@ def test_joint_sv_lengths_are_lossless_with_a_y_dependent_profile(make_lm):
     n, cells = 3000, decoder.vocab ** (LENGTH - 1)
     counts = torch.zeros(cells, dtype=torch.float64)
     for seed in range(n // 10):
-        out = decoder.generate_batch(prompts, max_new_tokens=budgets, seed=seed, layout="holes")
+        out = decoder.generate(prompts, max_new_tokens=budgets, seed=seed, layout="holes")
         for sequence in out.sequences[:10]:
             counts[int(sequence[PROMPT.shape[1]]) * decoder.vocab + int(sequence[PROMPT.shape[1] + 1])] += 1
     exact = exact_distribution(models, target_only, Sampling()).view(cells, -1).sum(-1)
@@ -273,7 +273,7 @@ def test_joint_lengths_spend_candidates_where_they_gain():
 def test_stats_are_consistent(wide, policy_name):
     prompts = wide_prompts(96)
     decoder = make_decoder(wide, rules.Speculative(), wide_policy(policy_name, wide), eos_token_id=[5, 40])
-    out = decoder.generate_batch(prompts, max_new_tokens=BUDGETS, seed=2)
+    out = decoder.generate(prompts, max_new_tokens=BUDGETS, seed=2)
     for sequence, n, stats, budget in zip(out.sequences, out.prompt_lengths, out.stats, BUDGETS):
         assert stats.generated == len(sequence) - n <= budget
         assert stats.target_calls == stats.rounds == len(stats.verified_per_round)
@@ -336,26 +336,23 @@ def test_unsupported_combinations_are_refused(wide):
     prompts = wide_prompts(96)[:2]
     decoder = make_decoder(wide, rules.Greedy(), policies.Oracle())
     with pytest.raises(ValueError, match="does not support policy Oracle.*hindsight"):
-        decoder.generate_batch(prompts, max_new_tokens=4)
+        decoder.generate(prompts, max_new_tokens=4)
     decoder = make_decoder(wide, rules.Greedy(), policies.Fixed(2))
     with pytest.raises(ValueError, match="2 prompts but 3 max_new_tokens"):
-        decoder.generate_batch(prompts, max_new_tokens=[1, 2, 3])
+        decoder.generate(prompts, max_new_tokens=[1, 2, 3])
     with pytest.raises(ValueError, match="at least one prompt"):
-        decoder.generate_batch([], max_new_tokens=4)
-    for single in ["w1 w2", torch.tensor([1, 2])]:
-        with pytest.raises(ValueError, match="list of prompts"):
-            decoder.generate_batch(single, max_new_tokens=4)
+        decoder.generate([], max_new_tokens=4)
     with pytest.raises(ValueError, match="unknown cache layout"):
-        decoder.generate_batch(prompts, max_new_tokens=4, layout="ragged")
+        decoder.generate(prompts, max_new_tokens=4, layout="ragged")
 
 
 def test_text_prompts_and_a_2d_tensor(wide, make_tokenizer):
     tokenizer = make_tokenizer(96)
     decoder = make_decoder(wide, rules.Greedy(), policies.Fixed(3), tokenizer=tokenizer)
-    out = decoder.generate_batch(["w3 w4 w5", "w9"], max_new_tokens=[4, 6])
+    out = decoder.generate(["w3 w4 w5", "w9"], max_new_tokens=[4, 6])
     assert [len(s) for s in out.sequences] == [7, 7] and out.texts is not None and len(out.texts) == 2
     assert out.texts[1] == tokenizer.decode(out.sequences[1][1:])
-    again = decoder.generate_batch(torch.tensor([[3, 4, 5], [9, 9, 9]]), max_new_tokens=4)
+    again = decoder.generate(torch.tensor([[3, 4, 5], [9, 9, 9]]), max_new_tokens=4)
     assert torch.equal(again.sequences[0], out.sequences[0])
 
 
@@ -363,25 +360,25 @@ def test_padded_ids_with_an_attention_mask_decode_as_the_unpadded_rows(wide):
     """A tokenizer's padded input_ids + attention_mask, left or right padded, are the rows without padding."""
     decoder = make_decoder(wide, rules.Greedy(), policies.Fixed(3))
     rows = [torch.tensor([3, 4, 5, 6]), torch.tensor([9, 2])]
-    expected = decoder.generate_batch(rows, max_new_tokens=5).sequences
+    expected = decoder.generate(rows, max_new_tokens=5).sequences
     left = torch.tensor([[3, 4, 5, 6], [0, 0, 9, 2]]), torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
     right = torch.tensor([[3, 4, 5, 6], [9, 2, 0, 0]]), torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
     for ids, mask in (left, right):
-        out = decoder.generate_batch(ids, max_new_tokens=5, attention_mask=mask)
+        out = decoder.generate(ids, max_new_tokens=5, attention_mask=mask)
         assert all(torch.equal(a, b) for a, b in zip(out.sequences, expected))
-    unmasked = decoder.generate_batch(left[0], max_new_tokens=5).sequences[1]  # padding read as prompt tokens
+    unmasked = decoder.generate(left[0], max_new_tokens=5).sequences[1]  # padding read as prompt tokens
     assert not torch.equal(unmasked, expected[1])
     with pytest.raises(ValueError, match="one non-empty run of ones"):
-        decoder.generate_batch(left[0], max_new_tokens=5, attention_mask=torch.tensor([[1, 0, 1, 1], [0, 0, 1, 1]]))
+        decoder.generate(left[0], max_new_tokens=5, attention_mask=torch.tensor([[1, 0, 1, 1], [0, 0, 1, 1]]))
     with pytest.raises(ValueError, match="same shape"):
-        decoder.generate_batch(left[0], max_new_tokens=5, attention_mask=torch.ones(2, 3, dtype=torch.long))
+        decoder.generate(left[0], max_new_tokens=5, attention_mask=torch.ones(2, 3, dtype=torch.long))
 
 
 def test_generate_takes_one_prompt_or_several_as_hf_generate_does(wide):
     """One entry for every batch size: a list of prompts or a padded batch with its mask goes to the batched loop."""
     decoder = make_decoder(wide, rules.Speculative(), policies.Fixed(3))
     rows = [torch.tensor([3, 4, 5, 6]), torch.tensor([9, 2])]
-    batch = decoder.generate_batch(rows, max_new_tokens=6, seed=5)
+    batch = decoder.generate(rows, max_new_tokens=6, seed=5)
     listed = decoder.generate(rows, max_new_tokens=6, seed=5)
     padded = decoder.generate(torch.tensor([[3, 4, 5, 6], [0, 0, 9, 2]]), max_new_tokens=6, seed=5,
                               attention_mask=torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]]))
@@ -401,8 +398,8 @@ def test_model_families(family):
     prompts = [torch.tensor([1, 2, 3, 4, 5]), torch.arange(20, 32), torch.tensor([7])]
     if family in ("mistral", "gemma2"):
         with pytest.raises(ValueError, match="full-attention cache layers only.*DynamicSlidingWindowLayer"):
-            decoder.generate_batch(prompts, max_new_tokens=4)
+            decoder.generate(prompts, max_new_tokens=4)
         return
-    out = decoder.generate_batch(prompts, max_new_tokens=[12, 7, 12])
+    out = decoder.generate(prompts, max_new_tokens=[12, 7, 12])
     for prompt, sequence, budget in zip(prompts, out.sequences, [12, 7, 12]):
         assert torch.equal(sequence, decoder.generate(prompt, max_new_tokens=budget).sequences[0])

@@ -51,7 +51,7 @@ def batched_empirical(decoder: SpeculativeDecoder, n: int) -> torch.Tensor:
     counts = torch.zeros(vocab**LENGTH, dtype=torch.float64)
     weights = torch.tensor([vocab ** (LENGTH - 1 - j) for j in range(LENGTH)])
     for seed in range(n // len(SAMPLE_ROWS)):
-        out = decoder.generate_batch(BATCH_PROMPTS, max_new_tokens=BATCH_BUDGETS, seed=seed, layout="holes")
+        out = decoder.generate(BATCH_PROMPTS, max_new_tokens=BATCH_BUDGETS, seed=seed, layout="holes")
         for i in SAMPLE_ROWS:
             counts[int((out.sequences[i][PROMPT.shape[1]:] * weights).sum())] += 1
     return counts / counts.sum()
