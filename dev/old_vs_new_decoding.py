@@ -5,8 +5,9 @@ script checks out ``REV`` in a temporary git worktree, decodes a fixed set of pr
 from fixed seeds, no files) with every rule × every policy kind that revision names (``policy_spec(kind, ...)``
 builds each from its flat form, so today's kind names must still read here), in four modes — batch 1, batched,
 batched at measured batch costs (the batch axis: the goodput stop decides for the batch, the survival budgets
-decide), and the Speculative Ensemble's ``sd`` mode driven by the policy — once in that worktree and once in this
-tree, each in its own process, and compares the tokens, the per-row stats (wall times left out) and which cases are
+decide), and the Speculative Ensemble's ``sd`` mode driven by the policy — with both draft kinds (a plain draft
+and a feature draft reading the target's hidden states; the ``sd`` mode with the plain one) once in that worktree
+and once in this tree, each in its own process, and compares the tokens, the per-row stats (wall times left out) and which cases are
 refused, exactly (a refusal worded differently, e.g. naming the policy by another repr, is counted apart).
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python dev/old_vs_new_decoding.py 0e51fc7
@@ -32,6 +33,7 @@ VALUES = {"fixed": 3.0, "confidence": 0.5, "confidence-h": 0.5, "svip": 1.0, "ad
           "head": 0.5, "perfect": 0.5}
 HEAD_KINDS = ("head", "head-goodput", "head-budget")
 MODES = ("alone", "batched", "batched-costs", "se-sd")
+DRAFTS = ("plain", "feature")
 
 
 def micro_lm(vocab: int, seed: int, hidden: int, layers: int) -> Any:
@@ -44,6 +46,25 @@ def micro_lm(vocab: int, seed: int, hidden: int, layers: int) -> Any:
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
                          initializer_range=0.3, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return LlamaForCausalLM(config).eval()
+
+
+def feature_draft(target: Any, seed: int, hidden: int) -> Any:
+    """A random float32 feature draft reading ``target``'s last two hidden states (wherever its tree defines it)."""
+    import torch
+
+    try:
+        from decode.drafts.feature_model import FeatureDraftConfig, FeatureDraftForCausalLM
+    except ImportError:  # where the feature draft lived before the draft kinds became decode.drafts
+        from decode.feature_draft import FeatureDraftConfig, FeatureDraftForCausalLM  # type: ignore[no-redef]
+
+    torch.manual_seed(seed)
+    layers = target.config.num_hidden_layers
+    config = FeatureDraftConfig(
+        vocab_size=target.config.vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, initializer_range=0.3,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None, feature_layers=[layers - 1, layers],
+        target_hidden_size=target.config.hidden_size, tie_word_embeddings=True)
+    return FeatureDraftForCausalLM(config).eval()
 
 
 def artifacts(draft: Any) -> tuple[dict[str, Any], Any]:
@@ -108,7 +129,7 @@ def worker(out: Path, prompts: int, max_new_tokens: int, kinds: list[str] | None
     from decode import EnsembleDecoder, SpeculativeDecoder
     from decode.batch_costs import BatchCosts
     from decode.costs import CostModel
-    from decode.policy_specs import POLICY_SPECS, policy_spec
+    from decode.policy_specs import policy_kinds, policy_spec
 
     try:  # where PolicyInputs lived before the policies became a package by role
         from decode.policy_specs import PolicyInputs  # type: ignore[attr-defined]
@@ -117,6 +138,7 @@ def worker(out: Path, prompts: int, max_new_tokens: int, kinds: list[str] | None
 
     torch.set_num_threads(1)
     models = {"target": micro_lm(96, 21, 32, 2), "draft": micro_lm(96, 22, 16, 1), "companion": micro_lm(96, 23, 16, 1)}
+    drafts = {"plain": models["draft"], "feature": feature_draft(models["target"], 24, 16)}
     heads, profile = artifacts(models["draft"])
     costs = CostModel(t_draft=0.2, t_target=1.0, t_companion=0.1)
     batch_costs = BatchCosts(batches=(1, 8), draft=(0.1, 0.12),
@@ -124,40 +146,41 @@ def worker(out: Path, prompts: int, max_new_tokens: int, kinds: list[str] | None
     generator = torch.Generator().manual_seed(7)
     texts = [torch.randint(0, 96, (n,), generator=generator) for n in (3, 1, 9, 4, 6, 2, 5)[:prompts]]
     seeds = [11 + 7 * i for i in range(len(texts))]
-    kinds = list(POLICY_SPECS) if kinds is None else kinds
+    kinds = list(policy_kinds()) if kinds is None else kinds
     records: dict[str, Any] = {"decode": decode.__file__, "kinds": kinds}
 
     def inputs(with_batch_costs: bool) -> Any:
         return PolicyInputs(heads=heads, profiles={"profile": profile}, costs=costs,
                             batch_costs=batch_costs if with_batch_costs else None, k_max=8)
 
-    for rule_name, rule in rules().items():
-        for kind, value, artifact in cases(kinds):
-            spec = policy_spec(kind, value, artifact)
-            for mode in MODES:
-                key = f"{rule_name} | {kind}({value}, {artifact}) | {mode}"
+    for rule_name, rule, (kind, value, artifact), mode, draft_kind in (
+            (n, r, case, m, d) for n, r in rules().items() for case in cases(kinds) for m in MODES for d in DRAFTS
+            if d == "plain" or m != "se-sd"):
+        spec = policy_spec(kind, value, artifact)
+        draft = drafts[draft_kind]
+        key = f"{rule_name} | {kind}({value}, {artifact}) | {mode} | {draft_kind} draft"
 
-                def run() -> Any:
-                    policy = spec.build(inputs(mode == "batched-costs" or kind.endswith("-budget")))
-                    if mode == "se-sd":
-                        decoder = EnsembleDecoder([models["draft"], models["target"]], ensemble=rule
-                                                  if rule_name in ("weighted", "contrastive") else None,
-                                                  mode="sd", policy=policy, eos_token_id=None)
-                        outs = [decoder.generate(p, max_new_tokens=max_new_tokens, seed=s) for p, s in
-                                zip(texts, seeds)]
-                        return [{"tokens": o.sequences.reshape(-1).tolist(), "stats": plain(o.stats)} for o in outs]
-                    companion = models["companion"] if policy.companion is not None else None
-                    decoder = SpeculativeDecoder(models["target"], models["draft"], rule=rule, policy=policy,
-                                                 companion=companion, eos_token_id=None)
-                    if mode == "alone":
-                        outs = [decoder.generate(p, max_new_tokens=max_new_tokens, seed=s) for p, s in
-                                zip(texts, seeds)]
-                        return [{"tokens": o.sequences.reshape(-1).tolist(), "stats": plain(o.stats)} for o in outs]
-                    out = decoder.generate_batch(texts, max_new_tokens=max_new_tokens, seed=seeds)
-                    return [{"tokens": s.reshape(-1).tolist(), "stats": plain(st)} for s, st in
-                            zip(out.sequences, out.stats)]
+        def run() -> Any:
+            policy = spec.build(inputs(mode == "batched-costs" or kind.endswith("-budget")))
+            if mode == "se-sd":
+                decoder = EnsembleDecoder([models["draft"], models["target"]], ensemble=rule
+                                          if rule_name in ("weighted", "contrastive") else None,
+                                          mode="sd", policy=policy, eos_token_id=None)
+                outs = [decoder.generate(p, max_new_tokens=max_new_tokens, seed=s) for p, s in
+                        zip(texts, seeds)]
+                return [{"tokens": o.sequences.reshape(-1).tolist(), "stats": plain(o.stats)} for o in outs]
+            companion = models["companion"] if policy.companion is not None else None
+            decoder = SpeculativeDecoder(models["target"], draft, rule=rule, policy=policy,
+                                         companion=companion, eos_token_id=None)
+            if mode == "alone":
+                outs = [decoder.generate(p, max_new_tokens=max_new_tokens, seed=s) for p, s in
+                        zip(texts, seeds)]
+                return [{"tokens": o.sequences.reshape(-1).tolist(), "stats": plain(o.stats)} for o in outs]
+            out = decoder.generate(texts, max_new_tokens=max_new_tokens, seed=seeds)
+            return [{"tokens": s.reshape(-1).tolist(), "stats": plain(st)} for s, st in
+                    zip(out.sequences, out.stats)]
 
-                records[key] = attempt(run)
+        records[key] = attempt(run)
     out.write_text(json.dumps(records))
 
 
@@ -226,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     new.pop("kinds")
     differences, worded = compare(old, new)
     decoded = sum(not isinstance(v, dict) for v in old.values())
-    print(f"{len(old)} cases at {args.rev} ({len(rules())} rules x {len(kinds)} kinds' specs x {len(MODES)} modes; "
+    print(f"{len(old)} cases at {args.rev} ({len(rules())} rules x {len(kinds)} kinds' specs x {len(MODES)} modes x "
+          f"{len(DRAFTS)} draft kinds, sd with the plain one; "
           f"{decoded} decoded, {len(old) - decoded} refused), {len(new)} here: {len(differences)} differ in tokens, "
           f"stats or whether they are refused; {len(worded)} refused in other words")
     for line in differences + (worded if args.refusals else []):
