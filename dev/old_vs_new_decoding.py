@@ -29,9 +29,9 @@ HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 
 #: The flat form of each parameterised kind's spec (the artifact: the head or profile it reads).
-VALUES = {"fixed": 3.0, "confidence": 0.5, "confidence-h": 0.5, "svip": 1.0, "adaedl": 0.1, "margin": 0.5,
-          "head": 0.5, "perfect": 0.5}
-HEAD_KINDS = ("head", "head-goodput", "head-budget")
+VALUES = {"fixed": 3.0, "confidence": 0.5, "confidence-h": 0.5, "svip": 1.0, "adaedl": 0.1, "adaedl-budget": 0.1,
+          "margin": 0.5, "head": 0.5, "head-online": 0.5, "perfect": 0.5}
+HEAD_KINDS = ("head", "head-goodput", "head-budget", "head-online", "head-online-goodput", "head-online-budget")
 MODES = ("alone", "batched", "batched-costs", "se-sd")
 DRAFTS = ("plain", "feature")
 
@@ -156,11 +156,11 @@ def worker(out: Path, prompts: int, max_new_tokens: int, kinds: list[str] | None
     for rule_name, rule, (kind, value, artifact), mode, draft_kind in (
             (n, r, case, m, d) for n, r in rules().items() for case in cases(kinds) for m in MODES for d in DRAFTS
             if d == "plain" or m != "se-sd"):
-        spec = policy_spec(kind, value, artifact)
         draft = drafts[draft_kind]
         key = f"{rule_name} | {kind}({value}, {artifact}) | {mode} | {draft_kind} draft"
 
         def run() -> Any:
+            spec = policy_spec(kind, value, artifact)
             policy = spec.build(inputs(mode == "batched-costs" or kind.endswith("-budget")))
             if mode == "se-sd":
                 decoder = EnsembleDecoder([models["draft"], models["target"]], ensemble=rule
