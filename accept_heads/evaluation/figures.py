@@ -146,9 +146,15 @@ def _sweep_panels(results: Results, set_name: str, shown: pd.DataFrame) -> tuple
 
 
 def _fixed_k(ax: Axes, rows: pd.DataFrame, x: str, y: str) -> None:
-    """Fixed K over its grid (``rows``), ★ at its dev choice."""
+    """Fixed K over its grid (``rows``; each point named by its K where ``x`` is not K), ★ at its dev choice."""
     rows = rows.sort_values("param")
-    ax.plot(rows[x], rows[y], "o-", color=family_color("fixed"), ms=4, label="fixed K over its grid")
+    named = x != "param"
+    ax.plot(rows[x], rows[y], "o-", color=family_color("fixed"), ms=4,
+            label="fixed K over its grid" + (" (each point's K beside it)" if named else ""))
+    if named:
+        for _, row in rows.iterrows():
+            ax.annotate(f"{row['param']:g}", (row[x], row[y]), xytext=(3, 3), textcoords="offset points", fontsize=7,
+                        color=family_color("fixed"))
     for _, row in rows[rows["chosen_on"] == "dev"].iterrows():
         ax.scatter(row[x], row[y], marker="*", s=220, color=family_color("fixed"), edgecolor="black", linewidth=0.7,
                    zorder=2.5, label=f"{row['policy']}, chosen on dev")
@@ -241,16 +247,17 @@ def draw_throughput_vs_h(results: Results) -> Figure | None:
 
 def league_entries(table: pd.DataFrame) -> pd.DataFrame:
     """The league's rows on the test / OOD sets: the best fixed K and the best training-free source (both chosen on
-    dev), then each league family's best source × stop (:func:`best_of_families`), with an ``entry`` column naming
-    the reference or the family."""
+    dev), then each league family's best source × stop (:func:`best_of_families`; learned, then training-free), with
+    an ``entry`` column naming the reference or the family."""
     kinds = family_names(league="learned") + family_names(league="training-free")
+    order = list(dict.fromkeys(map(source_family, kinds)))
     best = best_of_families(table, kinds)
     held_out = table["role"] != "dev"
     references = [table[held_out & mask].assign(entry=name) for name, mask in
                   zip(REFERENCES, ((table["family"] == "fixed") & (table["chosen_on"] == "dev"),
                                    best_training_free(table, THROUGHPUT)))]
     league = table[held_out & best].assign(entry=lambda rows: rows["family"].map(source_family))
-    return pd.concat([*references, league])
+    return pd.concat([*references, league.sort_values("entry", key=lambda c: c.map(order.index), kind="stable")])
 
 
 def _league_key() -> list[Line2D]:
@@ -288,8 +295,8 @@ def draw_league(results: Results) -> Figure | None:
         ax.axvline(1.0, color=family_color("fixed"), lw=1, zorder=0)
         for value in free[column]:
             ax.axvline(value, color=family_color(source_family(free["family"].iloc[0])), ls="--", lw=1, zorder=0)
-        ax.set_yticks(range(len(rows)), [f"{entry}: {policy}" for entry, policy in zip(rows["entry"], rows["policy"])],
-                      fontsize=9)
+        ax.set_yticks(range(len(rows)), [f"{entry}: {policy}" if entry in REFERENCES else policy
+                                         for entry, policy in zip(rows["entry"], rows["policy"])], fontsize=9)
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.margins(x=0.12)
         ax.set_title(f"{_rule_title(results, rule, rule_param)} — {_set_title(results.table, set_name)}")
@@ -341,9 +348,9 @@ def draw_sv_profile(results: Results) -> Figure | None:
         figure.colorbar(image, ax=heat, label="mean target acceptance")
         x_edges, y_edges = profile["x_edges"], profile["y_edges"]
         heat.set_xticks(range(len(x_edges) - 1), [f"{(a + b) / 2:.2f}" for a, b in zip(x_edges, x_edges[1:])],
-                        rotation=90, fontsize=6)
+                        rotation=90, fontsize=7)
         heat.set_yticks(range(len(y_edges) - 1), [f"{(a + b) / 2:.2f}" for a, b in zip(y_edges, y_edges[1:])],
-                        fontsize=6)
+                        fontsize=7)
         heat.set(title=f"profile[{name}]: acceptance by (X, Y) bin", xlabel="X = Σ min(q, c) (bin centre)",
                  ylabel="Y = min(1, c(y)/q(y)) (bin centre)")
         information = profile.get("information", {})

@@ -111,37 +111,44 @@ def test_every_figure_is_a_drawn_image(evaluated):
 
 
 def league_panels(figure) -> dict[str, list[tuple[str, str, float]]]:
-    """Per panel title, its entries top to bottom: (reference or family, policy, drawn × best fixed K)."""
+    """Per panel title, its entries top to bottom: (reference or family, policy, drawn × best fixed K); a reference's
+    label names it before its policy, a family's is its best run's policy."""
     panels = {}
     for ax in figure.axes:
-        labels = [text.get_text().split(": ") for text in ax.get_yticklabels()]
+        labels = [text.get_text() for text in ax.get_yticklabels()]
+        entries = [label.split(": ") if ": " in label else (source_family(re.split(r"[\[(]", label)[0]), label)
+                   for label in labels]
         points = [float(container.lines[0].get_xdata()[0]) for container in ax.containers]
-        panels[ax.get_title()] = [(entry, policy, x) for (entry, policy), x in zip(labels, points, strict=True)]
+        panels[ax.get_title()] = [(entry, policy, x) for (entry, policy), x in zip(entries, points, strict=True)]
     return panels
 
 
 def test_the_league_figure_draws_each_familys_best_beside_the_two_references(evaluated):
     """Per rule and held-out set, the best fixed K, the best training-free source, then one entry per league family in
-    the results: its best source × stop on dev at its dev choice, drawn at its × best fixed K; a family the results
-    lack is not drawn."""
+    the results (learned first): its best source × stop on dev at its dev choice, drawn at its × best fixed K; a
+    family the results lack is not drawn."""
     _, results = evaluated
     table = results.table
     league = family_names(league="learned") + family_names(league="training-free")
     panels = league_panels(draw_league(results))
-    test = table[(table["set"] == "test") & (table["rule"] == "speculative")]
-    families = list(dict.fromkeys(test.loc[test["family"].isin(league), "family"].map(source_family)))
-    assert {"head", "head-online", "margin", "confidence"} <= set(families)
-    entries = panels["speculative — test"]
-    assert [entry for entry, _, _ in entries] == [*REFERENCES, *families]
-    dev = table[(table["role"] == "dev") & (table["rule"] == "speculative") & at_dev_choice(table)
-                & table["family"].map(source_family).eq("head")]
-    best_head = dev.loc[dev["throughput_cost"].idxmax(), "policy"]
-    (head,) = [(policy, x) for entry, policy, x in entries if entry == "head"]
-    assert head == (best_head, pytest.approx(test.loc[test["policy"] == best_head, "speedup_fixed_cost"].item()))
-    assert entries[0][2] == pytest.approx(1.0)  # the best fixed K against itself
     held_out = set(table.loc[table["role"] != "dev", "set"])
     assert len(panels) == len(held_out) * table["rule"].nunique()  # per rule and held-out set
     assert {title.split(" ")[0] for title in panels} == set(table["rule"])
+
+    rule = table["rule"] == "speculative"
+    dev = table[rule & (table["role"] == "dev") & at_dev_choice(table) & table["family"].isin(league)]
+    best = dev.loc[dev.groupby(dev["family"].map(source_family))["throughput_cost"].idxmax()]
+    chosen = dict(zip(best["family"].map(source_family), best["policy"]))  # family → its best run on dev
+    families = [name for name in dict.fromkeys(map(source_family, league)) if name in chosen]  # learned first
+    assert {"head", "head-online", "margin", "confidence"} <= set(families)
+    entries = panels["speculative — test"]
+    assert [entry for entry, _, _ in entries] == [*REFERENCES, *families]
+    test = table[rule & (table["set"] == "test")].set_index("policy")
+    for entry, policy, x in entries[2:]:
+        assert policy == chosen[entry], entry
+        assert x == pytest.approx(test.loc[policy, "speedup_fixed_cost"])
+    assert entries[0][1:] == (test.index[(test["family"] == "fixed") & (test["chosen_on"] == "dev")].item(),
+                              pytest.approx(1.0))  # the best fixed K against itself
 
     without = replace(results, table=table[table["family"].map(source_family) != "head-online"])
     drawn = {entry for rows in league_panels(draw_league(without)).values() for entry, _, _ in rows}
