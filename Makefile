@@ -53,7 +53,7 @@ demo: setup
 	$(TRAIN) head.rule=ensemble head.name=ensemble-weighted-pre
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
 	$(OFFLINE) $(PY) -m accept_heads.evaluate 'evaluate.rules=[speculative,greedy,ensemble]'
-	$(OFFLINE) $(PY) -m accept_heads.structure 'evaluate.rules=[speculative,greedy,ensemble]'
+	$(OFFLINE) $(PY) -m accept_heads.structure 'structure.rules=[speculative,greedy,ensemble]'
 
 # The other two heads, each with its evaluation (after `make demo`: its zoo and data): the fuzzy (FSD) rule,
 # with the FSD threshold sweep, and the contrastive kind of the ensemble rule.
@@ -71,11 +71,11 @@ more-heads: setup
 # test and HumanEval (OOD) with every
 # choice made on dev, with the wall clock at batch 1 beside the modelled figures (runs/smollm2/eval/); the structure of
 # acceptance on test and HumanEval (runs/smollm2/structure/).
-# `make real COMPILE=true` evaluates with compiled forwards (`evaluate.compile`: the decodes of one prompt; batches
+# `make real COMPILE=true` evaluates with compiled forwards (`decoding.compile`: the decodes of one prompt; batches
 # and the collection stay eager, docs/library.md "Fast forwards"), and so does each head's dev sweep of h in training,
 # which the evaluation then reuses rather than decoding the grid again.
 COMPILE ?= false
-REAL := +exp=smollm2 evaluate.compile=$(COMPILE)
+REAL := +exp=smollm2 decoding.compile=$(COMPILE)
 # a head that also reads the request so far, the draft's next-largest probabilities and the round so far
 READS_MORE := head.request_feature=true head.top_k_features=true head.round_feature=true
 real: setup

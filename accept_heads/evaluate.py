@@ -175,7 +175,7 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         sampling=asdict(job.sampling), rules=asdict(job.rules), eval_rules=rules,
         rule_specs={rule: build_rule(rule, job.rules).spec() for rule in rules},
         seed=job.seed, seeding="each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
-        max_new_tokens=job.evaluate.max_new_tokens, sets=[s.describe() for s in sets],
+        max_new_tokens=job.decoding.max_new_tokens, sets=[s.describe() for s in sets],
         selection_set="dev", selection=[asdict(c) for c in choices],
         selection_criterion="max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
                             "a rule's swept parameter (FSD T) at its chosen K; each head's h the one it records, "
@@ -185,10 +185,10 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         cost_fit_tuples="per run of our decoder, companion runs included, bounds excluded, over its generations "
                         "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
                         "latency_shape(verified length), wall s)",
-        batching=f"families {', '.join(family_names(rows_alone=True))} decode evaluate.batch_size="
-                 f"{job.evaluate.batch_size} prompts per batched generate after the first evaluate.timed_prompts="
-                 f"{job.evaluate.timed_prompts} (alone); rows decide as alone, so only wall-clock columns depend on it",
-        latency=latency.to_dict(), hf=describe_hf(), evaluate=asdict(job.evaluate),
+        batching=f"families {', '.join(family_names(rows_alone=True))} decode decoding.batch_size="
+                 f"{job.decoding.batch_size} prompts per batched generate after the first decoding.timed_prompts="
+                 f"{job.decoding.timed_prompts} (alone); rows decide as alone, so only wall-clock columns depend on it",
+        latency=latency.to_dict(), hf=describe_hf(), decoding=asdict(job.decoding), evaluate=asdict(job.evaluate),
         dev_grids={name: f.dev_grid(job) for name, f in families().items() if f.tuned},
         heads=described["heads"], profiles=described["profiles"], workers=workers, notes=notes)
 
@@ -211,8 +211,8 @@ def evaluate(job: EvaluateJob) -> Results:
     """
     start = time.perf_counter()
     plan = plan_evaluation(job)
-    e = job.evaluate
-    torch_threads(e.threads)
+    d, e = job.decoding, job.evaluate
+    torch_threads(d.threads)
     notes: dict[str, str] = {}
     executor = Executor.build(job, notes)
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
@@ -222,15 +222,15 @@ def evaluate(job: EvaluateJob) -> Results:
     unused = unmatched(job.rules, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
-    latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency.lengths, e.latency.repeats)
-    priced = pricing(job.cost, trio, lambda: latency.companion_ratio, compiled=e.compile, repeats=e.latency.repeats,
-                     threads=e.threads)
+    latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency.lengths, d.repeats)
+    priced = pricing(job.cost, trio, lambda: latency.companion_ratio, compiled=d.compile, repeats=d.repeats,
+                     threads=d.threads)
     batch_costs, costs_source = None, None
     if axis_rules:
         companion = trio.companion if artifacts.profiles else None
         batch_costs, costs_source = machine_batch_costs(
             trio.target, trio.draft, models=trio.description, batches=e.batch_axis.sizes,
-            max_length=e.latency.lengths, repeats=e.latency.repeats, companion=companion,
+            max_length=e.latency.lengths, repeats=d.repeats, companion=companion,
             refresh=e.batch_axis.costs_refresh)
     executor = executor.priced(priced.model, batch_costs)
 
@@ -264,7 +264,7 @@ def evaluate(job: EvaluateJob) -> Results:
     metadata = describe(plan.job, trio, device, rules, sets, choices, priced, fit, latency, executor.described,
                         plan.workers, notes)
     if axis_rules:
-        metadata = replace(metadata, batch_axis=batch_axis.describe(plan.job, batch_costs, axis_rules, e.threads,
+        metadata = replace(metadata, batch_axis=batch_axis.describe(plan.job, batch_costs, axis_rules, d.threads,
                                                                     costs_source))
     if timings:
         wall = wallclock.with_modelled(wall, table)

@@ -37,10 +37,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--exp", choices=EXPERIMENTS, default="smollm2",
                         help="the experiment whose models are priced (default smollm2, the real pair)")
     parser.add_argument("--compiled", action="store_true",
-                        help="time compiled forwards too (default: the experiment's evaluate.compile)")
+                        help="time compiled forwards too (default: the experiment's decoding.compile)")
     parser.add_argument("--repeats", type=int, default=10, help="timed forwards per shape, median (default 10)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: the experiment's evaluate.threads, which the evaluation "
+                        help="torch CPU threads (default: the experiment's decoding.threads, which the evaluation "
                              "prices at; the profile is stored per thread count)")
     parser.add_argument("--refresh", action="store_true", help="measure again even where a profile is stored")
     parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
@@ -99,13 +99,13 @@ def main(argv: list[str] | None = None) -> CostProfile:
     quiet_library_output()
     try:
         config = experiment(args.exp, args.overrides)
-        torch_threads(args.threads or config.evaluate.threads)
+        torch_threads(args.threads or config.decoding.threads)
         trio = load_trio(config.models, config.paths.zoo_dir)
     except USER_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     place(trio)
-    compiled = args.compiled or config.evaluate.compile
+    compiled = args.compiled or config.decoding.compile
     profile, source = machine_profile(trio.target, trio.draft, trio.companion, models=trio.description,
                                       repeats=args.repeats, compiled=compiled, refresh=args.refresh)
     console = Console(width=140)

@@ -71,7 +71,7 @@ def test_default_is_the_embedded_tiny_trio():
     assert config.models.target.id.startswith("zoo:")
     assert config.prompts.source == "builtin"
     assert config.cost.t_companion == pytest.approx(0.0236 * 1.17, abs=1e-4)  # configured: the same on every CPU
-    assert config.evaluate.prompts == {"dev": 40, "test": 80, "ood": 40} and config.evaluate.max_new_tokens == 96
+    assert config.decoding.prompts == {"dev": 40, "test": 80, "ood": 40} and config.decoding.max_new_tokens == 96
 
 
 @pytest.mark.parametrize("exp, source", [("smollm2", "measured"), ("tiny", "configured"), ("llama70b", "configured"),
@@ -113,6 +113,19 @@ def test_a_typo_in_a_nested_evaluate_name_fails_at_compose_time_naming_it(overri
     assert override.split("=")[0].rsplit(".", 1)[1] in str(excinfo.value.__cause__ or excinfo.value)
 
 
+@pytest.mark.parametrize("old, new", [("evaluate.max_new_tokens=8", "decoding.max_new_tokens=8"),
+                                      ("evaluate.latency.repeats=2", "decoding.repeats=2")])
+def test_the_decoding_settings_live_under_decoding_alone(old, new):
+    """How the stages decode is ``decoding.*``; the key it had under ``evaluate`` fails as any unknown key does."""
+    with pytest.raises(ConfigCompositionException) as excinfo:
+        _compose(old)
+    assert old.split("=")[0].rsplit(".", 1)[1] in str(excinfo.value.__cause__ or excinfo.value)
+    config = to_config(_compose(new))
+    key, value = new.removeprefix("decoding.").split("=")
+    assert getattr(config.decoding, key) == int(value)
+    assert config.evaluate_job().decoding is config.train_job().decoding is config.structure_job().decoding
+
+
 @pytest.mark.parametrize("head", ["specdecpp", "dspark", "sv_profile"])
 def test_mixing_r_has_one_default(head):
     assert to_config(_compose(f"head={head}")).head.mixing_r == DEFAULT_MIXING_R
@@ -145,7 +158,8 @@ def test_typo_in_a_yaml_group_file_fails(tmp_path):
      ("evaluate.batch_axis.rules=[exact]", "evaluate.batch_axis.rules"),
      ("evaluate.batch_axis.sizes=[0,8]", "evaluate.batch_axis.sizes"), ("head.thresholds=[]", "head.thresholds"),
      ("evaluate.thresholds=[]", "evaluate.thresholds"), ("evaluate.hf.sets=[dev]", "evaluate.hf.sets"),
-     ("evaluate.wallclock.prompts=0", "evaluate.wallclock.prompts")],  # the tiny recipe's r = 1 suits pre heads only
+     ("evaluate.wallclock.prompts=0", "evaluate.wallclock.prompts"), ("decoding.repeats=0", "decoding.repeats"),
+     ("decoding.prompts.dev=0", "decoding.prompts"), ("structure.rules=[exact]", "structure.rules")],  # the tiny recipe's r = 1 suits pre heads only
 )
 def test_invalid_values_fail_validation_naming_the_key(override, key):
     with pytest.raises(ConfigError, match=key):
@@ -197,9 +211,10 @@ def test_cli_typo_exits_nonzero_naming_the_key(tmp_path):
 
 def test_each_stage_job_holds_the_root_configs_groups_and_pickles():
     config = Config()
-    for job in (config.collect_job(), config.train_job(), config.evaluate_job()):
-        for field in fields(job):
-            assert getattr(job, field.name) is getattr(config, field.name)
+    for job in (config.collect_job(), config.train_job(), config.evaluate_job(), config.structure_job()):
+        for field in fields(job):  # training's wallclock: the evaluation's, whose prompts every run decodes alone
+            group = config.evaluate.wallclock if field.name == "wallclock" else getattr(config, field.name)
+            assert getattr(job, field.name) is group
         assert pickle.loads(pickle.dumps(job)) == job  # the evaluation's workers are spawned with it
 
 

@@ -87,8 +87,8 @@ def test_exported_head_decodes_every_rule_on_cuda(cuda_pipeline: dict, micro_tri
 def test_evaluate_runs_on_cuda(cuda_pipeline: dict) -> None:
     out_dir = cuda_pipeline["root"] / "eval"
     config = compose_config(
-        *cuda_pipeline["overrides"], f"evaluate.out_dir={out_dir}", "evaluate.prompts={dev: 2, test: 2, ood: 2}",
-        "evaluate.max_new_tokens=8", "+evaluate.grids.fixed=[1,3]", "+evaluate.grids.confidence=[0.4]",
+        *cuda_pipeline["overrides"], f"evaluate.out_dir={out_dir}", "decoding.prompts={dev: 2, test: 2, ood: 2}",
+        "decoding.max_new_tokens=8", "+evaluate.grids.fixed=[1,3]", "+evaluate.grids.confidence=[0.4]",
         "evaluate.thresholds=[0.5,0.9]", "evaluate.rule_grids.fuzzy=[0.3]", "evaluate.hf.baselines=false",
     )
     results = evaluate(config.evaluate_job())

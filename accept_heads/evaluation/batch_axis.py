@@ -194,7 +194,7 @@ def describe(job: EvaluateJob, costs: BatchCosts, rules: list[str], threads: int
     return {"batch_sizes": list(e.batch_axis.sizes), "prompts_per_set": e.batch_axis.prompts, "rules": rules,
             "batch_costs": costs.to_dict(), "batch_costs_source": source.to_dict(), "threads_per_process": threads,
             "measured": "generated tokens / wall seconds of the batched generates (each worker process with "
-                        "evaluate.threads torch threads; prompts included)",
+                        "decoding.threads torch threads; prompts included)",
             "modelled": "generated tokens / seconds of the batch's forwards priced at batch_costs (prompts left out)",
             "selection": "fixed K per batch size by modelled throughput on dev; confidence tau and head h from the "
                          "main evaluation's dev selection; goodput head and SV at the measured batch costs"}

@@ -62,17 +62,18 @@ class Executor:
     @classmethod
     def build(cls, job: EvaluateJob, notes: dict[str, str]) -> Executor:
         """Load the models, discover the heads / profiles and load the prompt sets of ``job``."""
-        e = job.evaluate
+        d = job.decoding
         trio = load_trio(job.models, job.paths.zoo_dir)
         device = place(trio)
         sampling = Sampling(**asdict(job.sampling))
         artifacts, described = discover(job.paths.head_dir, trio, sampling, notes)
-        sets = load_sets(job.prompts, e, job.seed, trio.tokenizer, trio.target.config.max_position_embeddings)
-        decoding = DecoderRunner(trio, sampling, job.rules, artifacts, e.max_new_tokens, job.seed,
-                            job.head.k_min, job.head.k_max, batch_size=e.batch_size,
-                            timed_prompts=alone_prompts(e, max(len(s.prompts) for s in sets)), compile=e.compile)
-        hf = HFRunner(trio, sampling, e.max_new_tokens, job.seed)
-        table = runners(decoding, hf, SERunner(trio, sampling, job.rules, e.max_new_tokens, job.seed))
+        sets = load_sets(job.prompts, d, job.seed, trio.tokenizer, trio.target.config.max_position_embeddings)
+        timed = alone_prompts(d, job.evaluate.wallclock, max(len(s.prompts) for s in sets))
+        decoding = DecoderRunner(trio, sampling, job.rules, artifacts, d.max_new_tokens, job.seed,
+                            job.head.k_min, job.head.k_max, batch_size=d.batch_size, timed_prompts=timed,
+                            compile=d.compile)
+        hf = HFRunner(trio, sampling, d.max_new_tokens, job.seed)
+        table = runners(decoding, hf, SERunner(trio, sampling, job.rules, d.max_new_tokens, job.seed))
         return cls(job, trio, device, artifacts, described, {s.name: s for s in sets}, decoding, hf, table)
 
     def priced(self, costs: CostModel, batch_costs: BatchCosts | None) -> Executor:
@@ -105,7 +106,7 @@ def _start_worker(job: EvaluateJob, costs: CostModel, batch_costs: BatchCosts | 
     """A spawned process starts afresh: quiet the libraries as the entry point did, then build its executor."""
     global _WORKER
     quiet_library_output()
-    torch_threads(job.evaluate.threads)
+    torch_threads(job.decoding.threads)
     _WORKER = Executor.build(job, notes={}).priced(costs, batch_costs)
 
 

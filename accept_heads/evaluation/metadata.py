@@ -42,6 +42,7 @@ class EvaluationMetadata:
     batching: str
     latency: JSON
     hf: JSON
+    decoding: JSON  # the decoding config the run decoded by
     evaluate: JSON  # the evaluate config the run decoded by
     dev_grids: dict[str, list[float]]
     heads: dict[str, JSON]  # each evaluated head's metadata by name

@@ -221,7 +221,7 @@ def measure(executor: Executor, specs: Sequence[RunSpec], counted: pd.DataFrame)
 
 def describe(executor: Executor) -> dict[str, Any]:
     """Metadata of the wall-clock stage: where and how it ran."""
-    e = executor.job.evaluate
+    e, compiled = executor.job.evaluate, executor.job.decoding.compile
     return {"device": executor.device, "dtype": str(executor.trio.target.dtype).removeprefix("torch."),
             "threads": e.wallclock.threads or len(os.sched_getaffinity(0)), "sets": e.wallclock.sets,
             "prompts": e.wallclock.prompts, "rules": e.wallclock.rules, "batch": 1,
@@ -230,9 +230,9 @@ def describe(executor: Executor) -> dict[str, Any]:
             "tokens_per_s": "generated tokens / seconds measured around each decode (device-synchronised)",
             "intervals": "95 % paired bootstrap over prompts",
             "forwards": ("compiled, static caches; the target alone in our loop (TargetOnly)" + compiled_here(executor)
-                         if e.compile else "eager; the target alone by HF generate"),
+                         if compiled else "eager; the target alone by HF generate"),
             # the compiled forwards' settings (decode.compile.CompileConfig), as each decode's stats record them
-            "compile": asdict(DEFAULT) if e.compile else None}
+            "compile": asdict(DEFAULT) if compiled else None}
 
 
 def compiled_here(executor: Executor) -> str:

@@ -88,7 +88,7 @@ class LeverBench:
         generations = []
         for prompt in prompts.prompts:
             seed = prompt_seed(self.job.seed, prompt.prompt_id)
-            out = decoder.generate(prompt.token_ids, max_new_tokens=self.job.evaluate.max_new_tokens, seed=seed)
+            out = decoder.generate(prompt.token_ids, max_new_tokens=self.job.decoding.max_new_tokens, seed=seed)
             generations.append(asdict(Generation.of(prompt.prompt_id, seed, out.stats, out.sequences,
                                                     len(prompt.token_ids))))
         frame = pd.DataFrame(generations)
@@ -117,11 +117,11 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     sampling = Sampling(**asdict(job.sampling))
     artifacts, _ = discover(job.paths.head_dir, trio, sampling, notes)
     context = trio.target.config.max_position_embeddings
-    e = job.evaluate
-    dev = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "dev", e.prompts["dev"])
-    train = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "train", e.prompts["dev"])  # as many
-    lab = LeverBench(job, trio, sampling, pricing(job.cost, trio, lambda: None, compiled=e.compile,
-                                                  repeats=e.latency.repeats, threads=e.threads))
+    d = job.decoding
+    dev = load_split(job.prompts, d, job.seed, trio.tokenizer, context, "dev", d.prompts["dev"])
+    train = load_split(job.prompts, d, job.seed, trio.tokenizer, context, "train", d.prompts["dev"])  # as many
+    lab = LeverBench(job, trio, sampling, pricing(job.cost, trio, lambda: None, compiled=d.compile,
+                                                  repeats=d.repeats, threads=d.threads))
     thresholds = job.thresholds
     rows, fits = [], {}
     heads = {n: h for n, h in artifacts.heads.items() if not h.config.companion_features}
@@ -184,8 +184,9 @@ def run_levers(job: EvaluateJob) -> pd.DataFrame:
     partial = out / "levers.csv.partial"
     table.to_csv(partial, index=False)
     partial.replace(out / "levers.csv")
+    dev = job.decoding.prompts["dev"]
     write_json_atomic(out / "levers.json", {"command": "accept_heads.levers", "code_version": code_version(),
-                                            "fit_prompts (train split)": job.evaluate.prompts["dev"], "dev_prompts": job.evaluate.prompts["dev"],
+                                            "fit_prompts (train split)": dev, "dev_prompts": dev,
                                             "cost": asdict(job.cost), "seed": job.seed, **described})
     print_levers(table, described["cost_model"]["caption"])
     print(f"levers: {out / 'levers.csv'}, {out / 'levers.json'}")

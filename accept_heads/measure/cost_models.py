@@ -8,7 +8,7 @@
     verification latency flat in ``L`` (the paper's ``t_t`` is per target call, at batch size 1 where latency is
     nearly flat, DESIGN §3);
   - ``measured`` (the real pair): every price from this machine's stored cost profile
-    (:func:`~accept_heads.measure.machine_costs.machine_profile`, compiled forwards where ``evaluate.compile``):
+    (:func:`~accept_heads.measure.machine_costs.machine_profile`, compiled forwards where ``decoding.compile``):
     ``t_t = T(2)`` with ``shape(L) = T(L + 1) / T(2)`` (a round verifying ``L`` candidates feeds ``L + 1`` tokens),
     the target alone ``T(1)``, ``t_d`` and ``t_c`` the draft's and the companion's one-token steps.
 * ``fitted``: ``t_d``, ``t_c``, ``t_t`` fitted on the measured wall times of our decoder's runs, with the
@@ -139,7 +139,7 @@ def pricing(cost: CostConfig, trio: Trio, companion_ratio: Callable[[], float | 
             repeats: int, threads: int | None) -> Pricing:
     """The ``cost`` model of ``trio``: :func:`configured_model` (``companion_ratio()`` read only where
     ``cost.t_companion`` is null), or this machine's stored cost profile at ``threads`` torch threads (the
-    evaluation's ``evaluate.threads``; None: as many as now), measured now where there is none, with ``repeats`` timed
+    stages' ``decoding.threads``; None: as many as now), measured now where there is none, with ``repeats`` timed
     forwards per shape; compiled forwards where ``compiled`` and the models compile here."""
     if cost.source == "measured":
         with torch_threads(threads):

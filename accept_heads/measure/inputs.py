@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from ahconf.schema import ConfigError, EvaluateConfig, PromptsConfig
+from ahconf.schema import ConfigError, DecodingConfig, PromptsConfig
 from data_gen.prompts import available_splits, load_prompts, parse_source
 from decode.artifacts.serialization import load_head, load_profile
 from decode.head import AcceptanceHead
@@ -69,33 +69,33 @@ def _load(p: PromptsConfig, seed: int, tokenizer: PreTrainedTokenizerBase, budge
     return PromptSet(name, role, source, style, split, encoded[:count], skipped)
 
 
-def _budget(p: PromptsConfig, e: EvaluateConfig, context: int) -> int:
-    budget = min(p.max_prompt_tokens, context - e.max_new_tokens - 2)
+def _budget(p: PromptsConfig, d: DecodingConfig, context: int) -> int:
+    budget = min(p.max_prompt_tokens, context - d.max_new_tokens - 2)
     if budget < 1:
-        raise ValueError(f"evaluate.max_new_tokens={e.max_new_tokens} leaves no room for a prompt "
+        raise ValueError(f"decoding.max_new_tokens={d.max_new_tokens} leaves no room for a prompt "
                          f"in the models' context of {context} tokens")
     return budget
 
 
-def load_split(p: PromptsConfig, e: EvaluateConfig, seed: int, tokenizer: PreTrainedTokenizerBase, context: int,
+def load_split(p: PromptsConfig, d: DecodingConfig, seed: int, tokenizer: PreTrainedTokenizerBase, context: int,
                split: str, count: int) -> PromptSet:
     """``count`` prompts of one split of the configured source (e.g. ``train``, for fitting on the decoder's rounds)."""
-    return _load(p, seed, tokenizer, _budget(p, e, context), name=split, role=split, source=p.source, style=p.style,
+    return _load(p, seed, tokenizer, _budget(p, d, context), name=split, role=split, source=p.source, style=p.style,
                  split=split, count=count)
 
 
-def load_sets(p: PromptsConfig, e: EvaluateConfig, seed: int, tokenizer: PreTrainedTokenizerBase,
+def load_sets(p: PromptsConfig, d: DecodingConfig, seed: int, tokenizer: PreTrainedTokenizerBase,
               context: int) -> list[PromptSet]:
-    """dev, test (the configured source) and every ``prompts.ood`` set, sized by ``evaluate.prompts``."""
-    sizes = e.prompts
-    sets = [load_split(p, e, seed, tokenizer, context, split, sizes[split]) for split in ("dev", "test")]
-    return sets + load_ood(p, e, seed, tokenizer, context, sizes["ood"])
+    """dev, test (the configured source) and every ``prompts.ood`` set, sized by ``decoding.prompts``."""
+    sizes = d.prompts
+    sets = [load_split(p, d, seed, tokenizer, context, split, sizes[split]) for split in ("dev", "test")]
+    return sets + load_ood(p, d, seed, tokenizer, context, sizes["ood"])
 
 
-def load_ood(p: PromptsConfig, e: EvaluateConfig, seed: int, tokenizer: PreTrainedTokenizerBase, context: int,
+def load_ood(p: PromptsConfig, d: DecodingConfig, seed: int, tokenizer: PreTrainedTokenizerBase, context: int,
              count: int) -> list[PromptSet]:
     """``count`` prompts of every ``prompts.ood`` set."""
-    budget = _budget(p, e, context)
+    budget = _budget(p, d, context)
     sets = []
     for spec in p.ood:
         source, style = parse_source(spec)

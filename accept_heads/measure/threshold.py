@@ -1,7 +1,7 @@
 """The head's stop threshold ``h``: chosen once, after training, on the evaluation's dev prompts (DESIGN §5).
 
-The head decodes the dev set every other choice is made on (``evaluate.prompts.dev`` prompts of the configured
-source, ``evaluate.max_new_tokens`` each: :func:`accept_heads.measure.inputs.load_split`) at each ``h`` of
+The head decodes the dev set every other choice is made on (``decoding.prompts.dev`` prompts of the configured
+source, ``decoding.max_new_tokens`` each: :func:`accept_heads.measure.inputs.load_split`) at each ``h`` of
 ``head.thresholds``, as the evaluation's own runs (:class:`accept_heads.measure.runs.DecoderRunner`: the configured
 models and dtypes, each prompt's seed, the evaluation's batching and torch threads), and the ``h`` with the highest
 modelled throughput at the evaluation's ``cost`` model (:func:`accept_heads.measure.cost_models.pricing`) wins
@@ -184,27 +184,26 @@ def best_threshold(rows: list[SweepRow]) -> float:
 def choose_threshold(job: TrainJob, head: AcceptanceHead, rule: Rule, sampling: Sampling) -> Calibration:
     """``h`` for a trained ``head`` (predicting acceptance probabilities: prior shift folded) of ``rule`` under
     ``sampling``, on the evaluation's dev prompts with the models as the evaluation loads them."""
-    e = job.evaluate
+    d = job.decoding
     trio = load_trio(job.models, job.paths.zoo_dir, with_companion=head.config.companion_features)
     place(trio)
     context = trio.target.config.max_position_embeddings
-    dev = load_split(job.prompts, e, job.seed, trio.tokenizer, context, "dev", e.prompts["dev"])
+    dev = load_split(job.prompts, d, job.seed, trio.tokenizer, context, "dev", d.prompts["dev"])
 
     def companion_ratio() -> float | None:
         if not head.config.companion_features or trio.companion is None:
             return None
         prompt = dev.prompts[0].token_ids
-        return (one_call_seconds(trio.companion, prompt, e.latency.repeats)
-                / one_call_seconds(trio.draft, prompt, e.latency.repeats))
+        return (one_call_seconds(trio.companion, prompt, d.repeats)
+                / one_call_seconds(trio.draft, prompt, d.repeats))
 
     runner = DecoderRunner(trio, sampling, job.rules, Artifacts(heads={NAME: head.to(trio.draft.device)}),
-                           e.max_new_tokens, job.seed, job.head.k_min, job.head.k_max, batch_size=e.batch_size,
-                           timed_prompts=alone_prompts(e, len(dev.prompts)), compile=e.compile)
-    with torch_threads(e.threads):
-        priced = pricing(job.cost, trio, companion_ratio, compiled=e.compile, repeats=e.latency.repeats,
-                         threads=e.threads)
+                           d.max_new_tokens, job.seed, job.head.k_min, job.head.k_max, batch_size=d.batch_size,
+                           timed_prompts=alone_prompts(d, job.wallclock, len(dev.prompts)), compile=d.compile)
+    with torch_threads(d.threads):
+        priced = pricing(job.cost, trio, companion_ratio, compiled=d.compile, repeats=d.repeats, threads=d.threads)
         rows, runs = sweep_thresholds(runner, rule, job.rules, dev, [float(h) for h in job.head.thresholds],
                                       priced.model)
     settings = sweep_settings(runner, rule.name, rule_value(rule.name, job.rules), head.config.companion_features)
-    return Calibration(rows, best_threshold(rows), dev.describe(), e.max_new_tokens, priced.record, tuple(runs),
+    return Calibration(rows, best_threshold(rows), dev.describe(), d.max_new_tokens, priced.record, tuple(runs),
                        prompts_sha256(dev), settings)

@@ -29,8 +29,8 @@ OUT_FILE = "structure/structure.json"
 
 def prompt_sets(job: StructureJob, trio: Trio) -> list[PromptSet]:
     """The test split and every out-of-distribution set, as many prompts each as the collection's test split."""
-    count = job.prompts.sizes.get("test", job.evaluate.prompts["test"])
-    budget = replace(job.evaluate, max_new_tokens=job.collect.max_new_tokens)
+    count = job.prompts.sizes.get("test", job.decoding.prompts["test"])
+    budget = replace(job.decoding, max_new_tokens=job.collect.max_new_tokens)
     context = trio.target.config.max_position_embeddings
     test = load_split(job.prompts, budget, job.seed, trio.tokenizer, context, "test", count)
     return [test, *load_ood(job.prompts, budget, job.seed, trio.tokenizer, context, count)]
@@ -54,7 +54,7 @@ def measure_structure(job: StructureJob) -> list[Structure]:
     responses, the others along its sampled ones (as ``make demo`` and ``make real`` collect them)."""
     trio = load_trio(job.models, job.paths.zoo_dir)
     sampling = Sampling(**asdict(job.sampling))
-    rules = [build_rule(name, job.rules) for name in (job.evaluate.rules or job.rules.names)]
+    rules = [build_rule(name, job.rules) for name in (job.structure.rules or job.rules.names)]
     depths = job.collect.depths
     labelled_depths = drafter_of(trio.draft).labelled_depths(depths)
     results = []

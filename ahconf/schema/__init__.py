@@ -6,7 +6,10 @@ dataclass instances, which runs the ``__post_init__`` cross-checks: library code
 typed objects, never a ``DictConfig``.
 
 :mod:`~ahconf.schema.common`: what every stage shares (models, prompts, sampling, rules, cost, paths);
-:mod:`~ahconf.schema.collect`, :mod:`~ahconf.schema.train`, :mod:`~ahconf.schema.evaluate`: each stage's own;
+:mod:`~ahconf.schema.decoding`: how the stages that decode prompts decode them (evaluate, levers, structure, the
+``h`` chosen after training);
+:mod:`~ahconf.schema.collect`, :mod:`~ahconf.schema.train`, :mod:`~ahconf.schema.evaluate`,
+:mod:`~ahconf.schema.structure`: each stage's own;
 :mod:`~ahconf.schema.root`: the root :class:`Config` and each stage's job.
 """
 
@@ -36,6 +39,7 @@ from ahconf.schema.common import (
     rule_defaults,
     rule_names,
 )
+from ahconf.schema.decoding import DecodingConfig
 from ahconf.schema.evaluate import (
     LEVER_NAMES,
     BatchAxisConfig,
@@ -53,14 +57,15 @@ from ahconf.schema.root import (
     TrainJob,
     register_configs,
 )
+from ahconf.schema.structure import StructureConfig
 from ahconf.schema.train import DEFAULT_MIXING_R, HeadTrainConfig, LoggerConfig, LossConfig, OptimConfig, TrainerConfig
 
 __all__ = [
     "COST_SOURCES", "DEFAULT_MIXING_R", "ENGINES", "FEATURE_DRAFT_ROLE", "HEAD_KINDS", "LEVER_NAMES", "LOGGERS",
     "PREVIOUS_FEATURE_DRAFT_ROLE", "REAL_PREFIX", "REAL_ROLES", "ROLES", "SPLITS", "TIMINGS",
     "TRUNCATION", "ZOO_PREFIX", "BatchAxisConfig", "CollectConfig", "CollectJob", "Config", "ConfigError",
-    "CostConfig", "EvaluateConfig", "EvaluateJob", "HFConfig", "HeadTrainConfig", "LatencyConfig",
+    "CostConfig", "DecodingConfig", "EvaluateConfig", "EvaluateJob", "HFConfig", "HeadTrainConfig", "LatencyConfig",
     "LoggerConfig", "LossConfig", "ModelSpec", "ModelsConfig", "OptimConfig", "PathsConfig", "PromptsConfig",
-    "RegenerateConfig", "RegenerateJob", "RulesConfig", "SamplingConfig", "StructureJob", "TrainJob", "TrainerConfig",
-    "WallclockConfig", "register_configs", "rule_defaults", "rule_names",
+    "RegenerateConfig", "RegenerateJob", "RulesConfig", "SamplingConfig", "StructureConfig", "StructureJob",
+    "TrainJob", "TrainerConfig", "WallclockConfig", "register_configs", "rule_defaults", "rule_names",
 ]

@@ -61,14 +61,14 @@ class BatchAxisConfig:
 
 @dataclass
 class LatencyConfig:
-    """``evaluate.latency``: the target's verification latency, measured on this device at the start."""
+    """``evaluate.latency``: the target's verification latency, measured on this device at the start (each length
+    ``decoding.repeats`` times)."""
 
     lengths: int = 20  # measured for L = 1..this (longer: extrapolated)
-    repeats: int = 5  # timed forwards per length (median; after one warm-up)
 
     def __post_init__(self) -> None:
-        if self.lengths < 1 or self.repeats < 1:
-            raise ConfigError("evaluate.latency.lengths and evaluate.latency.repeats must be >= 1")
+        if self.lengths < 1:
+            raise ConfigError("evaluate.latency.lengths must be >= 1")
 
 
 @dataclass
@@ -88,7 +88,8 @@ class HFConfig:
 
 @dataclass
 class EvaluateConfig:
-    """``python -m accept_heads.evaluate``: every policy × rule × prompt set; defaults sized for the tiny trio.
+    """``python -m accept_heads.evaluate``: every policy × rule × prompt set; defaults sized for the tiny trio (the
+    prompts and how they decode: ``decoding``).
 
     Selection (best fixed K, confidence τ, head threshold h, SE proposal length γ, FSD threshold T)
     is made on the dev prompts only and then applied to test and the out-of-distribution sets.
@@ -96,9 +97,6 @@ class EvaluateConfig:
 
     out_dir: str = "${paths.run_dir}/eval"
     rules: Optional[List[str]] = None  # rules to decode with; null = rules.names
-    # prompts per set; what the default sample resolves: docs/log/figures-from-code-comments.md
-    prompts: Dict[str, int] = field(default_factory=lambda: {"dev": 40, "test": 80, "ood": 40})
-    max_new_tokens: int = 96
     # null: each head decodes at the h it records (chosen on dev after training), over head.thresholds on dev;
     # a list: h is chosen here on dev over it instead, for every head and the perfect predictor
     thresholds: Optional[List[float]] = None
@@ -121,18 +119,9 @@ class EvaluateConfig:
     calibration_rows: int = 32  # dev rows scored for the heads' reliability diagrams (0 = skip)
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     figures: bool = True
-    # torch CPU threads per process: 1 suits small models on a shared CPU; null = torch's default
-    threads: Optional[int] = 1
     workers: Optional[int] = None  # decoding processes; null = one per usable CPU core on CPU, 1 on a GPU
-    # prompts decoded together by one batched generate (policies the batched loop supports; 1 = each alone)
-    batch_size: int = 32
-    # the first this-many prompts of every run decode alone: their wall times fit the costs (a batch's are shared)
-    timed_prompts: int = 1
     batch_axis: BatchAxisConfig = field(default_factory=BatchAxisConfig)
     wallclock: WallclockConfig = field(default_factory=WallclockConfig)
-    # static caches and compiled forwards for every decode of one prompt (the timed prompts and the wall clock;
-    # decode.compile): graphs built once per machine and kept in its graph store; batches decode eager
-    compile: bool = False
 
     def __post_init__(self) -> None:
         for name in self.rules or []:
@@ -146,10 +135,6 @@ class EvaluateConfig:
             _choice("evaluate.rule_grids", name, tuple(rule for rule, cls in RULES.items() if cls.swept))
             for value in grid:
                 _rule_check(f"evaluate.rule_grids.{name}", name, {}, value)
-        if set(self.prompts) != {"dev", "test", "ood"}:
-            raise ConfigError(f"evaluate.prompts needs a count for each of dev, test, ood; got {dict(self.prompts)}")
-        if self.max_new_tokens < 1 or any(n < 1 for n in self.prompts.values()):
-            raise ConfigError("evaluate.max_new_tokens and every evaluate.prompts count must be >= 1")
         for kind, grid in self.grids.items():
             if not grid:
                 raise ConfigError(f"evaluate.grids.{kind}=[] chooses from nothing: give the values to choose from")
@@ -162,11 +147,6 @@ class EvaluateConfig:
                               "each head's recorded h")
         if self.calibration_rows < 0:
             raise ConfigError("evaluate.calibration_rows must be >= 0")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError("evaluate.threads must be >= 1 or null")
         if self.workers is not None and self.workers < 1:
             raise ConfigError("evaluate.workers must be >= 1 or null (one per CPU core)")
-        if self.batch_size < 1 or self.timed_prompts < 1:
-            raise ConfigError("evaluate.batch_size and evaluate.timed_prompts must be >= 1 (the cost fit times "
-                              "generations decoded alone)")
 

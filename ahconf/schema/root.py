@@ -14,7 +14,9 @@ from ahconf.schema.common import (
     RulesConfig,
     SamplingConfig,
 )
-from ahconf.schema.evaluate import EvaluateConfig
+from ahconf.schema.decoding import DecodingConfig
+from ahconf.schema.evaluate import EvaluateConfig, WallclockConfig
+from ahconf.schema.structure import StructureConfig
 from ahconf.schema.train import HeadTrainConfig, LoggerConfig, LossConfig, OptimConfig, TrainerConfig
 
 
@@ -50,7 +52,8 @@ class RegenerateJob:
 @dataclass(frozen=True)
 class TrainJob:
     """What ``python -m accept_heads.train`` reads: the data's models and rule, the head and its training recipe
-    (``prompts``, ``evaluate``: the dev prompts its ``h`` is chosen on, as the evaluation decodes them)."""
+    (``prompts``, ``decoding``: the dev prompts its ``h`` is chosen on, as the evaluation decodes them; ``wallclock``:
+    ``evaluate.wallclock``, whose prompts the evaluation decodes alone in every run, dev's too)."""
 
     models: ModelsConfig
     prompts: PromptsConfig
@@ -62,7 +65,8 @@ class TrainJob:
     trainer: TrainerConfig
     logger: LoggerConfig
     cost: CostConfig
-    evaluate: EvaluateConfig
+    decoding: DecodingConfig
+    wallclock: WallclockConfig
     paths: PathsConfig
     seed: int
     exp_name: str
@@ -80,6 +84,7 @@ class EvaluateJob:
     rules: RulesConfig
     head: HeadTrainConfig
     cost: CostConfig
+    decoding: DecodingConfig
     evaluate: EvaluateConfig
     paths: PathsConfig
     seed: int
@@ -96,14 +101,16 @@ class EvaluateJob:
 @dataclass(frozen=True)
 class StructureJob:
     """What ``python -m accept_heads.structure`` reads: the models, the test and out-of-distribution prompts (as many
-    as the collection's test split), the transform and rules, and the collection's response length and depths."""
+    as the collection's test split, else ``decoding.prompts.test``), the transform, the rules it measures, and the
+    collection's response length and depths."""
 
     models: ModelsConfig
     prompts: PromptsConfig
     sampling: SamplingConfig
     rules: RulesConfig
     collect: CollectConfig
-    evaluate: EvaluateConfig
+    decoding: DecodingConfig
+    structure: StructureConfig
     paths: PathsConfig
     seed: int
     exp_name: str
@@ -111,7 +118,8 @@ class StructureJob:
 
 @dataclass
 class Config:
-    """Root config of every entry point (collect, train, evaluate); each stage reads its job (``*_job()``)."""
+    """Root config of every entry point (collect, train, evaluate, levers, structure); each stage reads its job
+    (``*_job()``)."""
 
     exp_name: str = "tiny"
     seed: int = 0
@@ -130,7 +138,9 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    structure: StructureConfig = field(default_factory=StructureConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
 
     def collect_job(self) -> CollectJob:
@@ -146,18 +156,18 @@ class Config:
     def train_job(self) -> TrainJob:
         """The groups ``accept_heads.train`` reads."""
         return TrainJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.loss, self.optim,
-                        self.trainer, self.logger, self.cost, self.evaluate, self.paths, self.seed, self.exp_name,
-                        self.ckpt_path)
+                        self.trainer, self.logger, self.cost, self.decoding, self.evaluate.wallclock, self.paths,
+                        self.seed, self.exp_name, self.ckpt_path)
 
     def structure_job(self) -> StructureJob:
         """The groups ``accept_heads.structure`` reads."""
-        return StructureJob(self.models, self.prompts, self.sampling, self.rules, self.collect, self.evaluate,
-                            self.paths, self.seed, self.exp_name)
+        return StructureJob(self.models, self.prompts, self.sampling, self.rules, self.collect, self.decoding,
+                            self.structure, self.paths, self.seed, self.exp_name)
 
     def evaluate_job(self) -> EvaluateJob:
         """The groups ``accept_heads.evaluate`` reads."""
-        return EvaluateJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.cost, self.evaluate,
-                           self.paths, self.seed, self.exp_name)
+        return EvaluateJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.cost, self.decoding,
+                           self.evaluate, self.paths, self.seed, self.exp_name)
 
 
 def register_configs() -> None:

@@ -48,7 +48,7 @@ class HeadTrainConfig:
     latency_repeats: int = 5  # SV latency profile: median of this many timed verifications per L
     # SV profile: batch sizes of the t_t(B, T) table measured with it (batched SV's joint lengths; empty = none)
     latency_batches: List[int] = field(default_factory=lambda: [1, 8, 32])
-    # choose h after training on the evaluation's dev prompts (evaluate.prompts.dev x evaluate.max_new_tokens) and
+    # choose h after training on the evaluation's dev prompts (decoding.prompts.dev x decoding.max_new_tokens) and
     # record it in the head; false: none recorded (the evaluation then chooses one on dev)
     calibrate: bool = True
     name: Optional[str] = None  # artifact subdirectory under paths.head_dir (multirun: set per job); null = head_dir

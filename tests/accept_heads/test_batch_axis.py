@@ -25,7 +25,7 @@ def axis_run(make_config, micro_trio, micro_root, tmp_path_factory):
     write_artifacts(root / "heads", micro_trio["draft"])
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
                          f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative,greedy]",
-                         "evaluate.prompts={dev: 3, test: 3, ood: 1}", "evaluate.hf.baselines=false",
+                         "decoding.prompts={dev: 3, test: 3, ood: 1}", "evaluate.hf.baselines=false",
                          "evaluate.calibration_rows=0", "evaluate.batch_axis.sizes=[1,2]",
                          "evaluate.batch_axis.prompts=3")
     before = copy.deepcopy(config)

@@ -23,7 +23,7 @@ def _data_dir(train_overrides: list[str]) -> Path:
 def test_ddp_on_two_cpu_processes(train_overrides, tmp_path, repo_root):
     _run([*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={_data_dir(train_overrides)}", "trainer=ddp",
           "trainer.accelerator=cpu", "trainer.devices=2", "trainer.fast_dev_run=true", "trainer.num_workers=0",
-          "evaluate.prompts={dev: 1, test: 1, ood: 1}", "evaluate.max_new_tokens=4"], repo_root)
+          "decoding.prompts={dev: 1, test: 1, ood: 1}", "decoding.max_new_tokens=4"], repo_root)
     head = load_head(tmp_path / "tiny" / "heads" / "head.safetensors")
     assert head.metadata.dev_metrics["val/binary_kl"] > 0
 

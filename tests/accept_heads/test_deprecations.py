@@ -20,14 +20,14 @@ from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, model_override
 
 EVALUATION = [
     "evaluate.rules=[speculative]",
-    "evaluate.prompts={dev: 2, test: 2, ood: 2}",
-    "evaluate.max_new_tokens=8",
+    "decoding.prompts={dev: 2, test: 2, ood: 2}",
+    "decoding.max_new_tokens=8",
     "+evaluate.grids.fixed=[1,3]",
     "+evaluate.grids.confidence=[0.4]",
     "evaluate.thresholds=[0.5]",
     "evaluate.calibration_rows=2",
     "evaluate.latency.lengths=3",
-    "evaluate.latency.repeats=1",
+    "decoding.repeats=1",
     "evaluate.workers=1",
     "evaluate.wallclock.sets=[test]",
     "evaluate.wallclock.rules=[speculative]",

@@ -71,9 +71,9 @@ def test_batched_prompts_decode_the_same_generations_as_alone(make_config, micro
         write_artifacts(root / "heads", micro_trio["draft"])
         config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
                              f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
-                             "evaluate.prompts={dev: 5, test: 2, ood: 1}", "evaluate.hf.baselines=false",
+                             "decoding.prompts={dev: 5, test: 2, ood: 1}", "evaluate.hf.baselines=false",
                              "evaluate.figures=false", "evaluate.calibration_rows=0",
-                             f"evaluate.batch_size={batch_size}", "evaluate.timed_prompts=1")
+                             f"decoding.batch_size={batch_size}", "decoding.timed_prompts=1")
         return evaluate(config.evaluate_job()).generations
 
     alone, batched = run(1), run(3)

@@ -104,7 +104,7 @@ def test_every_rule_on_every_set_from_a_feature_drafts_rounds(make_config, micro
     monkeypatch.setattr(measures, "GAIN_DRAWS", 8)
     config = make_config(*model_overrides(micro_trio), f"models.draft.id={micro_feature_draft}", *DATA_OVERRIDES,
                          "prompts.sizes={train: 8, dev: 4, test: 4}", "collect.depths=3",
-                         "evaluate.rules=[speculative,greedy,fuzzy]", f"paths.root={tmp_path}")
+                         "structure.rules=[speculative,greedy,fuzzy]", f"paths.root={tmp_path}")
     path = run_structure(config.structure_job())
     written = json.loads(path.read_text())
     results = written["results"]

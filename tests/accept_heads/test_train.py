@@ -97,8 +97,9 @@ def test_h_is_chosen_on_the_evaluations_own_dev_runs(trained, tmp_path):
     grid = [0.01, 0.5, 0.9, 0.99]  # the recorded sweep's [0.5, 0.9] and two that decode differently
     e = replace(config.evaluate, rules=["speculative"], grids={"fixed": [1.0], "confidence": [0.4]}, bounds=False,
                 hf=HFConfig(baselines=False), figures=False, calibration_rows=0, workers=1,
-                latency=LatencyConfig(lengths=2, repeats=1), out_dir=str(tmp_path / "eval"))
-    config = replace(config, head=replace(config.head, thresholds=grid), evaluate=e)
+                latency=LatencyConfig(lengths=2), out_dir=str(tmp_path / "eval"))
+    config = replace(config, head=replace(config.head, thresholds=grid), decoding=replace(config.decoding, repeats=1),
+                     evaluate=e)
     results = evaluate(config.evaluate_job())
     (dev_set,) = [s for s in results.metadata.sets if s["role"] == "dev"]
     table = results.table

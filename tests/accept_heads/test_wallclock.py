@@ -105,7 +105,7 @@ def test_timed_specs_take_the_dev_choices_and_put_the_target_alone_first():
 def executor(make_config, micro_trio, tmp_path_factory):
     root = tmp_path_factory.mktemp("wallclock")
     config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, f"paths.root={root}",
-                         "evaluate.prompts={dev: 1, test: 3, ood: 1}", "evaluate.max_new_tokens=10",
+                         "decoding.prompts={dev: 1, test: 3, ood: 1}", "decoding.max_new_tokens=10",
                          "evaluate.wallclock.sets=[test]", "evaluate.wallclock.rules=[speculative]",
                          "evaluate.wallclock.threads=1")
     return Executor.build(config.evaluate_job(), notes={})
@@ -132,7 +132,7 @@ def test_every_timed_generation_is_the_counted_runs_output(executor):
 
 @pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler")
 def test_compiled_the_timed_decodes_are_the_counted_ones_and_the_target_alone_is_our_loop(executor):
-    """``evaluate.compile``: our timed decoder (compiled) reproduces the eager counted run's outputs, and the target
+    """``decoding.compile``: our timed decoder (compiled) reproduces the eager counted run's outputs, and the target
     alone it is timed against is our own compiled loop drafting nothing."""
     from decode.policies.schedules import TargetOnly
 

@@ -25,21 +25,21 @@ TRAIN_OVERRIDES = [
     "trainer.max_epochs=2",
     "trainer.log_every_n_steps=1",
     "head.thresholds=[0.5,0.9]",
-    "evaluate.prompts={dev: 2, test: 2, ood: 2}",  # h is chosen on 2 dev prompts x 8 tokens
-    "evaluate.max_new_tokens=8",
+    "decoding.prompts={dev: 2, test: 2, ood: 2}",  # h is chosen on 2 dev prompts x 8 tokens
+    "decoding.max_new_tokens=8",
     "head.k_max=4",
 ]
 #: An evaluation of every family on 2 prompts per set, 8 tokens each, in one process.
 EVAL_OVERRIDES = [
-    "evaluate.prompts={dev: 2, test: 2, ood: 2}",
-    "evaluate.max_new_tokens=8",
+    "decoding.prompts={dev: 2, test: 2, ood: 2}",
+    "decoding.max_new_tokens=8",
     "+evaluate.grids.fixed=[1,3]",
     "+evaluate.grids.confidence=[0.4]",
     "head.thresholds=[0.5,0.9]",  # the heads record h = 0.5 (evaluation.write_artifacts)
     "evaluate.rule_grids.fuzzy=[0.1,0.6]",
     "evaluate.calibration_rows=2",
     "evaluate.latency.lengths=5",
-    "evaluate.latency.repeats=2",
+    "decoding.repeats=2",
     "evaluate.workers=1",
     "head.k_max=4",
     "cost.t_companion=null",  # the measured companion price (the SV experiment's); the tiny default configures it
