@@ -133,8 +133,8 @@ class FeatureFed:
             self.featured[row] = length
         self.inner.rollback(kept, rows)
 
-    def uncount_last_call(self) -> None:
-        self.inner.uncount_last_call()
+    def uncount_last_call(self, row: int) -> None:
+        self.inner.uncount_last_call(row)
 
     def close(self) -> None:
         self.inner.close()

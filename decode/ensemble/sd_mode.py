@@ -90,7 +90,7 @@ class Members:
             for runner in self.runners:
                 runner.rollback(lengths[0])
 
-    def uncount_last_call(self) -> None:
+    def uncount_last_call(self, row: int) -> None:
         raise RuntimeError("the ensemble decoder charges every member forward")
 
     def close(self) -> None:

@@ -72,6 +72,7 @@ class BatchRunner(RunnerBase):
         self.calls = 0
         self.shapes: list[tuple[int, int]] = []
         self.row_calls = [0] * rows
+        self._charged: set[int] = set()  # the buffer rows the latest forward fed (and charged)
 
     @property
     def hidden(self) -> Tensor | None:
@@ -83,9 +84,14 @@ class BatchRunner(RunnerBase):
         states = self._captured()
         return None if states is None else states[self.rows.index(row)]
 
-    def uncount_last_call(self) -> None:
-        """Hindsight forwards (:attr:`decode.draft_round.Decision.DROP`) are batch-1 only."""
-        raise RuntimeError("a batch charges every forward: policies that uncount one are decoded one prompt at a time")
+    def uncount_last_call(self, row: int) -> None:
+        """Stop charging buffer row ``row`` for the latest forward, which served it as hindsight
+        (:attr:`decode.draft_round.Decision.DROP`); the batch's own count keeps it (the batch ran it)."""
+        if row not in self._charged:
+            raise RuntimeError(f"row {row}: no charged call to uncount (the latest forward did not feed it, or its "
+                               "charge is already uncounted)")
+        self.row_calls[row] -= 1
+        self._charged.discard(row)
 
     @property
     def width(self) -> int:
@@ -141,11 +147,13 @@ class BatchRunner(RunnerBase):
         self.shapes.append((len(self.rows), w))
         logits = out.logits[..., : self.vocab].float()
         result: dict[int, Tensor] = {}
+        self._charged = set()
         for row in ends:
             b = index[row]
             self.consumed[b] += counts[b]
             if counts[b]:
                 self.row_calls[row] += 1
+                self._charged.add(row)
             result[row] = logits[b]
         return result
 

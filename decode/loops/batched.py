@@ -85,14 +85,6 @@ class BatchDecodeOutput:
     texts: list[str] | None = None
 
 
-def check_supported(policy: Policy) -> None:
-    """Raise ``ValueError`` for a policy the batched loop does not implement: one that reads the target in
-    hindsight (``Policy.needs_hindsight``: the analysis bounds). Every rule and every other policy is batched."""
-    if policy.needs_hindsight:
-        raise ValueError(f"batched decoding does not support policy {policy!r}: it reads the target in hindsight "
-                         "(an analysis bound, batch 1 only); every other policy and every rule decode batched")
-
-
 class Decoder(Protocol):
     """What the batched loop reads of a :class:`~decode.loops.speculative_decoder.SpeculativeDecoder` (which imports this module)."""
 
@@ -134,7 +126,6 @@ def generate_batch(
     on_tokens: OnTokens | None = None,
 ) -> BatchDecodeOutput:
     """:meth:`SpeculativeDecoder.generate` of several prompts (a list, or a ``[B, n]`` tensor)."""
-    check_supported(decoder.policy)
     owner = "SpeculativeDecoder.generate"
     if attention_mask is not None:
         prompts = unpadded_rows(prompts, attention_mask)
@@ -171,9 +162,11 @@ def generate_batch(
     companion = (
         BatchRunner(decoder.companion, decoder.vocab, batch, layout) if policy.companion is not None else None
     )
+    # the analysis bounds read the target in hindsight through a cache of their own, uncounted
+    hindsight = BatchRunner(decoder.target, decoder.vocab, batch, layout) if policy.needs_hindsight else None
     try:
         RoundLoop(decoder.rule, decoder.sampling, decoder.eos, policy.batch_plan(), tokens, rows,
-                  Runners(target, feed.wrap(draft), companion), Emitter(on_tokens, lengths)).run()
+                  Runners(target, feed.wrap(draft), companion, hindsight), Emitter(on_tokens, lengths)).run()
     finally:
         draft.close()
     wall = time.perf_counter() - start

@@ -58,8 +58,8 @@ class Runner(Protocol):
         """Keep the first ``lengths[row]`` tokens of each row; ``rows``: keep only these rows in the cache."""
         ...
 
-    def uncount_last_call(self) -> None:
-        """Stop charging the latest forward (it served as hindsight)."""
+    def uncount_last_call(self, row: int) -> None:
+        """Stop charging ``row`` for the latest forward that fed it (it served as hindsight)."""
         ...
 
 
@@ -285,7 +285,7 @@ class RoundLoop:
                                          t[-1] if t is not None else None)
                 if decision is Decision.DROP:
                     row.state.withdraw()
-                    self.runners.draft.uncount_last_call()  # the forward that produced q_i: hindsight (see Oracle)
+                    self.runners.draft.uncount_last_call(row.index)  # the forward that produced q_i: hindsight (see Oracle)
                 elif decision is Decision.CONTINUE and i < row.k:
                     going.append(row)
             going = self._joint_stop(going, i, len(rows), "propose")

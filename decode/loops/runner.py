@@ -214,7 +214,7 @@ class OneRow:
         if 0 in lengths:
             self.runner.rollback(lengths[0])
 
-    def uncount_last_call(self) -> None:
+    def uncount_last_call(self, row: int) -> None:
         self.runner.uncount_last_call()
 
     def close(self) -> None:

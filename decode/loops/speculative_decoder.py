@@ -162,8 +162,8 @@ class SpeculativeDecoder:
         are decoded together by the batched loop (:func:`decode.loops.batched.generate_batch`) into a
         :class:`~decode.loops.batched.BatchDecodeOutput`; row ``i`` decodes as one prompt would with
         ``seed=row_seed(seed, i)``, or with ``seed[i]``; ``max_new_tokens`` is one budget or one per row; ``layout`` is
-        how the KV caches keep rows of different lengths (:mod:`decode.loops.batch_cache`); every rule and policy but
-        the hindsight bounds decode batched (:func:`decode.loops.batched.check_supported`). ``on_tokens`` sees each
+        how the KV caches keep rows of different lengths (:mod:`decode.loops.batch_cache`); every rule and policy decodes
+        batched (the hindsight bounds through a batched cache of their own). ``on_tokens`` sees each
         row's tokens as they become final and may end the row (:mod:`decode.loops.emit`).
         """
         if is_batch(inputs, attention_mask):

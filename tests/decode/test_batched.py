@@ -5,7 +5,8 @@ finishing at different times by budget and by EOS); a batch of one is ``generate
 and stats do not depend on the other rows; in a batch the speculative rule samples the target and
 an ensemble rule its ``r`` (enumeration and TV bound of ``tests.helpers.exact_distribution``, with a
 negative control), also with SV's jointly chosen lengths; per-row and batch counts are
-consistent; the cache masks rows' padding and holes; unsupported combinations are refused.
+consistent; the hindsight bounds decode each row as alone; the cache masks rows' padding and holes; unsupported
+combinations are refused.
 """
 
 from __future__ import annotations
@@ -332,11 +333,26 @@ def test_batch_runner_rows_see_only_their_own_tokens(wide, layout):
     assert torch.allclose(out[1][-1], alone(1, 16), atol=1e-5)
 
 
+@pytest.mark.parametrize("rule", [rules.Greedy(), rules.Speculative()], ids=["greedy", "speculative"])
+@pytest.mark.parametrize("bound", ["oracle", "perfect-h", "perfect-goodput"])
+def test_the_hindsight_bounds_decode_each_row_as_alone(wide, rule, bound):
+    """A bound reads the target in hindsight through a batched cache of its own: each row's tokens and counted calls
+    are its decode alone (the hindsight forwards uncounted, the oracle's dropped candidates uncharged per row)."""
+    policy = {"oracle": policies.Oracle(), "perfect-h": policies.PerfectHead(0.6),
+              "perfect-goodput": policies.PerfectGoodput(CostModel(t_draft=0.2, t_target=1.0, t_companion=0.0))}[bound]
+    prompts, budgets = wide_prompts(96)[:5], [20, 6, 20, 13, 20]
+    decoder = make_decoder(wide, rule, policy, eos_token_id=[5, 40])
+    batch = decoder.generate(prompts, max_new_tokens=budgets, seed=9)
+    for i, (prompt, budget) in enumerate(zip(prompts, budgets)):
+        alone = decoder.generate(prompt, max_new_tokens=budget, seed=row_seed(9, i))
+        assert torch.equal(batch.sequences[i], alone.sequences[0]), f"row {i}"
+        assert comparable(batch.stats[i]) == comparable(alone.stats), f"row {i}"
+    if bound == "oracle":  # a dropped candidate's draft call is uncharged: draft calls = accepted, row by row
+        assert all(s.draft_calls == s.accepted for s in batch.stats) and sum(s.rejected for s in batch.stats) == 0
+
+
 def test_unsupported_combinations_are_refused(wide):
     prompts = wide_prompts(96)[:2]
-    decoder = make_decoder(wide, rules.Greedy(), policies.Oracle())
-    with pytest.raises(ValueError, match="does not support policy Oracle.*hindsight"):
-        decoder.generate(prompts, max_new_tokens=4)
     decoder = make_decoder(wide, rules.Greedy(), policies.Fixed(2))
     with pytest.raises(ValueError, match="2 prompts but 3 max_new_tokens"):
         decoder.generate(prompts, max_new_tokens=[1, 2, 3])
