@@ -165,7 +165,7 @@ def source_stop_family(kind: str, source: str, stop: str) -> Family:
     source_class, stop_class = SOURCES[source], STOPS[stop]
     traits, rule = SOURCE_TRAITS.get(source, SourceTraits()), STOP_TRAITS.get(stop, StopTraits(stop))
     bound, batch_only = source_class.needs_hindsight, stop_class.batch_only
-    alone = traits.rows_alone and not bound and not batch_only
+    alone = traits.rows_alone and not batch_only  # a bound's rows too: its hindsight reads are per row
     league: League | None = None if bound else "learned" if source_class.reads == "head" else "training-free"
     perfect = next((source_stop_kind(name, stop) for name, cls in SOURCES.items() if cls.needs_hindsight
                     and source_stop_kind(name, stop) in source_stop_kinds()), None)
@@ -176,7 +176,8 @@ def source_stop_family(kind: str, source: str, stop: str) -> Family:
                  and not STOPS[named].batch_only else None)
     return Family(kind, SourceStopSpec, reads=source_class.reads, symbol=tuned_by and tuned_by.symbol,
                   grid=tuned_by and tuned_by.grid, rows_alone=alone, bound=bound, perfect=perfect,
-                  color=traits.colors.get(stop), stop=None if bound else label, timed=alone, league=league,
+                  color=traits.colors.get(stop), stop=None if bound else label, timed=alone and not bound,
+                  league=league,
                   batch_only=batch_only, choice_of=choice_of)
 
 
@@ -281,7 +282,7 @@ for _family in (
     Family.of_spec(SVIPSpec, symbol="√H", grid=(0.5, 0.75, 1.0, 1.5, 2.0, 2.5), rows_alone=True, color="teal",
                    stop="√H", league="training-free"),
     Family.of_spec(SVSpec, symbol="k", color="tab:purple", at_fixed_k=sv_at_k),
-    Family.of_spec(OracleSpec, bound=True, color="black"),
+    Family.of_spec(OracleSpec, bound=True, rows_alone=True, color="black"),
     Family.of_spec(HFConstantSpec, "hf", symbol="K", color="tab:cyan", timed=True),
     Family.of_spec(HFHeuristicSpec, "hf", color="tab:olive", timed=True),
     Family.of_spec(HFConfidenceSpec, "hf", symbol="τ", color="tab:pink"),

@@ -24,8 +24,8 @@ from tests.helpers.policy_specs import BATCH_SPECS, SPECS, buildable, policy_inp
 
 @pytest.mark.parametrize("name", list(families()), ids=str)
 def test_every_family_declares_what_the_evaluation_iterates(name, make_config):
-    """A tuned family has a dev grid, its candidates read back from their flat form, a bound is never batched, a
-    perfect predictor named as the bound of a stop rule is itself a registered bound and a named stop is a league
+    """A tuned family has a dev grid, its candidates read back from their flat form, a bound is never timed (its
+    hindsight calls are uncounted), a perfect predictor named as the bound of a stop rule is itself a registered bound and a named stop is a league
     source's (the heads table lists a learned one's per head)."""
     family = families()[name]
     grid = family.dev_grid(make_config().evaluate_job())
@@ -33,10 +33,18 @@ def test_every_family_declares_what_the_evaluation_iterates(name, make_config):
     if family.runner == "decode":
         candidates = family.candidates(grid[:2], ["pre"], ["profile"])
         assert candidates and all(run_policy(c.kind, c.value, c.artifact) == c for c in candidates)
-    assert not (family.bound and family.rows_alone)
+    assert not (family.bound and family.timed)
     assert family.perfect is None or families()[family.perfect].bound
     assert (family.stop is None) == (family.league is None)
     assert family.league != "learned" or family.reads == "head"
+
+
+def test_the_bounds_decode_batched_and_the_sources_that_learn_along_the_prompts_one_after_another():
+    """Each row of a bound reads its own hindsight (the evaluation batches its prompts); a source that learns along a
+    set's prompts in order decodes them one after another."""
+    bounds = family_names(bound=True)
+    assert bounds and all(families()[name].rows_alone for name in bounds)
+    assert not families()["margin"].rows_alone and not families()["confidence-refit"].rows_alone
 
 
 def test_every_policy_kind_of_decode_has_its_traits_and_a_bound_reads_the_target_in_hindsight():
