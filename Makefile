@@ -72,8 +72,8 @@ more-heads: setup
 # choice made on dev, with the wall clock at batch 1 beside the modelled figures (runs/smollm2/eval/); the structure of
 # acceptance on test and HumanEval (runs/smollm2/structure/).
 # `make real COMPILE=true` evaluates with compiled forwards (`decoding.compile`: the decodes of one prompt; batches
-# and the collection stay eager, docs/library.md "Fast forwards"), and so does each head's dev sweep of h in training,
-# which the evaluation then reuses rather than decoding the grid again.
+# and the collection stay eager, docs/library.md "Fast forwards"), each head's dev grid of h among them: the evaluation
+# chooses h there and records it beside the head (a later evaluation with the same key reuses those dev runs).
 COMPILE ?= false
 REAL := +exp=smollm2 decoding.compile=$(COMPILE)
 # a head that also reads the request so far, the draft's next-largest probabilities and the round so far

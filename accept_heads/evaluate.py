@@ -4,9 +4,10 @@ Decodes the dev, test and out-of-distribution (``prompts.ood``) prompt sets with
 ``Heuristic``, ``Confidence(τ)``, every exported head (under ``paths.head_dir``) over the ``h`` grid,
 the SV profile and the greedy oracle, for each rule of ``evaluate.rules`` (default ``rules.names``),
  plus the sweep of each rule's swept parameter (FSD's threshold T), Speculative Ensemble and HF assisted
-generation. K, τ, SE's γ and then (at the rule's chosen K) a rule's swept parameter are chosen on dev and applied
-to test / OOD, and each head at the ``h`` it records (chosen on the same dev prompts after training;
-``evaluate.thresholds``: chosen here). Every run is costed with two cost models
+generation. K, τ, h, SE's γ and then (at the rule's chosen K) a rule's swept parameter are chosen on dev and applied
+to test / OOD; each head's ``h`` is recorded beside it with its dev runs (:mod:`accept_heads.evaluation.h_choice`:
+what ``decode.load_head`` serves it at, and a later evaluation with the same key reuses). Every run is costed with two
+cost models
 (:mod:`accept_heads.measure.cost_models`): ``cost`` (``cost.source``: the configured pair, by default the paper's,
 or this machine's measured cost profile) and ``t_d``, ``t_c``, ``t_t`` fitted on the measured calls with the target's
 latency shape measured at the start. Writes the table, metadata and figures under
@@ -34,12 +35,12 @@ from accept_heads.evaluation.batch_axis import BatchRun
 from accept_heads.evaluation.evaluation_plan import plan_evaluation
 from accept_heads.evaluation.executor import Executor, WorkerPool
 from accept_heads.evaluation.figures import draw_all
+from accept_heads.evaluation.h_choice import in_spec_order, record_choices, recorded_runs
 from accept_heads.evaluation.intervals import add_intervals
 from accept_heads.evaluation.metadata import EvaluationMetadata
 from accept_heads.evaluation.plan import (
     Choice,
     after_selection,
-    check_recorded_thresholds,
     dev_sweeps,
     edge_note,
     edge_rules,
@@ -50,7 +51,6 @@ from accept_heads.evaluation.plan import (
     swept_rules,
     unmatched,
 )
-from accept_heads.evaluation.recorded_sweeps import in_spec_order, recorded_runs
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
@@ -58,7 +58,6 @@ from accept_heads.evaluation.source_calibration import source_calibration
 from accept_heads.evaluation.table import (
     add_comparisons,
     mark_dev_choices,
-    recorded_thresholds,
     select,
     select_rule_param,
     sort_rows,
@@ -117,16 +116,9 @@ def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"pred": [], "label": [], "head": []})
 
 
-def dev_choices(job: EvaluateJob, artifacts: Artifacts, records: list[Record], cost: CostModel,
-                notes: dict[str, str]) -> list[Choice]:
-    """K, τ, h and γ chosen on the dev rows of ``records`` at ``cost``; each head's ``h`` the one it records
-    (chosen on dev after training), unless ``evaluate.thresholds`` has it chosen here."""
-    table = costed(records, cost)
-    choices = select(table, "throughput_cost")
-    if job.evaluate.thresholds is not None:
-        return choices
-    recorded = {name: head.metadata.threshold for name, head in artifacts.heads.items()}
-    return recorded_thresholds(table, "throughput_cost", choices, recorded, notes)
+def dev_choices(records: list[Record], cost: CostModel) -> list[Choice]:
+    """K, τ, h and γ chosen on the dev rows of ``records`` at ``cost``."""
+    return select(costed(records, cost), "throughput_cost")
 
 
 def cost_tuples(generations: pd.DataFrame) -> pd.DataFrame:
@@ -178,8 +170,8 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         max_new_tokens=job.decoding.max_new_tokens, sets=[s.describe() for s in sets],
         selection_set="dev", selection=[asdict(c) for c in choices],
         selection_criterion="max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
-                            "a rule's swept parameter (FSD T) at its chosen K; each head's h the one it records, "
-                            "chosen so on the dev prompts after training (unless evaluate.thresholds)",
+                            "a rule's swept parameter (FSD T) at its chosen K; each head's h recorded beside it "
+                            "(<head>.h_choice.json)",
         cost=asdict(job.cost), cost_models=cost_models(priced, fit, latency), cost_profile=priced.profile,
         cost_fit=fit.to_dict(),
         cost_fit_tuples="per run of our decoder, companion runs included, bounds excluded, over its generations "
@@ -218,7 +210,6 @@ def evaluate(job: EvaluateJob) -> Results:
     trio, device, artifacts, sets = executor.trio, executor.device, executor.artifacts, list(executor.sets.values())
     plan = plan.loaded(device, drafter_of(trio.draft), notes)
     rules, axis_rules = list(plan.rules), list(plan.axis_rules)
-    check_recorded_thresholds(job, artifacts)
     unused = unmatched(job.rules, artifacts, rules)
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
@@ -240,14 +231,16 @@ def evaluate(job: EvaluateJob) -> Results:
         decoded = execute([spec for spec in specs if spec not in reused], pool, "dev sweeps")
         records = in_spec_order(specs, reused, decoded)
         # K, τ, h and γ here, T below: dev rows only
-        choices = dev_choices(plan.job, artifacts, records, priced.model, notes)
+        choices = dev_choices(records, priced.model)
         while (edge := edge_rules(choices, fixed_grid(plan.job))) and (more := extended_k(fixed_grid(plan.job))):
             records += execute([s for rule in edge for s in fixed_specs(job.rules, "dev", rule, more)], pool,
                                f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
             plan = plan.with_fixed_grid(fixed_grid(plan.job) + more)
-            choices = dev_choices(plan.job, artifacts, records, priced.model, notes)
+            choices = dev_choices(records, priced.model)
         if note := edge_note(choices, fixed_grid(plan.job)):
             notes["fixed_k_edge"] = note
+        record_choices(specs, records, choices, artifacts, executor.decoding, executor.sets["dev"], priced.model,
+                       priced.record)
         if swept := swept_rules(rules):
             records += execute([s for rule in swept for s in rule_sweep(plan.job, "dev", rule, choices)], pool,
                                f"dev sweep of {', '.join(swept)}'s parameter")

@@ -1,9 +1,9 @@
 """``python -m accept_heads.train [+exp=NAME] [overrides]``: train acceptance heads / SV profiles.
 
 ``head=specdecpp`` (default): a SpecDec++ head on the frozen draft (:mod:`accept_heads.training.module`),
-trained on the collected data with token mixing, checkpointed (head weights only), its stop threshold
-``h`` chosen on the evaluation's dev prompts (:mod:`accept_heads.measure.threshold`) and exported to
-``<head_dir>/head.safetensors``. ``head=sv_profile``: an
+trained on the collected data with token mixing, checkpointed (head weights only) and exported to
+``<head_dir>/head.safetensors`` (its stop threshold ``h`` is chosen on dev by ``accept_heads.evaluate``, which records
+it beside the head). ``head=sv_profile``: an
 SV binning profile with a latency table, exported to ``<head_dir>/profile.safetensors``.
 ``ckpt_path=last`` resumes from the job's ``last.ckpt``. In a multirun (``-m``) every job writes
 under its own ``<head_dir>/<job>`` (see :func:`job_name`).
@@ -31,7 +31,6 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from accept_heads.measure.cost_models import device_description, verification_latency
 from accept_heads.measure.information import information_gain
-from accept_heads.measure.threshold import SWEEP_FILE, choose_threshold
 from accept_heads.training.export import artifact_dir, common_metadata, head_metadata, profile_metadata, work_dir
 from accept_heads.training.features import DraftFeatures, head_encoder
 from accept_heads.training.loggers import make_logger
@@ -217,13 +216,14 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
                              ctx.manifest.vocab_size)
     head = AcceptanceHead(arch)
     feature_sampling = ctx.rule.transform(ctx.sampling)
-    target = load_model(job.models.target, job.paths.zoo_dir, draft_dtype(job.trainer))[0] if kind.reads_target else None
+    dtype = draft_dtype(job.trainer)
+    target = load_model(job.models.target, job.paths.zoo_dir, dtype)[0] if kind.reads_target else None
     encoder = head_encoder(draft, arch, feature_sampling, ctx.manifest.vocab_size, target)
     cache = None
     if job.trainer.feature_cache:
         cache = {"draft": job.models.draft.id, "revision": job.models.draft.revision,
                  **({"target": job.models.target.id} if kind.reads_target else {}),
-                 "dtype": draft_dtype(job.trainer), "arch": {**arch.to_dict(), "depth": None},
+                 "dtype": dtype, "arch": {**arch.to_dict(), "depth": None},
                  "feature_sampling": feature_sampling.to_dict(), "candidate_rule": ctx.rule.name,
                  "mixing_r": job.head.mixing_r, "loss_everywhere": loss_everywhere(arch.timing),
                  "seed": job.seed, "data": ctx.manifest_sha256, "vocab": ctx.manifest.vocab_size}
@@ -236,8 +236,7 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
 
 
 def train_head(job: TrainJob) -> HeadOutcome | None:
-    """Train a SpecDec++ head, choose its threshold ``h`` on dev and export it; returns paths, dev metrics and ``h``
-    (rank 0)."""
+    """Train a SpecDec++ head and export it; returns paths and dev metrics (rank 0)."""
     run = prepare_head_run(job)
     ctx, draft, head, datamodule, module = run.ctx, run.draft, run.head, run.datamodule, run.module
     out_dir = work_dir(job.paths, job.head)
@@ -259,18 +258,15 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
         return None
     head.eval()
     fold_prior_shift(head, job.loss)  # from here on the head predicts acceptance probabilities
-    calibration = choose_threshold(job, head, ctx.rule, ctx.sampling) if job.head.calibrate else None
     common = common_metadata(job, ctx.manifest, ctx.manifest_sha256, ctx.rule, ctx.sampling)
     path = artifact_dir(job.paths, job.head) / "head.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_head(head.cpu(), path, head_metadata(common, job, head.config, dev_metrics, calibration))
+    save_head(head.cpu(), path, head_metadata(common, job, head.config, dev_metrics))
     load_head(path, draft=draft, tokenizer=run.tokenizer, sampling=ctx.sampling, rule=ctx.rule)
-    if calibration is not None:
-        calibration.recorded(path).write(path.parent / SWEEP_FILE)
     result = HeadOutcome(
         name=job.head.name or job.exp_name, head_path=str(path), checkpoint_dir=str(checkpoint_dir),
         timing=head.config.timing, depth=head.config.depth, rule=ctx.rule.spec(), dev_metrics=dev_metrics,
-        calibration=calibration, global_step=trainer.global_step, best_checkpoint=best.best_model_path or None,
+        global_step=trainer.global_step, best_checkpoint=best.best_model_path or None,
         round_depths=head.config.depths,
     )
     print_head_summary(result)

@@ -30,6 +30,8 @@ class AcceptanceHead(nn.Module):
         #: DSpark's Markov embedding of the previous token (``markov_rank > 0``), else None.
         self.markov = nn.Embedding(config.vocab_size, config.markov_rank) if config.markov_rank else None
         self.metadata: HeadMetadata | None = None  # what its file records (None: made in memory)
+        # its stop threshold h, chosen on dev by the evaluation (decode.artifacts.threshold_choice; None: none)
+        self.threshold: float | None = None
 
     def forward(self, hidden: Tensor, features: Tensor | None = None) -> Tensor:
         """Acceptance logits ``[...]`` from hidden states ``[..., H]`` (and features ``[..., F]``; a

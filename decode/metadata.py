@@ -32,30 +32,6 @@ class TrainingData:
 
 
 @dataclass(frozen=True)
-class SweepRow:
-    """Totals of one threshold ``h`` over the dev prompts a head's ``h`` was chosen on."""
-
-    threshold: float
-    generated: int  # tokens
-    draft_calls: int
-    target_calls: int
-    discarded: int  # drafted tokens rejected
-    modelled_time: float  # seconds at the sweep's costs
-    throughput: float  # generated / modelled_time (tokens per modelled second)
-
-
-@dataclass(frozen=True)
-class ThresholdSweep:
-    """How a head's ``h`` was chosen on dev: one row per threshold, at these costs, on these prompts."""
-
-    cost: JSONDict  # the prices: seconds per call (t_draft, t_target, t_companion, ...) and where they come from
-    table: tuple[SweepRow, ...]
-    prompts: int  # dev prompts decoded
-    max_new_tokens: int  # new tokens per prompt
-    prompt_set: JSONDict | None = None  # its description: source, split, count, prompt ids (None: older sweeps)
-
-
-@dataclass(frozen=True)
 class InformationGain:
     """What the companion's (X, Y) bins tell about acceptance on one split, in bits."""
 
@@ -118,16 +94,15 @@ class ArtifactMetadata:
 
 @dataclass(frozen=True, kw_only=True)
 class HeadMetadata(ArtifactMetadata):
-    """A SpecDec++ head's metadata: its shape, dev metrics, recipe and the stop threshold chosen on dev."""
+    """A SpecDec++ head's metadata: its shape, dev metrics and recipe (its stop threshold ``h`` is chosen later, by the
+    evaluation: :mod:`decode.artifacts.threshold_choice`)."""
 
     kind: ClassVar[str] = "head"
     head_config: HeadConfig  # the head's shape (written with its hidden size beside it)
-    threshold: float | None = None  # h chosen on dev (None: not chosen)
     k_min: int | None = None
     dev_metrics: dict[str, float | None] = field(default_factory=dict)  # metric → value (None: undefined)
     train_config: JSONDict | None = None  # the recipe as configured: {"head": ..., "loss": ..., "optim": ...}
     probability: str | None = None  # what the output means (the folded prior shift)
-    calibration: ThresholdSweep | None = None  # how h was chosen
 
     @property
     def mixing_r(self) -> float | None:
@@ -145,13 +120,10 @@ class HeadMetadata(ArtifactMetadata):
     def from_json(cls, doc: JSONDict) -> HeadMetadata:
         if "head_config" not in doc:
             raise ValueError("metadata lacks head_config")
-        sweep = doc.get("calibration")
         return cls(
-            **cls._common(doc), head_config=HeadConfig.from_dict(doc["head_config"]), threshold=doc.get("threshold"),
-            k_min=doc.get("k_min"), dev_metrics=doc.get("dev_metrics") or {}, train_config=doc.get("train_config"),
+            **cls._common(doc), head_config=HeadConfig.from_dict(doc["head_config"]), k_min=doc.get("k_min"),
+            dev_metrics=doc.get("dev_metrics") or {}, train_config=doc.get("train_config"),
             probability=doc.get("probability"),
-            calibration=None if sweep is None else ThresholdSweep(
-                **{**sweep, "table": tuple(SweepRow(**row) for row in sweep["table"])}),
         )
 
 
@@ -211,7 +183,7 @@ def as_json(value: object) -> JSON:
     as lists, and a nested record without the later fields it lacks (default None), as files written before them."""
     if isinstance(value, (Sampling, HeadConfig)):
         return value.to_dict()
-    if isinstance(value, (TrainingData, SweepRow, ThresholdSweep, InformationGain)):
+    if isinstance(value, (TrainingData, InformationGain)):
         return {f.name: as_json(getattr(value, f.name)) for f in fields(value)
                 if not (f.default is None and getattr(value, f.name) is None)}
     if isinstance(value, (tuple, list)):

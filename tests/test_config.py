@@ -79,7 +79,7 @@ def test_default_is_the_embedded_tiny_trio():
 def test_the_real_pair_is_modelled_at_measured_costs_the_paper_configs_and_the_trio_at_the_pair(exp, source):
     config = to_config(_compose(*([f"+exp={exp}"] if exp else [])))
     assert config.cost.source == source
-    assert config.evaluate_job().cost.source == config.train_job().cost.source == source  # every stage prices alike
+    assert config.evaluate_job().cost.source == source
 
 
 def test_a_typo_in_the_cost_source_fails_when_the_config_is_built():
@@ -89,12 +89,12 @@ def test_a_typo_in_the_cost_source_fails_when_the_config_is_built():
 
 @pytest.mark.parametrize("exp, grid", [("tiny", [0.3, 0.5, 0.7, 0.85, 0.95]), ("smollm2", [0.5, 0.7, 0.85]),
                                        ("llama70b", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])])
-def test_an_experiments_thresholds_are_what_the_evaluation_sweeps_unless_overridden(exp, grid):
-    """``head.thresholds`` is the one ``h`` grid: training chooses from it and the evaluation decodes the heads and the
-    perfect predictor at it on dev; ``evaluate.thresholds`` overrides it for the evaluation alone."""
+def test_an_experiments_h_grid_is_the_h_stops_unless_evaluate_grids_overrides_it(exp, grid):
+    """The ``h`` stop declares the one ``h`` grid the evaluation decodes the heads and the perfect predictor at on dev
+    (the experiments set theirs as ``evaluate.grids``); ``evaluate.grids.<kind>`` overrides it for that kind alone."""
     head = AcceptanceHead(HeadConfig(hidden_size=8))
     head.metadata = HeadMetadata(draft="draft", tokenizer_hash="x", rule=rules.Speculative().spec(),
-                                 sampling=Sampling(), head_config=head.config, threshold=grid[0])
+                                 sampling=Sampling(), head_config=head.config)
 
     def swept(*overrides: str) -> dict[str, list[float]]:
         job = to_config(_compose(f"+exp={exp}", "dry_run=true", *overrides)).evaluate_job()
@@ -102,7 +102,17 @@ def test_an_experiments_thresholds_are_what_the_evaluation_sweeps_unless_overrid
         return {kind: [s.param for s in specs if s.family == kind] for kind in ("head", "perfect")}
 
     assert swept() == {"head": grid, "perfect": grid}
-    assert swept("evaluate.thresholds=[0.45]") == {"head": [0.45], "perfect": [0.45]}
+    assert swept("++evaluate.grids.head=[0.45]") == {"head": [0.45], "perfect": grid}
+
+
+@pytest.mark.parametrize("old", ["head.thresholds=[0.5]", "evaluate.thresholds=[0.5]", "head.calibrate=false"])
+def test_training_chooses_no_h_so_its_old_keys_fail_at_compose_time(old):
+    """``h`` is chosen by the evaluation over its grid (``evaluate.grids``); the keys that set it elsewhere are gone."""
+    with pytest.raises(ConfigCompositionException) as excinfo:
+        _compose(old)
+    assert old.split("=")[0].rsplit(".", 1)[1] in str(excinfo.value.__cause__ or excinfo.value)
+    assert {f.name for f in fields(to_config(_compose()).train_job())}.isdisjoint({"cost", "decoding", "wallclock",
+                                                                                  "evaluate", "prompts"})
 
 
 @pytest.mark.parametrize("override", ["evaluate.wallclock.setz=[test]", "evaluate.batch_axis.size=[1]",
@@ -123,7 +133,7 @@ def test_the_decoding_settings_live_under_decoding_alone(old, new):
     config = to_config(_compose(new))
     key, value = new.removeprefix("decoding.").split("=")
     assert getattr(config.decoding, key) == int(value)
-    assert config.evaluate_job().decoding is config.train_job().decoding is config.structure_job().decoding
+    assert config.evaluate_job().decoding is config.structure_job().decoding
 
 
 @pytest.mark.parametrize("head", ["specdecpp", "dspark", "sv_profile"])
@@ -156,8 +166,8 @@ def test_typo_in_a_yaml_group_file_fails(tmp_path):
     [("head.timing=middle", "head.timing"), ("rules.names=[exact]", "rules.names"), ("sampling.temperature=-1", "temperature"),
      ("head.timing=post", "head.mixing_r=1 leaves none"),
      ("evaluate.batch_axis.rules=[exact]", "evaluate.batch_axis.rules"),
-     ("evaluate.batch_axis.sizes=[0,8]", "evaluate.batch_axis.sizes"), ("head.thresholds=[]", "head.thresholds"),
-     ("evaluate.thresholds=[]", "evaluate.thresholds"), ("evaluate.hf.sets=[dev]", "evaluate.hf.sets"),
+     ("evaluate.batch_axis.sizes=[0,8]", "evaluate.batch_axis.sizes"), ("+evaluate.grids.head=[]", "evaluate.grids.head"),
+     ("evaluate.hf.sets=[dev]", "evaluate.hf.sets"),
      ("evaluate.wallclock.prompts=0", "evaluate.wallclock.prompts"), ("decoding.repeats=0", "decoding.repeats"),
      ("decoding.prompts.dev=0", "decoding.prompts"), ("structure.rules=[exact]", "structure.rules")],  # the tiny recipe's r = 1 suits pre heads only
 )
@@ -212,9 +222,8 @@ def test_cli_typo_exits_nonzero_naming_the_key(tmp_path):
 def test_each_stage_job_holds_the_root_configs_groups_and_pickles():
     config = Config()
     for job in (config.collect_job(), config.train_job(), config.evaluate_job(), config.structure_job()):
-        for field in fields(job):  # training's wallclock: the evaluation's, whose prompts every run decodes alone
-            group = config.evaluate.wallclock if field.name == "wallclock" else getattr(config, field.name)
-            assert getattr(job, field.name) is group
+        for field in fields(job):
+            assert getattr(job, field.name) is getattr(config, field.name)
         assert pickle.loads(pickle.dumps(job)) == job  # the evaluation's workers are spawned with it
 
 

@@ -89,7 +89,7 @@ def test_evaluate_runs_on_cuda(cuda_pipeline: dict) -> None:
     config = compose_config(
         *cuda_pipeline["overrides"], f"evaluate.out_dir={out_dir}", "decoding.prompts={dev: 2, test: 2, ood: 2}",
         "decoding.max_new_tokens=8", "+evaluate.grids.fixed=[1,3]", "+evaluate.grids.confidence=[0.4]",
-        "evaluate.thresholds=[0.5,0.9]", "evaluate.rule_grids.fuzzy=[0.3]", "evaluate.hf.baselines=false",
+        "evaluate.rule_grids.fuzzy=[0.3]", "evaluate.hf.baselines=false",
     )
     results = evaluate(config.evaluate_job())
     assert (out_dir / "results.parquet").is_file()

@@ -2,7 +2,7 @@
 
 * :mod:`~accept_heads.evaluation.evaluation_plan`, :mod:`~accept_heads.evaluation.plan` — what an evaluation decodes
   (dev sweeps, then the dev choices on test / OOD);
-* :mod:`~accept_heads.evaluation.recorded_sweeps` — the heads' dev sweeps recorded by training, reused;
+* :mod:`~accept_heads.evaluation.h_choice` — each head's ``h`` chosen on dev, recorded beside it, reused;
 * :mod:`~accept_heads.evaluation.baselines` — the HF assisted-generation and Speculative Ensemble runners;
 * :mod:`~accept_heads.evaluation.executor` — each family's runner, in this process or in worker processes;
 * :mod:`~accept_heads.evaluation.table`, :mod:`~accept_heads.evaluation.intervals` — the results table, its
@@ -11,7 +11,7 @@
 * :mod:`~accept_heads.evaluation.results`, :mod:`~accept_heads.evaluation.report`,
   :mod:`~accept_heads.evaluation.figures` — saving / loading (the notebooks start there), terminal output, figures.
 
-What it shares with training and the levers (prompt sets, runs, cost models, the bootstrap's draws, the choice of
-``h``) lives below it, in :mod:`accept_heads.measure`; nothing outside this package and :mod:`accept_heads.evaluate`
-imports it.
+What it shares with training and the levers (prompt sets, runs, cost models, the bootstrap's draws, the choice of a
+swept value) lives below it, in :mod:`accept_heads.measure`; nothing outside this package and
+:mod:`accept_heads.evaluate` imports it.
 """

@@ -28,14 +28,9 @@ from accept_heads.measure.specs import (
     SESDSpec,
 )
 from ahconf.rule_config import build_rule, rule_value
-from ahconf.schema import ConfigError, EvaluateConfig, EvaluateJob, RulesConfig
-from decode.policies.sources import HeadEstimate
-from decode.policies.stops import Threshold
-from decode.policy_specs import FixedSpec, HeuristicSpec, source_stop_kind
+from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
+from decode.policy_specs import FixedSpec, HeuristicSpec
 from decode.rules import RULES
-
-#: The family of a head stopping at its threshold ``h``.
-HEAD_THRESHOLD = source_stop_kind(HeadEstimate.name, Threshold.name)
 
 #: HF's default assistant confidence threshold.
 HF_CONFIDENCE = 0.4
@@ -94,21 +89,6 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
     items = [*artifacts.heads.items(), *artifacts.profiles.items()]
     recorded = [(name, a.metadata.rule) for name, a in items]
     return sorted(f"{name} ({rule})" for name, rule in recorded if rule not in specs)
-
-
-def check_recorded_thresholds(job: EvaluateJob, artifacts: Artifacts) -> None:
-    """Refuse a head whose recorded ``h`` the head's dev grid lacks (test and OOD decode each head at a dev grid
-    point), naming the setting to change, unless ``evaluate.thresholds`` has ``h`` chosen here instead."""
-    if job.evaluate.thresholds is not None:
-        return
-    kind = family(HEAD_THRESHOLD)
-    grid = kind.dev_grid(job)
-    setting = f"evaluate.grids.{kind.name}" if kind.name in job.evaluate.grids else "head.thresholds"
-    for name, head in artifacts.heads.items():
-        h = head.metadata.threshold
-        if h is not None and h not in grid:
-            raise ConfigError(f"head[{name}] records h = {h:g}, which the heads' dev grid {setting}={grid} lacks: add "
-                              "it, or set evaluate.thresholds to choose h on dev here")
 
 
 def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -13,9 +11,6 @@ from accept_heads.evaluation.plan import Choice, rule_k
 from accept_heads.measure.families import families, family_names, perfect_for
 from accept_heads.measure.selection import best_value
 from ahconf.schema import rule_names
-from decode.policies.sources import HeadEstimate
-from decode.policies.stops import Threshold
-from decode.policy_specs import source_stop_kind
 
 
 def select(table: pd.DataFrame, column: str, swept: str = "param") -> list[Choice]:
@@ -37,33 +32,6 @@ def select(table: pd.DataFrame, column: str, swept: str = "param") -> list[Choic
                               value=float(best[swept]), dev_throughput=float(best[column]), swept=swept,
                               **held_values))
     return choices
-
-
-def recorded_thresholds(table: pd.DataFrame, column: str, choices: list[Choice], recorded: Mapping[str, float | None],
-                        notes: dict[str, str]) -> list[Choice]:
-    """``choices`` with each head's ``h`` the one it records (``recorded``: head → ``h``, chosen on dev after
-    training, :mod:`accept_heads.measure.threshold`) at its throughput ``column`` on the dev rows of ``table``. A head that
-    records none keeps the ``h`` chosen here; a note names it, and each head whose recorded ``h`` is not the best of
-    these rows."""
-    out = []
-    for c in choices:
-        if c.family != source_stop_kind(HeadEstimate.name, Threshold.name):
-            out.append(c)
-            continue
-        h = recorded.get(str(c.artifact))
-        if h is None:
-            notes[f"h[{c.artifact}]"] = (f"head[{c.artifact}] records no h (trained with head.calibrate=false): "
-                                         f"h = {c.value:g} chosen on dev here")
-            out.append(c)
-            continue
-        if h != c.value:
-            notes[f"h[{c.artifact}]"] = (f"head[{c.artifact}] decodes at its recorded h = {h:g}, chosen on dev after "
-                                         f"training; on these dev rows h = {c.value:g} is faster (it was chosen on "
-                                         "other dev prompts or settings)")
-        rows = table[(table["role"] == "dev") & (table["rule"] == c.rule) & _matches(table["rule_param"], c.rule_param)
-                     & (table["family"] == c.family) & (table["artifact"] == c.artifact) & (table["param"] == h)]
-        out.append(replace(c, value=h, dev_throughput=float(rows[column].iloc[0])))
-    return out
 
 
 def select_rule_param(table: pd.DataFrame, column: str, rule: str, choices: list[Choice]) -> list[Choice]:

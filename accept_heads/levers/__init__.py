@@ -25,10 +25,10 @@ DESIGN §5):
   acceptance probability before its draw, read in hindsight — the room a pre-draft forecast has on dev.
 
 ``evaluate.levers`` names the levers tried. Each variant and the head as exported decode the dev prompts with the
-threshold stop (``h`` chosen on dev for each of them over the ``h`` grid: ``head.thresholds``, or
-``evaluate.thresholds`` when set) and with the goodput stop; a lever's effect is its throughput over the head's at
-the evaluation's ``cost`` model (``cost.source``: the configured pair or this machine's measured costs), with a 95 %
-paired-bootstrap interval over the dev prompts. A lever is kept only if the interval's
+threshold stop (``h`` chosen on dev for each of them over the heads' ``h`` grid in the evaluation,
+``evaluate.grids.head`` over the declared one) and with the goodput stop; a lever's effect is its throughput over the
+head's at the evaluation's ``cost`` model (``cost.source``: the configured pair or this machine's measured costs), with
+a 95 % paired-bootstrap interval over the dev prompts. A lever is kept only if the interval's
 lower end is above 1. Writes ``levers.csv`` and ``levers.json`` under ``<evaluate.out_dir>/levers``.
 
 By role: :mod:`~accept_heads.levers.lever_policies` (the length policies a lever feeds),

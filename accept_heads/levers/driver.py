@@ -24,6 +24,7 @@ from accept_heads.levers.lever_policies import (
 )
 from accept_heads.measure.bootstrap import PromptCosts, generation_seconds, paired_draws, ratio_interval
 from accept_heads.measure.cost_models import Pricing, pricing
+from accept_heads.measure.families import HEAD_THRESHOLD, family
 from accept_heads.measure.inputs import PromptSet, discover, load_split
 from accept_heads.measure.runs import Generation
 from accept_heads.measure.selection import best_value
@@ -122,15 +123,15 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     train = load_split(job.prompts, d, job.seed, trio.tokenizer, context, "train", d.prompts["dev"])  # as many
     lab = LeverBench(job, trio, sampling, pricing(job.cost, trio, lambda: None, compiled=d.compile,
                                                   repeats=d.repeats, threads=d.threads))
-    thresholds = job.thresholds
+    thresholds = family(HEAD_THRESHOLD).dev_grid(job)  # the heads' h grid in the evaluation
     rows, fits = [], {}
     heads = {n: h for n, h in artifacts.heads.items() if not h.config.companion_features}
     tried = job.evaluate.levers
     with tqdm(total=len(heads) * (1 + len(tried)), desc="levers", unit="variant", dynamic_ncols=True) as bar:
         for name, head in heads.items():
             log: list = []
-            recorded = head.metadata.threshold
-            lab.decode(head, lab.policy(head, "threshold", 0.5 if recorded is None else recorded, None, log), train)
+            chosen = head.threshold  # by the evaluation (None: not evaluated yet)
+            lab.decode(head, lab.policy(head, "threshold", 0.5 if chosen is None else chosen, None, log), train)
             linear = {lever: fit(lever, log) for lever in LEVERS if lever in tried}
             fits[name] = {"rounds_candidates": len(log),
                           "with_next_candidate": sum(v.next_accept is not None for v in log),

@@ -68,7 +68,8 @@ class Latency:
         return None if self.companion_s is None else self.companion_s / self.draft_s
 
     def to_dict(self) -> dict[str, object]:
-        return {"source": "measured at the start of the evaluation (accept_heads.measure.cost_models.verification_latency)",
+        return {"source": ("measured at the start of the evaluation "
+                           "(accept_heads.measure.cost_models.verification_latency)"),
                 "device": self.device, "prompt_tokens": self.prompt_tokens, "repeats": self.repeats,
                 "target_s": self.target_s, "target_alone_s": self.target_alone_s, "alone_ratio": self.alone_ratio,
                 "shape": list(self.shape.values), "draft_s": self.draft_s,
@@ -130,7 +131,7 @@ class Pricing:
 
     @property
     def record(self) -> JSONDict:
-        """The prices and where they come from (a head's threshold sweep, the levers, the results' metadata)."""
+        """The prices and where they come from (a head's threshold choice, the levers, the results' metadata)."""
         return {"source": self.source, "caption": self.caption, **self.model.to_dict(),
                 "t_companion_from": self.t_companion_from}
 

@@ -1,6 +1,6 @@
 """Per-generation records → one row per run with the DESIGN §5 metrics, and its modelled throughput under a cost
-model: what the evaluation's table (:mod:`accept_heads.evaluation.table`) and training's ``h`` sweep
-(:mod:`accept_heads.measure.threshold`) both price runs by.
+model: what the evaluation's table (:mod:`accept_heads.evaluation.table`) and a head's threshold choice
+(:mod:`accept_heads.evaluation.h_choice`) both price runs by.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from accept_heads.measure.specs import (
     TargetAloneSpec,
 )
 from ahconf.schema import ConfigError, EvaluateJob
-from decode.policies.sources import SOURCES
-from decode.policies.stops import STOPS
+from decode.policies.sources import SOURCES, HeadEstimate
+from decode.policies.stops import STOPS, Threshold
 from decode.policy_specs import (
     ConfidenceSpec,
     FixedSpec,
@@ -233,12 +233,16 @@ def run_policy(kind: str, value: float | None = None, artifact: str | None = Non
 
 
 def check_grids(job: EvaluateJob) -> None:
-    """Refuse an ``evaluate.grids`` entry for a kind with no parameter chosen on dev."""
+    """Refuse an ``evaluate.grids`` entry for a kind with no parameter chosen on dev, and a threshold ``h`` outside
+    (0, 1)."""
     tuned = family_names(runner="decode", tuned=True)
-    for kind in job.evaluate.grids:
+    for kind, grid in job.evaluate.grids.items():
         if kind not in tuned:
             raise ConfigError(f"evaluate.grids.{kind}: {kind} has no parameter chosen on dev; "
                               f"tuned kinds: {', '.join(tuned)}")
+        if family(kind).symbol == STOP_TRAITS["h"].symbol and any(not 0 < h < 1 for h in grid):
+            raise ConfigError(f"evaluate.grids.{kind}={list(grid)}: a stop threshold h lies in (0, 1); give values "
+                              "between 0 and 1")
 
 
 def sv_at_k(spec: SVSpec, k: int) -> list[NamedSpec]:
@@ -246,10 +250,8 @@ def sv_at_k(spec: SVSpec, k: int) -> list[NamedSpec]:
     return [SVSpec(spec.profile, k)] if spec.k is None else []
 
 
-def head_thresholds(job: EvaluateJob) -> list[float]:
-    """The head stop thresholds ``h`` the job sweeps."""
-    return job.thresholds
-
+#: The family of a head stopping at its threshold ``h``: the ``h`` a head serves at (DESIGN §5).
+HEAD_THRESHOLD = source_stop_kind(HeadEstimate.name, Threshold.name)
 
 # Each grid is declared here, with its kind, source or stop; ``evaluate.grids.<kind>`` overrides it.
 SOURCE_TRAITS.update({
@@ -265,7 +267,8 @@ SOURCE_TRAITS.update({
     "perfect": SourceTraits(colors={"h": "dimgrey", "goodput": "silver"}),
 })
 STOP_TRAITS.update({
-    "h": StopTraits("h", symbol="h", grid=head_thresholds),
+    # every source's h, a head's too: the evaluation chooses it on dev and records a head's beside it
+    "h": StopTraits("h", symbol="h", grid=(0.3, 0.5, 0.7, 0.85, 0.95)),
     "goodput": StopTraits("goodput"),
     "budget": StopTraits("survival budget"),
 })

@@ -144,8 +144,8 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling,
         recorded = head.metadata
         described["heads"][name] = {
             "path": str(path), "timing": head.config.timing, "depth": head.config.depth, "rule": recorded.rule,
-            "companion_features": head.config.companion_features, "calibrated_threshold": recorded.threshold,
-            "dev_metrics": recorded.dev_metrics, "k_min": recorded.k_min, "k_max": recorded.k_max,
+            "companion_features": head.config.companion_features, "dev_metrics": recorded.dev_metrics,
+            "k_min": recorded.k_min, "k_max": recorded.k_max,
             "sampling": as_json(recorded.sampling), "training_data": as_json(recorded.training_data),
             "code_version": recorded.code_version,
         }
@@ -156,7 +156,8 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling,
             raise ConfigError(f"cannot evaluate {path} with these models: {error}") from error
         name = head_name(path, root, "profile")
         if trio.companion is None:
-            notes[f"profile[{name}]"] = f"SV profile[{name}] needs the companion model, which is not configured; skipped"
+            notes[f"profile[{name}]"] = (f"SV profile[{name}] needs the companion model, which is not configured; "
+                                         "skipped")
             continue
         artifacts.profiles[name] = profile
         described["profiles"][name] = {

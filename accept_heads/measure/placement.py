@@ -1,4 +1,4 @@
-"""Which of a run's prompts decode alone (the evaluation's and the ``h`` sweep's); where the models run is
+"""Which of a run's prompts decode alone (the evaluation's); where the models run is
 :func:`runtime.placement.place`."""
 
 from __future__ import annotations

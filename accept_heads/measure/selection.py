@@ -1,8 +1,8 @@
 """Choosing a swept parameter (K, τ, h, γ, FSD T): the value with the highest modelled throughput.
 
-One rule for training's stop-threshold sweep (:mod:`accept_heads.measure.threshold`) and for the
-evaluation's dev selection (:func:`accept_heads.evaluation.table.select`): the highest throughput of
-the cost model (DESIGN §5) on dev prompts, ties to the smaller value.
+One rule for the evaluation's dev selection (:func:`accept_heads.evaluation.table.select`, a head's ``h`` among its
+choices) and the levers' choice of ``h``: the highest throughput of the cost model (DESIGN §5) on dev prompts, ties to
+the smaller value.
 """
 
 from __future__ import annotations

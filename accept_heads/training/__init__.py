@@ -5,9 +5,9 @@
 * :mod:`~accept_heads.training.module`, :mod:`~accept_heads.training.metrics`, :mod:`~accept_heads.training.loggers`
   — the Lightning module, its metrics and loggers;
 * :mod:`~accept_heads.training.profile_fit` — fitting an SV profile;
-* :mod:`~accept_heads.measure.threshold` — the head's ``h``, chosen on the evaluation's dev prompts;
 * :mod:`~accept_heads.training.export`, :mod:`~accept_heads.training.outcomes`,
   :mod:`~accept_heads.training.run_summary` — where artifacts go and their metadata, what a job hands back, the summary.
 
-It imports :mod:`accept_heads.measure` (prompt sets, runs, costs), never :mod:`accept_heads.evaluation`.
+It imports :mod:`accept_heads.measure` (a latency measurement, the information measures), never
+:mod:`accept_heads.evaluation`.
 """

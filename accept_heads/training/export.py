@@ -3,12 +3,13 @@
 Layout (``<name>`` = ``head.name``, set per job in a multirun; absent otherwise)::
 
     <paths.head_dir>[/<name>]/head.safetensors         the head (decode.load_head validates it)
-    <paths.head_dir>[/<name>]/h_sweep.json             the head's dev sweep of h, per prompt, keyed by sha256
-                                                       (accept_heads.measure.threshold.RecordedSweep)
+    <paths.head_dir>[/<name>]/head.h_choice.json       its stop threshold h and the dev runs it was chosen from,
+                                                       written by accept_heads.evaluate
+                                                       (decode.artifacts.threshold_choice.ThresholdChoice)
     <paths.head_dir>[/<name>]/profile.safetensors      an SV profile (decode.load_profile)
     <paths.head_dir>[/<name>]/README.md                the model card of both, from their metadata
-                                                       (decode.artifacts.serialization.write_card); the folder is a hub repo
-                                                       as it stands: python -m accept_heads.push_head
+                                                       (decode.artifacts.serialization.write_card); the folder
+                                                       is a hub repo as it stands: python -m accept_heads.push_head
     <paths.run_dir>/train/<kind>[/<name>]/checkpoints/ last.ckpt + the best step_XXXXXX.ckpt (head only)
     <paths.run_dir>/train/<kind>[/<name>]/csv/         logs (or tensorboard/, wandb/)
 """
@@ -19,7 +20,6 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from accept_heads.measure.threshold import Calibration
 from accept_heads.training.metrics import prior_shift
 from ahconf.schema import HeadTrainConfig, PathsConfig, TrainJob
 from data_gen.manifest import CollectionManifest
@@ -29,7 +29,6 @@ from decode.metadata import (
     HeadMetadata,
     InformationGain,
     ProfileMetadata,
-    ThresholdSweep,
     TrainingData,
 )
 from decode.rules import Rule
@@ -82,10 +81,8 @@ def head_metadata(
     job: TrainJob,
     config: HeadConfig,
     dev_metrics: dict[str, float | None],
-    calibration: Calibration | None,
 ) -> HeadMetadata:
-    """Everything ``decode.load_head`` validates plus the training recipe, dev metrics and the ``h`` chosen on dev
-    (None: not chosen, ``head.calibrate=false``) with its sweep."""
+    """Everything ``decode.load_head`` validates plus the training recipe and dev metrics."""
     return HeadMetadata.extending(
         common,
         head_config=config,
@@ -93,13 +90,8 @@ def head_metadata(
         probability=f"acceptance: the weighted loss's prior shift log(w_rej / w_acc) = "
                     f"{prior_shift(job.loss.w_acc, job.loss.w_rej):.4f} is folded into the output bias",
         dev_metrics=dev_metrics,
-        threshold=None if calibration is None else calibration.threshold,
         k_min=job.head.k_min,
         k_max=job.head.k_max,
-        calibration=None if calibration is None else ThresholdSweep(
-            cost=calibration.cost, table=tuple(calibration.rows), prompts=calibration.prompts["count"],
-            max_new_tokens=calibration.max_new_tokens, prompt_set=calibration.prompts,
-        ),
     )
 
 

@@ -1,20 +1,19 @@
-"""What a training job hands back: typed records of an exported head or profile (built in ``train``, read by ``report``)."""
+"""What a training job hands back: typed records of an exported head or profile (built in ``train``, read by
+``report``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accept_heads.measure.threshold import Calibration
 from decode.metadata import InformationGain
 from decode.rules import RuleSpec
 
 
 @dataclass(frozen=True)
 class HeadOutcome:
-    """An exported SpecDec++ head: where it and its checkpoints are, its dev metrics and its threshold ``h``.
+    """An exported SpecDec++ head: where it and its checkpoints are and its dev metrics.
 
-    ``dev_metrics``: metric name → value, None where undefined (an AUROC with one outcome class);
-    ``calibration``: the choice of ``h`` on dev and its sweep (None: ``head.calibrate=false``).
+    ``dev_metrics``: metric name → value, None where undefined (an AUROC with one outcome class).
     """
 
     name: str
@@ -24,7 +23,6 @@ class HeadOutcome:
     depth: int
     rule: RuleSpec
     dev_metrics: dict[str, float | None]
-    calibration: Calibration | None
     global_step: int
     best_checkpoint: str | None
     round_depths: int = 1  # depths of a round its labels cover (a feature draft's; 1: the draft's q has none)

@@ -19,7 +19,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 def print_head_summary(result: HeadOutcome) -> None:
-    """Artifacts, dev metrics against the constant predictor, and the threshold sweep."""
+    """Artifacts and dev metrics against the constant predictor."""
     dev = result.dev_metrics
     table = Table(title=f"accept_heads.train — {result.name}", show_header=False)
     table.add_column("", style="bold")
@@ -38,23 +38,11 @@ def print_head_summary(result: HeadOutcome) -> None:
     auroc = dev.get("val/auroc")
     table.add_row("dev AUROC", "undefined (every dev outcome the same)" if auroc is None else _fmt(auroc, 3))
     table.add_row("dev ECE", _fmt(dev.get("val/ece")))
-    table.add_row("dev mean pred / label", f"{_fmt(dev.get('val/mean_pred'), 3)} / {_fmt(dev.get('val/mean_label'), 3)}")
+    mean_pred, mean_label = _fmt(dev.get("val/mean_pred"), 3), _fmt(dev.get("val/mean_label"), 3)
+    table.add_row("dev mean pred / label", f"{mean_pred} / {mean_label}")
     table.add_row("dev weighted BCE", _fmt(dev.get("val/weighted_bce")))
-    calibration = result.calibration
-    table.add_row("h (chosen on dev)", "— (head.calibrate=false)" if calibration is None else
-                  f"{calibration.threshold:.2f} ({calibration.prompts['count']} dev prompts × "
-                  f"{calibration.max_new_tokens} tokens)")
-    console = Console()
-    console.print(table)
-    if calibration is not None:
-        sweep = Table(title="threshold sweep (modelled throughput = tokens / (t_d·N_d + t_c·N_c + t_t·N_t))")
-        for column in ("h", "tokens", "draft calls", "target calls", "discarded", "tokens / modelled s"):
-            sweep.add_column(column, justify="right")
-        for row in calibration.rows:
-            mark = " *" if row.threshold == calibration.threshold else ""
-            sweep.add_row(f"{row.threshold:.2f}{mark}", str(row.generated), str(row.draft_calls),
-                          str(row.target_calls), str(row.discarded), f"{row.throughput:.2f}")
-        console.print(sweep)
+    table.add_row("h", "chosen on dev by python -m accept_heads.evaluate (recorded beside the head)")
+    Console().print(table)
 
 
 def print_profile_summary(result: ProfileOutcome) -> None:

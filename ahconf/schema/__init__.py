@@ -6,8 +6,7 @@ dataclass instances, which runs the ``__post_init__`` cross-checks: library code
 typed objects, never a ``DictConfig``.
 
 :mod:`~ahconf.schema.common`: what every stage shares (models, prompts, sampling, rules, cost, paths);
-:mod:`~ahconf.schema.decoding`: how the stages that decode prompts decode them (evaluate, levers, structure, the
-``h`` chosen after training);
+:mod:`~ahconf.schema.decoding`: how the stages that decode prompts decode them (evaluate, levers, structure);
 :mod:`~ahconf.schema.collect`, :mod:`~ahconf.schema.train`, :mod:`~ahconf.schema.evaluate`,
 :mod:`~ahconf.schema.structure`: each stage's own;
 :mod:`~ahconf.schema.root`: the root :class:`Config` and each stage's job.

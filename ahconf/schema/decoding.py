@@ -1,5 +1,5 @@
-"""How the stages that decode prompts decode them (``decoding:``): the evaluation, the head's ``h`` chosen on dev
-after training (accept_heads.measure.threshold), the structure of acceptance and the levers read the same group."""
+"""How the stages that decode prompts decode them (``decoding:``): the evaluation (each head's ``h`` chosen on its dev
+rows too), the structure of acceptance and the levers read the same group."""
 
 from __future__ import annotations
 

@@ -97,12 +97,9 @@ class EvaluateConfig:
 
     out_dir: str = "${paths.run_dir}/eval"
     rules: Optional[List[str]] = None  # rules to decode with; null = rules.names
-    # null: each head decodes at the h it records (chosen on dev after training), over head.thresholds on dev;
-    # a list: h is chosen here on dev over it instead, for every head and the perfect predictor
-    thresholds: Optional[List[float]] = None
     # the dev grid of a tuned policy kind by its name (decode.policy_specs.policy_kinds) over the one the evaluation
-    # declares with the kind (accept_heads.measure.families: fixed K 1..10, confidence τ 0.3/0.5/0.7, the h stop
-    # over the thresholds above, ...), e.g. {fixed: [1, 2, 3, 4], confidence: [0.2, 0.4]}
+    # declares with the kind (accept_heads.measure.families: fixed K 1..10, confidence τ 0.3/0.5/0.7, h 0.3/0.5/0.7/
+    # 0.85/0.95 for every source under the h stop, a head's too, ...), e.g. {fixed: [1, 2, 3, 4], head: [0.5, 0.7]}
     grids: Dict[str, List[float]] = field(default_factory=dict)
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
     # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
@@ -140,11 +137,6 @@ class EvaluateConfig:
                 raise ConfigError(f"evaluate.grids.{kind}=[] chooses from nothing: give the values to choose from")
         if min(self.se_gammas, default=1) < 1:
             raise ConfigError("every evaluate.se_gammas value must be >= 1")
-        if any(not 0 < h < 1 for h in self.thresholds or []):
-            raise ConfigError("evaluate.thresholds must lie in (0, 1)")
-        if self.thresholds == []:
-            raise ConfigError("evaluate.thresholds=[] chooses from nothing: give the h to choose from, or null for "
-                              "each head's recorded h")
         if self.calibration_rows < 0:
             raise ConfigError("evaluate.calibration_rows must be >= 0")
         if self.workers is not None and self.workers < 1:

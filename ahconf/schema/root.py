@@ -15,7 +15,7 @@ from ahconf.schema.common import (
     SamplingConfig,
 )
 from ahconf.schema.decoding import DecodingConfig
-from ahconf.schema.evaluate import EvaluateConfig, WallclockConfig
+from ahconf.schema.evaluate import EvaluateConfig
 from ahconf.schema.structure import StructureConfig
 from ahconf.schema.train import HeadTrainConfig, LoggerConfig, LossConfig, OptimConfig, TrainerConfig
 
@@ -51,12 +51,10 @@ class RegenerateJob:
 
 @dataclass(frozen=True)
 class TrainJob:
-    """What ``python -m accept_heads.train`` reads: the data's models and rule, the head and its training recipe
-    (``prompts``, ``decoding``: the dev prompts its ``h`` is chosen on, as the evaluation decodes them; ``wallclock``:
-    ``evaluate.wallclock``, whose prompts the evaluation decodes alone in every run, dev's too)."""
+    """What ``python -m accept_heads.train`` reads: the data's models and rule, the head and its training recipe (its
+    ``h`` is chosen on dev by the evaluation, DESIGN §5)."""
 
     models: ModelsConfig
-    prompts: PromptsConfig
     sampling: SamplingConfig
     rules: RulesConfig
     head: HeadTrainConfig
@@ -64,9 +62,6 @@ class TrainJob:
     optim: OptimConfig
     trainer: TrainerConfig
     logger: LoggerConfig
-    cost: CostConfig
-    decoding: DecodingConfig
-    wallclock: WallclockConfig
     paths: PathsConfig
     seed: int
     exp_name: str
@@ -75,8 +70,7 @@ class TrainJob:
 
 @dataclass(frozen=True)
 class EvaluateJob:
-    """What ``python -m accept_heads.evaluate`` reads (``head``: the K range and mixing ``r`` heads default to, and
-    the ``h`` grid)."""
+    """What ``python -m accept_heads.evaluate`` reads (``head``: the K range and mixing ``r`` heads default to)."""
 
     models: ModelsConfig
     prompts: PromptsConfig
@@ -89,13 +83,6 @@ class EvaluateJob:
     paths: PathsConfig
     seed: int
     exp_name: str
-
-    @property
-    def thresholds(self) -> list[float]:
-        """The stop thresholds ``h`` decoded on dev: ``evaluate.thresholds`` (an override: ``h`` is then chosen here),
-        else ``head.thresholds`` (the grid each head's recorded ``h`` was chosen from)."""
-        grid = self.evaluate.thresholds if self.evaluate.thresholds is not None else self.head.thresholds
-        return [float(h) for h in grid]
 
 
 @dataclass(frozen=True)
@@ -155,9 +142,8 @@ class Config:
 
     def train_job(self) -> TrainJob:
         """The groups ``accept_heads.train`` reads."""
-        return TrainJob(self.models, self.prompts, self.sampling, self.rules, self.head, self.loss, self.optim,
-                        self.trainer, self.logger, self.cost, self.decoding, self.evaluate.wallclock, self.paths,
-                        self.seed, self.exp_name, self.ckpt_path)
+        return TrainJob(self.models, self.sampling, self.rules, self.head, self.loss, self.optim, self.trainer,
+                        self.logger, self.paths, self.seed, self.exp_name, self.ckpt_path)
 
     def structure_job(self) -> StructureJob:
         """The groups ``accept_heads.structure`` reads."""

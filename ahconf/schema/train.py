@@ -36,9 +36,6 @@ class HeadTrainConfig:
     round_feature: bool = False
     rule: str = "speculative"  # which label column to train on (fuzzy T and divergence, ensemble kind: rules.*)
     mixing_r: float = DEFAULT_MIXING_R  # probability of keeping the target token in token mixing
-    # the stop thresholds h the head's h is chosen from on dev after training (accept_heads.measure.threshold) and that the
-    # evaluation decodes it and the perfect predictor at on dev
-    thresholds: List[float] = field(default_factory=lambda: [0.3, 0.5, 0.7, 0.85, 0.95])
     k_min: int = 1
     k_max: int = DEFAULT_K_MAX
     x_bins: int = 20  # SV profile bins on X
@@ -48,9 +45,6 @@ class HeadTrainConfig:
     latency_repeats: int = 5  # SV latency profile: median of this many timed verifications per L
     # SV profile: batch sizes of the t_t(B, T) table measured with it (batched SV's joint lengths; empty = none)
     latency_batches: List[int] = field(default_factory=lambda: [1, 8, 32])
-    # choose h after training on the evaluation's dev prompts (decoding.prompts.dev x decoding.max_new_tokens) and
-    # record it in the head; false: none recorded (the evaluation then chooses one on dev)
-    calibrate: bool = True
     name: Optional[str] = None  # artifact subdirectory under paths.head_dir (multirun: set per job); null = head_dir
 
     def __post_init__(self) -> None:
@@ -71,8 +65,6 @@ class HeadTrainConfig:
                               "head.mixing_r=1 leaves none: use r < 1 (paper: 0.15)")
         if not 1 <= self.k_min <= self.k_max:
             raise ConfigError("need 1 <= head.k_min <= head.k_max")
-        if not self.thresholds or any(not 0 < h < 1 for h in self.thresholds):
-            raise ConfigError("head.thresholds needs at least one h, each in (0, 1)")
         if min(self.x_bins, self.y_bins, self.a_bins, self.latency_repeats, *self.latency_batches) < 1:
             raise ConfigError("head.x_bins, y_bins, a_bins, latency_repeats and latency_batches must be >= 1")
 
@@ -96,7 +88,8 @@ class LossConfig:
     def __post_init__(self) -> None:
         if self.w_acc <= 0 or self.w_rej <= 0:
             raise ConfigError("loss.w_acc and loss.w_rej must be > 0")
-        if self.goodput_weight < 0 or self.goodput_k < 1 or self.goodput_temperature <= 0 or self.goodput_draft_cost < 0:
+        if (self.goodput_weight < 0 or self.goodput_k < 1 or self.goodput_temperature <= 0
+                or self.goodput_draft_cost < 0):
             raise ConfigError("need loss.goodput_weight >= 0, goodput_k >= 1, goodput_temperature > 0 and "
                               "goodput_draft_cost >= 0")
         if not self.goodput_verify_shape or self.goodput_verify_shape[0] != 1.0:

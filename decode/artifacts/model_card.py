@@ -3,16 +3,18 @@
 An export directory (heads and SV profiles written by :mod:`decode.artifacts.serialization`, plus this card) is a valid
 Hub model repo: the card has YAML front matter (``library_name``, ``tags``, ``base_model`` when the
 draft is a hub id) and says what each artifact is, the models and data it was made with, its dev
-metrics, its stop rule and how to load it. Everything comes from the metadata; nothing is estimated here.
+metrics, its stop rule and how to load it. Everything comes from the metadata and a head's threshold choice (the ``h``
+the evaluation chose on dev, :mod:`decode.artifacts.threshold_choice`); nothing is estimated here.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from collections.abc import Mapping
 
 from decode.artifacts.hub import is_hub_id
-from decode.metadata import FORMAT_VERSION, HeadMetadata, ProfileMetadata, SweepRow
+from decode.artifacts.threshold_choice import ThresholdChoice, choice_name
+from decode.metadata import FORMAT_VERSION, HeadMetadata, ProfileMetadata
 from decode.sampling import Sampling
 
 Metadata = HeadMetadata | ProfileMetadata
@@ -40,8 +42,10 @@ def is_generated(text: str) -> bool:
     return MARKER in text.splitlines()
 
 
-def render_card(artifacts: dict[str, Metadata], repo_id: str | None = None) -> str:
-    """The card of a directory holding ``artifacts`` (file name → metadata); ``repo_id`` goes into the snippets."""
+def render_card(artifacts: dict[str, Metadata], repo_id: str | None = None,
+                choices: Mapping[str, ThresholdChoice] | None = None) -> str:
+    """The card of a directory holding ``artifacts`` (file name → metadata) and the heads' threshold ``choices``
+    (file name → the record of that file; a head without one has no ``h`` yet); ``repo_id`` goes into the snippets."""
     if not artifacts:
         raise ValueError("a model card needs at least one head or SV profile")
     records = list(artifacts.values())
@@ -60,7 +64,7 @@ def render_card(artifacts: dict[str, Metadata], repo_id: str | None = None) -> s
     for name, record in artifacts.items():
         parts.append(f"| `{name}` | {_artifact_title(record)} | {_rule(record)} | `{record.draft}` |")
     for name, record in artifacts.items():
-        parts += ["", *_section(name, record, repo_id)]
+        parts += ["", *_section(name, record, repo_id, (choices or {}).get(name))]
     return "\n".join(parts) + "\n"
 
 
@@ -77,7 +81,7 @@ def _front_matter(records: list[Metadata], drafts: list[str]) -> str:
     return "\n".join([*lines, "---"])
 
 
-def _section(name: str, record: Metadata, repo_id: str | None) -> list[str]:
+def _section(name: str, record: Metadata, repo_id: str | None, choice: ThresholdChoice | None) -> list[str]:
     lines = [f"## `{name}`: {_artifact_title(record)}", "", _what(record), "", "### Made for", "",
              "| role | model |", "|---|---|"]
     for role, model, revision in (("draft", record.draft, record.draft_revision), ("target", record.target, None),
@@ -87,14 +91,14 @@ def _section(name: str, record: Metadata, repo_id: str | None) -> list[str]:
     lines += [f"| tokenizer SHA-256 | `{record.tokenizer_hash}` |", "", *_rule_and_sampling(record), "",
               *_training_data(record), ""]
     if isinstance(record, HeadMetadata):
-        lines += [*_dev_metrics(record), "", *_stop_rule(record), ""]
+        lines += [*_dev_metrics(record), "", *_stop_rule(name, record, choice), ""]
         if record.train_config:
             recipe = record.train_config.items()
             lines += ["### Training recipe", "",
                       *[f"- {part}: `{json.dumps(value, sort_keys=True)}`" for part, value in recipe], ""]
     else:
         lines += [*_information(record), ""]
-    lines += [*_how_to_load(name, record, repo_id), "",
+    lines += [*_how_to_load(name, record, repo_id, choice), "",
               f"Written by accept-heads `{record.code_version}`, artifact format {FORMAT_VERSION}."]
     return lines
 
@@ -185,27 +189,27 @@ def _dev_metrics(record: HeadMetadata) -> list[str]:
     return lines
 
 
-#: The sweep's columns as the card lists them: the threshold, then the totals in name order.
-_SWEEP_COLUMNS = ["threshold", *sorted(f.name for f in fields(SweepRow) if f.name != "threshold")]
+#: The columns of a threshold choice's rows as the card lists them (its per-prompt records stay in the file).
+_CHOICE_COLUMNS = ["h", "generated", "draft_calls", "target_calls", "discarded", "modelled_s", "throughput"]
 
 
-def _stop_rule(record: HeadMetadata) -> list[str]:
-    threshold, k_min, k_max, sweep = record.threshold, record.k_min, record.k_max, record.calibration
+def _stop_rule(name: str, record: HeadMetadata, choice: ThresholdChoice | None) -> list[str]:
     lines = ["### Stop rule", ""]
-    if threshold is None:
-        lines.append(f"Keep drafting while `1 − Π_j P̂_j ≤ h`, between {k_min} and {k_max} candidates. No threshold "
-                     "was chosen for this head: choose `h` on your own prompts.")
+    rule = f"Keep drafting while `1 − Π_j P̂_j ≤ h`, between {record.k_min} and {record.k_max} candidates"
+    if choice is None:
+        lines.append(f"{rule}. `h` is chosen on dev by `python -m accept_heads.evaluate`, which records it beside this "
+                     f"file (`{choice_name(name)}`); none is recorded for it yet: evaluate it, or choose `h` on your "
+                     "own prompts.")
         return lines
-    prompts, tokens, cost = (None, None, None) if sweep is None else (sweep.prompts, sweep.max_new_tokens, sweep.cost)
-    lines.append(f"Keep drafting while `1 − Π_j P̂_j ≤ h` with **h = {_number(threshold)}**, between {k_min} "
-                 f"and {k_max} candidates; `h` maximised modelled throughput on {prompts} dev "
-                 f"prompts ({tokens} new tokens each) at costs `{json.dumps(cost, sort_keys=True)}`.")
-    if sweep is not None and sweep.table:
-        lines += ["", "| " + " | ".join(_SWEEP_COLUMNS) + " |", "|" + "---|" * len(_SWEEP_COLUMNS)]
-        for row in sweep.table:
-            cells = [_number(getattr(row, column)) for column in _SWEEP_COLUMNS]
-            chosen = row.threshold == threshold
-            lines.append("| " + " | ".join(f"**{c}**" if chosen else c for c in cells) + " |")
+    lines.append(f"{rule}, with **h = {_number(choice.threshold)}**, chosen by `python -m accept_heads.evaluate` "
+                 f"(`{choice_name(name)}`): `h` maximised modelled throughput on {choice.prompts.get('count')} dev "
+                 f"prompts ({choice.settings.get('max_new_tokens')} new tokens each) at costs "
+                 f"`{json.dumps(choice.cost, sort_keys=True)}`.")
+    lines += ["", "| " + " | ".join(_CHOICE_COLUMNS) + " |", "|" + "---|" * len(_CHOICE_COLUMNS)]
+    for row in choice.rows:
+        cells = [_number(row[column]) for column in _CHOICE_COLUMNS]
+        chosen = row["h"] == choice.threshold
+        lines.append("| " + " | ".join(f"**{c}**" if chosen else c for c in cells) + " |")
     return lines
 
 
@@ -226,7 +230,7 @@ def _information(record: ProfileMetadata) -> list[str]:
     return lines
 
 
-def _how_to_load(name: str, record: Metadata, repo_id: str | None) -> list[str]:
+def _how_to_load(name: str, record: Metadata, repo_id: str | None, choice: ThresholdChoice | None) -> list[str]:
     repo = repo_id or _PLACEHOLDER
     filename = "" if name == DEFAULT_FILES[record.kind] else f", filename={name!r}"
     rule_args = "".join(f", {k}={v!r}" for k, v in record.rule["params"].items())
@@ -236,9 +240,9 @@ def _how_to_load(name: str, record: Metadata, repo_id: str | None) -> list[str]:
         load = f'head = decode.load_head("{repo}"{filename}, draft=draft, tokenizer=tokenizer)'
         local = 'head = decode.load_head("path/to/this/folder", draft=draft, tokenizer=tokenizer)'
         low, high = record.k_range(1, 20)
-        policy = ("policy = decode.policies.Head(head, threshold=0.5)  # no h recorded: choose it on your prompts"
-                  if record.threshold is None else
-                  f"policy = decode.policies.Head(head)  # at the h = {record.threshold!r} it records, {low} "
+        policy = ("policy = decode.policies.Head(head, threshold=0.5)  # no h chosen yet: choose it on your prompts"
+                  if choice is None else
+                  f"policy = decode.policies.Head(head)  # at the h = {choice.threshold!r} chosen on dev, {low} "
                   f"to {high} candidates")
         companion = ", companion=companion" if record.head_config.companion_features else ""
     else:

@@ -104,8 +104,8 @@ def _rule(rule: Rule | None, head: AcceptanceHead | None, profile: SVProfile | N
 
 
 def _policy(policy: Policy | None, head: AcceptanceHead | None, profile: SVProfile | None) -> Policy | None:
-    """The given policy, else the artifact's stop from its metadata (the head at the ``h`` and K range it records,
-    :class:`decode.policies.Head`; the profile as its spec builds it); None: the decoder's default."""
+    """The given policy, else the artifact's own stop (the head at the ``h`` the evaluation chose for it and the K range
+    it records, :class:`decode.policies.Head`; the profile as its spec builds it); None: the decoder's default."""
     if policy is not None:
         return policy
     if head is not None:
@@ -178,7 +178,7 @@ def speculative_generate(
 ) -> Tensor | SpeculativeGenerateOutput:
     """The decoding loop ``generate(custom_generate=speculative_generate, draft_model=..., ...)`` runs (module doc).
 
-    ``head`` (a SpecDec++ threshold stop at the ``h`` it records) or ``profile`` (SV, with
+    ``head`` (a SpecDec++ threshold stop at the ``h`` the evaluation chose for it) or ``profile`` (SV, with
     ``companion_model``) or any ``policy``; ``rule`` defaults to the artifact's, else greedy under
     greedy decoding and speculative sampling otherwise.
     """

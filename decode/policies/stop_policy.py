@@ -130,18 +130,17 @@ def policy_head(policy: Policy) -> AcceptanceHead | None:
 class Head(StopPolicy[HeadEstimate, Threshold]):
     """SpecDec++ threshold rule on a trained head: keep drafting while ``1 − Π_{j≤i} P̂_j ≤ threshold``.
 
-    Left out, ``threshold`` and the K range are the ones the head records (``h`` chosen on dev after training,
-    DESIGN §5; the range 1..DEFAULT_K_MAX where none is recorded)."""
+    Left out, ``threshold`` is the ``h`` the evaluation chose on dev for the head (``head.threshold``, from its record
+    beside the head file, DESIGN §5) and the K range the one it records (1..DEFAULT_K_MAX where none is recorded)."""
 
     def __init__(self, head: AcceptanceHead, threshold: float | None = None, k_min: int | None = None,
                  k_max: int | None = None) -> None:
-        recorded = head.metadata
         if threshold is None:
-            if recorded is None or recorded.threshold is None:
-                raise ValueError("this head records no stop threshold h (trained with head.calibrate=false): pass "
-                                 "Head(head, threshold=h)")
-            threshold = recorded.threshold
-        low, high = recorded_k_range(recorded, 1, DEFAULT_K_MAX)
+            if head.threshold is None:
+                raise ValueError("this head has no stop threshold h: run python -m accept_heads.evaluate (it chooses "
+                                 "h on dev and records it beside the head) or pass Head(head, threshold=h)")
+            threshold = head.threshold
+        low, high = recorded_k_range(head.metadata, 1, DEFAULT_K_MAX)
         super().__init__(HeadEstimate(head), Threshold(threshold, low if k_min is None else k_min,
                                                        high if k_max is None else k_max))
 

@@ -24,7 +24,6 @@ EVALUATION = [
     "decoding.max_new_tokens=8",
     "+evaluate.grids.fixed=[1,3]",
     "+evaluate.grids.confidence=[0.4]",
-    "evaluate.thresholds=[0.5]",
     "evaluate.calibration_rows=2",
     "evaluate.latency.lengths=3",
     "decoding.repeats=1",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -16,21 +17,26 @@ from rich.console import Console
 from accept_heads.evaluate import cost_tuples, evaluate
 from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.figures import FIGURES, REFERENCES, draw_league, source_family
-from accept_heads.evaluation.plan import Choice, edge_note, edge_rules, extended_k
+from accept_heads.evaluation.h_choice import recorded_runs, sweep_settings
+from accept_heads.evaluation.plan import Choice, dev_sweeps, edge_note, edge_rules, eval_rules, extended_k
 from accept_heads.evaluation.report import cost_lines, league_table
 from accept_heads.evaluation.results import load_results
-from accept_heads.evaluation.table import add_comparisons, at_dev_choice, bound_rows, recorded_thresholds, select
-from accept_heads.measure.cost_models import CostFit, configured_model, fit_costs
+from accept_heads.evaluation.table import add_comparisons, at_dev_choice, bound_rows, select
+from accept_heads.measure.cost_models import CostFit, configured_model, fit_costs, pricing
 from accept_heads.measure.costing import KEYS, add_costs, aggregate, verification_units
 from accept_heads.measure.families import family_names, perfect_for, run_policy
 from accept_heads.measure.inputs import Artifacts
 from accept_heads.measure.runs import RunSpec
 from accept_heads.measure.specs import SEAlternateSpec, TargetAloneSpec
-from ahconf.schema import ConfigError, CostConfig
-from decode import DecodeStats
+from ahconf.schema import CostConfig
+from decode import DecodeStats, Sampling, policies
+from decode.artifacts.gguf import file_sha256
+from decode.artifacts.hub import load_causal_lm
+from decode.artifacts.serialization import load_head, save_head
+from decode.artifacts.threshold_choice import ThresholdChoice, choice_path
 from decode.batch_costs import CostProfile
 from decode.costs import CostModel, LatencyShape
-from decode.policy_specs import SourceStopSpec, SVSpec, policy_kinds
+from decode.policy_specs import SourceStopSpec, SVSpec, policy_kinds, policy_spec
 from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
 from tests.helpers.evaluation import write_artifacts
 
@@ -65,7 +71,8 @@ def test_worker_processes_decode_the_same_generations_as_one_process(make_config
 
 
 def test_batched_prompts_decode_the_same_generations_as_alone(make_config, micro_trio, micro_root, tmp_path_factory):
-    """Batching changes the wall-clock columns only; the first ``timed_prompts`` decode alone (the cost fit's)."""
+    """Batching changes the wall-clock columns only; the first ``timed_prompts`` decode alone (the cost fit's); the
+    bounds batch like the rest (each row reads its own hindsight), SV plans its batch jointly and decodes alone."""
     def run(batch_size: int) -> pd.DataFrame:
         root = tmp_path_factory.mktemp(f"batch{batch_size}")
         write_artifacts(root / "heads", micro_trio["draft"])
@@ -79,8 +86,9 @@ def test_batched_prompts_decode_the_same_generations_as_alone(make_config, micro
     alone, batched = run(1), run(3)
     assert set(alone["batch"]) == {1}
     dev = batched[batched["set"] == "dev"]
-    assert set(dev.loc[dev["family"].isin(["fixed", "head", "head-goodput"]), "batch"]) == {1, 3}
-    assert set(dev.loc[dev["family"].isin(["sv", "oracle", "perfect", "perfect-goodput"]), "batch"]) == {1}  # alone
+    batched_kinds = ["fixed", "head", "head-goodput", "oracle", "perfect", "perfect-goodput"]  # the bounds' rows too
+    assert set(dev.loc[dev["family"].isin(batched_kinds), "batch"]) == {1, 3}
+    assert set(dev.loc[dev["family"] == "sv", "batch"]) == {1}  # alone
     pd.testing.assert_frame_equal(alone.drop(columns=["wall_s", "batch"]), batched.drop(columns=["wall_s", "batch"]))
 
 
@@ -411,40 +419,100 @@ def test_selection_uses_dev_rows_only():
     assert (choice.value, choice.chosen_on, choice.dev_throughput) == (2.0, "dev", 10.0)
 
 
-def test_a_head_keeps_the_h_it_records_and_one_that_records_none_is_chosen_on_dev():
-    rows = [{"set": "dev", "role": "dev", "rule": "speculative", "rule_param": np.nan, "family": family,
-             "artifact": artifact, "param": param, "throughput": throughput}
-            for family, artifact, param, throughput in [("head", "pre", 0.5, 10.0), ("head", "pre", 0.9, 12.0),
-                                                       ("head", "bare", 0.5, 9.0), ("head", "bare", 0.9, 11.0),
-                                                       ("fixed", None, 2.0, 8.0), ("fixed", None, 3.0, 7.0)]]
-    table, notes = pd.DataFrame(rows), {}
-    choices = recorded_thresholds(table, "throughput", select(table, "throughput"), {"pre": 0.5, "bare": None}, notes)
-    picked = {(c.family, c.artifact): (c.value, c.dev_throughput) for c in choices}
-    assert picked == {("head", "pre"): (0.5, 10.0), ("head", "bare"): (0.9, 11.0), ("fixed", None): (2.0, 8.0)}
-    assert "recorded h = 0.5" in notes["h[pre]"] and "h = 0.9 is faster" in notes["h[pre]"]
-    assert "records no h" in notes["h[bare]"]
+@pytest.fixture(scope="module")
+def h_chosen(make_config, micro_trio, micro_root, tmp_path_factory):
+    """An evaluation of two heads that record no h, over an h grid of its own (``evaluate.grids.head``)."""
+    root = tmp_path_factory.mktemp("h_chosen")
+    write_artifacts(root / "heads", micro_trio["draft"])
+    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
+                         f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
+                         "evaluate.hf.baselines=false", "evaluate.figures=false", "evaluate.calibration_rows=0",
+                         "evaluate.bounds=false", "evaluate.grids.head=[0.01,0.6,0.99]")
+    return config, evaluate(config.evaluate_job())
 
 
-def test_an_explicit_evaluate_thresholds_chooses_h_on_dev_over_the_recorded_one(make_config, micro_trio, micro_root,
-                                                                               tmp_path):
-    """The heads record h = 0.5; a grid without it fails before decoding, unless evaluate.thresholds asks for h to be
-    chosen on dev over it."""
-    write_artifacts(tmp_path / "heads", micro_trio["draft"])
-    overrides = [*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
-                 f"paths.head_dir={tmp_path / 'heads'}", "evaluate.rules=[speculative]", "evaluate.hf.baselines=false",
-                 "evaluate.figures=false", "evaluate.calibration_rows=0", "evaluate.bounds=false"]
-    with pytest.raises(ConfigError, match=r"head\[post\] records h = 0.5, which the heads' dev grid "
-                                          r"head.thresholds=\[0.6, 0.9\] lacks"):
-        evaluate(make_config(*overrides, "head.thresholds=[0.6,0.9]").evaluate_job())
-    with pytest.raises(ConfigError, match=r"records h = 0.5, which the heads' dev grid evaluate.grids.head="
-                                          r"\[0.6, 0.9\] lacks"):  # the grid the heads decode, not head.thresholds
-        evaluate(make_config(*overrides, "+evaluate.grids.head=[0.6,0.9]").evaluate_job())
-    results = evaluate(make_config(*overrides, "evaluate.thresholds=[0.6,0.9]").evaluate_job())
-    heads = [c for c in results.metadata.selection if c["family"] == "head"]
-    assert sorted(c["artifact"] for c in heads) == ["post", "pre"] and {c["value"] for c in heads} <= {0.6, 0.9}
-    test = results.table[(results.table["role"] == "test") & (results.table["family"] == "head")]
-    assert set(test["param"]) <= {0.6, 0.9} and not any(k.startswith("h[") for k in results.metadata.notes)
+def test_each_heads_h_is_chosen_on_dev_over_the_evaluations_grid_and_recorded_beside_it(h_chosen, micro_trio):
+    """h is chosen like K and τ, on the dev rows, over ``evaluate.grids.head`` (no grid of training's to agree with);
+    the record beside each head holds those rows, and ``load_head`` serves the head at its h."""
+    config, results = h_chosen
+    table, grid = results.table, [0.01, 0.6, 0.99]
+    heads = {c["artifact"]: c["value"] for c in results.metadata.selection if c["family"] == "head"}
+    assert sorted(heads) == ["post", "pre"] and set(heads.values()) <= set(grid)
+    draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
+    for name, h in heads.items():
+        dev = table[(table["role"] == "dev") & (table["family"] == "head") & (table["artifact"] == name)]
+        assert sorted(dev["param"]) == grid and len(set(dev["target_calls"])) > 1  # the grid decodes differently
+        assert h == dev.sort_values(["throughput_cost", "param"], ascending=[False, True])["param"].iloc[0]
+        rest = table[(table["role"] != "dev") & (table["family"] == "head") & (table["artifact"] == name)]
+        assert rest["param"].tolist() == [h] * len(rest) and len(rest) == 2  # test and OOD at it
+        file = Path(config.paths.head_dir) / name / "head.safetensors"
+        choice = ThresholdChoice.read(choice_path(file))
+        assert choice.threshold == h and choice.head_sha256 == file_sha256(file)
+        assert [r["h"] for r in choice.rows] == grid
+        by_h = dev.set_index("param")
+        for row in choice.rows:
+            assert [row[k] for k in ("generated", "draft_calls", "target_calls", "discarded")] == \
+                by_h.loc[row["h"], ["generated", "draft_calls", "target_calls", "discarded"]].tolist()
+            assert len(row["generations"]) == config.decoding.prompts["dev"]
+        head = load_head(file, draft=draft)
+        assert head.threshold == h and policies.Head(head).stop.threshold == h
+        assert f"h = {h:g}" in (file.parent / "README.md").read_text()  # the model card says it
 
+
+def test_a_head_file_that_is_not_the_one_its_h_was_chosen_for_loads_without_h_and_its_policy_refuses(
+        h_chosen, tmp_path):
+    config, _ = h_chosen
+    source = Path(config.paths.head_dir) / "pre"
+    copy = tmp_path / "pre"
+    shutil.copytree(source, copy)
+    assert load_head(copy).threshold is not None
+    head = load_head(copy)
+    head.metadata = replace(head.metadata, dev_metrics={"val/auroc": 0.25})
+    save_head(head, copy / "head.safetensors", head.metadata)  # another file: the record's sha256 no longer matches
+    edited = load_head(copy)
+    assert edited.threshold is None
+    with pytest.raises(ValueError, match="no stop threshold h: run python -m accept_heads.evaluate"):
+        policies.Head(edited)
+    assert policies.Head(edited, threshold=0.3).stop.threshold == 0.3
+
+
+def test_the_evaluation_reuses_a_recorded_h_choice_when_its_key_matches_and_decodes_otherwise(h_chosen):
+    config, _ = h_chosen
+    job = config.evaluate_job()
+    notes: dict[str, str] = {}
+    executor = Executor.build(job, notes)
+    specs = dev_sweeps(job, executor.artifacts, eval_rules(job))
+    cost = pricing(job.cost, executor.trio, lambda: None, compiled=False, repeats=1, threads=None).record
+    dev = executor.sets["dev"]
+    reused = recorded_runs(specs, executor.artifacts, executor.decoding, dev, cost, notes)
+    assert sorted(spec.param for spec in reused) == [0.01, 0.01, 0.6, 0.6, 0.99, 0.99] and not notes  # both heads
+    for spec, records in reused.items():  # the same rows as decoding them here
+        assert [r.generation.prompt_id for r in records] == [p.prompt_id for p in dev.prompts]
+        assert _decisions(records) == _decisions(executor.run(spec))
+    other = {**cost, "t_target": cost["t_target"] * 2}  # other prices: the same rows (a threshold stop reads none)
+    assert recorded_runs(specs, executor.artifacts, executor.decoding, dev, other, notes).keys() == reused.keys()
+    longer = replace(executor.decoding, max_new_tokens=executor.decoding.max_new_tokens + 1)  # other rows: decoded,
+    assert recorded_runs(specs, executor.artifacts, longer, dev, cost, notes) == {}  # and one note per head says why
+    assert sorted(notes.values()) == [f"head[{name}]'s recorded dev runs (head.h_choice.json) not reused (different "
+                                      "settings): its h grid decoded here" for name in ("post", "pre")]
+
+
+def test_a_greedy_heads_dev_runs_are_keyed_by_the_sampling_its_rule_applies(h_chosen):
+    """Under the greedy rule a policy decodes its dev rows at T = 0 as at T = 1, so both key them alike; the
+    speculative rule's rows depend on T (negative control)."""
+    config, _ = h_chosen
+    executor = Executor.build(config.evaluate_job(), {})
+    runner, dev = executor.decoding, executor.sets["dev"]
+    greedy = replace(runner, sampling=Sampling(temperature=0.0))
+    spec = RunSpec(set=dev.name, rule="greedy", policy=policy_spec("confidence", 0.5, None))  # a stop reading q
+    assert sweep_settings(runner, "greedy", None, False) == sweep_settings(greedy, "greedy", None, False)
+    assert _decisions(runner.run(spec, dev, False)) == _decisions(greedy.run(spec, dev, False))
+    assert sweep_settings(runner, "speculative", None, False) != sweep_settings(greedy, "speculative", None, False)
+
+
+def _decisions(records) -> list[dict]:
+    """What a dev run decided per prompt: every generation field but its wall time and batching."""
+    return [{k: v for k, v in vars(r.generation).items() if k not in ("wall_s", "batch")} for r in records]
 
 
 def test_measured_costs_price_the_runs_and_every_table_says_which(make_config, micro_trio, micro_root, tmp_path,
@@ -516,10 +584,7 @@ def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
     dev = table[table["role"] == "dev"]
     for choice in results.metadata.selection:
         assert choice["chosen_on"] == "dev"
-        rows = choice_rows(dev, choice)
-        if choice["family"] == "head":  # at the h it records, chosen on dev after training
-            assert choice["value"] == 0.5
-            rows = rows[rows["param"] == 0.5]
+        rows = choice_rows(dev, choice)  # a head's h too: its grid decoded on dev by the evaluation
         assert rows["throughput_cost"].max() == pytest.approx(choice["dev_throughput"])
         marked = rows.loc[rows["chosen_on"] == "dev", choice["swept"]].tolist()
         if choice["swept"] == "param":

@@ -11,15 +11,17 @@ import torch
 from huggingface_hub import HfApi
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from accept_heads.measure.threshold import Calibration
 from accept_heads.push_head import main
 from accept_heads.training.export import common_metadata, head_metadata
 from data_gen.manifest import MANIFEST_VERSION, CollectionManifest
 from decode import AcceptanceHead, HeadConfig, Sampling, SpeculativeDecoder, load_head, policies, rules, save_head
+from decode.artifacts.gguf import file_sha256
 from decode.artifacts.model_card import MARKER
-from decode.metadata import SweepRow
+from decode.artifacts.serialization import save_threshold_choice
+from decode.artifacts.threshold_choice import ThresholdChoice
 
-SENT = ["README.md", "custom_generate/generate.py", "custom_generate/requirements.txt", "head.safetensors"]
+SENT = ["README.md", "custom_generate/generate.py", "custom_generate/requirements.txt", "head.h_choice.json",
+        "head.safetensors"]
 
 
 def micro_lm(hidden: int, seed: int) -> LlamaForCausalLM:
@@ -45,17 +47,21 @@ def micro_manifest(**changes) -> CollectionManifest:
 
 @pytest.fixture
 def export_dir(tmp_path, make_config) -> Path:
-    """A head exported with the metadata a training run writes, plus a stray file beside it."""
+    """A head exported with the metadata a training run writes and the h an evaluation chose for it, plus a stray
+    file beside it."""
     config = make_config()
     manifest = micro_manifest()
     common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
-    rows = [SweepRow(0.2, 64, 40, 30, 6, 2.13, 30.0), SweepRow(0.4, 64, 48, 26, 10, 1.91, 33.5)]
-    calibration = Calibration(rows, 0.4, {"count": 2, "prompt_ids": ["a", "b"]}, 8, {"source": "configured"})
     head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1))
-    meta = head_metadata(common, config.train_job(), head.config, {"val/binary_kl": 0.25, "val/auroc": 0.8}, calibration)
+    meta = head_metadata(common, config.train_job(), head.config, {"val/binary_kl": 0.25, "val/auroc": 0.8})
     directory = tmp_path / "export"
     directory.mkdir()
     save_head(head, directory / "head.safetensors", meta)
+    rows = tuple({"h": h, "generated": 64, "draft_calls": calls, "target_calls": 28, "discarded": 8, "modelled_s": 2.0,
+                  "throughput": 32.0, "generations": []} for h, calls in ((0.2, 40), (0.4, 48)))
+    save_threshold_choice(ThresholdChoice(file_sha256(directory / "head.safetensors"), "p" * 64, {"max_new_tokens": 8},
+                                          {"source": "configured"}, {"count": 2, "prompt_ids": ["a", "b"]}, 0.4, rows),
+                          directory / "head.safetensors")  # the h an evaluation chose for it
     (directory / "notes.txt").write_text("local only\n")
     return directory
 
@@ -108,7 +114,7 @@ def test_dry_run_uploads_nothing_and_keeps_the_card(export_dir, hub_calls, capsy
     out = capsys.readouterr().out
     assert "would upload to micro-org/shared-head@main" in out
     assert ("  README.md\n  custom_generate/generate.py (generated)\n  custom_generate/requirements.txt (generated)\n"
-            "  head.safetensors\n") in out
+            "  head.h_choice.json\n  head.safetensors\n") in out
 
 
 def test_hand_written_card_is_sent_unchanged(export_dir, hub_calls):
@@ -154,7 +160,7 @@ def test_an_undefined_dev_auroc_reads_undefined_in_the_card(tmp_path, make_confi
     manifest = micro_manifest(splits={})
     common = common_metadata(config.train_job(), manifest, "c" * 64, rules.Greedy(), Sampling(temperature=0.0))
     head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1))
-    meta = head_metadata(common, config.train_job(), head.config, {"val/binary_kl": 0.0, "val/auroc": None}, None)
+    meta = head_metadata(common, config.train_job(), head.config, {"val/binary_kl": 0.0, "val/auroc": None})
     save_head(head, tmp_path / "head.safetensors", meta)
     card = (tmp_path / "README.md").read_text()
     assert "| `val/auroc` | undefined (one class) |" in card and "| `val/auroc` | 0" not in card
@@ -189,8 +195,8 @@ def test_a_head_pushed_to_a_folder_decodes_through_generate(export_dir, tmp_path
                           max_new_tokens=12, pad_token_id=0)
     head = load_head(folder)
     recorded = head.metadata
-    assert recorded.threshold == 0.4
-    policy = policies.Head(head)  # at the h and K range it records, as the generate door decodes it
+    assert head.threshold == 0.4  # its threshold choice travelled with it
+    policy = policies.Head(head)  # at its chosen h and the K range it records, as the generate door decodes it
     assert (policy.threshold, policy.k_min, policy.k_max) == (0.4, recorded.k_min, recorded.k_max)
     expected = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policy, sampling=Sampling(temperature=0.0),
                                   eos_token_id=None).generate(ids, max_new_tokens=12).sequences

@@ -1,25 +1,17 @@
-"""accept_heads.train end to end on micro models: export round trip, h chosen on dev, resume, feature cache, SV
-profile."""
+"""accept_heads.train end to end on micro models: export round trip (no h: the evaluation chooses it), resume, feature
+cache, SV profile."""
 
 from __future__ import annotations
 
 import math
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from accept_heads.evaluate import evaluate
-from accept_heads.evaluation.executor import Executor
-from accept_heads.evaluation.plan import dev_sweeps, eval_rules
-from accept_heads.evaluation.recorded_sweeps import recorded_runs
 from accept_heads.evaluation.reliability import head_predictions
-from accept_heads.measure.cost_models import pricing
-from accept_heads.measure.runs import RunSpec
-from accept_heads.measure.threshold import SWEEP_FILE, RecordedSweep, choose_threshold, sweep_settings
 from accept_heads.train import head_architecture, load_head_weights, prepare_head_run, train
 from accept_heads.training.metrics import prior_shift
 from accept_heads.training.module import HeadModule
@@ -32,10 +24,10 @@ from accept_heads.training.training_data import (
     mix_batch,
     request_rates,
 )
-from ahconf.schema import ConfigError, HeadTrainConfig, HFConfig, LatencyConfig
+from ahconf.schema import ConfigError, HeadTrainConfig
 from data_gen.collect import collect
 from data_gen.shards import load_split
-from decode import Sampling, SpeculativeDecoder, policies, rules
+from decode import SpeculativeDecoder, policies
 from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import load_head, load_profile, write_card
@@ -48,14 +40,13 @@ from decode.head_config import (
     ROUND_FEATURE,
     TOP_K_FEATURES,
 )
-from decode.policy_specs import policy_spec
 from runtime.models import load_trio
 from tests.helpers.config import DATA_OVERRIDES, TRAIN_OVERRIDES, model_overrides
 
 
 @pytest.fixture(scope="module")
 def trained(make_config, train_overrides, tmp_path_factory):
-    """One trained + calibrated + exported head (its own paths.root, sharing the collected data)."""
+    """One trained + exported head (its own paths.root, sharing the collected data)."""
     root = tmp_path_factory.mktemp("trained")
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
     config = make_config(*train_overrides, f"paths.root={root}", f"paths.data_dir={data_dir}", "loss.w_rej=3")
@@ -64,15 +55,14 @@ def trained(make_config, train_overrides, tmp_path_factory):
 
 def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micro_trio):
     config, result = trained
-    assert result.calibration.threshold in (0.5, 0.9) and len(result.calibration.rows) == 2
     assert result.dev_metrics["val/binary_kl_constant"] > 0
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
     meta = head.metadata
-    assert meta.threshold == result.calibration.threshold and meta.rule == {"name": "speculative", "params": {}}
+    assert meta.rule == {"name": "speculative", "params": {}}
+    assert head.threshold is None and not list(Path(result.head_path).parent.glob("*.json"))  # training chose no h
     assert meta.head_config.hidden_size == 32 and len(meta.training_data.manifest_sha256) == 64
     assert meta.dev_metrics["val/auroc"] == pytest.approx(result.dev_metrics["val/auroc"])
-    assert meta.calibration.table == tuple(result.calibration.rows) and meta.calibration.prompt_set["count"] > 0
 
     run = prepare_head_run(config.train_job())  # a fresh module, weights from the best checkpoint
     load_head_weights(run.head, result.best_checkpoint)
@@ -89,38 +79,11 @@ def test_export_loads_and_predicts_exactly_like_the_trained_module(trained, micr
     torch.testing.assert_close(torch.sigmoid(exported), torch.sigmoid(logits + math.log(3)), atol=1e-6, rtol=0)
 
 
-def test_h_is_chosen_on_the_evaluations_own_dev_runs(trained, tmp_path):
-    """Training's threshold sweep decodes what the evaluation decodes on dev for the head, at every h of the grid:
-    the same prompts, counts and modelled throughput, so the h it records is the one the evaluation's dev rows
-    favour; the evaluation decodes test and OOD at it."""
-    config, result = trained
-    grid = [0.01, 0.5, 0.9, 0.99]  # the recorded sweep's [0.5, 0.9] and two that decode differently
-    e = replace(config.evaluate, rules=["speculative"], grids={"fixed": [1.0], "confidence": [0.4]}, bounds=False,
-                hf=HFConfig(baselines=False), figures=False, calibration_rows=0, workers=1,
-                latency=LatencyConfig(lengths=2), out_dir=str(tmp_path / "eval"))
-    config = replace(config, head=replace(config.head, thresholds=grid), decoding=replace(config.decoding, repeats=1),
-                     evaluate=e)
-    results = evaluate(config.evaluate_job())
-    (dev_set,) = [s for s in results.metadata.sets if s["role"] == "dev"]
-    table = results.table
-    dev = table[(table["role"] == "dev") & (table["family"] == "head")].set_index("param")
-    columns = ["generated", "draft_calls", "target_calls", "discarded", "throughput_cost"]
-    swept = choose_threshold(config.train_job(), load_head(result.head_path), rules.Speculative(), Sampling())
-    for calibration in (result.calibration, swept):  # as training recorded it, and over the wider grid
-        assert calibration.prompts["prompt_ids"] == dev_set["prompt_ids"]
-        for row in calibration.rows:
-            counts = [row.generated, row.draft_calls, row.target_calls, row.discarded, row.throughput]
-            assert dev.loc[row.threshold, columns].tolist() == counts, row.threshold
-    assert [row.threshold for row in swept.rows] == grid and len({row.target_calls for row in swept.rows}) > 1
-    (choice,) = [c for c in results.metadata.selection if c["family"] == "head"]  # the recorded h, applied
-    assert choice["value"] == result.calibration.threshold
-    assert table.loc[(table["role"] != "dev") & (table["family"] == "head"), "param"].tolist() == [choice["value"]] * 2
-
-
-def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config, train_overrides, micro_trio, tmp_path):
+def test_a_post_head_trains_on_draft_token_positions_and_round_trips(make_config, train_overrides, micro_trio,
+                                                                     tmp_path):
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
-    config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head.timing=post",
-                         "head.mixing_r=0.5", "trainer.max_epochs=1", "head.calibrate=false")
+    config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
+                         "head.timing=post", "head.mixing_r=0.5", "trainer.max_epochs=1")
     result = train(config.train_job())
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
@@ -161,7 +124,7 @@ def test_a_dspark_head_learns_the_expected_acceptance_from_the_previous_token_an
     1 − TV(p, q); it exports, loads, predicts as the trained module, maps onto DSpark's tensor names and decodes."""
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}", "head=dspark",
-                         "head.markov_rank=8", "trainer.max_epochs=2", "head.calibrate=false")
+                         "head.markov_rank=8", "trainer.max_epochs=2")
     result = train(config.train_job())
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_trio["draft"])))
@@ -197,20 +160,19 @@ def test_a_dspark_head_learns_the_expected_acceptance_from_the_previous_token_an
     out = decoder.generate(prompt, max_new_tokens=12, seed=0)
     assert out.stats.generated == 12 and out.stats.rounds < 12 and len(out.stats.estimates) > 0
 
-    # as make demo trains it: from a feature cache (the previous token stored with the hidden state), h chosen on dev;
+    # as make demo trains it: from a feature cache (the previous token stored with the hidden state);
     # on a copy of the shared data, whose folder other tests read without caches
     shutil.copytree(data_dir, tmp_path / "data")
     cached = make_config(*train_overrides, f"paths.root={tmp_path / 'cached'}", f"paths.data_dir={tmp_path / 'data'}",
                          "head=dspark", "head.markov_rank=8", "trainer.max_epochs=1", "trainer.feature_cache=true")
     outcome = train(cached.train_job())
-    assert outcome.calibration.threshold in (0.5, 0.9)
     assert load_head(outcome.head_path, draft=draft).config == head.config
 
 
 def test_a_run_stopped_mid_epoch_resumes_from_last_ckpt(make_config, train_overrides, tmp_path):
     data_dir = Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data"
     common = [*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
-              "trainer.checkpoint_every_n_steps=1", "head.calibrate=false"]
+              "trainer.checkpoint_every_n_steps=1"]
     stopped = train(make_config(*common, "trainer.max_steps=3").train_job())  # 4 batches per epoch: stops mid-epoch
     assert stopped.global_step == 3
     last = Path(stopped.checkpoint_dir) / "last.ckpt"
@@ -224,7 +186,7 @@ def test_feature_cache_matches_the_live_draft(make_config, train_overrides, tmp_
     data_dir = tmp_path / "data"
     shutil.copytree(Path(train_overrides[-1].split("=", 1)[1]) / "tiny" / "data", data_dir)
     config = make_config(*train_overrides, f"paths.root={tmp_path}", f"paths.data_dir={data_dir}",
-                         "trainer.feature_cache=true", "trainer.max_epochs=1", "head.calibrate=false",
+                         "trainer.feature_cache=true", "trainer.max_epochs=1",
                          "loss.goodput_weight=1", "loss.goodput_k=3")
     result = train(config.train_job())  # with the goodput objective beside the BCE
     caches = list((data_dir / "feature_cache").glob("*/dev.safetensors"))
@@ -259,50 +221,6 @@ def test_the_head_records_its_data_by_sha256_and_a_run_relative_path_and_its_car
     card = write_card(head_path.parent).read_text()
     assert data.manifest_sha256 in card
     assert str(data_dir) not in card and str(data_dir.resolve()) not in card and f"`{data.data_dir}`" not in card
-
-
-def _decisions(records) -> list[dict]:
-    """What a dev run decided per prompt: every generation field but its wall time and batching."""
-    return [{k: v for k, v in vars(r.generation).items() if k not in ("wall_s", "batch")} for r in records]
-
-
-def test_the_evaluation_reuses_the_recorded_dev_sweep_when_its_key_matches_and_decodes_otherwise(trained):
-    config, result = trained
-    head_path = Path(result.head_path)
-    recorded = RecordedSweep.read(head_path.parent / SWEEP_FILE)
-    assert recorded.key.head_sha256 == file_sha256(head_path) and recorded.threshold == result.calibration.threshold
-    assert list(recorded.rows) == result.calibration.rows
-    assert [run.threshold for run in recorded.runs] == [row.threshold for row in recorded.rows]
-    job = config.evaluate_job()
-    notes: dict[str, str] = {}
-    executor = Executor.build(job, notes)
-    specs = dev_sweeps(job, executor.artifacts, eval_rules(job))
-    cost = pricing(job.cost, executor.trio, lambda: None, compiled=False, repeats=1, threads=None).record
-    assert cost == recorded.key.cost
-    dev = executor.sets["dev"]
-    reused = recorded_runs(specs, executor.artifacts, executor.decoding, dev, cost, notes)
-    assert sorted(spec.param for spec in reused) == [run.threshold for run in recorded.runs] and not notes
-    for spec, records in reused.items():  # the same rows as decoding them here
-        assert [r.generation.prompt_id for r in records] == [p.prompt_id for p in dev.prompts]
-        assert _decisions(records) == _decisions(executor.run(spec))
-    other = {**cost, "t_target": cost["t_target"] * 2}  # other prices: decoded, and one note says why
-    assert recorded_runs(specs, executor.artifacts, executor.decoding, dev, other, notes) == {}
-    assert list(notes.values()) == [f"head[{spec.artifact}]'s recorded dev sweep ({SWEEP_FILE}) not reused (different "
-                                    "cost): its dev grid decoded here" for spec in list(reused)[:1]]
-
-
-def test_a_greedy_heads_sweep_is_keyed_by_the_sampling_its_rule_applies(trained):
-    """Under the greedy rule a policy decodes its dev rows at T = 0 (a greedy head's training job) as at T = 1 (the
-    evaluation's), so both key them alike and the evaluation reuses a greedy head's sweep; the speculative rule's rows
-    depend on T (negative control)."""
-    config, _ = trained
-    executor = Executor.build(config.evaluate_job(), {})
-    runner, dev = executor.decoding, executor.sets["dev"]
-    greedy = replace(runner, sampling=Sampling(temperature=0.0))
-    spec = RunSpec(set=dev.name, rule="greedy", policy=policy_spec("confidence", 0.5, None))  # a stop reading q
-    assert sweep_settings(runner, "greedy", None, False) == sweep_settings(greedy, "greedy", None, False)
-    assert _decisions(runner.run(spec, dev, False)) == _decisions(greedy.run(spec, dev, False))
-    assert sweep_settings(runner, "speculative", None, False) != sweep_settings(greedy, "speculative", None, False)
 
 
 def test_sv_profile_fits_exports_and_round_trips(make_config, train_overrides, tmp_path, monkeypatch):
@@ -374,7 +292,6 @@ def test_a_feature_drafts_head_reads_every_depth_of_a_round(make_config, micro_t
     draft = load_causal_lm(str(micro_feature_draft), dtype="float32")
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(micro_feature_draft)))
     assert head.config.features == (*PRE_FEATURES, DEPTH_FEATURE) and head.config.depths == 3
-    assert result.calibration.rows and result.calibration.rows[0].draft_calls > 0  # h chosen by decoding with it
 
     run = prepare_head_run(config.train_job())
     cached = next(iter(run.datamodule.val_dataloader()))

@@ -440,7 +440,7 @@ def test_a_qwen2_trio_collects_and_trains_a_head(micro_trio, tmp_path):
     train = manifest.splits["train"]
     assert train["labelled_positions"] > 0 and 0 < train["mean_label"]["label_speculative"] < 1
     result = head_training.train(config.train_job())
-    assert len(result.calibration.rows) == 2 and result.dev_metrics["val/binary_kl_constant"] > 0
+    assert result.dev_metrics["val/binary_kl_constant"] > 0
     draft = load_causal_lm(str(paths["draft"]), dtype="float32")
     assert isinstance(draft, Qwen2ForCausalLM)
     head = load_head(result.head_path, draft=draft, tokenizer=load_tokenizer(str(paths["draft"])))

@@ -12,7 +12,9 @@ import torch
 
 from benchmarks import decoding as bench
 from benchmarks import ensemble as bench_ensemble
-from decode.artifacts.serialization import save_head, save_profile
+from decode.artifacts.gguf import file_sha256
+from decode.artifacts.serialization import save_head, save_profile, save_threshold_choice
+from decode.artifacts.threshold_choice import ThresholdChoice
 from decode.head import AcceptanceHead, HeadConfig
 from decode.metadata import HeadMetadata, ProfileMetadata
 from decode.profile import SVProfile
@@ -107,8 +109,11 @@ def saved_pair(tmp_path, make_lm) -> list[str]:
     torch.manual_seed(0)
     head = AcceptanceHead(HeadConfig(16, depth=1, timing="post"))
     metadata = HeadMetadata(draft="draft", tokenizer_hash="none", rule=Speculative().spec(), sampling=Sampling(),
-                            head_config=head.config, threshold=0.5)  # the h it records: the benchmarks' default
-    save_head(head, tmp_path / "head.safetensors", metadata)
+                            head_config=head.config)
+    path = tmp_path / "head.safetensors"
+    save_head(head, path, metadata)
+    # the h an evaluation chose for it: the benchmarks' default
+    save_threshold_choice(ThresholdChoice(file_sha256(path), "", {}, {}, {}, 0.5, ()), path)
     return ["--target", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"),
             "--head", str(tmp_path / "head.safetensors"), "--device", "cpu", "--max-new-tokens", "6"]
 

@@ -6,6 +6,7 @@ import json
 import re
 import warnings
 from dataclasses import fields, replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,16 +26,17 @@ from decode import (
     save_head,
     save_profile,
 )
+from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import tokenizer_hash
 from decode.artifacts.model_card import render_card
+from decode.artifacts.serialization import save_threshold_choice
+from decode.artifacts.threshold_choice import ThresholdChoice
 from decode.artifacts.version import code_version
 from decode.head import PRE_FEATURES, head_features
 from decode.metadata import (
     HeadMetadata,
     InformationGain,
     ProfileMetadata,
-    SweepRow,
-    ThresholdSweep,
     TrainingData,
 )
 
@@ -170,7 +172,7 @@ def test_profile_round_trip(tmp_path, make_tokenizer):
 
 
 def trained_metadata(tokenizer, head: AcceptanceHead, draft: str = "micro-org/micro-draft") -> HeadMetadata:
-    """Metadata shaped like accept_heads.training.export.head_metadata's: models, data, dev metrics, calibration."""
+    """Metadata shaped like accept_heads.training.export.head_metadata's: models, data, dev metrics, K range."""
     return replace(
         metadata(tokenizer, head, rule=rules.Fuzzy("js", 0.3), sampling=Sampling(temperature=0.7)),
         draft=draft, draft_revision=None, target="micro-org/micro-target", companion=None,
@@ -178,11 +180,19 @@ def trained_metadata(tokenizer, head: AcceptanceHead, draft: str = "micro-org/mi
                                    positions={"train": 900, "dev": 120}),
         seed=7,
         dev_metrics={"val/binary_kl": 0.4123, "val/auroc": 0.7311, "val/ece": 0.021},
-        threshold=0.3, k_min=1, k_max=8,
-        calibration=ThresholdSweep(cost={"t_draft": 0.0236, "t_target": 0.112}, prompts=4, max_new_tokens=32,
-                                   table=(SweepRow(0.1, 128, 70, 40, 12, 3.16, 40.5),
-                                          SweepRow(0.3, 128, 90, 30, 20, 2.45, 52.25))),
+        k_min=1, k_max=8,
     )
+
+
+def choose(head_file: Path, h: float = 0.3) -> Path:
+    """Record ``h`` for ``head_file`` as an evaluation does (two grid points, ``h`` among them); the record's path."""
+    rows = tuple({"h": value, "generated": 128, "draft_calls": calls, "target_calls": 30 + calls // 10,
+                  "discarded": calls // 5, "modelled_s": 2.45 if value == h else 3.16,
+                  "throughput": 52.25 if value == h else 40.5, "generations": []}
+                 for value, calls in ((0.1, 70), (h, 90)))
+    return save_threshold_choice(ThresholdChoice(file_sha256(head_file), "cd" * 32, {"max_new_tokens": 32},
+                                                 {"t_draft": 0.0236, "t_target": 0.112}, {"count": 4}, h, rows),
+                                 head_file)
 
 
 def random_head(config: HeadConfig, seed: int) -> AcceptanceHead:
@@ -207,6 +217,8 @@ def test_export_writes_a_model_card(tmp_path, make_tokenizer):
     head = random_head(HeadConfig(hidden_size=8, depth=2, timing="pre", features=PRE_FEATURES), seed=0)
     save_head(head, export / "head.safetensors", trained_metadata(tokenizer, head))
     assert sorted(p.name for p in export.iterdir()) == ["README.md", "head.safetensors"]  # a hub repo, nothing stray
+    assert "none is recorded for it yet" in (export / "README.md").read_text()
+    choose(export / "head.safetensors")  # the evaluation's choice rewrites the card
     card = (export / "README.md").read_text()
     meta = front_matter(card)
     assert meta["library_name"] == "accept-heads" and meta["base_model"] == "micro-org/micro-draft"
@@ -214,13 +226,14 @@ def test_export_writes_a_model_card(tmp_path, make_tokenizer):
     assert "SpecDec++ acceptance head, pre-verification timing" in card
     assert "`fuzzy` (divergence='js', threshold=0.3)" in card
     assert "Sampling(temperature=0.7, top_k=None, top_p=None)" in card
-    assert "**h = 0.3**" in card and "| **0.3** | **20** | **90** | **128** | **2.45** | **30** | **52.25** |" in card
-    assert "| threshold | discarded | draft_calls | generated | modelled_time | target_calls | throughput |" in card
-    assert "| 0.1 | 12 | 70 | 128 | 3.16 | 40 | 40.5 |" in card
+    assert "**h = 0.3**, chosen by `python -m accept_heads.evaluate` (`head.h_choice.json`)" in card
+    assert "| h | generated | draft_calls | target_calls | discarded | modelled_s | throughput |" in card
+    assert "| **0.3** | **128** | **90** | **39** | **18** | **2.45** | **52.25** |" in card
+    assert "| 0.1 | 128 | 70 | 37 | 14 | 3.16 | 40.5 |" in card
     assert "`micro-org/micro-target`" in card and "ab" * 32 in card and "dev 120, train 900" in card
     assert "| `val/auroc` | 0.7311 |" in card and "no 95 % interval" in card
     assert 'decode.load_head("<org>/<name>", draft=draft, tokenizer=tokenizer)' in card
-    assert "policy = decode.policies.Head(head)  # at the h = 0.3 it records, 1 to 8 candidates" in card
+    assert "policy = decode.policies.Head(head)  # at the h = 0.3 chosen on dev, 1 to 8 candidates" in card
 
     profile = SVProfile(x_edges=torch.tensor([0.0, 0.5, 1.0]), y_edges=torch.tensor([0.0, 1.0]),
                         table=torch.rand(2, 1), counts=torch.ones(2, 1), latency=torch.tensor([1.0, 1.2]))
@@ -238,8 +251,8 @@ def test_card_without_hub_draft_and_hand_written_readme(tmp_path, make_tokenizer
     head = random_head(HeadConfig(hidden_size=8), seed=1)
     save_head(head, tmp_path / "head.safetensors", metadata(tokenizer, head))
     card = (tmp_path / "README.md").read_text()
-    assert "base_model" not in front_matter(card) and "No threshold was chosen" in card
-    assert "Head(head, threshold=0.5)  # no h recorded: choose it on your prompts" in card
+    assert "base_model" not in front_matter(card) and "none is recorded for it yet" in card
+    assert "Head(head, threshold=0.5)  # no h chosen yet: choose it on your prompts" in card
     (tmp_path / "README.md").write_text("# my own notes\n")
     with pytest.warns(UserWarning, match="not generated by decode.artifacts.serialization"):
         save_head(random_head(HeadConfig(hidden_size=8), seed=2), tmp_path / "head.safetensors",
@@ -280,11 +293,12 @@ def test_load_head_and_profile_by_hub_id_from_the_offline_cache(tmp_path, offlin
     config = HeadConfig(hidden_size=8, depth=2, timing="pre", features=PRE_FEATURES)
     saved = random_head(config, seed=3)
     save_head(saved, export / "head.safetensors", trained_metadata(tokenizer, saved))
+    choose(export / "head.safetensors")
     profile = SVProfile(x_edges=torch.tensor([0.0, 0.5, 1.0]), y_edges=torch.tensor([0.0, 1.0]),
                         table=torch.tensor([[0.2], [0.8]]), counts=torch.ones(2, 1), latency=torch.tensor([1.0]))
     save_profile(profile, export / "profile.safetensors", metadata(tokenizer, profile))
-    commit = hub_cache(offline_cache, "micro-org/micro-head",
-                       {name: export / name for name in ("head.safetensors", "profile.safetensors", "README.md")})
+    files = ("head.safetensors", "head.h_choice.json", "profile.safetensors", "README.md")
+    commit = hub_cache(offline_cache, "micro-org/micro-head", {name: export / name for name in files})
 
     loaded = load_head("micro-org/micro-head", tokenizer=tokenizer, sampling=Sampling(temperature=0.7),
                        rule=rules.Fuzzy("js", 0.3))
@@ -294,22 +308,25 @@ def test_load_head_and_profile_by_hub_id_from_the_offline_cache(tmp_path, offlin
     assert torch.equal(loaded.predict(hidden, features), expected)
     assert torch.equal(pinned.predict(hidden, features), expected)
     assert not torch.equal(random_head(config, seed=4).predict(hidden, features), expected)  # the check can fail
-    assert loaded.metadata.threshold == 0.3
+    assert loaded.threshold == 0.3 and pinned.threshold == 0.3  # the h chosen for it, fetched beside it
     assert torch.equal(load_profile("micro-org/micro-head").table, profile.table)
     assert torch.equal(load_head(export).predict(hidden, features), expected)  # the local directory form
 
 
-def test_a_head_policy_stops_at_the_h_and_k_range_its_head_records_unless_given_others(tmp_path, make_tokenizer):
+def test_a_head_policy_stops_at_its_chosen_h_and_recorded_k_range_unless_given_others(tmp_path, make_tokenizer):
     tokenizer = make_tokenizer(10)
     saved = random_head(HeadConfig(hidden_size=8), seed=1)
     save_head(saved, tmp_path / "head.safetensors", trained_metadata(tokenizer, saved))
+    assert load_head(tmp_path).threshold is None  # no evaluation has chosen its h
+    choose(tmp_path / "head.safetensors")
     head = load_head(tmp_path)
     recorded = policies.Head(head)
     assert (recorded.threshold, recorded.k_min, recorded.k_max) == (0.3, 1, 8)
     told = policies.Head(head, threshold=0.7, k_max=4)
     assert (told.threshold, told.k_min, told.k_max) == (0.7, 1, 4)
     bare = AcceptanceHead(HeadConfig(hidden_size=8))  # nothing recorded: h must be given, the range is 1..20
-    with pytest.raises(ValueError, match=r"records no stop threshold h .*: pass Head\(head, threshold=h\)"):
+    with pytest.raises(ValueError, match=r"no stop threshold h: run python -m accept_heads.evaluate .* or pass "
+                                         r"Head\(head, threshold=h\)"):
         policies.Head(bare)
     assert (policies.Head(bare, threshold=0.5).k_min, policies.Head(bare, threshold=0.5).k_max) == (1, 20)
 
@@ -340,11 +357,8 @@ def every_field(tokenizer, artifact: AcceptanceHead | SVProfile) -> HeadMetadata
                                              positions={"dev": 12, "train": 90}))
     sampling = Sampling(temperature=0.7, top_k=5, top_p=0.9)
     if isinstance(artifact, AcceptanceHead):
-        sweep = ThresholdSweep(cost={"t_draft": 0.02, "t_target": 0.1},
-                               table=(SweepRow(0.5, 64, 40, 30, 6, 2.1, 30.5),), prompts=2, max_new_tokens=8,
-                               prompt_set={"count": 2, "prompt_ids": ["a", "b"]})
-        return metadata(tokenizer, artifact, rule=rules.Fuzzy("js", 0.3), sampling=sampling, **shared, threshold=0.5,
-                        k_min=2, dev_metrics={"val/auroc": 0.8, "val/ece": None}, calibration=sweep,
+        return metadata(tokenizer, artifact, rule=rules.Fuzzy("js", 0.3), sampling=sampling, **shared,
+                        k_min=2, dev_metrics={"val/auroc": 0.8, "val/ece": None},
                         train_config={"head": {"mixing_r": 0.25}}, probability="acceptance")
     gain = InformationGain(h_a=1.0, h_a_given_xy=0.7, gain=0.3, gain_fraction=0.3, gain_plugin=0.35)
     return metadata(tokenizer, artifact, sampling=sampling, **shared, requested_bins=(4, 4), min_bin_count=5, a_bins=10,
@@ -408,8 +422,9 @@ OLD_PROFILE = (
 
 
 def test_files_written_by_the_shipped_code_load_unchanged(tmp_path):
-    """Every field is read, and written back the document is the one in the file, byte for byte; a profile from
-    before the plug-in gain was recorded loads without it."""
+    """Every field is read, and written back the document is the one in the file, byte for byte, but for the ``h``
+    training used to record (chosen by the evaluation now, beside the head: not read); a profile from before the
+    plug-in gain was recorded loads without it."""
     head_path, profile_path = tmp_path / "head.safetensors", tmp_path / "profile.safetensors"
     head = random_head(HeadConfig(hidden_size=128, depth=3, timing="pre", features=PRE_FEATURES), seed=0)
     save_file(head.state_dict(), str(head_path), metadata={"accept_heads": OLD_HEAD})
@@ -422,13 +437,13 @@ def test_files_written_by_the_shipped_code_load_unchanged(tmp_path):
     recorded = loaded.metadata
     assert torch.equal(loaded.predict(torch.ones(1, 128), torch.ones(1, 3)), head.predict(torch.ones(1, 128),
                                                                                          torch.ones(1, 3)))
-    assert (recorded.threshold, recorded.k_range(9, 9), recorded.mixing_r, recorded.seed) == (0.5, (1, 20), 1.0, 0)
+    assert (loaded.threshold, recorded.k_range(9, 9), recorded.mixing_r, recorded.seed) == (None, (1, 20), 1.0, 0)
     assert recorded.build_rule() == rules.Speculative() and recorded.sampling == Sampling()
     assert recorded.head_config == head.config and recorded.draft == "zoo:draft" and recorded.draft_revision is None
     assert recorded.training_data.positions == {"dev": 10561, "train": 142233}
-    assert recorded.calibration.table[1] == SweepRow(0.6, 256, 299, 103, 146, 18.592399999999998, 13.769066930573784)
-    assert recorded.calibration.prompt_set is None and recorded.dev_metrics["val/auroc"] == 0.7926725745201111
-    assert json.dumps(recorded.to_json(), sort_keys=True) == OLD_HEAD
+    assert recorded.dev_metrics["val/auroc"] == 0.7926725745201111
+    unread = {k: v for k, v in json.loads(OLD_HEAD).items() if k not in ("threshold", "calibration")}
+    assert json.dumps(recorded.to_json(), sort_keys=True) == json.dumps(unread, sort_keys=True)
 
     recorded = load_profile(profile_path).metadata
     assert (recorded.bins, recorded.requested_bins, recorded.latency_batches, recorded.k_max) == ((20, 7), (20, 10),

@@ -18,14 +18,16 @@ DATA_OVERRIDES = [
     "collect.batch_size=8",
     "collect.shard_size=8",
 ]
-#: A head trained in seconds on that data, its h chosen on 2 dev prompts.
+#: The h grid of every source under the h stop (a head's, the perfect predictor's, the training-free ones').
+H_GRIDS = [f"+evaluate.grids.{kind}=[0.5,0.9]" for kind in ("confidence-h", "margin", "head", "head-online", "perfect")]
+#: A head trained in seconds on that data (and the evaluations of it: h chosen on 2 dev prompts).
 TRAIN_OVERRIDES = [
     "optim.batch_size=2",
     "optim.warmup_steps=2",
     "trainer.max_epochs=2",
     "trainer.log_every_n_steps=1",
-    "head.thresholds=[0.5,0.9]",
-    "decoding.prompts={dev: 2, test: 2, ood: 2}",  # h is chosen on 2 dev prompts x 8 tokens
+    *H_GRIDS,
+    "decoding.prompts={dev: 2, test: 2, ood: 2}",  # an evaluation chooses h on 2 dev prompts x 8 tokens
     "decoding.max_new_tokens=8",
     "head.k_max=4",
 ]
@@ -35,7 +37,7 @@ EVAL_OVERRIDES = [
     "decoding.max_new_tokens=8",
     "+evaluate.grids.fixed=[1,3]",
     "+evaluate.grids.confidence=[0.4]",
-    "head.thresholds=[0.5,0.9]",  # the heads record h = 0.5 (evaluation.write_artifacts)
+    *H_GRIDS,
     "evaluate.rule_grids.fuzzy=[0.1,0.6]",
     "evaluate.calibration_rows=2",
     "evaluate.latency.lengths=5",

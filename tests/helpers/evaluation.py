@@ -21,7 +21,7 @@ def write_artifacts(head_dir: Path, tokenizer_path: Path) -> None:
         (head_dir / timing).mkdir(parents=True)
         head = AcceptanceHead(HeadConfig(hidden_size=32, depth=1, timing=timing, features=features))
         save_head(head, head_dir / timing / "head.safetensors", HeadMetadata.extending(
-            common, head_config=head.config, k_min=1, k_max=4, threshold=0.5, dev_metrics={"val/auroc": 0.5},
+            common, head_config=head.config, k_min=1, k_max=4, dev_metrics={"val/auroc": 0.5},
             train_config={"head": {"mixing_r": 0.15}}))
     profile = SVProfile(x_edges=torch.tensor([0.0, 0.5, 1.0]), y_edges=torch.tensor([0.0, 0.3, 0.7, 1.0]),
                         table=torch.rand(2, 3), counts=torch.full((2, 3), 30.0), latency=torch.tensor([1.0, 1.05, 1.1]))
