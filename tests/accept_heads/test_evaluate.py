@@ -497,6 +497,26 @@ def test_the_evaluation_reuses_a_recorded_h_choice_when_its_key_matches_and_deco
                                       "settings): its h grid decoded here" for name in ("post", "pre")]
 
 
+def test_a_grid_that_lacks_the_recorded_h_reuses_the_points_it_shares_and_chooses_again(h_chosen, tmp_path):
+    """``evaluate.grids.head`` without a head's recorded h: nothing is refused; the shared point's rows are reused
+    (no note), the new point is decoded, and h is chosen again over this grid and recorded."""
+    config, _ = h_chosen
+    shutil.copytree(config.paths.head_dir, tmp_path / "heads")
+    before = {name: ThresholdChoice.read(choice_path(tmp_path / "heads" / name / "head.safetensors"))
+              for name in ("pre", "post")}
+    job = config.evaluate_job()
+    grid = [0.01, 0.5]  # 0.01 is in the recorded grid, 0.5 is not, and neither need be the recorded h
+    job = replace(job, paths=replace(job.paths, head_dir=str(tmp_path / "heads")),
+                  evaluate=replace(job.evaluate, grids={**job.evaluate.grids, "head": grid},
+                                   out_dir=str(tmp_path / "eval")))
+    results = evaluate(job)
+    assert not any(key.startswith("h_choice") for key in results.metadata.notes)
+    for name, old in before.items():
+        new = ThresholdChoice.read(choice_path(tmp_path / "heads" / name / "head.safetensors"))
+        assert [row["h"] for row in new.rows] == grid and new.threshold in grid
+        assert new.rows[0]["generations"] == old.rows[0]["generations"]  # h = 0.01: the recorded rows
+
+
 def test_a_greedy_heads_dev_runs_are_keyed_by_the_sampling_its_rule_applies(h_chosen):
     """Under the greedy rule a policy decodes its dev rows at T = 0 as at T = 1, so both key them alike; the
     speculative rule's rows depend on T (negative control)."""
