@@ -319,7 +319,9 @@ def draw_calibration(results: Results) -> Figure | None:
         rows = frame[frame["head"] == name]
         bins = reliability(rows)
         ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="perfect calibration")
-        ax.plot(bins["pred"], bins["label"], "o-", color=family_color("head"), label="head")
+        ax.errorbar(bins["pred"], bins["label"], yerr=1.96 * bins["label_se"].fillna(0), fmt="o-", capsize=2,
+                    color=family_color("head"),
+                    label="head (±1.96 s.e. of a bin's mean label, positions as independent)")
         share = ax.twinx()
         share.bar((bins["lo"] + bins["hi"]) / 2, bins["count"].fillna(0) / len(rows), width=0.09, alpha=0.2,
                   color="grey")

@@ -57,17 +57,20 @@ def head_predictions(head: AcceptanceHead, trio: Trio, data_dir: str, rows: int,
 
 
 def reliability(frame: pd.DataFrame, bins: int = 10) -> pd.DataFrame:
-    """Equal-width bins of the prediction: mean prediction, mean label and count per bin."""
+    """Equal-width bins of the prediction: mean prediction, mean label, the mean label's standard error (positions
+    taken as independent, so a lower bound on its spread; NaN for a bin of one) and count per bin."""
     edges = np.linspace(0.0, 1.0, bins + 1)
     index = np.clip(np.digitize(frame["pred"], edges[1:-1]), 0, bins - 1)
     grouped = frame.assign(bin=index).groupby("bin")
-    out = pd.DataFrame({"pred": grouped["pred"].mean(), "label": grouped["label"].mean(), "count": grouped.size()})
+    count = grouped.size()
+    out = pd.DataFrame({"pred": grouped["pred"].mean(), "label": grouped["label"].mean(),
+                        "label_se": grouped["label"].std(ddof=1) / np.sqrt(count), "count": count})
     return out.reindex(range(bins)).assign(lo=edges[:-1], hi=edges[1:])
 
 
 def expected_calibration_error(frame: pd.DataFrame, bins: int = 15) -> float:
     """ECE with equal-width bins and soft labels."""
-    table = reliability(frame, bins).dropna()
+    table = reliability(frame, bins).dropna(subset=["pred"])
     if table.empty:
         return float("nan")
     return float((table["count"] * (table["pred"] - table["label"]).abs()).sum() / table["count"].sum())
