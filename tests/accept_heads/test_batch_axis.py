@@ -14,20 +14,17 @@ from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.batch_axis import best_fixed_k, summarise
 from accept_heads.evaluation.results import load_results
 from accept_heads.measure.families import family_names
-from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
-from tests.helpers.evaluation import write_artifacts
+from tests.helpers.evaluation import evaluation_config
 
 
 @pytest.fixture(scope="module")
 def axis_run(make_config, micro_trio, micro_root, tmp_path_factory):
     """The config, a copy of it taken before the evaluation, and the evaluation's results."""
     root = tmp_path_factory.mktemp("batch-axis")
-    write_artifacts(root / "heads", micro_trio["draft"])
-    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
-                         f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative,greedy]",
-                         "decoding.prompts={dev: 3, test: 3, ood: 1}", "evaluate.hf.baselines=false",
-                         "evaluate.calibration_rows=0", "evaluate.batch_axis.sizes=[1,2]",
-                         "evaluate.batch_axis.prompts=3")
+    config = evaluation_config(make_config, micro_trio, root, "evaluate.rules=[speculative,greedy]",
+                               "decoding.prompts={dev: 3, test: 3, ood: 1}", "evaluate.hf.baselines=false",
+                               "evaluate.calibration_rows=0", "evaluate.batch_axis.sizes=[1,2]",
+                               "evaluate.batch_axis.prompts=3")
     before = copy.deepcopy(config)
     return config, before, evaluate(config.evaluate_job())
 

@@ -38,7 +38,7 @@ from decode.batch_costs import CostProfile
 from decode.costs import CostModel, LatencyShape
 from decode.policy_specs import SourceStopSpec, SVSpec, policy_kinds, policy_spec
 from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
-from tests.helpers.evaluation import write_artifacts
+from tests.helpers.evaluation import evaluation_config, write_artifacts
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +56,9 @@ def test_worker_processes_decode_the_same_generations_as_one_process(make_config
                                                                      tmp_path_factory):
     def run(workers: int) -> pd.DataFrame:
         root = tmp_path_factory.mktemp(f"workers{workers}")
-        write_artifacts(root / "heads", micro_trio["draft"])
-        config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
-                             f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
-                             "evaluate.hf.baselines=false", "evaluate.figures=false", "evaluate.calibration_rows=0",
-                             f"evaluate.workers={workers}")
+        config = evaluation_config(make_config, micro_trio, root, "evaluate.rules=[speculative]",
+                                   "evaluate.hf.baselines=false", "evaluate.figures=false",
+                                   "evaluate.calibration_rows=0", f"evaluate.workers={workers}")
         results = evaluate(config.evaluate_job())
         assert results.metadata.workers == workers
         return results.generations.drop(columns=["wall_s"])
@@ -75,12 +73,10 @@ def test_batched_prompts_decode_the_same_generations_as_alone(make_config, micro
     bounds batch like the rest (each row reads its own hindsight), SV plans its batch jointly and decodes alone."""
     def run(batch_size: int) -> pd.DataFrame:
         root = tmp_path_factory.mktemp(f"batch{batch_size}")
-        write_artifacts(root / "heads", micro_trio["draft"])
-        config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
-                             f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
-                             "decoding.prompts={dev: 5, test: 2, ood: 1}", "evaluate.hf.baselines=false",
-                             "evaluate.figures=false", "evaluate.calibration_rows=0",
-                             f"decoding.batch_size={batch_size}", "decoding.timed_prompts=1")
+        config = evaluation_config(make_config, micro_trio, root, "evaluate.rules=[speculative]",
+                                   "decoding.prompts={dev: 5, test: 2, ood: 1}", "evaluate.hf.baselines=false",
+                                   "evaluate.figures=false", "evaluate.calibration_rows=0",
+                                   f"decoding.batch_size={batch_size}", "decoding.timed_prompts=1")
         return evaluate(config.evaluate_job()).generations
 
     alone, batched = run(1), run(3)
@@ -423,11 +419,9 @@ def test_selection_uses_dev_rows_only():
 def h_chosen(make_config, micro_trio, micro_root, tmp_path_factory):
     """An evaluation of two heads that record no h, over an h grid of its own (``evaluate.grids.head``)."""
     root = tmp_path_factory.mktemp("h_chosen")
-    write_artifacts(root / "heads", micro_trio["draft"])
-    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
-                         f"paths.head_dir={root / 'heads'}", "evaluate.rules=[speculative]",
-                         "evaluate.hf.baselines=false", "evaluate.figures=false", "evaluate.calibration_rows=0",
-                         "evaluate.bounds=false", "evaluate.grids.head=[0.01,0.6,0.99]")
+    config = evaluation_config(make_config, micro_trio, root, "evaluate.rules=[speculative]",
+                               "evaluate.hf.baselines=false", "evaluate.figures=false", "evaluate.calibration_rows=0",
+                               "evaluate.bounds=false", "evaluate.grids.head=[0.01,0.6,0.99]")
     return config, evaluate(config.evaluate_job())
 
 
@@ -540,11 +534,9 @@ def test_measured_costs_price_the_runs_and_every_table_says_which(make_config, m
     """``cost.source=measured`` (the real pair's): the machine's cost profile is measured once, stored, and prices the
     selection and the ``*_cost`` columns; the report's tables and the figures name the machine class and the ratios."""
     monkeypatch.setenv("ACCEPT_HEADS_COSTS_DIR", str(tmp_path / "costs"))
-    write_artifacts(tmp_path / "heads", micro_trio["draft"])
-    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
-                         f"paths.head_dir={tmp_path / 'heads'}", "evaluate.rules=[speculative]",
-                         "evaluate.hf.baselines=false", "evaluate.calibration_rows=0", "evaluate.bounds=false",
-                         "cost.source=measured")
+    config = evaluation_config(make_config, micro_trio, tmp_path, "evaluate.rules=[speculative]",
+                               "evaluate.hf.baselines=false", "evaluate.calibration_rows=0", "evaluate.bounds=false",
+                               "cost.source=measured")
     results = evaluate(config.evaluate_job())
     meta, printed = results.metadata, capsys.readouterr().out
     profile = CostProfile.from_dict(meta.cost_profile["profile"])

@@ -28,8 +28,7 @@ from decode.head import PRE_FEATURES
 from decode.metadata import HeadMetadata
 from decode.policies.stop_policy import Head
 from decode.policies.stops import Goodput, Threshold
-from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
-from tests.helpers.evaluation import write_artifacts
+from tests.helpers.evaluation import evaluation_config
 from tests.helpers.exact_distribution import (
     N_DEFAULT,
     PROMPT,
@@ -90,9 +89,7 @@ def test_retraining_on_visited_candidates_learns_what_they_show_and_keeps_the_he
 
 
 def test_every_lever_of_every_head_is_measured_on_dev(make_config, micro_trio, tmp_path):
-    write_artifacts(tmp_path / "heads", micro_trio["draft"])
-    config = make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={tmp_path}",
-                         f"paths.head_dir={tmp_path / 'heads'}", f"evaluate.out_dir={tmp_path / 'eval'}")
+    config = evaluation_config(make_config, micro_trio, tmp_path, f"evaluate.out_dir={tmp_path / 'eval'}")
     table = run_levers(config.evaluate_job())
     assert set(table["head"]) == {"pre", "post"} and set(table["lever"]) == {"as exported", *LEVER_NAMES}
     assert set(table["stop"]) == {"threshold", "goodput"} and len(table) == 2 * (1 + len(LEVER_NAMES)) * 2

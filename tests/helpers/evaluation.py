@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -10,6 +12,7 @@ from decode import AcceptanceHead, HeadConfig, Sampling, SVProfile, rules, save_
 from decode.artifacts.hub import load_tokenizer, tokenizer_hash
 from decode.head import PRE_FEATURES
 from decode.metadata import ArtifactMetadata, HeadMetadata, InformationGain, ProfileMetadata
+from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
 
 
 def write_artifacts(head_dir: Path, tokenizer_path: Path) -> None:
@@ -28,3 +31,11 @@ def write_artifacts(head_dir: Path, tokenizer_path: Path) -> None:
     information = {s: InformationGain(h_a=1.0, h_a_given_xy=0.6, gain=0.4, gain_fraction=0.4) for s in ("train", "dev")}
     save_profile(profile, head_dir / "profile.safetensors",
                  ProfileMetadata.extending(common, bins=profile.bins, k_max=3, information=information))
+
+
+def evaluation_config(make_config: Callable[..., Any], micro_trio: dict[str, Path], root: Path, *overrides: str) -> Any:
+    """The config of an evaluation of the micro trio on the session's micro data, with :func:`write_artifacts`'s heads
+    and profile written under ``root / "heads"`` and its outputs under ``root`` (``overrides`` last)."""
+    write_artifacts(root / "heads", micro_trio["draft"])
+    return make_config(*model_overrides(micro_trio), *DATA_OVERRIDES, *EVAL_OVERRIDES, f"paths.root={root}",
+                       f"paths.head_dir={root / 'heads'}", *overrides)
