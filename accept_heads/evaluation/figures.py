@@ -35,7 +35,8 @@ from decode.rules import Rule, from_spec
 PALETTE = ("teal", "gold", "navy", "crimson", "olive")  # families that declare no colour, in table order
 COST = "cost"  # the cost model's columns (cost.source: the configured pair, or this machine's measured costs)
 THROUGHPUT = f"throughput_{COST}"  # what the best run of a family is chosen by on dev, as the dev choices are
-REFERENCES = ("best fixed K", "best training-free")  # the league's references, first in each of its panels
+REFERENCE = "best fixed K"  # the league's reference, first in each of its panels
+BEST_FREE = "best training-free"  # the mark of the league family whose source is the best training-free one
 MARKERS = "● learned source, ■ training-free source, ▲ bound, ◆ other policy"  # :func:`_marker`
 
 
@@ -246,18 +247,19 @@ def draw_throughput_vs_h(results: Results) -> Figure | None:
 
 
 def league_entries(table: pd.DataFrame) -> pd.DataFrame:
-    """The league's rows on the test / OOD sets: the best fixed K and the best training-free source (both chosen on
-    dev), then each league family's best source × stop (:func:`best_of_families`; learned, then training-free), with
-    an ``entry`` column naming the reference or the family."""
+    """The league's rows on the test / OOD sets: the best fixed K (chosen on dev), then each league family's best
+    source × stop (:func:`best_of_families`; learned, then training-free), with an ``entry`` column naming the
+    reference or the family and a ``best_free`` column marking the family whose source is the best training-free one
+    (:func:`best_training_free`, drawn once, as its family's entry)."""
     kinds = family_names(league="learned") + family_names(league="training-free")
     order = list(dict.fromkeys(map(source_family, kinds)))
-    best = best_of_families(table, kinds)
     held_out = table["role"] != "dev"
-    references = [table[held_out & mask].assign(entry=name) for name, mask in
-                  zip(REFERENCES, ((table["family"] == "fixed") & (table["chosen_on"] == "dev"),
-                                   best_training_free(table, THROUGHPUT)))]
-    league = table[held_out & best].assign(entry=lambda rows: rows["family"].map(source_family))
-    return pd.concat([*references, league.sort_values("entry", key=lambda c: c.map(order.index), kind="stable")])
+    fixed = table[held_out & (table["family"] == "fixed") & (table["chosen_on"] == "dev")].assign(entry=REFERENCE)
+    rows = held_out & best_of_families(table, kinds)
+    league = table[rows].assign(entry=lambda r: r["family"].map(source_family),
+                                best_free=best_training_free(table, THROUGHPUT)[rows])
+    ordered = league.sort_values("entry", key=lambda c: c.map(order.index), kind="stable")
+    return pd.concat([fixed.assign(best_free=False), ordered], ignore_index=True)
 
 
 def _league_key() -> list[Line2D]:
@@ -267,15 +269,15 @@ def _league_key() -> list[Line2D]:
             Line2D([], [], marker="o", label="learned source", **grey),
             Line2D([], [], marker="s", label="training-free source", **grey),
             Line2D([], [], color=family_color("fixed"), lw=1, label="the best fixed K"),
-            Line2D([], [], color="grey", ls="--", lw=1, label="the best training-free source")]
+            Line2D([], [], color="grey", ls="--", lw=1, label=f"the {BEST_FREE} source (labelled)")]
 
 
 def draw_league(results: Results) -> Figure | None:
     """The predictor league per rule and test / OOD set: each family's best source × stop (chosen on dev) as × the best
-    fixed K with its 95 % paired-bootstrap interval, beside the two references (the best fixed K, the best
-    training-free source)."""
+    fixed K with its 95 % paired-bootstrap interval, below the best fixed K; the best training-free source is its
+    family's entry, labelled and drawn as a dashed line through the panel."""
     entries = league_entries(results.table)
-    families_drawn = entries[~entries["entry"].isin(REFERENCES)]
+    families_drawn = entries[entries["entry"] != REFERENCE]
     if families_drawn.empty:
         return None
     panels = list(dict.fromkeys(_key(rule) for rule in zip(families_drawn["rule"], families_drawn["rule_param"])))
@@ -288,15 +290,16 @@ def draw_league(results: Results) -> Figure | None:
         for y, (_, row) in enumerate(rows.iterrows()):
             color = family_color(source_family(row["family"]))
             value, low, high = row[column], row[f"{column}_lo"], row[f"{column}_hi"]
-            marker = "D" if row["entry"] in REFERENCES else _marker(row["family"])
+            marker = "D" if row["entry"] == REFERENCE else _marker(row["family"])
             error = None if pd.isna(low) else [[value - low], [high - value]]
             ax.errorbar(value, y, xerr=error, fmt=marker, color=color, ms=7, mec="black", mew=0.6, capsize=3, lw=1.5)
-        free = rows[rows["entry"] == REFERENCES[1]]
         ax.axvline(1.0, color=family_color("fixed"), lw=1, zorder=0)
-        for value in free[column]:
-            ax.axvline(value, color=family_color(source_family(free["family"].iloc[0])), ls="--", lw=1, zorder=0)
-        ax.set_yticks(range(len(rows)), [f"{entry}: {policy}" if entry in REFERENCES else policy
-                                         for entry, policy in zip(rows["entry"], rows["policy"])], fontsize=9)
+        for _, free in rows[rows["best_free"]].iterrows():
+            ax.axvline(free[column], color=family_color(free["entry"]), ls="--", lw=1, zorder=0)
+        ax.set_yticks(range(len(rows)), [f"{REFERENCE}: {policy}" if entry == REFERENCE
+                                         else f"{policy} ({BEST_FREE})" if best_free else policy
+                                         for entry, policy, best_free in zip(rows["entry"], rows["policy"],
+                                                                             rows["best_free"])], fontsize=9)
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.margins(x=0.12)
         ax.set_title(f"{_rule_title(results, rule, rule_param)} — {_set_title(results.table, set_name)}")

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from accept_heads.evaluate import cost_tuples, evaluate
 from accept_heads.evaluation.executor import Executor, runners
-from accept_heads.evaluation.figures import FIGURES, REFERENCES, draw_league, source_family
+from accept_heads.evaluation.figures import BEST_FREE, FIGURES, REFERENCE, draw_league, source_family
 from accept_heads.evaluation.h_choice import recorded_runs, sweep_settings
 from accept_heads.evaluation.plan import Choice, dev_sweeps, edge_note, edge_rules, eval_rules, extended_k
 from accept_heads.evaluation.report import cost_lines, league_table
@@ -114,23 +114,26 @@ def test_every_figure_is_a_drawn_image(evaluated):
         assert saturated.sum() >= 100, name
 
 
-def league_panels(figure) -> dict[str, list[tuple[str, str, float]]]:
-    """Per panel title, its entries top to bottom: (reference or family, policy, drawn × best fixed K); a reference's
-    label names it before its policy, a family's is its best run's policy."""
+def league_panels(figure) -> dict[str, list[tuple[str, str, float, bool]]]:
+    """Per panel title, its entries top to bottom: (reference or family, policy, drawn × best fixed K, marked the best
+    training-free source); the reference's label names it before its policy, a family's is its best run's policy."""
     panels = {}
+    mark = f" ({BEST_FREE})"
     for ax in figure.axes:
         labels = [text.get_text() for text in ax.get_yticklabels()]
-        entries = [label.split(": ") if ": " in label else (source_family(re.split(r"[\[(]", label)[0]), label)
+        entries = [(*label.split(": "), False) if ": " in label else
+                   (source_family(re.split(r"[\[(]", label)[0]), label.removesuffix(mark), label.endswith(mark))
                    for label in labels]
         points = [float(container.lines[0].get_xdata()[0]) for container in ax.containers]
-        panels[ax.get_title()] = [(entry, policy, x) for (entry, policy), x in zip(entries, points, strict=True)]
+        panels[ax.get_title()] = [(entry, policy, x, free) for (entry, policy, free), x in zip(entries, points,
+                                                                                             strict=True)]
     return panels
 
 
-def test_the_league_figure_draws_each_familys_best_beside_the_two_references(evaluated):
-    """Per rule and held-out set, the best fixed K, the best training-free source, then one entry per league family in
-    the results (learned first): its best source × stop on dev at its dev choice, drawn at its × best fixed K; a
-    family the results lack is not drawn."""
+def test_the_league_figure_draws_each_familys_best_below_the_best_fixed_k(evaluated):
+    """Per rule and held-out set, the best fixed K, then one entry per league family in the results (learned first):
+    its best source × stop on dev at its dev choice, drawn at its × best fixed K, the best training-free source marked
+    on its family's entry (drawn once); a family the results lack is not drawn."""
     _, results = evaluated
     table = results.table
     league = family_names(league="learned") + family_names(league="training-free")
@@ -146,17 +149,20 @@ def test_the_league_figure_draws_each_familys_best_beside_the_two_references(eva
     families = [name for name in dict.fromkeys(map(source_family, league)) if name in chosen]  # learned first
     assert {"head", "head-online", "margin", "confidence"} <= set(families)
     entries = panels["speculative — test"]
-    assert [entry for entry, _, _ in entries] == [*REFERENCES, *families]
+    assert [entry for entry, _, _, _ in entries] == [REFERENCE, *families]
     test = table[rule & (table["set"] == "test")].set_index("policy")
-    for entry, policy, x in entries[2:]:
+    for entry, policy, x, _ in entries[1:]:
         assert policy == chosen[entry], entry
         assert x == pytest.approx(test.loc[policy, "speedup_fixed_cost"])
-    assert entries[0][1:] == (test.index[(test["family"] == "fixed") & (test["chosen_on"] == "dev")].item(),
-                              pytest.approx(1.0))  # the best fixed K against itself
+    assert entries[0][1:3] == (test.index[(test["family"] == "fixed") & (test["chosen_on"] == "dev")].item(),
+                               pytest.approx(1.0))  # the best fixed K against itself
+    free = best[best["family"].isin(family_names(league="training-free"))]
+    best_free = source_family(free.loc[free["throughput_cost"].idxmax(), "family"])
+    assert [entry for entry, _, _, marked in entries if marked] == [best_free]
 
     without = replace(results, table=table[table["family"].map(source_family) != "head-online"])
-    drawn = {entry for rows in league_panels(draw_league(without)).values() for entry, _, _ in rows}
-    assert "head-online" not in drawn and {"head", *REFERENCES} <= drawn
+    drawn = {entry for rows in league_panels(draw_league(without)).values() for entry, _, _, _ in rows}
+    assert "head-online" not in drawn and {"head", REFERENCE} <= drawn
 
 
 def test_the_table_covers_every_family_rule_set_and_head(evaluated):
