@@ -41,6 +41,7 @@ from accept_heads.evaluation.metadata import EvaluationMetadata
 from accept_heads.evaluation.plan import (
     Choice,
     after_selection,
+    climb,
     dev_sweeps,
     edge_note,
     edge_rules,
@@ -83,13 +84,14 @@ from runtime.models import Trio
 def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,
             method: str = "run") -> list[Record]:
     """Decode every run with the executor's ``method`` (a progress bar over runs); its records, in spec order."""
-    records: list[Record] = []
+    done: dict[int, Sequence[Record]] = {}
     with tqdm(total=len(specs), desc=description, unit="run", dynamic_ncols=True) as bar:
-        for spec, run_records in zip(specs, pool.map(specs, method)):
+        for index, run_records in pool.completed(specs, method):
+            spec = specs[index]
             bar.set_postfix_str(f"{spec.set} {spec.rule} {spec.label}", refresh=False)
             bar.update()
-            records += run_records
-    return records
+            done[index] = run_records
+    return [record for index in range(len(specs)) for record in done[index]]
 
 
 def head_data_dir(head: AcceptanceHead, run_dir: str, default: str) -> str:
@@ -226,12 +228,18 @@ def evaluate(job: EvaluateJob) -> Results:
     executor = executor.priced(priced.model, batch_costs)
 
     with WorkerPool(executor, plan.workers) as pool:
-        specs = dev_sweeps(plan.job, artifacts, rules)
-        reused = recorded_runs(specs, artifacts, executor.decoding, executor.sets["dev"], priced.record, notes)
-        decoded = execute([spec for spec in specs if spec not in reused], pool, "dev sweeps")
-        records = in_spec_order(specs, reused, decoded)
+        sweep = dev_sweeps(plan.job, artifacts, rules)
+        records, choices, specs = [], [], []
         # K, τ, h and γ here, T below: dev rows only
-        choices = dev_choices(records, priced.model)
+        while wanted := [spec for spec in climb(sweep, choices, e.dev_search) if spec not in specs]:
+            reused = recorded_runs(wanted, artifacts, executor.decoding, executor.sets["dev"], priced.record, notes)
+            decoded = execute([spec for spec in wanted if spec not in reused], pool,
+                              "dev sweeps" if not specs else "dev sweeps: the climb on")
+            records += in_spec_order(wanted, reused, decoded)
+            specs += wanted
+            choices = dev_choices(records, priced.model)
+        decoded_dev = set(specs)
+        specs = [spec for spec in sweep if spec in decoded_dev]
         while (edge := edge_rules(choices, fixed_grid(plan.job))) and (more := extended_k(fixed_grid(plan.job))):
             records += execute([s for rule in edge for s in fixed_specs(job.rules, "dev", rule, more)], pool,
                                f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")

@@ -4,7 +4,8 @@ Each family is decoded by its :class:`~accept_heads.measure.runs.Runner` (:func:
 worker is spawned (not forked: safe with CUDA and OpenMP), sets its torch threads, and rebuilds the
 same :class:`Executor` from the job (models, artifacts, prompt sets); specs are handed out one
 at a time and their records come back in spec order, so the results do not depend on the number of
-workers (only the wall-clock columns do).
+workers (only the wall-clock columns do). The pool hands the runs that decode their prompts one after another out
+first (:func:`decodes_alone`), so no worker is left with one of them at the end while the other idles.
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from typing import Any
 
 from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRecord, BatchRun, measure_batches
-from accept_heads.measure.families import families
+from accept_heads.measure.families import families, family
 from accept_heads.measure.inputs import Artifacts, PromptSet, discover, load_sets
 from accept_heads.measure.placement import alone_prompts
 from accept_heads.measure.runs import DecoderRunner, GenerationRecord, Record, Runner, RunSpec
@@ -36,6 +36,15 @@ from runtime.placement import place
 def default_workers(device: str) -> int:
     """One worker per usable CPU core on CPU; one process on a GPU (the models share it)."""
     return 1 if device != "cpu" else max(1, len(os.sched_getaffinity(0)))
+
+
+def decodes_alone(spec: RunSpec | BatchRun) -> bool:
+    """Whether ``spec`` decodes its prompts one after another (its family's rows do not decide as alone, or HF / SE
+    decode it), so it takes several times a batched run's time."""
+    if isinstance(spec, BatchRun):
+        return False
+    kind = family(spec.family)
+    return kind.runner != "decode" or not kind.rows_alone
 
 
 def runners(decoding: DecoderRunner, hf: HFRunner, se: SERunner) -> dict[str, Runner]:
@@ -135,8 +144,14 @@ class WorkerPool:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
 
-    def map(self, specs: Sequence[RunSpec | BatchRun], method: str = "run") -> Iterator[Sequence[Record]]:
-        """Each spec's records from the executor's ``method`` (``run``, ``run_batches``), in the order of ``specs``."""
+    def completed(self, specs: Sequence[RunSpec | BatchRun],
+                  method: str = "run") -> Iterator[tuple[int, Sequence[Record]]]:
+        """``(index, records)`` of each spec of ``specs`` from the executor's ``method`` (``run``, ``run_batches``) as
+        it finishes; the runs that decode alone are handed out first."""
         if self._pool is None:
-            return map(getattr(self.executor, method), specs)
-        return self._pool.map(partial(_call_in_worker, method), specs)
+            yield from enumerate(map(getattr(self.executor, method), specs))
+            return
+        order = sorted(range(len(specs)), key=lambda i: not decodes_alone(specs[i]))
+        futures = {self._pool.submit(_call_in_worker, method, specs[i]): i for i in order}
+        for future in as_completed(futures):
+            yield futures[future], future.result()

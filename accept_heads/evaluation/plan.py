@@ -11,7 +11,7 @@ registered families' (:mod:`~accept_heads.measure.families`), the swept rules th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from accept_heads.evaluation.metadata import EvaluationMetadata
@@ -219,6 +219,40 @@ def se_sweep(job: EvaluateJob, set_name: str) -> list[RunSpec]:
     rule_param = rule_value("ensemble", job.rules)
     return [RunSpec(set=set_name, rule="ensemble", policy=spec(int(g)), rule_param=rule_param, chosen_on="grid")
             for spec in (SESDSpec, SEAlternateSpec) for g in family(spec.kind).dev_grid(job)]
+
+
+DevKey = tuple[str, float | None, str, str | None]  # a tuned run's rule, rule parameter, family and artifact
+
+
+def _dev_key(rule: str, rule_param: float | None, family_name: str, artifact: str | None) -> DevKey:
+    return rule, None if rule_param is None else float(rule_param), family_name, artifact
+
+
+def climb(sweep: Sequence[RunSpec], choices: list[Choice], search: str = "climb") -> list[RunSpec]:
+    """The dev runs of ``sweep`` a search over each tuned grid wants, given the ``choices`` made on what it decoded
+    so far (the caller decodes those not yet decoded, chooses again and asks again until nothing is new).
+
+    ``search="climb"``: every untuned run, and per grid (a rule, rule parameter, family and artifact) the neighbours
+    of its best value so far, starting from the grid's middle value and its neighbours: a climb that stops where the
+    best value's neighbours are decoded, exact for a modelled throughput that is unimodal along the grid
+    (docs/evaluation.md, "Dev grids"). ``search="grid"``: the whole of ``sweep``.
+    """
+    if search == "grid":
+        return list(sweep)
+    best = {_dev_key(c.rule, c.rule_param, c.family, c.artifact): c.value for c in choices if c.swept == "param"}
+    grids: dict[DevKey, list[RunSpec]] = {}
+    wanted = []
+    for spec in sweep:
+        if family(spec.family).tuned:
+            grids.setdefault(_dev_key(spec.rule, spec.rule_param, spec.family, spec.artifact), []).append(spec)
+        else:
+            wanted.append(spec)
+    for key, runs in grids.items():
+        runs = sorted(runs, key=lambda spec: float(spec.param))
+        values = [float(spec.param) for spec in runs]
+        at = values.index(best[key]) if best.get(key) in values else len(values) // 2
+        wanted += [runs[i] for i in (at - 1, at, at + 1) if 0 <= i < len(runs)]
+    return [spec for spec in sweep if spec in set(wanted)]
 
 
 def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:

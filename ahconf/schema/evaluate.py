@@ -18,6 +18,7 @@ from decode.rules import RULES
 LEVER_NAMES = ("platt", "decode-time", "retrained", "pre-draft", "pre-draft-linear", "perfect-pre-draft")
 TEST_SETS = ("test", "ood")  # the roles decoded after the dev selection
 WALLCLOCK_RULES = ("speculative", "greedy")
+DEV_SEARCHES = ("climb", "grid")  # evaluate.dev_search
 
 
 @dataclass
@@ -101,6 +102,9 @@ class EvaluateConfig:
     # declares with the kind (accept_heads.measure.families: fixed K 1..10, confidence τ 0.3/0.5/0.7, h 0.3/0.5/0.7/
     # 0.85/0.95 for every source under the h stop, a head's too, ...), e.g. {fixed: [1, 2, 3, 4], head: [0.5, 0.7]}
     grids: Dict[str, List[float]] = field(default_factory=dict)
+    # how the dev runs cover each grid: climb (from its middle value to its best one, decoding the neighbours of the
+    # best so far; exact where throughput is unimodal along the grid) or grid (every value)
+    dev_search: str = "climb"
     sweep_test: bool = False  # also decode the full sweeps on test / OOD (figures); selection stays on dev
     # analysis bounds for every rule (hindsight target calls, uncounted): the realised oracle and the perfect
     # predictor (true acceptance probabilities) under the threshold and the goodput stop
@@ -123,6 +127,7 @@ class EvaluateConfig:
     def __post_init__(self) -> None:
         for name in self.rules or []:
             _choice("evaluate.rules", name, rule_names())
+        _choice("evaluate.dev_search", self.dev_search, DEV_SEARCHES)
         for name in self.levers:
             _choice("evaluate.levers", name, LEVER_NAMES)
         for kind in self.grids:
