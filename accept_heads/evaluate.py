@@ -18,7 +18,6 @@ latency shape measured at the start. Writes the table, metadata and figures unde
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -27,48 +26,28 @@ import hydra
 import pandas as pd
 import torch
 from omegaconf import DictConfig
-from tqdm.auto import tqdm
 
 from accept_heads.evaluation import batch_axis, wallclock
 from accept_heads.evaluation.baselines import describe_hf
-from accept_heads.evaluation.batch_axis import BatchRun
-from accept_heads.evaluation.evaluation_plan import plan_evaluation
+from accept_heads.evaluation.evaluation_plan import EvaluationPlan, plan_evaluation
 from accept_heads.evaluation.executor import Executor, WorkerPool
 from accept_heads.evaluation.figures import draw_all
-from accept_heads.evaluation.h_choice import in_spec_order, record_choices, recorded_runs
+from accept_heads.evaluation.h_choice import recorded_runs
 from accept_heads.evaluation.intervals import add_intervals
 from accept_heads.evaluation.metadata import EvaluationMetadata
-from accept_heads.evaluation.plan import (
-    Choice,
-    after_selection,
-    climb,
-    dev_sweeps,
-    edge_note,
-    edge_rules,
-    extended_k,
-    fixed_grid,
-    fixed_specs,
-    rule_sweep,
-    swept_rules,
-    unmatched,
-)
+from accept_heads.evaluation.plan import after_selection, unmatched
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
 from accept_heads.evaluation.source_calibration import source_calibration
-from accept_heads.evaluation.table import (
-    add_comparisons,
-    mark_dev_choices,
-    select,
-    select_rule_param,
-    sort_rows,
-)
+from accept_heads.evaluation.steps import Progress, evaluation_steps, run_steps
+from accept_heads.evaluation.table import add_comparisons, mark_dev_choices, sort_rows
 from accept_heads.measure.cost_models import CostFit, Latency, Pricing, fit_costs, measure_latency, pricing
-from accept_heads.measure.costing import add_costs, aggregate, costed, verification_units
-from accept_heads.measure.families import families, family_names
+from accept_heads.measure.costing import add_costs, aggregate, verification_units
+from accept_heads.measure.families import family_names
 from accept_heads.measure.inputs import Artifacts, PromptSet
 from accept_heads.measure.machine_costs import machine_batch_costs
-from accept_heads.measure.runs import Record, RunSpec, frame
+from accept_heads.measure.runs import RunSpec, frame
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.rule_config import build_rule
 from ahconf.schema import ConfigError, EvaluateJob
@@ -79,19 +58,6 @@ from decode.drafts import drafter_of
 from decode.head import AcceptanceHead
 from decode.threads import torch_threads
 from runtime.models import Trio
-
-
-def execute(specs: Sequence[RunSpec | BatchRun], pool: WorkerPool, description: str,
-            method: str = "run") -> list[Record]:
-    """Decode every run with the executor's ``method`` (a progress bar over runs); its records, in spec order."""
-    done: dict[int, Sequence[Record]] = {}
-    with tqdm(total=len(specs), desc=description, unit="run", dynamic_ncols=True) as bar:
-        for index, run_records in pool.completed(specs, method):
-            spec = specs[index]
-            bar.set_postfix_str(f"{spec.set} {spec.rule} {spec.label}", refresh=False)
-            bar.update()
-            done[index] = run_records
-    return [record for index in range(len(specs)) for record in done[index]]
 
 
 def head_data_dir(head: AcceptanceHead, run_dir: str, default: str) -> str:
@@ -116,11 +82,6 @@ def calibration_frame(job: EvaluateJob, artifacts: Artifacts, trio: Trio, notes:
             continue
         frames.append(frame.assign(head=name))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"pred": [], "label": [], "head": []})
-
-
-def dev_choices(records: list[Record], cost: CostModel) -> list[Choice]:
-    """K, τ, h and γ chosen on the dev rows of ``records`` at ``cost``."""
-    return select(costed(records, cost), "throughput_cost")
 
 
 def cost_tuples(generations: pd.DataFrame) -> pd.DataFrame:
@@ -158,11 +119,11 @@ def cost_models(priced: Pricing, fit: CostFit, latency: Latency) -> dict[str, An
     }
 
 
-def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: list[PromptSet],
-             choices: list[Choice], priced: Pricing, fit: CostFit, latency: Latency, described: dict[str, Any],
-             workers: int, notes: dict[str, str]) -> EvaluationMetadata:
-    """Metadata of the run: models, sampling, rules, prompt sets and seeds, selection, costs, settings (``described``:
-    the artifacts', by kind)."""
+def describe(job: EvaluateJob, plan: EvaluationPlan, trio: Trio, device: str, sets: list[PromptSet], priced: Pricing,
+             fit: CostFit, latency: Latency, described: dict[str, Any], notes: dict[str, str]) -> EvaluationMetadata:
+    """Metadata of the run: models, sampling, rules, prompt sets and seeds, the plan's selection and grids, costs,
+    settings (``described``: the artifacts', by kind)."""
+    rules = list(plan.rules)
     return EvaluationMetadata(
         command="accept_heads.evaluate", exp_name=job.exp_name, code_version=code_version(),
         models=trio.description, device=device, torch_threads=torch.get_num_threads(),
@@ -170,10 +131,11 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         rule_specs={rule: build_rule(rule, job.rules).spec() for rule in rules},
         seed=job.seed, seeding="each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
         max_new_tokens=job.decoding.max_new_tokens, sets=[s.describe() for s in sets],
-        selection_set="dev", selection=[asdict(c) for c in choices],
+        selection_set="dev", selection=[asdict(c) for c in plan.choices],
         selection_criterion="max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
                             "a rule's swept parameter (FSD T) at its chosen K; each head's h recorded beside it "
-                            "(<head>.h_choice.json)",
+                            f"(<head>.h_choice.json); each grid searched by "
+                            f"evaluate.dev_search={job.evaluate.dev_search}",
         cost=asdict(job.cost), cost_models=cost_models(priced, fit, latency), cost_profile=priced.profile,
         cost_fit=fit.to_dict(),
         cost_fit_tuples="per run of our decoder, companion runs included, bounds excluded, over its generations "
@@ -182,26 +144,18 @@ def describe(job: EvaluateJob, trio: Trio, device: str, rules: list[str], sets: 
         batching=f"families {', '.join(family_names(rows_alone=True))} decode decoding.batch_size="
                  f"{job.decoding.batch_size} prompts per batched generate after the first decoding.timed_prompts="
                  f"{job.decoding.timed_prompts} (alone); rows decide as alone, so only wall-clock columns depend on it",
-        latency=latency.to_dict(), hf=describe_hf(), decoding=asdict(job.decoding), evaluate=asdict(job.evaluate),
-        dev_grids={name: f.dev_grid(job) for name, f in families().items() if f.tuned},
-        heads=described["heads"], profiles=described["profiles"], workers=workers, notes=notes)
-
-
-def decode_batch_axis(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
-                      choices: list[Choice], pool: WorkerPool) -> list[Record]:
-    """The batch axis: the fixed-K grid on dev at every batch size, then the test set's runs; a record per
-    batched generate (:mod:`accept_heads.evaluation.batch_axis`)."""
-    records = execute(batch_axis.dev_fixed_runs(job, rules), pool, "batch axis: dev fixed K", "run_batches")
-    best_k = batch_axis.best_fixed_k(frame(records))
-    runs = [run for s in sets if s.role == "test"
-            for run in batch_axis.test_runs(job, artifacts, s.name, rules, choices, best_k)]
-    return records + execute(runs, pool, "batch axis: test", "run_batches")
+        latency=latency.to_dict(), hf=describe_hf(), decoding=asdict(job.decoding),
+        evaluate={**asdict(job.evaluate), "hf": {**asdict(job.evaluate.hf), "baselines": plan.hf_baselines}},
+        dev_grids={name: list(grid) for name, grid in plan.grids.items()},
+        heads=described["heads"], profiles=described["profiles"], workers=plan.workers, notes=notes)
 
 
 def evaluate(job: EvaluateJob) -> Results:
     """Run the whole evaluation, save the results and figures, print the report; returns the results.
 
-    What it decodes is fixed by its plan (:mod:`~accept_heads.evaluation.evaluation_plan`); ``job`` is only read.
+    Its steps (:mod:`~accept_heads.evaluation.steps`) decode over its plan
+    (:mod:`~accept_heads.evaluation.evaluation_plan`), then the wall clock, the table, the metadata and the report;
+    ``job`` is only read.
     """
     start = time.perf_counter()
     plan = plan_evaluation(job)
@@ -227,45 +181,26 @@ def evaluate(job: EvaluateJob) -> Results:
             refresh=e.batch_axis.costs_refresh)
     executor = executor.priced(priced.model, batch_costs)
 
+    steps = evaluation_steps(job, plan, executor, priced.model, priced.record, notes)
+    dev = executor.sets["dev"]
+
+    def reuse(specs: list) -> dict:  # the dev rows a head's recorded threshold choice holds under the same key
+        runs = [spec for spec in specs if isinstance(spec, RunSpec)]  # a batch-axis run is never recorded
+        return recorded_runs(runs, artifacts, executor.decoding, dev, priced.record, notes)
+
     with WorkerPool(executor, plan.workers) as pool:
-        sweep = dev_sweeps(plan.job, artifacts, rules)
-        records, choices, specs = [], [], []
-        # K, τ, h and γ here, T below: dev rows only
-        while wanted := [spec for spec in climb(sweep, choices, e.dev_search) if spec not in specs]:
-            reused = recorded_runs(wanted, artifacts, executor.decoding, executor.sets["dev"], priced.record, notes)
-            decoded = execute([spec for spec in wanted if spec not in reused], pool,
-                              "dev sweeps" if not specs else "dev sweeps: the climb on")
-            records += in_spec_order(wanted, reused, decoded)
-            specs += wanted
-            choices = dev_choices(records, priced.model)
-        decoded_dev = set(specs)
-        specs = [spec for spec in sweep if spec in decoded_dev]
-        while (edge := edge_rules(choices, fixed_grid(plan.job))) and (more := extended_k(fixed_grid(plan.job))):
-            records += execute([s for rule in edge for s in fixed_specs(job.rules, "dev", rule, more)], pool,
-                               f"dev fixed K {more} ({', '.join(edge)} at the grid's edge)")
-            plan = plan.with_fixed_grid(fixed_grid(plan.job) + more)
-            choices = dev_choices(records, priced.model)
-        if note := edge_note(choices, fixed_grid(plan.job)):
-            notes["fixed_k_edge"] = note
-        record_choices(specs, records, choices, artifacts, executor.decoding, executor.sets["dev"], priced.model,
-                       priced.record)
-        if swept := swept_rules(rules):
-            records += execute([s for rule in swept for s in rule_sweep(plan.job, "dev", rule, choices)], pool,
-                               f"dev sweep of {', '.join(swept)}'s parameter")
-            costs = costed(records, priced.model)
-            choices += [c for rule in swept for c in select_rule_param(costs, "throughput_cost", rule, choices)]
-        applied = after_selection(plan.job, artifacts, sets, rules, choices)
-        records += execute(applied, pool, "test / OOD")
-        batch_records = decode_batch_axis(plan.job, artifacts, sets, axis_rules, choices, pool) if axis_rules else []
+        done = run_steps(steps, Progress(plan), pool, reuse)
+    plan, choices = done.plan, list(done.plan.choices)
+    applied = after_selection(job, plan, artifacts, sets)
+    records, batch_records = list(done.records), list(done.batch_records)
 
     generations = mark_dev_choices(frame(records), choices)
     timings, wall = wallclock.measure(executor, applied, generations) if e.wallclock.sets else ([], pd.DataFrame())
     table, fit = results_table(generations, priced.model, latency, job.seed)
     calibration = calibration_frame(job, artifacts, trio, notes)
-    metadata = describe(plan.job, trio, device, rules, sets, choices, priced, fit, latency, executor.described,
-                        plan.workers, notes)
+    metadata = describe(job, plan, trio, device, sets, priced, fit, latency, executor.described, notes)
     if axis_rules:
-        metadata = replace(metadata, batch_axis=batch_axis.describe(plan.job, batch_costs, axis_rules, d.threads,
+        metadata = replace(metadata, batch_axis=batch_axis.describe(job, batch_costs, axis_rules, d.threads,
                                                                     costs_source))
     if timings:
         wall = wallclock.with_modelled(wall, table)

@@ -13,6 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 
+from accept_heads.evaluation.evaluation_plan import plan_evaluation
 from accept_heads.evaluation.plan import sweep
 from accept_heads.measure.inputs import Artifacts
 from ahconf.entry import CONF_DIR, to_config
@@ -98,7 +99,7 @@ def test_an_experiments_h_grid_is_the_h_stops_unless_evaluate_grids_overrides_it
 
     def swept(*overrides: str) -> dict[str, list[float]]:
         job = to_config(_compose(f"+exp={exp}", "dry_run=true", *overrides)).evaluate_job()
-        specs = sweep(job, Artifacts(heads={"pre": head}), "dev", "speculative")
+        specs = sweep(job, plan_evaluation(job), Artifacts(heads={"pre": head}), "dev", "speculative")
         return {kind: [s.param for s in specs if s.family == kind] for kind in ("head", "perfect")}
 
     assert swept() == {"head": grid, "perfect": grid}

@@ -15,12 +15,13 @@ any ``B`` (the goodput head and SV, both at the measured batch costs; SV draftin
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import torch
 
-from accept_heads.evaluation.plan import Choice, fixed_grid, matching_artifacts
+from accept_heads.evaluation.choice import Choice
+from accept_heads.evaluation.plan import matching_artifacts
 from accept_heads.measure.families import families
 from accept_heads.measure.inputs import Artifacts, PromptSet
 from accept_heads.measure.machine_costs import CostsSource
@@ -33,6 +34,9 @@ from decode.batch_costs import BatchCosts
 from decode.loops.target_alone import generate_target_alone
 from decode.policy_specs import FixedSpec
 from runtime.seeding import prompt_seed
+
+if TYPE_CHECKING:
+    from accept_heads.evaluation.evaluation_plan import EvaluationPlan
 
 
 @dataclass(frozen=True)
@@ -56,17 +60,12 @@ class BatchRun:
         return f"{self.run.label} B={self.batch}"
 
 
-def axis_rules(job: EvaluateJob, rules: list[str]) -> list[str]:
-    """The rules of the batch axis: ``evaluate.batch_axis.rules`` (those the evaluation decodes), else all of ``rules``."""
-    wanted = job.evaluate.batch_axis.rules
-    return [rule for rule in rules if wanted is None or rule in wanted]
-
-
-def dev_fixed_runs(job: EvaluateJob, rules: list[str]) -> list[BatchRun]:
-    """The fixed-K grid on dev at every batch size (the best K is chosen per ``B``)."""
+def dev_fixed_runs(job: EvaluateJob, plan: EvaluationPlan) -> list[BatchRun]:
+    """The plan's fixed-K grid on dev at every batch size for the batch axis's rules (the best K is chosen per
+    ``B``)."""
     return [BatchRun(RunSpec(set="dev", rule=rule, policy=FixedSpec(k), rule_param=rule_value(rule, job.rules),
                              chosen_on="grid"), batch)
-            for batch in job.evaluate.batch_axis.sizes for rule in rules for k in fixed_grid(job)]
+            for batch in job.evaluate.batch_axis.sizes for rule in plan.axis_rules for k in plan.fixed_grid]
 
 
 def best_fixed_k(dev: pd.DataFrame) -> dict[tuple[str, int], float]:

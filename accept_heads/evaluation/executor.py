@@ -11,7 +11,6 @@ first (:func:`decodes_alone`), so no worker is left with one of them at the end 
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
@@ -31,11 +30,6 @@ from decode.sampling import Sampling
 from decode.threads import torch_threads
 from runtime.models import Trio, load_trio
 from runtime.placement import place
-
-
-def default_workers(device: str) -> int:
-    """One worker per usable CPU core on CPU; one process on a GPU (the models share it)."""
-    return 1 if device != "cpu" else max(1, len(os.sched_getaffinity(0)))
 
 
 def decodes_alone(spec: RunSpec | BatchRun) -> bool:

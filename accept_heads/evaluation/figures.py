@@ -24,7 +24,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from accept_heads.evaluation.plan import recorded_choices
+from accept_heads.evaluation.choice import recorded_choices
 from accept_heads.evaluation.reliability import expected_calibration_error, reliability
 from accept_heads.evaluation.results import Results
 from accept_heads.evaluation.table import at_dev_choice, best_training_free

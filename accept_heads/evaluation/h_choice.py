@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from accept_heads.evaluation.plan import Choice
+from accept_heads.evaluation.choice import Choice
 from accept_heads.measure.costing import costed
 from accept_heads.measure.families import HEAD_THRESHOLD
 from accept_heads.measure.inputs import Artifacts, PromptSet

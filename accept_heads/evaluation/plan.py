@@ -12,17 +12,17 @@ registered families' (:mod:`~accept_heads.measure.families`), the swept rules th
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from accept_heads.evaluation.metadata import EvaluationMetadata
-from accept_heads.measure.families import families, family, run_policy
+from accept_heads.evaluation.choice import Choice
+from accept_heads.measure.families import families, family
 from accept_heads.measure.inputs import Artifacts, PromptSet
 from accept_heads.measure.runs import RunSpec
 from accept_heads.measure.specs import (
     HFConfidenceSpec,
     HFConstantSpec,
     HFHeuristicSpec,
-    RunPolicy,
     SEAlternateSpec,
     SEPlainSpec,
     SESDSpec,
@@ -32,46 +32,11 @@ from ahconf.schema import EvaluateConfig, EvaluateJob, RulesConfig
 from decode.policy_specs import FixedSpec, HeuristicSpec
 from decode.rules import RULES
 
+if TYPE_CHECKING:
+    from accept_heads.evaluation.evaluation_plan import EvaluationPlan
+
 #: HF's default assistant confidence threshold.
 HF_CONFIDENCE = 0.4
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A parameter value selected on the dev split.
-
-    ``swept="param"``: ``value`` is the policy parameter (K, τ, h, γ) of the runs with this rule,
-    ``rule_param``, family and artifact. ``swept="rule_param"``: ``value`` is the rule's swept parameter (the
-    FSD threshold T) of the runs with this rule, family, artifact and policy parameter ``param``.
-    """
-
-    rule: str
-    rule_param: float | None
-    family: str
-    artifact: str | None
-    value: float
-    dev_throughput: float
-    chosen_on: str = "dev"
-    swept: str = "param"
-    param: float | None = None
-
-    def run_params(self) -> tuple[float | None, float | None]:
-        """``(param, rule_param)`` of the run this choice picks."""
-        return (self.value, self.rule_param) if self.swept == "param" else (self.param, self.value)
-
-    def policy(self) -> RunPolicy:
-        """The typed policy of the run this choice picks."""
-        return run_policy(self.family, self.run_params()[0], self.artifact)
-
-
-def recorded_choices(metadata: EvaluationMetadata) -> list[Choice]:
-    """The dev choices an evaluation's metadata records (``metadata.selection``), typed."""
-    return [Choice(**choice) for choice in metadata.selection]
-
-
-def eval_rules(job: EvaluateJob) -> list[str]:
-    """Rules to decode with: ``evaluate.rules``, else ``rules.names``."""
-    return list(job.evaluate.rules or job.rules.names)
 
 
 def matching_artifacts(artifacts: Artifacts, rule: str, param: float | None,
@@ -91,16 +56,16 @@ def unmatched(rules_config: RulesConfig, artifacts: Artifacts, rules: list[str])
     return sorted(f"{name} ({rule})" for name, rule in recorded if rule not in specs)
 
 
-def sweep(job: EvaluateJob, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
-    """Every policy family of our decoder for ``rule`` (in table order) with its whole dev grid, per matching head or
-    profile where it reads one; the bounds only with ``evaluate.bounds``."""
+def sweep(job: EvaluateJob, plan: EvaluationPlan, artifacts: Artifacts, set_name: str, rule: str) -> list[RunSpec]:
+    """Every policy family of our decoder for ``rule`` (in table order) with its whole dev grid in ``plan``, per
+    matching head or profile where it reads one; the bounds only with ``evaluate.bounds``."""
     param = rule_value(rule, job.rules)
     base = RunSpec(set=set_name, rule=rule, policy=HeuristicSpec(), rule_param=param)
     heads, profiles = matching_artifacts(artifacts, rule, param, job.rules)
     return [replace(base, policy=spec, chosen_on="grid" if kind.tuned else base.chosen_on)
             for kind in families().values()
             if kind.runner == "decode" and not kind.batch_only and (job.evaluate.bounds or not kind.bound)
-            for spec in kind.candidates(kind.dev_grid(job) if kind.tuned else [], heads, profiles)]
+            for spec in kind.candidates(plan.grid(kind.name) if kind.tuned else [], heads, profiles)]
 
 
 def mark_chosen(specs: Iterable[RunSpec], choices: list[Choice]) -> list[RunSpec]:
@@ -144,11 +109,6 @@ def edge_note(choices: list[Choice], grid: list[int]) -> str | None:
     if not edge:
         return None
     return f"best fixed K at the grid's edge K={max(grid)} for {', '.join(edge)}: the optimum may lie beyond"
-
-
-def fixed_grid(job: EvaluateJob) -> list[int]:
-    """The fixed-K dev grid: its family's (``evaluate.grids.fixed`` over the declared one)."""
-    return [int(k) for k in family(FixedSpec.kind).dev_grid(job)]
 
 
 def extended_k(grid: list[int]) -> list[int]:
@@ -213,12 +173,12 @@ def unique(specs: Iterable[RunSpec]) -> list[RunSpec]:
     return list(dict.fromkeys(specs))
 
 
-def se_sweep(job: EvaluateJob, set_name: str) -> list[RunSpec]:
+def se_sweep(job: EvaluateJob, plan: EvaluationPlan, set_name: str) -> list[RunSpec]:
     """Speculative Ensemble of draft + target: SD and alternate proposals at each γ of their grid
     (``evaluate.se_gammas``)."""
     rule_param = rule_value("ensemble", job.rules)
     return [RunSpec(set=set_name, rule="ensemble", policy=spec(int(g)), rule_param=rule_param, chosen_on="grid")
-            for spec in (SESDSpec, SEAlternateSpec) for g in family(spec.kind).dev_grid(job)]
+            for spec in (SESDSpec, SEAlternateSpec) for g in plan.grid(spec.kind)]
 
 
 DevKey = tuple[str, float | None, str, str | None]  # a tuned run's rule, rule parameter, family and artifact
@@ -255,23 +215,24 @@ def climb(sweep: Sequence[RunSpec], choices: list[Choice], search: str = "climb"
     return [spec for spec in sweep if spec in set(wanted)]
 
 
-def dev_sweeps(job: EvaluateJob, artifacts: Artifacts, rules: list[str]) -> list[RunSpec]:
-    """The dev runs decoded before any choice: every rule's policy sweep and the SE γ sweep."""
-    specs = [spec for rule in rules for spec in sweep(job, artifacts, "dev", rule)]
-    if "ensemble" in rules:
-        specs += se_sweep(job, "dev")
+def dev_sweeps(job: EvaluateJob, plan: EvaluationPlan, artifacts: Artifacts) -> list[RunSpec]:
+    """The dev runs a choice is made over: every rule's policy sweep and the SE γ sweep, over the plan's grids."""
+    specs = [spec for rule in plan.rules for spec in sweep(job, plan, artifacts, "dev", rule)]
+    if "ensemble" in plan.rules:
+        specs += se_sweep(job, plan, "dev")
     return unique(specs)
 
 
-def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet], rules: list[str],
-                    choices: list[Choice]) -> list[RunSpec]:
-    """Everything decoded once the dev choices are made, on every test / OOD set: the policies (SV also at
+def after_selection(job: EvaluateJob, plan: EvaluationPlan, artifacts: Artifacts,
+                    sets: list[PromptSet]) -> list[RunSpec]:
+    """Everything decoded once the plan's dev choices are made, on every test / OOD set: the policies (SV also at
     the dev-chosen fixed K), the swept rules (their whole grid on test), SE (with the plain ensemble) and HF
     runs."""
+    rules, choices = list(plan.rules), list(plan.choices)
     specs = []
     for s in (s for s in sets if s.role != "dev"):
         specs += [spec for rule in rules
-                  for spec in applied(job.evaluate, sweep(job, artifacts, s.name, rule), choices)]
+                  for spec in applied(job.evaluate, sweep(job, plan, artifacts, s.name, rule), choices)]
         specs += at_fixed_k(job, artifacts, s.name, rules, choices)
         for rule in swept_rules(rules):
             grid = mark_chosen(rule_sweep(job, s.name, rule, choices), choices)
@@ -279,8 +240,8 @@ def after_selection(job: EvaluateJob, artifacts: Artifacts, sets: list[PromptSet
         if "ensemble" in rules:
             specs.append(RunSpec(set=s.name, rule="ensemble", policy=SEPlainSpec(),
                                  rule_param=rule_value("ensemble", job.rules)))
-            specs += applied(job.evaluate, se_sweep(job, s.name), choices)
-    if job.evaluate.hf.baselines:
+            specs += applied(job.evaluate, se_sweep(job, plan, s.name), choices)
+    if plan.hf_baselines:
         specs += [spec for s in sets if s.role in job.evaluate.hf.sets
                   for spec in hf_specs(job.evaluate, s.name, rules, choices)]
     return unique(specs)

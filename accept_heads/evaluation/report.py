@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from accept_heads.evaluation.choice import Choice, recorded_choices
 from accept_heads.evaluation.metadata import EvaluationMetadata
-from accept_heads.evaluation.plan import Choice, recorded_choices
 from accept_heads.evaluation.table import at_dev_choice, best_training_free
 from accept_heads.measure.families import families, family, family_names
 from decode.rules import RULES

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from accept_heads.evaluation.plan import Choice, rule_k
+from accept_heads.evaluation.choice import Choice
+from accept_heads.evaluation.plan import rule_k
 from accept_heads.measure.families import families, family_names, perfect_for
 from accept_heads.measure.selection import best_value
 from ahconf.schema import rule_names

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from accept_heads.evaluation.plan import Choice, climb
+from accept_heads.evaluation.choice import Choice
+from accept_heads.evaluation.plan import climb
 from accept_heads.measure.runs import RunSpec
 from decode.policy_specs import FixedSpec, HeuristicSpec
 

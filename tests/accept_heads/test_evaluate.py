@@ -15,10 +15,12 @@ import pytest
 from rich.console import Console
 
 from accept_heads.evaluate import cost_tuples, evaluate
+from accept_heads.evaluation.choice import Choice
+from accept_heads.evaluation.evaluation_plan import plan_evaluation
 from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.figures import BEST_FREE, FIGURES, REFERENCE, draw_league, source_family
 from accept_heads.evaluation.h_choice import recorded_runs, sweep_settings
-from accept_heads.evaluation.plan import Choice, dev_sweeps, edge_note, edge_rules, eval_rules, extended_k
+from accept_heads.evaluation.plan import dev_sweeps, edge_note, edge_rules, extended_k
 from accept_heads.evaluation.report import cost_lines, league_table
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.table import add_comparisons, at_dev_choice, bound_rows, select
@@ -481,7 +483,7 @@ def test_the_evaluation_reuses_a_recorded_h_choice_when_its_key_matches_and_deco
     job = config.evaluate_job()
     notes: dict[str, str] = {}
     executor = Executor.build(job, notes)
-    specs = dev_sweeps(job, executor.artifacts, eval_rules(job))
+    specs = dev_sweeps(job, plan_evaluation(job), executor.artifacts)
     cost = pricing(job.cost, executor.trio, lambda: None, compiled=False, repeats=1, threads=None).record
     dev = executor.sets["dev"]
     reused = recorded_runs(specs, executor.artifacts, executor.decoding, dev, cost, notes)

@@ -1,4 +1,4 @@
-"""The evaluation's frozen plan and its typed metadata record (no decoding)."""
+"""The evaluation's plan (data, frozen) and its typed metadata record (no decoding)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 from accept_heads.evaluation.evaluation_plan import plan_evaluation
 from accept_heads.evaluation.metadata import OPTIONAL, EvaluationMetadata
+from accept_heads.measure.families import STOP_TRAITS
+from ahconf.schema import EvaluateJob
 from decode.drafts import FeatureDrafter, PlainDrafter
 from tests.helpers.config import compose_config
 
@@ -48,18 +50,19 @@ def test_a_metadata_file_lacking_a_key_is_refused_naming_it():
     assert EvaluationMetadata.from_dict(optional).seconds is None  # negative control: the optional ones may lack
 
 
-def test_the_plan_never_writes_into_its_config():
+def test_the_plan_is_data_resolved_from_its_config_which_it_never_writes():
     job = compose_config("evaluate.rules=[speculative,greedy]", "evaluate.batch_axis.sizes=[1,2]",
                          "evaluate.batch_axis.rules=[greedy]", "+evaluate.grids.fixed=[1,3]").evaluate_job()
     before = copy.deepcopy(job)
     plan = plan_evaluation(job)
     assert plan.rules == ("speculative", "greedy") and plan.axis_rules == ("greedy",) and plan.workers is None
+    assert plan.fixed_grid == [1, 3] and plan.grid("head") == list(STOP_TRAITS["h"].grid) and plan.hf_baselines
+    assert not any(isinstance(value, EvaluateJob) for value in vars(plan).values())  # no config copy inside
     notes: dict[str, str] = {}
     loaded = plan.loaded("cpu", FeatureDrafter(), notes=notes).with_fixed_grid([1, 3, 5, 6])
-    assert not loaded.job.evaluate.hf.baselines and "cannot run a feature draft" in notes["hf_baselines"]
-    assert loaded.job.evaluate.grids["fixed"] == [1.0, 3.0, 5.0, 6.0] and loaded.workers >= 1
+    assert not loaded.hf_baselines and "cannot run a feature draft" in notes["hf_baselines"]
+    assert loaded.fixed_grid == [1, 3, 5, 6] and loaded.workers >= 1 and plan.fixed_grid == [1, 3]
     assert asdict(job) == asdict(before) and job.evaluate.hf.baselines  # the caller's config as it was
-    assert plan.job is job  # nothing to change, nothing copied
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.workers = 2  # type: ignore[misc]
-    assert plan.loaded("cpu", PlainDrafter(), notes=notes).job.evaluate.hf.baselines  # negative control
+    assert plan.loaded("cpu", PlainDrafter(), notes=notes).hf_baselines  # negative control
