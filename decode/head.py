@@ -32,6 +32,7 @@ class AcceptanceHead(nn.Module):
         self.metadata: HeadMetadata | None = None  # what its file records (None: made in memory)
         # its stop threshold h, chosen on dev by the evaluation (decode.artifacts.threshold_choice; None: none)
         self.threshold: float | None = None
+        self.verified = False  # its weights checked against the sha256 its file records (decode.load_head)
 
     def forward(self, hidden: Tensor, features: Tensor | None = None) -> Tensor:
         """Acceptance logits ``[...]`` from hidden states ``[..., H]`` (and features ``[..., F]``; a

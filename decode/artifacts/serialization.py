@@ -7,18 +7,21 @@ written atomically, and every save (re)writes the directory's ``README.md`` mode
 (:mod:`decode.artifacts.model_card`), so an export directory is a Hub model repo as it stands. ``load_head`` /
 ``load_profile`` take a file, an export directory or a hub repo id (``org/name``, fetched into the HF cache);
 ``load_head`` also reads the ``h`` the evaluation chose for that very file from the record beside it
-(:mod:`decode.artifacts.threshold_choice`, written by :func:`save_threshold_choice`).
+(:mod:`decode.artifacts.threshold_choice`, written by :func:`save_threshold_choice`). The header also records the
+sha256 of the tensors (:data:`TENSORS_KEY`, :func:`tensors_sha256`; safetensors itself checks nothing), which every
+load verifies before use unless told not to (``verify=False``: an artifact edited on purpose).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 from safetensors import SafetensorError
@@ -36,6 +39,17 @@ from decode.rules import Rule
 from decode.sampling import Sampling
 
 METADATA_KEY = "accept_heads"
+TENSORS_KEY = "tensors_sha256"  # the header's sha256 of the tensors (tensors_sha256)
+
+
+def tensors_sha256(tensors: Mapping[str, torch.Tensor]) -> str:
+    """sha256 over the tensors in name order: each one's name, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -107,13 +121,25 @@ def _choice_file(source: str | Path, file: Path, revision: str | None) -> Path |
         return None
 
 
-def _header(metadata: ArtifactMetadata) -> dict[str, str]:
-    """The safetensors header: the record's document, stamped with the code writing it."""
+def _header(metadata: ArtifactMetadata, tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
+    """The safetensors header: the record's document, stamped with the code writing it, and the tensors' sha256."""
     stamped = replace(metadata, code_version=code_version())
-    return {METADATA_KEY: json.dumps(stamped.to_json(), sort_keys=True)}
+    return {METADATA_KEY: json.dumps(stamped.to_json(), sort_keys=True), TENSORS_KEY: tensors_sha256(tensors)}
 
 
-def _read(path: str | Path, kind: str) -> tuple[dict[str, torch.Tensor], HeadMetadata | ProfileMetadata]:
+def _verify(path: Path, kind: str, header: Mapping[str, str], tensors: Mapping[str, torch.Tensor]) -> None:
+    """Refuse tensors whose sha256 is not the one the header records (or a header that records none)."""
+    recorded, fix = header.get(TENSORS_KEY), f"export the {kind} again, or load it with verify=False to use it as it is"
+    if recorded is None:
+        raise ValueError(f"{path} records no sha256 of its tensors (written before loads verified them): {fix}")
+    actual = tensors_sha256(tensors)
+    if actual != recorded:
+        raise ValueError(f"{path} is corrupt or was edited: its tensors hash to {actual[:12]}…, its header records "
+                         f"{recorded[:12]}…; {fix}")
+
+
+def _read(path: str | Path, kind: str,
+          verify: bool = True) -> tuple[dict[str, torch.Tensor], HeadMetadata | ProfileMetadata]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{kind} file not found: {path}")
@@ -126,6 +152,8 @@ def _read(path: str | Path, kind: str) -> tuple[dict[str, torch.Tensor], HeadMet
     if METADATA_KEY not in header:
         raise ValueError(f"{path} has no '{METADATA_KEY}' metadata: not a {kind} file written by "
                          "decode.artifacts.serialization")
+    if verify:
+        _verify(path, kind, header, tensors)
     try:
         doc = json.loads(header[METADATA_KEY])
     except json.JSONDecodeError as error:
@@ -189,7 +217,7 @@ def decoding_transform(metadata: ArtifactMetadata, sampling: Sampling, rule: Rul
 def _save(tensors: dict[str, torch.Tensor], path: str | Path, metadata: ArtifactMetadata) -> None:
     """Write ``tensors`` with ``metadata`` in the header to ``path`` atomically; refresh the model card."""
     cpu = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
-    header = _header(metadata)
+    header = _header(metadata, cpu)
     _write_atomic(Path(path), lambda tmp: save_file(cpu, str(tmp), metadata=header))
     write_card(Path(path).parent)
 
@@ -211,16 +239,18 @@ def load_head(
     rule: Rule | None = None,
     revision: str | None = None,
     filename: str | None = None,
+    verify: bool = True,
 ) -> AcceptanceHead:
     """Load a head saved by :func:`save_head`, validated against the given draft / tokenizer / rule.
 
     ``source``: the ``.safetensors`` file, its directory, or a hub repo id ``org/name`` (at ``revision``);
     ``filename`` (default ``head.safetensors``) names the file in a directory or repo. An unreachable
     id raises :class:`decode.artifacts.hub.ModelLoadError`. The metadata is available as ``head.metadata``, the ``h``
-    the evaluation chose for this file as ``head.threshold`` (None: no record of it beside the file).
+    the evaluation chose for this file as ``head.threshold`` (None: no record of it beside the file). The weights are
+    checked against the sha256 the file records (``verify=False``: not; ``head.verified`` says which).
     """
     file, path = _locate(source, "head", filename, revision)
-    tensors, metadata = _read(file, "head")
+    tensors, metadata = _read(file, "head", verify)
     config = metadata.head_config
     check_compatibility(metadata, f"head {path}", draft=draft, tokenizer=tokenizer, sampling=sampling, rule=rule)
     head = AcceptanceHead(config)
@@ -228,7 +258,7 @@ def load_head(
         head.load_state_dict(tensors)
     except RuntimeError as error:
         raise ValueError(f"head {path}: weights do not match its config {config} ({error})") from error
-    head.metadata = metadata
+    head.metadata, head.verified = metadata, verify
     record = _choice_file(source, file, revision)
     choice = None if record is None else matching_choice(file, record)
     head.threshold = None if choice is None else choice.threshold
@@ -260,11 +290,12 @@ def load_profile(
     rule: Rule | None = None,
     revision: str | None = None,
     filename: str | None = None,
+    verify: bool = True,
 ) -> SVProfile:
-    """Load a profile saved by :func:`save_profile` from a file, directory or hub id, validated like
+    """Load a profile saved by :func:`save_profile` from a file, directory or hub id, validated and verified like
     :func:`load_head` (``filename`` defaults to ``profile.safetensors``)."""
     file, path = _locate(source, "sv_profile", filename, revision)
-    tensors, metadata = _read(file, "sv_profile")
+    tensors, metadata = _read(file, "sv_profile", verify)
     check_compatibility(metadata, f"profile {path}", tokenizer=tokenizer, sampling=sampling, rule=rule)
     try:
         return SVProfile(**tensors, metadata=metadata)

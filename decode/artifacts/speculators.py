@@ -228,14 +228,27 @@ def config_of(doc: dict, target: TargetShape) -> FeatureDraftConfig:
                               norm_output=bool(doc.get("norm_output", False)))
 
 
-def load_speculators(path: str | Path, target: PreTrainedModel, dtype: torch.dtype | None = None
-                     ) -> FeatureDraftForCausalLM:
+def check_weights(path: Path, doc: dict) -> None:
+    """Refuse weights whose sha256 is not the one a checkpoint this project exported records (``accept_heads``'s
+    ``weights_sha256``); one exported elsewhere records none and is read as it is."""
+    recorded = (doc.get("accept_heads") or {}).get("weights_sha256")
+    if recorded is not None and (actual := file_sha256(path / WEIGHTS_FILE)) != recorded:
+        raise SpeculatorsError(f"{path / WEIGHTS_FILE} is corrupt or was edited: it hashes to {actual[:12]}…, its "
+                               f"{CONFIG_FILE} records {recorded[:12]}…; export it again, or load it with "
+                               "verify=False to use it as it is")
+
+
+def load_speculators(path: str | Path, target: PreTrainedModel, dtype: torch.dtype | None = None,
+                     verify: bool = True) -> FeatureDraftForCausalLM:
     """The speculators EAGLE-3 checkpoint at ``path`` as this project's feature draft for ``target`` (its
     embeddings the target's unless the checkpoint has its own); refused with one line where its target layers,
-    width or vocabulary disagree with ``target``."""
+    width or vocabulary disagree with ``target``, or (``verify``) where its weights are not those this project
+    exported (:func:`check_weights`)."""
     doc = read_config(Path(path))
     config = config_of(doc, TargetShape.of(target))
     check_target(config, TargetShape.of(target))
+    if verify:
+        check_weights(Path(path), doc)
     tensors = load_file(str(Path(path) / WEIGHTS_FILE))
     with torch.random.fork_rng(devices=[]):
         draft = FeatureDraftForCausalLM(config)

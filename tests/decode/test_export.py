@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import safe_open, save_file
 
 from decode import (
     AcceptanceHead,
@@ -29,7 +29,7 @@ from decode import (
 from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import tokenizer_hash
 from decode.artifacts.model_card import render_card
-from decode.artifacts.serialization import save_threshold_choice
+from decode.artifacts.serialization import TENSORS_KEY, save_threshold_choice
 from decode.artifacts.threshold_choice import ThresholdChoice
 from decode.artifacts.version import code_version
 from decode.head import PRE_FEATURES, head_features
@@ -424,7 +424,8 @@ OLD_PROFILE = (
 def test_files_written_by_the_shipped_code_load_unchanged(tmp_path):
     """Every field is read, and written back the document is the one in the file, byte for byte, but for the ``h``
     training used to record (chosen by the evaluation now, beside the head: not read); a profile from before the
-    plug-in gain was recorded loads without it."""
+    plug-in gain was recorded loads without it. Such files record no sha256 of their tensors, so they load with
+    ``verify=False`` (by default they are refused, as the test of a file that records no sha256 shows)."""
     head_path, profile_path = tmp_path / "head.safetensors", tmp_path / "profile.safetensors"
     head = random_head(HeadConfig(hidden_size=128, depth=3, timing="pre", features=PRE_FEATURES), seed=0)
     save_file(head.state_dict(), str(head_path), metadata={"accept_heads": OLD_HEAD})
@@ -433,7 +434,7 @@ def test_files_written_by_the_shipped_code_load_unchanged(tmp_path):
                         batch_latency_table=torch.ones(3, 7))
     save_file(profile.tensors(), str(profile_path), metadata={"accept_heads": OLD_PROFILE})
 
-    loaded = load_head(head_path, sampling=Sampling(), rule=rules.Speculative())
+    loaded = load_head(head_path, sampling=Sampling(), rule=rules.Speculative(), verify=False)
     recorded = loaded.metadata
     assert torch.equal(loaded.predict(torch.ones(1, 128), torch.ones(1, 3)), head.predict(torch.ones(1, 128),
                                                                                          torch.ones(1, 3)))
@@ -445,15 +446,60 @@ def test_files_written_by_the_shipped_code_load_unchanged(tmp_path):
     unread = {k: v for k, v in json.loads(OLD_HEAD).items() if k not in ("threshold", "calibration")}
     assert json.dumps(recorded.to_json(), sort_keys=True) == json.dumps(unread, sort_keys=True)
 
-    recorded = load_profile(profile_path).metadata
+    recorded = load_profile(profile_path, verify=False).metadata
     assert (recorded.bins, recorded.requested_bins, recorded.latency_batches, recorded.k_max) == ((20, 7), (20, 10),
                                                                                                   (1, 8, 32), 6)
     assert recorded.information["dev"].gain_plugin == 0.3864425862324281 and recorded.latency_device.startswith("cpu")
     assert json.dumps(recorded.to_json(), sort_keys=True) == OLD_PROFILE
     older = re.sub(r'"gain_plugin": [0-9.]+, ', "", OLD_PROFILE)
     save_file(profile.tensors(), str(profile_path), metadata={"accept_heads": older})
-    recorded = load_profile(profile_path).metadata
+    recorded = load_profile(profile_path, verify=False).metadata
     train = recorded.information["train"]
     assert train.gain_plugin is None and train.gain == 0.3136019783640686
     assert json.dumps(recorded.to_json(), sort_keys=True) == older
     assert "| dev | 2.481 | 2.184 | 0.2974 | 0.1199 | — |" in render_card({"profile.safetensors": recorded})
+
+
+def _flip_a_weight_byte(path: Path) -> None:
+    """Flip one byte of the tensor data (after the 8-byte length and the JSON header), as a bad disk or copy would."""
+    data = bytearray(path.read_bytes())
+    start = 8 + int.from_bytes(data[:8], "little")
+    data[start + (len(data) - start) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_head_or_profile_with_one_flipped_byte_is_refused_naming_the_file_unless_verify_is_off(tmp_path,
+                                                                                                  make_tokenizer):
+    tokenizer = make_tokenizer(10)
+    head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1))
+    path = tmp_path / "head.safetensors"
+    save_head(head, path, metadata(tokenizer, head))
+    assert load_head(path).verified  # negative control: the file as written loads, checked
+    _flip_a_weight_byte(path)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is corrupt or was edited.*verify=False"):
+        load_head(path)
+    edited = load_head(path, verify=False)
+    assert not edited.verified
+    assert not all(torch.equal(a, b) for a, b in zip(edited.state_dict().values(), head.state_dict().values()))
+
+    profile = SVProfile(x_edges=torch.tensor([0.0, 0.5, 1.0]), y_edges=torch.tensor([0.0, 0.5, 1.0]),
+                        table=torch.rand(2, 2), counts=torch.ones(2, 2), latency=torch.tensor([1.0, 1.1]))
+    profile_path = tmp_path / "profile.safetensors"
+    save_profile(profile, profile_path, metadata(tokenizer, profile))
+    load_profile(profile_path)
+    _flip_a_weight_byte(profile_path)
+    with pytest.raises(ValueError, match="is corrupt or was edited"):
+        load_profile(profile_path)
+    assert load_profile(profile_path, verify=False).bins == (2, 2)
+
+
+def test_a_head_file_that_records_no_sha256_is_refused_with_what_to_do(tmp_path, make_tokenizer):
+    head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1))
+    path = tmp_path / "head.safetensors"
+    save_head(head, path, metadata(make_tokenizer(10), head))
+    with safe_open(str(path), framework="pt") as handle:
+        header = {key: value for key, value in handle.metadata().items() if key != TENSORS_KEY}
+    save_file(head.state_dict(), str(path), metadata=header)  # the document alone, as files written before
+    with pytest.raises(ValueError, match="records no sha256 of its tensors.*export the head again"):
+        load_head(path)
+    assert torch.equal(load_head(path, verify=False).out.weight, head.out.weight)

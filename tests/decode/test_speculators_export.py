@@ -192,5 +192,22 @@ def test_a_missing_tensor_is_refused(target, tmp_path):
     del tensors["layers.0.hidden_norm.weight"]
     save_file(tensors, str(out / "model.safetensors"))
     with pytest.raises(SpeculatorsError) as error:
-        load_speculators(out, target)
+        load_speculators(out, target, verify=False)  # edited on purpose: past the weights' sha256
     assert "hidden_norm" in one_line(error)
+
+
+def test_weights_unlike_those_exported_are_refused_unless_verify_is_off_or_the_checkpoint_records_none(target,
+                                                                                                        tmp_path):
+    out = export_speculators(eagle3_draft(target), tmp_path / "spec", target=target)
+    weights = out / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-3] ^= 0x01  # one bit of the last tensor's bytes
+    weights.write_bytes(bytes(data))
+    with pytest.raises(SpeculatorsError) as error:
+        load_speculators(out, target)
+    assert "is corrupt or was edited" in one_line(error) and "verify=False" in str(error.value)
+    load_speculators(out, target, verify=False)
+    config = json.loads((out / "config.json").read_text())
+    del config["accept_heads"]  # as a checkpoint exported elsewhere: nothing recorded to check against
+    (out / "config.json").write_text(json.dumps(config))
+    load_speculators(out, target)
