@@ -35,7 +35,7 @@ from accept_heads.evaluation.figures import draw_all
 from accept_heads.evaluation.h_choice import recorded_runs
 from accept_heads.evaluation.intervals import add_intervals
 from accept_heads.evaluation.metadata import EvaluationMetadata
-from accept_heads.evaluation.plan import after_selection, unmatched
+from accept_heads.evaluation.plan import unmatched
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
 from accept_heads.evaluation.results import Results, save_results
@@ -191,11 +191,11 @@ def evaluate(job: EvaluateJob) -> Results:
     with WorkerPool(executor, plan.workers) as pool:
         done = run_steps(steps, Progress(plan), pool, reuse)
     plan, choices = done.plan, list(done.plan.choices)
-    applied = after_selection(job, plan, artifacts, sets)
+    held_out = list(dict.fromkeys(r.run for r in done.records if r.run.set != dev.name))  # in decoding order
     records, batch_records = list(done.records), list(done.batch_records)
 
     generations = mark_dev_choices(frame(records), choices)
-    timings, wall = wallclock.measure(executor, applied, generations) if e.wallclock.sets else ([], pd.DataFrame())
+    timings, wall = wallclock.measure(executor, held_out, generations) if e.wallclock.sets else ([], pd.DataFrame())
     table, fit = results_table(generations, priced.model, latency, job.seed)
     calibration = calibration_frame(job, artifacts, trio, notes)
     metadata = describe(job, plan, trio, device, sets, priced, fit, latency, executor.described, notes)

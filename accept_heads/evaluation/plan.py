@@ -212,7 +212,8 @@ def climb(sweep: Sequence[RunSpec], choices: list[Choice], search: str = "climb"
         values = [float(spec.param) for spec in runs]
         at = values.index(best[key]) if best.get(key) in values else len(values) // 2
         wanted += [runs[i] for i in (at - 1, at, at + 1) if 0 <= i < len(runs)]
-    return [spec for spec in sweep if spec in set(wanted)]
+    chosen = set(wanted)
+    return [spec for spec in sweep if spec in chosen]
 
 
 def dev_sweeps(job: EvaluateJob, plan: EvaluationPlan, artifacts: Artifacts) -> list[RunSpec]:

@@ -96,6 +96,11 @@ def dev_choices(records: Sequence[Record], cost: CostModel) -> list[Choice]:
     return select(costed(records, cost), "throughput_cost")
 
 
+def chosen_again(progress: Progress, plan: EvaluationPlan, cost: CostModel) -> Progress:
+    """``progress`` under ``plan`` with K, τ, h and γ chosen again on every dev row so far."""
+    return replace(progress, plan=plan.chosen(dev_choices(progress.dev_records(), cost)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class DevSweep(Decoding):
     """Every rule's dev sweep, climbing each tuned grid (``evaluate.dev_search``), the choices made after each round."""
@@ -109,7 +114,7 @@ class DevSweep(Decoding):
 
     def choose(self, progress: Progress, records: Sequence[Record]) -> Progress:
         progress = super().choose(progress, records)
-        return replace(progress, plan=progress.plan.chosen(dev_choices(progress.dev_records(), self.cost)))
+        return chosen_again(progress, progress.plan, self.cost)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +134,7 @@ class GrowFixedK(Decoding):
     def choose(self, progress: Progress, records: Sequence[Record]) -> Progress:
         progress = super().choose(progress, records)
         grown = progress.plan.with_fixed_grid(progress.plan.fixed_grid + extended_k(progress.plan.fixed_grid))
-        return replace(progress, plan=grown.chosen(dev_choices(progress.dev_records(), self.cost)))
+        return chosen_again(progress, grown, self.cost)
 
     def done(self, progress: Progress) -> Progress:
         if note := edge_note(list(progress.plan.choices), progress.plan.fixed_grid):

@@ -14,7 +14,6 @@ load verifies before use unless told not to (``verify=False``: an artifact edite
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import uuid
@@ -32,6 +31,7 @@ from decode.artifacts.hub import ModelLoadError, hub_file, is_hub_id, tokenizer_
 from decode.artifacts.model_card import CARD_FILE, DEFAULT_FILES, is_generated, render_card
 from decode.artifacts.threshold_choice import ThresholdChoice, choice_name, choice_path, matching_choice
 from decode.artifacts.version import code_version
+from decode.digests import tensors_sha256
 from decode.head import AcceptanceHead
 from decode.metadata import ArtifactMetadata, HeadMetadata, ProfileMetadata, from_json
 from decode.profile import SVProfile
@@ -40,16 +40,6 @@ from decode.sampling import Sampling
 
 METADATA_KEY = "accept_heads"
 TENSORS_KEY = "tensors_sha256"  # the header's sha256 of the tensors (tensors_sha256)
-
-
-def tensors_sha256(tensors: Mapping[str, torch.Tensor]) -> str:
-    """sha256 over the tensors in name order: each one's name, dtype, shape and bytes."""
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name].detach().cpu().contiguous()
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}\n".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -124,7 +114,8 @@ def _choice_file(source: str | Path, file: Path, revision: str | None) -> Path |
 def _header(metadata: ArtifactMetadata, tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
     """The safetensors header: the record's document, stamped with the code writing it, and the tensors' sha256."""
     stamped = replace(metadata, code_version=code_version())
-    return {METADATA_KEY: json.dumps(stamped.to_json(), sort_keys=True), TENSORS_KEY: tensors_sha256(tensors)}
+    return {METADATA_KEY: json.dumps(stamped.to_json(), sort_keys=True),
+            TENSORS_KEY: tensors_sha256(sorted(tensors.items()))}
 
 
 def _verify(path: Path, kind: str, header: Mapping[str, str], tensors: Mapping[str, torch.Tensor]) -> None:
@@ -132,7 +123,7 @@ def _verify(path: Path, kind: str, header: Mapping[str, str], tensors: Mapping[s
     recorded, fix = header.get(TENSORS_KEY), f"export the {kind} again, or load it with verify=False to use it as it is"
     if recorded is None:
         raise ValueError(f"{path} records no sha256 of its tensors (written before loads verified them): {fix}")
-    actual = tensors_sha256(tensors)
+    actual = tensors_sha256(sorted(tensors.items()))
     if actual != recorded:
         raise ValueError(f"{path} is corrupt or was edited: its tensors hash to {actual[:12]}…, its header records "
                          f"{recorded[:12]}…; {fix}")

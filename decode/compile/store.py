@@ -29,6 +29,7 @@ import torch
 from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 from transformers import PreTrainedModel
 
+from decode.digests import tensors_sha256
 from decode.timing import device_name
 
 STORE_ENV = "ACCEPT_HEADS_COMPILED_DIR"
@@ -82,12 +83,7 @@ _WEIGHTS: WeakKeyDictionary[PreTrainedModel, str] = WeakKeyDictionary()
 def weights_digest(model: PreTrainedModel) -> str:
     """sha256 of ``model``'s parameters and buffers, computed once per model and process."""
     if model not in _WEIGHTS:
-        digest = hashlib.sha256()
-        for name, tensor in (*model.named_parameters(), *model.named_buffers()):
-            flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-            digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}".encode())
-            digest.update(flat.view(torch.uint8).numpy())  # the bytes in place, not a copy
-        _WEIGHTS[model] = digest.hexdigest()
+        _WEIGHTS[model] = tensors_sha256((*model.named_parameters(), *model.named_buffers()))
     return _WEIGHTS[model]
 
 
