@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from decode.digests import Loaded
 from decode.head_config import (
     DEPTH_FEATURE,
     HEAD_FEATURES,
@@ -32,7 +33,7 @@ class AcceptanceHead(nn.Module):
         self.metadata: HeadMetadata | None = None  # what its file records (None: made in memory)
         # its stop threshold h, chosen on dev by the evaluation (decode.artifacts.threshold_choice; None: none)
         self.threshold: float | None = None
-        self.verified = False  # its weights checked against the sha256 its file records (decode.load_head)
+        self.loaded: Loaded | None = None  # its file, and whether its recorded sha256 was checked (decode.load_head)
 
     def forward(self, hidden: Tensor, features: Tensor | None = None) -> Tensor:
         """Acceptance logits ``[...]`` from hidden states ``[..., H]`` (and features ``[..., F]``; a

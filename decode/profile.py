@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from decode.batch_costs import table_time
+from decode.digests import Loaded
 from decode.metadata import ProfileMetadata
 from decode.sampling import Sampling
 
@@ -150,6 +151,7 @@ class SVProfile:
     batch_sizes: Tensor | None = None
     batch_latency_table: Tensor | None = None
     metadata: ProfileMetadata | None = None  # what its file records (None: made in memory)
+    loaded: Loaded | None = None  # its file, and whether its recorded sha256 was checked (decode.load_profile)
 
     def __post_init__(self) -> None:
         nx, ny = self.bins

@@ -42,6 +42,9 @@ class DecodeStats:
     # compilation failed), and why a decode asked to compile ran eager (one line; None: it did not)
     compile: CompileConfig | None = None
     eager_reason: str | None = None
+    # the files of the models, head and profile this decode used that were loaded with ``verify=False`` (their
+    # recorded sha256 unchecked: decode.digests.Loaded); empty: every artifact was checked or made in memory
+    unverified_files: list[str] = field(default_factory=list)
 
     @property
     def discarded(self) -> int:

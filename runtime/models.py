@@ -35,18 +35,21 @@ def resolve_model_id(spec: ModelSpec, zoo_dir: str | None = None) -> str:
     return resolve_id(spec.id, zoo_dir)
 
 
-def _load(spec: ModelSpec, zoo_dir: str | None) -> tuple[str, PreTrainedModel]:
+def _load(spec: ModelSpec, zoo_dir: str | None, verify: bool) -> tuple[str, PreTrainedModel]:
     path = resolve_model_id(spec, zoo_dir)
-    return path, load_causal_lm(path, revision=spec.revision, dtype=spec.dtype, device_map=spec.device_map)
+    return path, load_causal_lm(path, revision=spec.revision, dtype=spec.dtype, device_map=spec.device_map,
+                                verify=verify)
 
 
-def load_trio(models: ModelsConfig, zoo_dir: str | None = None, *, with_companion: bool = True) -> Trio:
-    """Load the configured models; every model must share the target's tokenizer."""
-    target_path, target = _load(models.target, zoo_dir)
-    draft_path, draft = _load(models.draft, zoo_dir)
+def load_trio(models: ModelsConfig, zoo_dir: str | None = None, *, with_companion: bool = True,
+              verify: bool = True) -> Trio:
+    """Load the configured models; every model must share the target's tokenizer. A directory this project built is
+    checked against its record first (``verify=False``: not; :func:`decode.artifacts.hub.load_causal_lm`)."""
+    target_path, target = _load(models.target, zoo_dir, verify)
+    draft_path, draft = _load(models.draft, zoo_dir, verify)
     companion_path, companion = (None, None)
     if with_companion and models.companion is not None:
-        companion_path, companion = _load(models.companion, zoo_dir)
+        companion_path, companion = _load(models.companion, zoo_dir, verify)
     tokenizer = load_tokenizer(target_path, revision=models.target.revision)
     reference = tokenizer_hash(tokenizer)
     hashes = {"target": reference}

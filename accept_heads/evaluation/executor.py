@@ -66,10 +66,10 @@ class Executor:
     def build(cls, job: EvaluateJob, notes: dict[str, str]) -> Executor:
         """Load the models, discover the heads / profiles and load the prompt sets of ``job``."""
         d = job.decoding
-        trio = load_trio(job.models, job.paths.zoo_dir)
+        trio = load_trio(job.models, job.paths.zoo_dir, verify=d.verify)
         device = place(trio)
         sampling = Sampling(**asdict(job.sampling))
-        artifacts, described = discover(job.paths.head_dir, trio, sampling, notes)
+        artifacts, described = discover(job.paths.head_dir, trio, sampling, notes, d.verify)
         sets = load_sets(job.prompts, d, job.seed, trio.tokenizer, trio.target.config.max_position_embeddings)
         timed = alone_prompts(d, job.evaluate.wallclock, max(len(s.prompts) for s in sets))
         decoding = DecoderRunner(trio, sampling, job.rules, artifacts, d.max_new_tokens, job.seed,

@@ -114,9 +114,9 @@ def measure(lab: LeverBench, head: AcceptanceHead, variant: Variant, dev: Prompt
 def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Fit every lever on each head's train-split rounds and measure it on dev; the table and the fits."""
     notes: dict[str, str] = {}
-    trio = load_trio(job.models, job.paths.zoo_dir)
+    trio = load_trio(job.models, job.paths.zoo_dir, verify=job.decoding.verify)
     sampling = Sampling(**asdict(job.sampling))
-    artifacts, _ = discover(job.paths.head_dir, trio, sampling, notes)
+    artifacts, _ = discover(job.paths.head_dir, trio, sampling, notes, job.decoding.verify)
     context = trio.target.config.max_position_embeddings
     d = job.decoding
     dev = load_split(job.prompts, d, job.seed, trio.tokenizer, context, "dev", d.prompts["dev"])

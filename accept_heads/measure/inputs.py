@@ -119,9 +119,10 @@ def head_name(path: Path, root: Path, timing: str) -> str:
     return timing if relative == "." else relative
 
 
-def discover(head_dir: str, trio: Trio, sampling: Sampling,
-             notes: dict[str, str]) -> tuple[Artifacts, dict[str, Any]]:
-    """Load every ``head.safetensors`` / ``profile.safetensors`` under ``paths.head_dir`` (validated).
+def discover(head_dir: str, trio: Trio, sampling: Sampling, notes: dict[str, str],
+             verify: bool = True) -> tuple[Artifacts, dict[str, Any]]:
+    """Load every ``head.safetensors`` / ``profile.safetensors`` under ``paths.head_dir`` (validated; checked against
+    the sha256 each records unless ``verify`` is False).
 
     Artifacts that need the companion are left out (with a note) when no companion is configured.
     """
@@ -132,7 +133,7 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling,
         return artifacts, described
     for path in sorted(root.rglob("head.safetensors")):
         try:
-            head = load_head(path, draft=trio.draft, tokenizer=trio.tokenizer, sampling=sampling)
+            head = load_head(path, draft=trio.draft, tokenizer=trio.tokenizer, sampling=sampling, verify=verify)
         except ValueError as error:
             raise ConfigError(f"cannot evaluate {path} with these models: {error}") from error
         name = head_name(path, root, head.config.timing)
@@ -151,7 +152,7 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling,
         }
     for path in sorted(root.rglob("profile.safetensors")):
         try:
-            profile = load_profile(path, tokenizer=trio.tokenizer, sampling=sampling)
+            profile = load_profile(path, tokenizer=trio.tokenizer, sampling=sampling, verify=verify)
         except ValueError as error:
             raise ConfigError(f"cannot evaluate {path} with these models: {error}") from error
         name = head_name(path, root, "profile")

@@ -52,7 +52,7 @@ def labelled(job: StructureJob, trio: Trio, sampling: Sampling, rules: list[Rule
 def measure_structure(job: StructureJob) -> list[Structure]:
     """Every configured rule's structure on every set: the rules whose transform is greedy along the target's greedy
     responses, the others along its sampled ones (as ``make demo`` and ``make real`` collect them)."""
-    trio = load_trio(job.models, job.paths.zoo_dir)
+    trio = load_trio(job.models, job.paths.zoo_dir, verify=job.decoding.verify)
     sampling = Sampling(**asdict(job.sampling))
     rules = [build_rule(name, job.rules) for name in (job.structure.rules or job.rules.names)]
     depths = job.collect.depths

@@ -26,6 +26,9 @@ class DecodingConfig:
     # decode.compile): graphs built once per machine and kept in its graph store; batches decode eager
     compile: bool = False
     repeats: int = 5  # timed forwards per latency measured (per length, per model; median after one warm-up)
+    # check every head, SV profile and built draft against the sha256 it records before use; false loads artifacts
+    # edited on purpose, and each decode's stats name them (unverified_files)
+    verify: bool = True
 
     def __post_init__(self) -> None:
         if set(self.prompts) != {"dev", "test", "ood"}:

@@ -4,7 +4,8 @@ Any model spec (a hub id, a local directory written by ``save_pretrained``, or a
 converted once by :mod:`decode.artifacts.gguf`) goes through ``AutoModelForCausalLM.from_pretrained``
 / ``AutoTokenizer.from_pretrained``. When the model cannot be found (offline, typo, gated repo) or
 read, the caller gets a :class:`ModelLoadError` whose message is one readable line naming the model
-and the fix.
+and the fix. A directory this project built (a feature draft, with its :data:`BUILD_RECORD`) is checked against the
+sha256 its record lists for every file before it loads (``verify=False``: not; ``model.loaded`` records which).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-import decode.drafts.feature_model  # registers the feature draft with the Auto classes
 import decode.subset_vocab  # noqa: F401  (registers the reduced-vocabulary draft with the Auto classes)
-from decode.artifacts.gguf import GGUFError, converted_dir, is_gguf
+from decode.artifacts.gguf import GGUFError, converted_dir, file_sha256, is_gguf
+from decode.digests import Loaded
+from decode.drafts.feature_model import BUILD_RECORD  # importing it registers the feature draft with the Auto classes
 
 _DTYPES = {
     "float32": torch.float32,
@@ -86,22 +88,47 @@ def _local_checkpoint(name_or_path: str) -> str:
         raise ModelLoadError(str(error)) from None
 
 
+def check_recorded_files(directory: Path) -> None:
+    """Refuse, in one line, a directory whose files disagree with the sha256 its :data:`BUILD_RECORD` lists."""
+    record = directory / BUILD_RECORD
+    fix = "build it again, or load it with verify=False to use it as it is"
+    try:
+        files = json.loads(record.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ModelLoadError(f"{record} is unreadable ({type(error).__name__}): {fix}") from None
+    for name, digest in sorted(files.items()):
+        path = directory / name
+        if not path.is_file():
+            raise ModelLoadError(f"{path} is missing (listed in {record.name}): {fix}")
+        if (actual := file_sha256(path)) != digest:
+            raise ModelLoadError(f"{path} is corrupt or was edited: it hashes to {actual[:12]}…, {record.name} "
+                                 f"records {digest[:12]}…; {fix}")
+
+
 def load_causal_lm(
     name_or_path: str,
     *,
     revision: str | None = None,
     dtype: str | torch.dtype | None = "auto",
     device_map: str | dict[str, Any] | None = None,
+    verify: bool = True,
 ) -> PreTrainedModel:
-    """Load a causal LM in eval mode via ``AutoModelForCausalLM.from_pretrained``."""
+    """Load a causal LM in eval mode via ``AutoModelForCausalLM.from_pretrained``; a directory this project built is
+    checked first (:func:`check_recorded_files`; ``verify=False``: not, recorded in ``model.loaded``)."""
     kwargs: dict[str, Any] = {"revision": revision, "dtype": resolve_dtype(dtype)}
     if device_map is not None:
         kwargs["device_map"] = device_map
     path = _local_checkpoint(str(name_or_path))
+    directory = Path(path)
+    recorded = (directory / BUILD_RECORD).is_file()  # built by this project; a checkpoint from elsewhere has none
+    if recorded and verify:
+        check_recorded_files(directory)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     except (OSError, ValueError) as error:
         raise _load_error("model", str(name_or_path), revision, error) from error
+    if recorded:
+        model.loaded = Loaded(str(directory), verify)
     return model.eval()
 
 

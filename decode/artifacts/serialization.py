@@ -31,7 +31,7 @@ from decode.artifacts.hub import ModelLoadError, hub_file, is_hub_id, tokenizer_
 from decode.artifacts.model_card import CARD_FILE, DEFAULT_FILES, is_generated, render_card
 from decode.artifacts.threshold_choice import ThresholdChoice, choice_name, choice_path, matching_choice
 from decode.artifacts.version import code_version
-from decode.digests import tensors_sha256
+from decode.digests import Loaded, tensors_sha256
 from decode.head import AcceptanceHead
 from decode.metadata import ArtifactMetadata, HeadMetadata, ProfileMetadata, from_json
 from decode.profile import SVProfile
@@ -238,7 +238,7 @@ def load_head(
     ``filename`` (default ``head.safetensors``) names the file in a directory or repo. An unreachable
     id raises :class:`decode.artifacts.hub.ModelLoadError`. The metadata is available as ``head.metadata``, the ``h``
     the evaluation chose for this file as ``head.threshold`` (None: no record of it beside the file). The weights are
-    checked against the sha256 the file records (``verify=False``: not; ``head.verified`` says which).
+    checked against the sha256 the file records (``verify=False``: not; ``head.loaded`` records which).
     """
     file, path = _locate(source, "head", filename, revision)
     tensors, metadata = _read(file, "head", verify)
@@ -249,7 +249,7 @@ def load_head(
         head.load_state_dict(tensors)
     except RuntimeError as error:
         raise ValueError(f"head {path}: weights do not match its config {config} ({error})") from error
-    head.metadata, head.verified = metadata, verify
+    head.metadata, head.loaded = metadata, Loaded(str(file), verify)
     record = _choice_file(source, file, revision)
     choice = None if record is None else matching_choice(file, record)
     head.threshold = None if choice is None else choice.threshold
@@ -289,6 +289,6 @@ def load_profile(
     tensors, metadata = _read(file, "sv_profile", verify)
     check_compatibility(metadata, f"profile {path}", tokenizer=tokenizer, sampling=sampling, rule=rule)
     try:
-        return SVProfile(**tensors, metadata=metadata)
+        return SVProfile(**tensors, metadata=metadata, loaded=Loaded(str(file), verify))
     except TypeError as error:
         raise ValueError(f"profile {path}: unexpected tensors {sorted(tensors)} ({error})") from error

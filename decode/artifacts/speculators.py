@@ -39,6 +39,7 @@ from transformers import LlamaConfig, PretrainedConfig, PreTrainedModel
 
 from decode.artifacts.gguf import file_sha256
 from decode.artifacts.version import code_version
+from decode.digests import Loaded
 from decode.drafts import drafter_of
 from decode.drafts.feature_model import FeatureDraftConfig, FeatureDraftForCausalLM
 
@@ -228,10 +229,16 @@ def config_of(doc: dict, target: TargetShape) -> FeatureDraftConfig:
                               norm_output=bool(doc.get("norm_output", False)))
 
 
+def recorded_weights(doc: dict) -> str | None:
+    """The weights' sha256 a checkpoint this project exported records (``accept_heads``'s ``weights_sha256``); None
+    for one exported elsewhere."""
+    return (doc.get("accept_heads") or {}).get("weights_sha256")
+
+
 def check_weights(path: Path, doc: dict) -> None:
-    """Refuse weights whose sha256 is not the one a checkpoint this project exported records (``accept_heads``'s
-    ``weights_sha256``); one exported elsewhere records none and is read as it is."""
-    recorded = (doc.get("accept_heads") or {}).get("weights_sha256")
+    """Refuse weights whose sha256 is not the one the checkpoint records (:func:`recorded_weights`); one that records
+    none is read as it is."""
+    recorded = recorded_weights(doc)
     if recorded is not None and (actual := file_sha256(path / WEIGHTS_FILE)) != recorded:
         raise SpeculatorsError(f"{path / WEIGHTS_FILE} is corrupt or was edited: it hashes to {actual[:12]}…, its "
                                f"{CONFIG_FILE} records {recorded[:12]}…; export it again, or load it with "
@@ -247,6 +254,7 @@ def load_speculators(path: str | Path, target: PreTrainedModel, dtype: torch.dty
     doc = read_config(Path(path))
     config = config_of(doc, TargetShape.of(target))
     check_target(config, TargetShape.of(target))
+    recorded = recorded_weights(doc) is not None
     if verify:
         check_weights(Path(path), doc)
     tensors = load_file(str(Path(path) / WEIGHTS_FILE))
@@ -267,4 +275,6 @@ def load_speculators(path: str | Path, target: PreTrainedModel, dtype: torch.dty
     dtype = dtype or tensors["fc.weight"].dtype
     draft.load_state_dict({k: v if v.dtype == torch.long else v.to(dtype) for k, v in state.items()}, strict=True)
     draft.generation_config = target.generation_config
+    if recorded:
+        draft.loaded = Loaded(str(Path(path) / WEIGHTS_FILE), verify)
     return draft.to(dtype).eval()

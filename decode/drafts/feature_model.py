@@ -35,6 +35,9 @@ from decode.cache_api import cache_kwargs
 from decode.subset_vocab import SubsetVocabHead
 
 MODEL_TYPE = "llama_feature_draft"
+#: The record a built feature draft's directory carries (model_build.feature_draft): its recipe, its training and
+#: every file's sha256, which :func:`decode.artifacts.hub.load_causal_lm` checks before loading the directory.
+BUILD_RECORD = "feature_draft.json"
 #: How the first layer reads a token and its feature: this project's projection, or EAGLE-3's layer.
 FIRST_LAYERS = ("fc", "eagle3")
 

@@ -47,6 +47,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from decode.artifacts.serialization import check_compatibility
 from decode.compile.model import CompiledModel
 from decode.compile.owner import CompiledModels, DecoderForwards
+from decode.digests import unverified_files
 from decode.ensemble.ensemble_stats import EnsembleStats
 from decode.ensemble.sd_mode import MemberEnsemble, Members
 from decode.ensemble_fn import EnsembleFn
@@ -192,6 +193,7 @@ class EnsembleDecoder:
             stats, length = engine.stats, engine.cur
             stats.calls = [runner.calls for runner in runners]
         stats.wall_time_s = time.perf_counter() - start
+        stats.unverified_files = unverified_files(*self.models, policy_head(self.policy))
         if self.compile:
             stats.compile, stats.eager_reason = self._forwards.outcome(self.compiled_models())
         sequences = tokens[:, :length]

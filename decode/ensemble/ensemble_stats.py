@@ -32,6 +32,7 @@ class EnsembleStats:
     # compile ran eager (None: it did not)
     compile: CompileConfig | None = None
     eager_reason: str | None = None
+    unverified_files: list[str] = field(default_factory=list)  # as DecodeStats': loaded with verify=False
 
     @classmethod
     def empty(cls, mode: str, n: int) -> EnsembleStats:

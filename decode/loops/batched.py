@@ -100,6 +100,8 @@ class Decoder(Protocol):
     context: int | None  # the models' shortest context (max_position_embeddings)
     device: torch.device
 
+    def unverified_files(self) -> list[str]: ...
+
 
 def unpadded_rows(ids: Tensor | Sequence, attention_mask: Tensor) -> list[Tensor]:
     """The rows of a padded ``[B, n]`` batch without their padding (left or right: each row's mask must be
@@ -170,8 +172,10 @@ def generate_batch(
     finally:
         draft.close()
     wall = time.perf_counter() - start
+    unverified = decoder.unverified_files()
     for row in rows:
         row.stats.wall_time_s = wall
+        row.stats.unverified_files = list(unverified)
         row.stats.target_calls = target.row_calls[row.index]
         row.stats.draft_calls = draft.row_calls[row.index]
         row.stats.companion_calls = companion.row_calls[row.index] if companion is not None else 0

@@ -17,6 +17,7 @@ from decode.artifacts.hub import load_causal_lm, load_tokenizer
 from decode.artifacts.serialization import check_compatibility
 from decode.compile.model import CompiledModel
 from decode.compile.owner import CompiledModels, DecoderForwards
+from decode.digests import unverified_files
 from decode.drafts import drafter_of
 from decode.loops.batch_cache import Layout
 from decode.loops.batched import BatchDecodeOutput, generate_batch
@@ -109,6 +110,11 @@ class SpeculativeDecoder:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
+    def unverified_files(self) -> list[str]:
+        """The files of this decoder's models, head and profile loaded with ``verify=False`` (each decode's stats)."""
+        profile = self.policy.profile if isinstance(self.policy, SV) else None
+        return unverified_files(self.target, self.draft, self.companion, policy_head(self.policy), profile)
+
     def _check_artifacts(self) -> None:
         """Refuse a head or profile made for another rule / draft; warn on another sampling transform."""
         head = policy_head(self.policy)
@@ -200,6 +206,7 @@ class SpeculativeDecoder:
         stats.target_calls, stats.draft_calls = runners.target.calls, runners.draft.calls
         stats.companion_calls = runners.companion.calls if runners.companion is not None else 0
         stats.wall_time_s = time.perf_counter() - start
+        stats.unverified_files = self.unverified_files()
         if self.compile:
             stats.compile, stats.eager_reason = self._forwards.outcome(list(fast.values()))
         sequences = tokens[:, :length]

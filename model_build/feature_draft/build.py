@@ -19,7 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from data_gen.prompts import load_prompts
 from decode.artifacts.hub import native_bf16
-from decode.drafts.feature_model import FeatureDraftForCausalLM
+from decode.drafts.feature_model import BUILD_RECORD, FeatureDraftForCausalLM
 from model_build.model_store import file_hashes
 from model_build.zoo.build import machine_class
 from runtime.encoding import encode_prompts
@@ -29,7 +29,6 @@ from .model import FeatureDraftShape, frequent_tokens, initial_draft, trained_te
 from .shards import ShardPlan, ShardTimes, build_shards, read_sequences
 from .training import FeatureTraining, TrainingResult, train_feature_draft
 
-RECORD_FILE = "feature_draft.json"
 SHIPPED_DTYPE = torch.bfloat16
 
 
@@ -145,7 +144,7 @@ def build_feature_draft(target: PreTrainedModel, tokenizer: PreTrainedTokenizerB
 
 def started_from(directory: Path) -> dict:
     """What a warm-started draft continued from: the trained tensors' sha256 and that draft's recipe."""
-    record = json.loads((directory / RECORD_FILE).read_text())
+    record = json.loads((directory / BUILD_RECORD).read_text())
     return {"trained_sha256": file_hashes(directory, ["trained.safetensors"])["trained.safetensors"],
             "recipe": record["recipe"], "training_steps": record["training"]["steps"]}
 
@@ -169,7 +168,7 @@ def save_draft(draft: FeatureDraftForCausalLM, tokenizer: PreTrainedTokenizerBas
     save_file(state, staging / "model.safetensors", metadata={"format": "pt"})
     save_file(trained_tensors(draft, SHIPPED_DTYPE), staging / "trained.safetensors",
               metadata={"format": "pt", "config": draft.config.to_json_string()})
-    write_json(staging / RECORD_FILE, {**record, "files": file_hashes(staging)})
+    write_json(staging / BUILD_RECORD, {**record, "files": file_hashes(staging)})
     if out.exists():
         shutil.rmtree(out)
     staging.rename(out)

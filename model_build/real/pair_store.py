@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from decode.artifacts.gguf import converted_dir
 from decode.artifacts.hub import ModelLoadError, load_causal_lm, load_tokenizer
-from model_build.feature_draft.build import RECORD_FILE as FEATURE_BUILD_RECORD
+from decode.drafts.feature_model import BUILD_RECORD
 from model_build.model_store import ROLES, STUDENT_ROLES, InstalledModels, ModelStore, RealismMiss, file_hashes
 from runtime.install import cache_dir, write_json
 
@@ -203,7 +203,7 @@ def ship_feature_draft(name: str, draft_dir: Path, cache_dir: str | Path | None 
     """
     spec = _spec(name)
     pair = ensure_pair(name, cache_dir)
-    built = json.loads((draft_dir / FEATURE_BUILD_RECORD).read_text())
+    built = json.loads((draft_dir / BUILD_RECORD).read_text())
     with tempfile.TemporaryDirectory(prefix=".feature-", dir=pair.root.parent) as staging:
         installed = install_trained_feature_draft(pair, draft_dir, Path(staging))
         realism = feature.realism_of(spec, pair.root, installed)

@@ -32,6 +32,7 @@ from decode.artifacts.model_card import render_card
 from decode.artifacts.serialization import TENSORS_KEY, save_threshold_choice
 from decode.artifacts.threshold_choice import ThresholdChoice
 from decode.artifacts.version import code_version
+from decode.digests import Loaded, unverified_files
 from decode.head import PRE_FEATURES, head_features
 from decode.metadata import (
     HeadMetadata,
@@ -474,12 +475,12 @@ def test_a_head_or_profile_with_one_flipped_byte_is_refused_naming_the_file_unle
     head = AcceptanceHead(HeadConfig(hidden_size=8, depth=1))
     path = tmp_path / "head.safetensors"
     save_head(head, path, metadata(tokenizer, head))
-    assert load_head(path).verified  # negative control: the file as written loads, checked
+    assert load_head(path).loaded == Loaded(str(path), True)  # negative control: the file as written loads, checked
     _flip_a_weight_byte(path)
     with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is corrupt or was edited.*verify=False"):
         load_head(path)
     edited = load_head(path, verify=False)
-    assert not edited.verified
+    assert edited.loaded == Loaded(str(path), False)
     assert not all(torch.equal(a, b) for a, b in zip(edited.state_dict().values(), head.state_dict().values()))
 
     profile = SVProfile(x_edges=torch.tensor([0.0, 0.5, 1.0]), y_edges=torch.tensor([0.0, 0.5, 1.0]),
@@ -490,7 +491,9 @@ def test_a_head_or_profile_with_one_flipped_byte_is_refused_naming_the_file_unle
     _flip_a_weight_byte(profile_path)
     with pytest.raises(ValueError, match="is corrupt or was edited"):
         load_profile(profile_path)
-    assert load_profile(profile_path, verify=False).bins == (2, 2)
+    edited_profile = load_profile(profile_path, verify=False)
+    assert edited_profile.bins == (2, 2) and edited_profile.loaded == Loaded(str(profile_path), False)
+    assert unverified_files(edited, head, edited_profile, None) == [str(path), str(profile_path)]
 
 
 def test_a_head_file_that_records_no_sha256_is_refused_with_what_to_do(tmp_path, make_tokenizer):

@@ -13,6 +13,7 @@ target-fed ``q`` exactly where every candidate is a round's first (``Fixed(1)``;
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 import torch
@@ -20,9 +21,13 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from decode import Sampling, SpeculativeDecoder, policies, rules
+from decode.artifacts.gguf import file_sha256
+from decode.artifacts.hub import ModelLoadError, load_causal_lm
+from decode.digests import Loaded
+from decode.digests import loaded as record_of
 from decode.drafts import FeatureDrafter, PlainDrafter, drafter_of
 from decode.drafts.feature import FeatureFed
-from decode.drafts.feature_model import FeatureDraftForCausalLM, target_features, teacher_forced_rounds
+from decode.drafts.feature_model import BUILD_RECORD, FeatureDraftForCausalLM, target_features, teacher_forced_rounds
 from decode.head import head_features
 from decode.head_config import DEPTH_FEATURE, PRE_FEATURES, HeadConfig
 from tests.helpers.batched import BATCH_BUDGETS, BATCH_PROMPTS, SAMPLE_ROWS, target_greedy, wide_prompts
@@ -351,3 +356,29 @@ def test_a_batch_decodes_each_prompt_as_alone(request, draft, policy):
         assert batched.sequences[row][len(prompt):len(prompt) + len(alone)].tolist() == alone.tolist()
     other = decoder.generate(prompts[0], max_new_tokens=20, seed=seeds[1]).sequences[0, len(prompts[0]):]
     assert other.tolist() != batched.sequences[0][len(prompts[0]):len(prompts[0]) + len(other)].tolist()
+
+
+def test_a_built_draft_directory_with_one_flipped_byte_is_refused_unless_verify_is_off(featured_wide, tmp_path):
+    target, draft = featured_wide["target"], featured_wide["draft"]
+    draft.save_pretrained(tmp_path)
+    files = {p.name: file_sha256(p) for p in sorted(tmp_path.iterdir())}
+    (tmp_path / BUILD_RECORD).write_text(json.dumps({"files": files}))
+    assert load_causal_lm(str(tmp_path)).loaded == Loaded(str(tmp_path), True)  # negative control: intact, checked
+    weights = tmp_path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2 + 4] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError) as error:
+        load_causal_lm(str(tmp_path))
+    message = str(error.value)
+    assert "\n" not in message and f"{weights} is corrupt or was edited" in message and "verify=False" in message
+    edited = load_causal_lm(str(tmp_path), verify=False)
+    assert edited.loaded == Loaded(str(tmp_path), False)
+    stats = SpeculativeDecoder(target, edited, rule=rules.Greedy(), policy=policies.Fixed(2)).generate(
+        torch.tensor([[1, 2, 3]]), max_new_tokens=4).stats
+    assert stats.unverified_files == [str(tmp_path)]
+    checked = SpeculativeDecoder(target, draft, rule=rules.Greedy(), policy=policies.Fixed(2)).generate(
+        torch.tensor([[1, 2, 3]]), max_new_tokens=4).stats
+    assert checked.unverified_files == []  # made in memory: nothing to name
+    (tmp_path / BUILD_RECORD).unlink()
+    assert record_of(load_causal_lm(str(tmp_path))) is None  # built elsewhere: nothing recorded, read as it is

@@ -17,6 +17,7 @@ from decode.artifacts.speculators import (
     export_speculators,
     load_speculators,
 )
+from decode.digests import Loaded, loaded
 from decode.drafts.feature_model import feature_reads, target_features
 from tests.helpers.micro_models import micro_feature_draft, micro_lm
 
@@ -206,8 +207,8 @@ def test_weights_unlike_those_exported_are_refused_unless_verify_is_off_or_the_c
     with pytest.raises(SpeculatorsError) as error:
         load_speculators(out, target)
     assert "is corrupt or was edited" in one_line(error) and "verify=False" in str(error.value)
-    load_speculators(out, target, verify=False)
+    assert load_speculators(out, target, verify=False).loaded == Loaded(str(weights), False)
     config = json.loads((out / "config.json").read_text())
     del config["accept_heads"]  # as a checkpoint exported elsewhere: nothing recorded to check against
     (out / "config.json").write_text(json.dumps(config))
-    load_speculators(out, target)
+    assert loaded(load_speculators(out, target)) is None
