@@ -5,7 +5,10 @@
   ``Σ w_i = 1``. Under greedy decoding ``r`` is the one-hot argmax of ``Σ_i w_i softmax(l_i)``.
 * ``contrastive`` (logit level): one *expert* ``e`` (default: the last model) and amateurs
   ``i ≠ e`` with coefficients ``μ_i``: ``r = transform(l_e − Σ_{i≠e} μ_i l_i)``. The transform acts
-  on the combined logits, so greedy is its argmax.
+  on the combined logits, so greedy is its argmax. A token an amateur cannot score (a reduced
+  vocabulary's fill logit, :mod:`decode.subset_vocab`; at or below :data:`MASKED_LOGIT`) counts at
+  that amateur's lowest logit of the row: as unlikely as its least likely token, not infinitely
+  unlikely, which would subtract ``−∞`` and put all of ``r`` on the tokens the draft never proposes.
 
 This is the one definition of the ensemble distribution: the two-model rule
 :class:`decode.rules.Ensemble` (``weighted`` with ``weights=(λ, 1−λ)``, ``contrastive`` with expert
@@ -20,10 +23,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from decode.sampling import Sampling, one_hot_argmax
 
+#: A logit at or below this marks a token its model cannot score (a reduced vocabulary's fill).
+MASKED_LOGIT = -1e30
 #: Default contrastive coefficient ``μ`` of every amateur.
 DEFAULT_MU = 0.1
 #: Default weight ``λ`` of the proposer ``q`` in the two-model weighted ensemble ``λ q + (1−λ) p``.
@@ -90,7 +96,9 @@ class EnsembleFn:
         coef = self.coefficients(logits.shape[0])
         logits = logits.float()
         if self.kind == "contrastive":
-            return sampling.probs(_combine(coef, logits))
+            expert = self.expert % logits.shape[0]
+            members = [member if i == expert else scored_floor(member) for i, member in enumerate(logits)]
+            return sampling.probs(_combine(coef, torch.stack(members)))
         if sampling.greedy:
             return one_hot_argmax(_combine(coef, logits.softmax(-1)))
         return _combine(coef, sampling.probs(logits))
@@ -104,6 +112,13 @@ class EnsembleFn:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.spec().items())
         return f"EnsembleFn({args})"
+
+
+def scored_floor(logits: Tensor) -> Tensor:
+    """``logits [..., V]`` with each masked token's (:data:`MASKED_LOGIT`) raised to its row's lowest scored one."""
+    masked = logits <= MASKED_LOGIT
+    floor = logits.masked_fill(masked, math.inf).amin(-1, keepdim=True)
+    return torch.where(masked, floor, logits)
 
 
 def _combine(coef: list[float], stacked: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ from decode import EnsembleFn, Sampling, rules
 from decode.divergence import js, kl, tv
 from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT
 from decode.profile import SVProfile, goodput_length, sv_indicators
+from decode.subset_vocab import SubsetVocabLlamaConfig, SubsetVocabLlamaForCausalLM
 
 
 def random_logits(rows: int = 6, vocab: int = 10, seed: int = 0) -> torch.Tensor:
@@ -169,3 +170,32 @@ def test_sv_alpha_given_x_is_the_count_weighted_row_mean():
     assert profile.alpha(x, y).tolist() == pytest.approx([0.7, 0.7])
     latency = torch.tensor([1.0, 1.2])
     assert SVProfile(**{**profile.tensors(), "latency": latency}).verification_length(x, y) == 1
+
+
+def test_the_contrastive_label_is_not_zero_for_a_draft_with_a_reduced_vocabulary():
+    """A reduced-vocabulary draft scores the tokens outside its subset at the lowest finite logit; subtracting μ times
+    that would put all of ``r`` on tokens the draft never proposes (every label 0, as the real pair's collection
+    showed). Masked tokens count at the draft's lowest scored logit instead."""
+    config = SubsetVocabLlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, draft_vocab_size=4)
+    torch.manual_seed(0)
+    draft = SubsetVocabLlamaForCausalLM(config).eval()
+    draft.lm_head.token_ids.copy_(torch.tensor([3, 5, 8, 13]))
+    ids = torch.randint(0, 32, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        q_logits = draft(ids).logits[0]  # [12, 32]
+    p_logits = random_logits(12, 32, seed=2) * 3
+    y = q_logits.argmax(-1)
+    rule = rules.Ensemble("contrastive", mu=DEFAULT_MU)
+    labels = rule.label(p_logits, q_logits, y)
+    assert (labels > 0).all() and (labels < 1).any()
+    floor = torch.where(q_logits <= -1e30, q_logits[:, [3, 5, 8, 13]].amin(-1, keepdim=True), q_logits)
+    expected = rule.accept_probs(Sampling().probs(p_logits - DEFAULT_MU * floor), Sampling().probs(q_logits), y)
+    torch.testing.assert_close(labels, expected)
+    # negative control: the raw combination subtracts μ times the fill logit, and every label is 0
+    raw = Sampling().probs(p_logits - DEFAULT_MU * q_logits.float())
+    assert rule.accept_probs(raw, Sampling().probs(q_logits), y).max() == 0
+    # a draft that scores every token is combined as it was
+    full = random_logits(12, 32, seed=3)
+    torch.testing.assert_close(rule.verifier_probs(p_logits, full, Sampling()),
+                               Sampling().probs(p_logits - DEFAULT_MU * full))
