@@ -31,7 +31,7 @@ from decode.loops.speculative_decoder import SpeculativeDecoder
 from decode.loops.target_alone import generate_target_alone
 from decode.policies.base import Policy
 from decode.policies.schedules import Fixed, TargetOnly
-from decode.policies.sources import HeadEstimate, OnlineMargin
+from decode.policies.sources import HeadEstimate, VLLMEstimator
 from decode.policies.stop_policy import GoodputHead, Head, StopPolicy
 from decode.policies.stops import SurvivalStop
 from decode.policies.sv import SV
@@ -140,9 +140,9 @@ def run_goodput(args: argparse.Namespace, target: PreTrainedModel, draft: PreTra
                      ("GoodputHead (batch costs)", GoodputHead(head, costs.batch_one(), batch_costs=costs))]
     if profile is not None:
         policies.append((f"SV(k={sv_k}, batch costs)", SV(profile, k=sv_k, batch_latency=costs.verify_time)))
-    margin = OnlineMargin()  # vLLM's estimator, learning along the whole comparison
-    policies += [("MarginBudget (survival, batch costs)",
-                  StopPolicy(margin, SurvivalStop(costs, k_max=max(args.k_grid)))),
+    estimator = VLLMEstimator()  # vLLM's released estimator, learning along the whole comparison
+    policies += [("vLLM estimator, survival budget (batch costs)",
+                  StopPolicy(estimator, SurvivalStop(costs, k_max=max(args.k_grid)))),
                  (TARGET_LOOP, TargetOnly())]
     if head is not None:
         policies.append(("HeadBudget (survival, batch costs)", StopPolicy(HeadEstimate(head), SurvivalStop(costs))))

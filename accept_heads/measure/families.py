@@ -261,6 +261,8 @@ SOURCE_TRAITS.update({
     # the online logistic learns along a set's prompts in order, so they decode one after another
     "margin": SourceTraits(rows_alone=False, colors={"h": "tab:gray", "goodput": "darkslategray",
                                                      "budget": "slateblue"}),
+    # vLLM's released estimator learns along a set's prompts in order too, from its cold start
+    "vllm": SourceTraits(rows_alone=False, colors={"h": "orchid", "goodput": "darkmagenta", "budget": "magenta"}),
     "head": SourceTraits(colors={"h": "tab:red", "goodput": "tab:brown", "budget": "darkred"}),
     # recalibrated on each request's own rounds from the head as exported: rows decide as alone
     "head-online": SourceTraits(colors={"h": "orangered", "goodput": "sienna", "budget": "firebrick"}),

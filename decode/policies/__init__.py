@@ -19,6 +19,7 @@ from decode.policies.sources import (
     HeadEstimate,
     OnlineMargin,
     TrueAcceptance,
+    VLLMEstimator,
 )
 from decode.policies.stop_policy import GoodputHead, Head, StopPolicy
 from decode.policies.stops import Goodput, StopRule, SurvivalStop, Threshold
@@ -52,4 +53,5 @@ __all__ = [
     "TargetOnly",
     "Threshold",
     "TrueAcceptance",
+    "VLLMEstimator",
 ]

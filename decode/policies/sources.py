@@ -7,8 +7,10 @@ DESIGN §5): :class:`TrueAcceptance`. Training-free, what the engines estimate a
 
 - :class:`DraftConfidence`: the draft's top probability ``max q_i`` (HF's and llama.cpp's confidence);
 - :class:`EntropyBound`: AdaEDL's entropy bound ``1 − sqrt(γ·H(q_i))``;
-- :class:`OnlineMargin`: vLLM's online logistic on the draft's top-2 log-probability margin, one intercept and
-  slope per position, refitted on the decoder's own verified rounds (:class:`MarginLogistic`).
+- :class:`VLLMEstimator`: the online logistic vLLM 0.32 released, ``σ(ω·logit(max q_i) + β_i)`` with one slope
+  shared by every position, from its cold start, one damped Newton step every 100 rounds (:class:`VLLMLogistic`);
+- :class:`OnlineMargin`: this project's online logistic on the draft's top-2 log-probability margin, one intercept
+  and slope per position, refitted to convergence on the decoder's own verified rounds (:class:`MarginLogistic`).
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ class MarginLogistic:
     Every ``refit_every`` rounds each position with ``min_count`` observations of both outcomes is refitted on all of
     its observations (Newton's method on the log-loss with a small ridge on the slope); the other positions use the
     fit pooled over every position. Before the first fit ``P̂`` is the acceptance rate observed so far, starting at ½
-    (vLLM verifies everything while it warms up; here the source decides how far to draft, so it needs an estimate).
+    (the source decides how far to draft from the first round, so it needs an estimate).
     State is kept across generations, as an engine keeps it across requests.
     """
 
@@ -223,8 +225,9 @@ def fit_logistic(observations: list[tuple[float, bool]], ridge: float = 1e-4, st
 
 @register_source
 class OnlineMargin(AcceptanceSource):
-    """vLLM's acceptance estimate for a draft without a confidence head: :class:`MarginLogistic` on the draft's
-    top-2 margin, learning from this decoder's own verified rounds (no training data).
+    """An online margin logistic: :class:`MarginLogistic` on the draft's top-2 margin, learning from this decoder's
+    own verified rounds (no training data). Not what vLLM released (:class:`VLLMEstimator`): two parameters per
+    position on another feature, refitted to convergence.
 
     A batch's rows share one fit (:meth:`fresh`) and each keeps its round's margins.
     """
@@ -249,6 +252,118 @@ class OnlineMargin(AcceptanceSource):
             if i in self.margins:
                 self.fit.observe(i, self.margins[i], outcome)
         self.margins = {}
+        self.fit.end_round()
+
+
+MAX_LOG_ODDS = 40.0  # vLLM's clamp of its feature: a one-hot draft's log-odds are infinite
+
+
+def top_log_odds(sampling: Sampling, q_logits: Tensor) -> float:
+    """``logit(max q) = log(max q / Σ_{z ≠ argmax} q_z)`` of the draft's confidence-type distribution, clamped to
+    ``±``:data:`MAX_LOG_ODDS` (vLLM's feature: it scores the distribution, not the token drawn from it)."""
+    q = sampling.feature_probs(q_logits).double().reshape(-1)
+    top = int(q.argmax())
+    rest = float(torch.cat([q[:top], q[top + 1:]]).sum())
+    odds = math.log(float(q[top])) - math.log(rest) if rest > 0 else math.inf
+    return min(max(odds, -MAX_LOG_ODDS), MAX_LOG_ODDS)
+
+
+class VLLMLogistic:
+    """The online logistic vLLM 0.32 released (``OnlineAcceptanceEstimator``): ``P̂_k = σ(ω·f + β_k)`` with ``f``
+    the draft's :func:`top_log_odds`, one slope ``ω`` shared by every position and an intercept ``β_k`` per position.
+
+    It starts at ``ω = 0.5, β_k = −0.2``. Each verified round's observed candidates (accepted: 1, the first rejected:
+    0) add to Newton-IRLS statistics with the weight and residual of the prediction made when they were drafted; every
+    ``refit_every`` rounds one damped Newton step solves ``(XᵀWX + λI)Δθ = Xᵀ(y − p)`` for ``θ = (ω, β)`` (an
+    arrowhead system: the slope's row couples every position), damped by ``n / (n + DAMPING)`` (all observations for
+    ``ω``, the position's for ``β_k``), a step that would make ``ω`` negative is dropped, and the statistics are
+    cleared. State is kept across generations, as the engine keeps it across requests (DESIGN §2).
+    """
+
+    INIT_SLOPE, INIT_BIAS = 0.5, -0.2
+    REFIT_INTERVAL = 100
+    DAMPING = 50.0
+    L2 = 1e-3
+
+    def __init__(self, refit_every: int = REFIT_INTERVAL) -> None:
+        if refit_every < 1:
+            raise ValueError(f"VLLMLogistic needs refit_every >= 1, got {refit_every}")
+        self.refit_every = refit_every
+        self.slope = self.INIT_SLOPE
+        self.intercepts: dict[int, float] = {}  # position (1-based) → β; INIT_BIAS where none was fitted
+        # position → [Σ w f², Σ w f, Σ w, Σ r f, Σ r, n] since the last refit (w = p(1 − p), r = y − p)
+        self.stats: dict[int, list[float]] = {}
+        self.rounds_since_fit, self.refits = 0, 0
+
+    def predict(self, i: int, feature: float) -> float:
+        """``P̂`` of a candidate at position ``i`` with feature ``feature``."""
+        return 1.0 / (1.0 + math.exp(-(self.slope * feature + self.intercepts.get(i, self.INIT_BIAS))))
+
+    def observe(self, i: int, feature: float, predicted: float, accepted: bool) -> None:
+        """Fold one verified candidate at position ``i`` (``predicted``: its ``P̂`` when it was drafted)."""
+        w, r = predicted * (1.0 - predicted), float(accepted) - predicted
+        row = self.stats.setdefault(i, [0.0] * 6)
+        for j, value in enumerate((w * feature * feature, w * feature, w, r * feature, r, 1.0)):
+            row[j] += value
+
+    def end_round(self) -> None:
+        """Count a verified round; refit every ``refit_every`` rounds."""
+        self.rounds_since_fit += 1
+        if self.rounds_since_fit >= self.refit_every:
+            self.refit()
+
+    def refit(self) -> None:
+        """One damped Newton step on the statistics since the last refit, which it clears."""
+        self.rounds_since_fit = 0
+        positions = sorted(self.stats)
+        if not positions:
+            return
+        a_k, b_k, c_k, g0_k, g1_k, n_k = (torch.tensor(column, dtype=torch.float64)
+                                          for column in zip(*(self.stats[i] for i in positions)))
+        c_k = c_k + self.L2
+        a, g0, total = float(a_k.sum()) + self.L2, float(g0_k.sum()), float(n_k.sum())
+        step_w = (g0 - float((b_k * g1_k / c_k).sum())) / (a - float((b_k * b_k / c_k).sum()))
+        step_w *= total / (total + self.DAMPING)
+        if math.isnan(step_w) or self.slope + step_w < 0:
+            step_w = 0.0
+        self.slope += step_w
+        step_b = (g1_k - b_k * step_w) / c_k * n_k / (n_k + self.DAMPING)
+        for i, step in zip(positions, step_b.tolist(), strict=True):
+            self.intercepts[i] = self.intercepts.get(i, self.INIT_BIAS) + (0.0 if math.isnan(step) else step)
+        self.stats = {}
+        self.refits += 1
+
+
+@register_source
+class VLLMEstimator(AcceptanceSource):
+    """vLLM's released acceptance estimator (:class:`VLLMLogistic`), learning from this decoder's own verified
+    rounds from its cold start; vLLM trims its drafts by it at the goodput its cost tables give (the kind ``vllm``).
+
+    A batch's rows share one fit (:meth:`fresh`) and each keeps its round's features and predictions; the fit counts
+    one row's round as one of vLLM's steps (equal at batch 1, where its estimate runs in the league).
+    """
+
+    name = "vllm"
+    named_stop = "goodput"
+
+    def __init__(self, fit: VLLMLogistic | None = None) -> None:
+        self.fit = fit if fit is not None else VLLMLogistic()
+        self.drafted: dict[int, tuple[float, float]] = {}  # position → (feature, P̂ as drafted)
+
+    def fresh(self) -> VLLMEstimator:
+        return VLLMEstimator(self.fit)
+
+    def estimate(self, state: DraftRound) -> float:
+        feature = top_log_odds(state.sampling, state.latest.step.q_logits)
+        predicted = self.fit.predict(state.i, feature)
+        self.drafted[state.i] = (feature, predicted)
+        return predicted
+
+    def end_round(self, verified: int, accepted: int) -> None:
+        for i, outcome in observed_outcomes(verified, accepted):
+            if i in self.drafted:
+                self.fit.observe(i, *self.drafted[i], outcome)
+        self.drafted = {}
         self.fit.end_round()
 
 

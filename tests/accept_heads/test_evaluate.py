@@ -149,7 +149,7 @@ def test_the_league_figure_draws_each_familys_best_below_the_best_fixed_k(evalua
     best = dev.loc[dev.groupby(dev["family"].map(source_family))["throughput_cost"].idxmax()]
     chosen = dict(zip(best["family"].map(source_family), best["policy"]))  # family → its best run on dev
     families = [name for name in dict.fromkeys(map(source_family, league)) if name in chosen]  # learned first
-    assert {"head", "head-online", "margin", "confidence"} <= set(families)
+    assert {"head", "head-online", "margin", "vllm", "confidence"} <= set(families)
     entries = panels["speculative — test"]
     assert [entry for entry, _, _, _ in entries] == [REFERENCE, *families]
     test = table[rule & (table["set"] == "test")].set_index("policy")

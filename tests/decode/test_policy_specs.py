@@ -19,6 +19,7 @@ from decode.policies.sources import (
     OnlineHead,
     OnlineMargin,
     TrueAcceptance,
+    VLLMEstimator,
     register_source,
 )
 from decode.policies.stops import STOPS, Goodput, SurvivalStop, Threshold, register_stop
@@ -37,7 +38,8 @@ from tests.helpers.policy_specs import BATCH_SPECS, COSTS, SPECS, buildable, pol
 #: The kinds before acceptance sources and stop rules were registries: every one still reads (issue 63).
 TODAYS_KINDS = ["fixed", "heuristic", "confidence", "confidence-h", "confidence-goodput", "confidence-refit", "svip",
                 "adaedl", "margin", "margin-goodput", "head", "head-goodput", "head-budget", "margin-budget", "sv",
-                "head-online", "head-online-goodput", "head-online-budget", "perfect", "perfect-goodput", "oracle"]
+                "head-online", "head-online-goodput", "head-online-budget", "perfect", "perfect-goodput", "oracle",
+                "vllm", "vllm-h", "vllm-budget"]
 
 
 @pytest.fixture()
@@ -50,7 +52,7 @@ def test_the_registries_hold_what_serving_needs_and_no_evaluation_trait():
     but where both take a parameter and where a source read in hindsight meets a stop only a batch takes; a spec
     class, a source and a stop declare their name, parameters and the artifact read only (how the evaluation sweeps,
     tables and draws a kind is declared there)."""
-    assert list(SOURCES) == ["confidence", "adaedl", "margin", "head", "head-online", "perfect"]
+    assert list(SOURCES) == ["confidence", "adaedl", "margin", "vllm", "head", "head-online", "perfect"]
     assert list(STOPS) == ["h", "goodput", "budget"]
     assert list(POLICY_SPECS) == ["fixed", "heuristic", "confidence", "confidence-refit", "svip", "source-stop", "sv",
                                   "oracle"]
@@ -90,8 +92,8 @@ def test_each_spec_round_trips_through_its_flat_form(spec):
 
 
 def test_todays_kind_names_read_and_a_source_under_the_stop_it_names_is_named_by_the_source_alone():
-    assert source_stop_aliases() == {"adaedl-goodput": "adaedl", "margin-h": "margin", "head-h": "head",
-                                     "head-online-h": "head-online", "perfect-h": "perfect"}
+    assert source_stop_aliases() == {"adaedl-goodput": "adaedl", "margin-h": "margin", "vllm-goodput": "vllm",
+                                     "head-h": "head", "head-online-h": "head-online", "perfect-h": "perfect"}
     assert [policy_spec(kind, 0.5, "pre").kind for kind in TODAYS_KINDS] == TODAYS_KINDS
     assert policy_spec("head-h", 0.8, "pre") == policy_spec("head", 0.8, "pre") == SourceStopSpec("head", "h", 0.8,
                                                                                                      "pre")
@@ -111,7 +113,8 @@ def test_each_spec_builds_the_policy_it_names(inputs):
     refit = built["RefitConfidenceSpec()"]
     assert isinstance(refit, RefitConfidence) and (refit.fit.tau, refit.k_max) == (0.4, 20)
     pairs = [spec for spec in SPECS if isinstance(spec, SourceStopSpec)]
-    classes = {"confidence": DraftConfidence, "adaedl": EntropyBound, "margin": OnlineMargin, "head": HeadEstimate,
+    classes = {"confidence": DraftConfidence, "adaedl": EntropyBound, "margin": OnlineMargin, "vllm": VLLMEstimator,
+               "head": HeadEstimate,
                "head-online": OnlineHead, "perfect": TrueAcceptance, "h": Threshold, "goodput": Goodput}
     for spec in pairs:
         policy = built[repr(spec)]

@@ -1,4 +1,5 @@
-"""Training-free acceptance sources: the online margin logistic's fit and feedback, the entropy bound and SVIP."""
+"""Training-free acceptance sources: the online margin logistic's fit and feedback, vLLM's released estimator, the
+entropy bound and SVIP."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from decode.policies.sources import (
     MarginLogistic,
     OnlineHead,
     OnlineMargin,
+    VLLMEstimator,
+    VLLMLogistic,
     draft_entropy,
     fit_logistic,
     logit,
     top2_margin,
+    top_log_odds,
 )
 from decode.policies.stop_policy import StopPolicy
 from decode.policies.stops import Threshold
@@ -97,6 +101,82 @@ def test_a_batchs_rows_share_one_fit_and_keep_their_own_round():
     assert rows[1].source.margins == {}
     rows[0].end_round(1, 1, 1)
     assert policy.source.fit.observations == {1: [(pytest.approx(2.0), True)]}
+
+
+def sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+#: A hand-made batch for vLLM's estimator: (position, feature, accepted).
+VLLM_BATCH = [(1, 2.0, True), (2, 0.0, False), (1, 1.0, False)]
+
+
+def test_vllms_estimator_starts_cold_at_its_released_coefficients():
+    logits = torch.tensor([2.0, 0.0, -30.0])
+    assert top_log_odds(Sampling(), logits) == pytest.approx(2.0, abs=1e-6)  # log(e² / (1 + e⁻³⁰)), float32 q
+    assert top_log_odds(Sampling(), torch.tensor([50.0, 0.0])) == 40.0  # clamped, as vLLM clamps it
+    source = VLLMEstimator()
+    assert source.estimate(round_with([2.0], Sampling())) == pytest.approx(sigmoid(0.5 * 2.0 - 0.2))
+    assert source.fit.predict(5, 0.0) == pytest.approx(sigmoid(-0.2))  # every position starts at β = −0.2
+
+
+def _refitted(batch: list[tuple[int, float, bool]], damping: float | None = None) -> VLLMLogistic:
+    fit = VLLMLogistic(refit_every=2)
+    if damping is not None:
+        fit.DAMPING = damping
+    for i, feature, accepted in batch:
+        fit.observe(i, feature, fit.predict(i, feature), accepted)
+    fit.end_round()
+    assert fit.refits == 0  # it refits every refit_every rounds, not before
+    fit.end_round()
+    assert fit.refits == 1 and fit.stats == {}
+    return fit
+
+
+def test_one_newton_refit_of_vllms_estimator_equals_the_hand_computed_step():
+    # by hand: p = σ(0.5 f − 0.2) at each observation, w = p(1 − p), r = y − p, λ = 10⁻³
+    p = [sigmoid(0.5 * f - 0.2) for _, f, _ in VLLM_BATCH]
+    w = [q * (1 - q) for q in p]
+    r = [float(y) - q for (_, _, y), q in zip(VLLM_BATCH, p)]
+    a = w[0] * 4.0 + w[2] * 1.0 + 1e-3  # Σ w f² over every position, plus λ
+    b1, c1, g11 = w[0] * 2.0 + w[2] * 1.0, w[0] + w[2] + 1e-3, r[0] + r[2]  # position 1
+    b2, c2, g12 = 0.0, w[1] + 1e-3, r[1]  # position 2 (f = 0)
+    g0 = r[0] * 2.0 + r[2] * 1.0
+    step_w = (g0 - b1 * g11 / c1 - b2 * g12 / c2) / (a - b1 * b1 / c1 - b2 * b2 / c2)
+    damped_w = step_w * 3 / (3 + 50)  # three observations in all
+    fit = _refitted(VLLM_BATCH)
+    assert fit.slope == pytest.approx(0.5 + damped_w, rel=1e-12)
+    assert fit.intercepts[1] == pytest.approx(-0.2 + (g11 - b1 * damped_w) / c1 * 2 / 52, rel=1e-12)
+    assert fit.intercepts[2] == pytest.approx(-0.2 + (g12 - b2 * damped_w) / c2 * 1 / 51, rel=1e-12)
+    # undamped, the arrowhead elimination is the full Newton system's solution (an independent solve)
+    undamped = _refitted(VLLM_BATCH, damping=0.0)
+    design = np.array([[f, i == 1, i == 2] for i, f, _ in VLLM_BATCH], dtype=float)
+    hessian = design.T @ np.diag(w) @ design + 1e-3 * np.eye(3)
+    expected = np.array([0.5, -0.2, -0.2]) + np.linalg.solve(hessian, design.T @ np.array(r))
+    assert [undamped.slope, undamped.intercepts[1], undamped.intercepts[2]] == pytest.approx(expected.tolist())
+    # negative control: the other labels move the coefficients elsewhere
+    flipped = _refitted([(i, f, not y) for i, f, y in VLLM_BATCH])
+    assert flipped.slope != pytest.approx(fit.slope) and flipped.intercepts[1] != pytest.approx(fit.intercepts[1])
+
+
+def test_a_refit_that_would_make_vllms_slope_negative_keeps_the_slope():
+    fit = _refitted([(1, 3.0, False)] * 30 + [(1, -3.0, True)] * 30)  # acceptance falling with confidence
+    assert fit.slope == 0.5 and fit.intercepts[1] != -0.2  # the intercept still learns
+
+
+def test_vllms_estimator_learns_from_the_observed_candidates_and_shares_its_fit_along_a_batch():
+    source = VLLMEstimator(VLLMLogistic(refit_every=1000))
+    rows = [source.fresh(), source.fresh()]
+    assert rows[0].fit is rows[1].fit is source.fit
+    state = DraftRound(Sampling())
+    for margin in (3.0, 2.0, 1.0, 0.5):
+        state.next = DraftStep(torch.tensor([margin, 0.0, -30.0]))
+        state.draw(torch.tensor(0))
+        rows[0].estimate(state)
+    assert rows[1].drafted == {}
+    rows[0].end_round(verified=4, accepted=2)
+    assert {i: round(row[5]) for i, row in source.fit.stats.items()} == {1: 1, 2: 1, 3: 1}  # the 4th unobserved
+    assert source.fit.rounds_since_fit == 1 and rows[0].drafted == {}
 
 
 def test_margin_entropy_and_confidence_read_the_drafts_transformed_distribution():

@@ -19,7 +19,8 @@ DATA_OVERRIDES = [
     "collect.shard_size=8",
 ]
 #: The h grid of every source under the h stop (a head's, the perfect predictor's, the training-free ones').
-H_GRIDS = [f"+evaluate.grids.{kind}=[0.5,0.9]" for kind in ("confidence-h", "margin", "head", "head-online", "perfect")]
+H_GRIDS = [f"+evaluate.grids.{kind}=[0.5,0.9]" for kind in ("confidence-h", "margin", "vllm-h", "head", "head-online",
+                                                                 "perfect")]
 #: A head trained in seconds on that data (and the evaluations of it: h chosen on 2 dev prompts).
 TRAIN_OVERRIDES = [
     "optim.batch_size=2",

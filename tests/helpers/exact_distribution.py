@@ -16,7 +16,15 @@ from decode.costs import CostModel
 from decode.head import PRE_FEATURES, AcceptanceHead
 from decode.head_config import PREVIOUS_TOKEN, REQUEST_FEATURE, ROUND_FEATURE, TOP_K_FEATURES
 from decode.policies.schedules import SVIP, RefitConfidence
-from decode.policies.sources import DraftConfidence, EntropyBound, MarginLogistic, OnlineHead, OnlineMargin
+from decode.policies.sources import (
+    DraftConfidence,
+    EntropyBound,
+    MarginLogistic,
+    OnlineHead,
+    OnlineMargin,
+    VLLMEstimator,
+    VLLMLogistic,
+)
 from decode.policies.stops import Goodput, Threshold
 
 PROMPT = torch.tensor([[0, 1]])
@@ -145,6 +153,10 @@ POLICIES: dict[str, Callable[[dict], policies.Policy]] = {
     "margin_goodput": lambda m: policies.StopPolicy(OnlineMargin(MarginLogistic(refit_every=5, min_count=4)),
                                                     Goodput(CostModel(t_draft=0.1, t_target=1.0, t_companion=0.0),
                                                             k_max=4)),
+    # vLLM's released estimator from its cold start, one Newton step every 5 rounds
+    "vllm": lambda m: policies.StopPolicy(VLLMEstimator(VLLMLogistic(refit_every=5)), Threshold(0.8, k_max=4)),
+    "vllm_goodput": lambda m: policies.StopPolicy(VLLMEstimator(VLLMLogistic(refit_every=5)), Goodput(
+        CostModel(t_draft=0.1, t_target=1.0, t_companion=0.0), k_max=4)),
     "adaedl": lambda m: policies.StopPolicy(EntropyBound(gamma=0.2), Threshold(0.6, k_max=4)),
     "adaedl_goodput": lambda m: policies.StopPolicy(EntropyBound(gamma=0.2), Goodput(
         CostModel(t_draft=0.3, t_target=1.0, t_companion=0.0), k_max=4)),

@@ -31,13 +31,14 @@ from decode.sampling import Sampling
 SPECS = [FixedSpec(4), HeuristicSpec(), ConfidenceSpec(0.3), SourceStopSpec("confidence", "h", 0.6),
          SourceStopSpec("confidence", "goodput"), RefitConfidenceSpec(), SVIPSpec(0.9),
          SourceStopSpec("adaedl", "goodput", 0.1), SourceStopSpec("margin", "h", 0.5),
-         SourceStopSpec("margin", "goodput"), SourceStopSpec("head", "h", 0.8, "pre"),
+         SourceStopSpec("margin", "goodput"), SourceStopSpec("vllm", "h", 0.5), SourceStopSpec("vllm", "goodput"),
+         SourceStopSpec("head", "h", 0.8, "pre"),
          SourceStopSpec("head", "goodput", head="pre"), SourceStopSpec("head-online", "h", 0.8, "pre"),
          SourceStopSpec("head-online", "goodput", head="pre"), SVSpec("profile"), SVSpec("profile", k=3),
          SourceStopSpec("perfect", "h", 0.7), SourceStopSpec("perfect", "goodput"), OracleSpec()]
 #: The kinds that decide at measured batch costs (built with ``PolicyInputs.batch_costs``).
 BATCH_SPECS = [SourceStopSpec("head", "budget", head="pre"), SourceStopSpec("head-online", "budget", head="pre"),
-               SourceStopSpec("margin", "budget"),
+               SourceStopSpec("margin", "budget"), SourceStopSpec("vllm", "budget"),
                SourceStopSpec("confidence", "budget"), SourceStopSpec("adaedl", "budget", 0.1)]
 #: Measured batch costs at batch 1 and 4 (what the budget kinds need).
 COSTS = BatchCosts(batches=(1, 4), draft=(0.1, 0.2), target=((1.0, 1.1, 1.2), (1.5, 1.8, 2.1)))
