@@ -169,15 +169,19 @@ class CompiledModel:
         """Run every feed length the cache has room for, ``prepare_calls`` times, on stand-in tokens (``input_ids``'
         first, with its features), each dropped from the cache again: its graphs compiled (and recorded) now."""
         room = cache.get_max_length() - int(cache.get_seq_length())
-        for length in range(min(self.config.padded, room), min(self.config.short, room) + 1):
-            ids = input_ids[:, :1].expand(-1, length)
-            stand_in = {name: value[:, :1].expand(-1, length, *value.shape[2:]) if is_fed(value, input_ids.shape[1])
-                        else value for name, value in extra.items()}
-            for _ in range(self.config.prepare_calls.get(self.model.device.type, 1)):
-                self._run(ids, cache, 1, {**kwargs, **stand_in}, stand_in, key)
-                drop_last(cache, length)
-            if self.failed:
-                return
+        try:
+            for length in range(min(self.config.padded, room), min(self.config.short, room) + 1):
+                ids = input_ids[:, :1].expand(-1, length)
+                stand_in = {name: value[:, :1].expand(-1, length, *value.shape[2:])
+                            if is_fed(value, input_ids.shape[1]) else value for name, value in extra.items()}
+                for _ in range(self.config.prepare_calls.get(self.model.device.type, 1)):
+                    self._run(ids, cache, 1, {**kwargs, **stand_in}, stand_in, key)
+                    drop_last(cache, length)
+                if self.failed:
+                    return  # the failed compilation gave up the store's lock on the key (GraphStore.building)
+        except BaseException:
+            self.store.release(self._key(cache))  # an abandoned build: another process may take it up
+            raise
         self.store.commit(self._key(cache))
 
     def _key(self, cache: StaticCache) -> GraphKey:
