@@ -38,7 +38,7 @@ from accept_heads.evaluation.metadata import EvaluationMetadata
 from accept_heads.evaluation.plan import unmatched
 from accept_heads.evaluation.reliability import head_predictions
 from accept_heads.evaluation.report import print_report
-from accept_heads.evaluation.results import Results, save_results
+from accept_heads.evaluation.results import Results, retire_results, save_results
 from accept_heads.evaluation.source_calibration import source_calibration
 from accept_heads.evaluation.steps import Progress, evaluation_steps, run_steps
 from accept_heads.evaluation.table import add_comparisons, mark_dev_choices, sort_rows
@@ -208,6 +208,7 @@ def evaluate(job: EvaluateJob) -> Results:
     results = Results(Path(e.out_dir), table, generations, calibration, metadata,
                       batch_axis.summarise(frame(batch_records)) if batch_records else pd.DataFrame(),
                       wall, pd.DataFrame([asdict(t) for t in timings]), source_calibration(generations))
+    retire_results(e.out_dir)  # an earlier run's results stop looking complete before new figures land beside
     figures = draw_all(results) if e.figures else {}
     results = replace(results, metadata=replace(metadata, seconds=time.perf_counter() - start))
     files = save_results(results)

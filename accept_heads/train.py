@@ -25,7 +25,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
-from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, Checkpoint, EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -118,6 +118,33 @@ def load_draft(job: TrainJob, manifest: CollectionManifest) -> tuple[PreTrainedM
     if tokenizer_hash(tokenizer) != manifest.tokenizer_hash:
         raise ConfigError(f"the draft's tokenizer ({path}) differs from the one the data was collected with")
     return draft, tokenizer
+
+
+class LastCheckpoint(Checkpoint):
+    """``last.ckpt`` with ``trainer.checkpoint_every_n_steps``: every ``every`` optimiser steps, but at an epoch's last
+    batch after the epoch (its validation, the best checkpoint chosen) instead. Resumed from a checkpoint of an epoch's
+    last batch, Lightning skips that epoch's validation (and the best checkpoint it would choose; the state it restores
+    may name a best file since deleted) and, resumed again later, trains one epoch too many. A ``Checkpoint``:
+    Lightning runs it after the other callbacks (the best checkpoint's first)."""
+
+    def __init__(self, path: Path, every: int) -> None:
+        self.path, self.every, self.saved, self.epoch_done = path, every, -1, False
+
+    def _save(self, trainer: L.Trainer) -> None:
+        if not trainer.fast_dev_run:
+            trainer.save_checkpoint(self.path)
+            self.saved = trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self.epoch_done = batch_idx + 1 >= trainer.num_training_batches
+        if not self.epoch_done and trainer.global_step % self.every == 0 and trainer.global_step != self.saved:
+            self._save(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.epoch_done:  # not when max_steps stopped the run mid-epoch: its step's checkpoint stands
+            self._save(trainer)
+            self.epoch_done = False
 
 
 def resolve_checkpoint(ckpt_path: str | None, checkpoint_dir: Path) -> str | None:
@@ -243,8 +270,9 @@ def train_head(job: TrainJob) -> HeadOutcome | None:
     checkpoint_dir = out_dir / "checkpoints"
     best = ModelCheckpoint(dirpath=checkpoint_dir, filename="step_{step:06d}", auto_insert_metric_name=False,
                            monitor="val/binary_kl", mode="min", save_top_k=1)
-    last = ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True,
-                           every_n_train_steps=job.trainer.checkpoint_every_n_steps)
+    every = job.trainer.checkpoint_every_n_steps
+    last = (ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=0, save_last=True) if every is None
+            else LastCheckpoint(checkpoint_dir / "last.ckpt", every))
     callbacks: list[Callback] = [best, last]
     if job.trainer.early_stopping_patience is not None:
         callbacks.append(EarlyStopping("val/binary_kl", patience=job.trainer.early_stopping_patience))

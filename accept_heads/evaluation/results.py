@@ -13,6 +13,11 @@ Layout of ``evaluate.out_dir``::
     wallclock.parquet    measured tokens/s per method at batch 1, beside the modelled figures
                          (``evaluate.wallclock.sets``; empty without); ``wallclock_timings.parquet`` per decode
     figures/*.png
+
+Every file is written atomically (a temp file renamed into place), ``results.*`` last and ``results.parquet`` (what
+:func:`load_results` reads first) very last; an earlier evaluation's ``results.*`` are removed before the first new
+file lands (:func:`retire_results`). So a run killed at any moment leaves either no ``results.parquet`` or one whose
+every file is its own: never a complete-looking mix of two evaluations, or a part of one.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from accept_heads.evaluation.metadata import EvaluationMetadata
+from decode.artifacts.serialization import write_atomic
 
 RESULTS_ENV = "ACCEPT_HEADS_RESULTS"
 DEFAULT_ROOT = "runs/tiny/eval"
@@ -57,32 +63,48 @@ def _json(payload: dict) -> str:
     return json.dumps(payload, indent=2, sort_keys=True, default=str)
 
 
+#: The files that hold the table; ``results.parquet`` is what :func:`load_results` looks for.
+RESULTS_FILES = ("results.parquet", "results.csv", "results.json")
+
+
+def retire_results(root: str | Path) -> None:
+    """Remove an earlier evaluation's ``results.*`` from ``root``: from here until :func:`save_results` is done, the
+    folder holds nothing that loads, or reads, as complete results (its other files may still be the earlier run's)."""
+    for name in RESULTS_FILES:
+        (Path(root) / name).unlink(missing_ok=True)
+
+
 def save_results(results: Results) -> dict[str, Path]:
-    """Write every file of the layout above; returns their paths by name."""
+    """Write every file of the layout above, each atomically, ``results.parquet`` last (see the module's docstring);
+    returns their paths by name."""
     root = results.root
     root.mkdir(parents=True, exist_ok=True)
-    paths = {name: root / name for name in ("results.parquet", "results.csv", "results.json",
-                                            "generations.parquet", "calibration.parquet", "batch_axis.parquet",
-                                            "wallclock.parquet", "wallclock_timings.parquet",
+    paths = {name: root / name for name in (*RESULTS_FILES, "generations.parquet", "calibration.parquet",
+                                            "batch_axis.parquet", "wallclock.parquet", "wallclock_timings.parquet",
                                             "source_calibration.parquet")}
+    retire_results(root)
+    frames = {"generations.parquet": results.generations, "calibration.parquet": results.calibration,
+              "batch_axis.parquet": results.batch_axis, "wallclock.parquet": results.wallclock,
+              "wallclock_timings.parquet": results.wallclock_timings,
+              "source_calibration.parquet": results.source_calibration}
+    for name, data in frames.items():
+        write_atomic(paths[name], lambda tmp, data=data: data.to_parquet(tmp, index=False))
     text = _json(results.metadata.to_dict())
-    arrow = pa.Table.from_pandas(results.table, preserve_index=False)
-    pq.write_table(arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), METADATA_KEY: text.encode()}),
-                   paths["results.parquet"])
+    write_atomic(paths["results.json"], lambda tmp: tmp.write_text(text + "\n"))
     flat = results.table.copy()
     for column in LIST_COLUMNS:
         if column in flat:
             flat[column] = flat[column].map(json.dumps)
-    with paths["results.csv"].open("w") as handle:
-        handle.write("# accept_heads.evaluate results; metadata in results.json (and in results.parquet)\n")
-        flat.to_csv(handle, index=False)
-    paths["results.json"].write_text(text + "\n")
-    results.generations.to_parquet(paths["generations.parquet"], index=False)
-    results.calibration.to_parquet(paths["calibration.parquet"], index=False)
-    results.batch_axis.to_parquet(paths["batch_axis.parquet"], index=False)
-    results.wallclock.to_parquet(paths["wallclock.parquet"], index=False)
-    results.wallclock_timings.to_parquet(paths["wallclock_timings.parquet"], index=False)
-    results.source_calibration.to_parquet(paths["source_calibration.parquet"], index=False)
+
+    def write_csv(tmp: Path) -> None:
+        with tmp.open("w") as handle:
+            handle.write("# accept_heads.evaluate results; metadata in results.json (and in results.parquet)\n")
+            flat.to_csv(handle, index=False)
+
+    write_atomic(paths["results.csv"], write_csv)
+    arrow = pa.Table.from_pandas(results.table, preserve_index=False)
+    arrow = arrow.replace_schema_metadata({**(arrow.schema.metadata or {}), METADATA_KEY: text.encode()})
+    write_atomic(paths["results.parquet"], lambda tmp: pq.write_table(arrow, tmp))
     return paths
 
 

@@ -24,6 +24,11 @@ epoch), dev rows use one fixed draw (``epoch = 0``). So mixing is reproducible, 
 composition, workers and DDP sharding. A mixed prefix holds draft tokens while the label was
 computed on the target's prefix: the paper's approximation.
 
+**Order and resume.** Epoch ``e`` visits the train rows in :func:`epoch_order` (a pure function of ``(seed, e)``; under
+DDP Lightning's seeded ``DistributedSampler`` instead), and every checkpoint records the batches the train loader
+(:class:`ResumableLoader`) has served in the epoch (the datamodule's state), so a run resumed from ``last.ckpt``, at an
+epoch's end or in its middle, trains on the same batches in the same order as one never stopped.
+
 **Feature cache** (``trainer.feature_cache=true``): the draft's head inputs for one fixed mixing
 draw (``epoch = 0`` for train too) are stored under ``<data_dir>/feature_cache/<key>/<split>.safetensors``
 so that many heads train without running the draft. Disk cost per labelled position (≈ ``1 - r``
@@ -45,7 +50,7 @@ import pyarrow as pa
 import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from ahconf.rule_config import build_rule
 from ahconf.schema import ConfigError, HeadTrainConfig, RulesConfig
@@ -336,6 +341,67 @@ def cache_key(description: JSONDict) -> str:
     return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def epoch_order(size: int, seed: int, epoch: int, batch_size: int, workers: int = 0) -> list[int]:
+    """The train rows' order in ``epoch``, whichever epoch a run starts or resumes in: the order a shuffling
+    ``DataLoader`` (``batch_size``, ``workers``) with a generator seeded ``seed`` gives an uninterrupted Lightning run
+    there, replayed from the seed, so a head trains on the batches it trained on before resuming was exact. Each epoch
+    draws its iterator's base seed and its permutation from that one generator, and the sampler's (empty) remainder
+    too where the epoch's iterator runs the sampler out: a last batch short of ``batch_size`` is filled until it does,
+    and worker processes prefetch past the end (Lightning stops at the loader's length otherwise)."""
+    runs_out = size % batch_size != 0 or workers > 0
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epoch + 1):
+        torch.empty((), dtype=torch.int64).random_(generator=generator)  # the epoch's iterator: its workers' base seed
+        order = torch.randperm(size, generator=generator)
+        if runs_out:
+            torch.randperm(size, generator=generator)  # the sampler's remainder
+    return order.tolist()
+
+
+class EpochShuffle(RandomSampler):
+    """The train rows in :func:`epoch_order` for the epoch Lightning sets (``set_epoch``). A ``RandomSampler``: under
+    DDP Lightning replaces it with its own seeded ``DistributedSampler``, as it replaces a shuffling loader's."""
+
+    def __init__(self, data_source: Dataset, seed: int, batch_size: int, workers: int) -> None:
+        super().__init__(data_source)
+        self.seed, self.batch_size, self.workers, self.epoch = seed, batch_size, workers, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        yield from epoch_order(len(self.data_source), self.seed, self.epoch, self.batch_size, self.workers)
+
+
+@dataclass
+class LoaderPosition:
+    """Where the train loader is: the epoch it serves and the batches it has served in it (what a checkpoint records,
+    :meth:`AcceptanceDataModule.state_dict`); ``skip``: the batches its next epoch skips (a resumed run's)."""
+
+    epoch: int = 0
+    served: int = 0
+    skip: int = 0
+
+
+class ResumableLoader(DataLoader):
+    """The train loader, resumable mid-epoch: it counts the batches it serves in ``position`` (an argument, so the
+    loader Lightning rebuilds under DDP counts in the same one) and skips (draws and drops) the first
+    ``position.skip`` of its next epoch: those a resumed run trained on before it stopped."""
+
+    def __init__(self, *args: Any, position: LoaderPosition, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.position = position
+
+    def __iter__(self):
+        position = self.position
+        skip, position.skip, position.served = position.skip, 0, 0
+        position.epoch = int(getattr(self.sampler, "epoch", 0))
+        for batch in super().__iter__():
+            position.served += 1
+            if position.served > skip:
+                yield batch
+
+
 class AcceptanceDataModule(L.LightningDataModule):
     """Train / dev loaders over the collected data, with seeded per-epoch token mixing.
 
@@ -362,6 +428,7 @@ class AcceptanceDataModule(L.LightningDataModule):
         self.batch_size, self.num_workers = batch_size, num_workers
         self.cache_description, self.encoder = cache_description, encoder
         self.tables: dict[str, PositionTable] = {}
+        self.position = LoaderPosition()
 
     def table(self, split: str) -> PositionTable:
         """The split's positions (read once)."""
@@ -399,19 +466,35 @@ class AcceptanceDataModule(L.LightningDataModule):
             return SequenceDataset(self.table(split))
         return CachedDataset(load_file(str(cache / f"{split}.safetensors")), self.table(split))
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        collate = collate_sequences if self.cache_dir is None else collate_cached
-        generator = torch.Generator().manual_seed(self.seed)
-        return DataLoader(
-            self._dataset(split), batch_size=self.batch_size, shuffle=shuffle, collate_fn=collate,
-            num_workers=self.num_workers, generator=generator if shuffle else None,
-        )
-
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        """The train loader, at the position of the checkpoint a run resumes from (:meth:`load_state_dict`)."""
+        dataset, position = self._dataset("train"), self.position
+        sampler = EpochShuffle(dataset, self.seed, self.batch_size, self.num_workers)
+        loader = ResumableLoader(
+            dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=self._collate,
+            num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),  # the workers' seeds
+            position=position,
+        )
+        epoch, served = (position.epoch + 1, 0) if position.served >= len(loader) else (position.epoch, position.served)
+        loader.sampler.set_epoch(epoch)  # before Lightning creates the iterator (its workers draw indices at once)
+        position.skip = served
+        return loader
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("dev", shuffle=False)
+        return DataLoader(self._dataset("dev"), batch_size=self.batch_size, shuffle=False, collate_fn=self._collate,
+                          num_workers=self.num_workers)
+
+    def state_dict(self) -> dict[str, int]:
+        """What a checkpoint records of the data: the train loader's epoch and the batches it has served in it."""
+        return {"train_epoch": self.position.epoch, "train_served": self.position.served}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        """Resume at a checkpoint's position (Lightning calls this before it asks for the train loader)."""
+        self.position = LoaderPosition(epoch=state_dict["train_epoch"], served=state_dict["train_served"])
+
+    @property
+    def _collate(self) -> Any:
+        return collate_sequences if self.cache_dir is None else collate_cached
 
     def on_before_batch_transfer(self, batch: dict[str, Tensor], dataloader_idx: int) -> dict[str, Tensor]:
         if "input_ids" not in batch:  # cached head inputs: mixed when the cache was built

@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, safe_open, save_file
+from safetensors.torch import load_file, safe_open, save
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from decode.artifacts.hub import ModelLoadError, hub_file, is_hub_id, tokenizer_hash
@@ -42,7 +42,7 @@ METADATA_KEY = "accept_heads"
 TENSORS_KEY = "tensors_sha256"  # the header's sha256 of the tensors (tensors_sha256)
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write`` on a temp file beside ``path`` and rename it into place."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
@@ -80,7 +80,7 @@ def write_card(directory: str | Path, repo_id: str | None = None) -> Path | None
         return None
     choices = {name: choice for name in artifacts if (choice := matching_choice(Path(directory) / name))}
     text = render_card(artifacts, repo_id, choices)
-    _write_atomic(card, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    write_atomic(card, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return card
 
 
@@ -205,11 +205,26 @@ def decoding_transform(metadata: ArtifactMetadata, sampling: Sampling, rule: Rul
     return rule.transform(sampling)
 
 
+def _sorted_header(data: bytes) -> bytes:
+    """A safetensors file's bytes with its header's ``__metadata__`` keys in sorted order: safetensors writes them in
+    the order of a hash map, which changes from one process to the next, so the same artifact would not have the same
+    bytes (or sha256) twice. The tensors' entries keep their order; the header is padded to 8 bytes as safetensors
+    pads it."""
+    size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + size])
+    if "__metadata__" in header:
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + data[8 + size :]
+
+
 def _save(tensors: dict[str, torch.Tensor], path: str | Path, metadata: ArtifactMetadata) -> None:
-    """Write ``tensors`` with ``metadata`` in the header to ``path`` atomically; refresh the model card."""
+    """Write ``tensors`` with ``metadata`` in the header to ``path`` atomically (the same bytes for the same artifact,
+    :func:`_sorted_header`); refresh the model card."""
     cpu = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
-    header = _header(metadata, cpu)
-    _write_atomic(Path(path), lambda tmp: save_file(cpu, str(tmp), metadata=header))
+    data = _sorted_header(save(cpu, metadata=_header(metadata, cpu)))
+    write_atomic(Path(path), lambda tmp: tmp.write_bytes(data))
     write_card(Path(path).parent)
 
 
@@ -260,7 +275,7 @@ def save_threshold_choice(choice: ThresholdChoice, head_file: str | Path) -> Pat
     """Write ``choice`` beside ``head_file`` (whose sha256 it records), atomically, and refresh the directory's model
     card with it (:func:`write_card`); the record's path."""
     path = choice_path(Path(head_file))
-    _write_atomic(path, choice.write)
+    write_atomic(path, choice.write)
     write_card(path.parent)
     return path
 

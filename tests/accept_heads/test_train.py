@@ -3,6 +3,7 @@ cache, SV profile."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import shutil
 from pathlib import Path
@@ -19,6 +20,7 @@ from accept_heads.training.profile_fit import equal_frequency_edges
 from accept_heads.training.training_data import (
     SequenceDataset,
     collate_sequences,
+    epoch_order,
     labelled_positions,
     loss_everywhere,
     mix_batch,
@@ -364,3 +366,17 @@ def test_a_feature_drafts_head_reads_every_depth_of_a_round(make_config, micro_t
 
     with pytest.raises(ConfigError, match="mixing_r=1"):
         prepare_head_run(make_config(*overrides, "head.mixing_r=0.15").train_job())
+
+
+def test_each_epochs_order_is_the_one_a_seeded_shuffling_loader_gives_an_uninterrupted_run():
+    """Resuming is exact because an epoch's order is a function of (seed, epoch); it is the order the shuffling
+    loader heads trained with before gave each epoch as Lightning reads it (the loader's length in batches), so a head
+    trained uninterrupted is the same as before: with a short last batch, a full one, and worker processes."""
+    for size, batch, workers in ((11, 3, 0), (12, 3, 0), (12, 3, 1)):
+        loader = torch.utils.data.DataLoader(list(range(size)), batch_size=batch, shuffle=True, num_workers=workers,
+                                             generator=torch.Generator().manual_seed(7))
+        for epoch in range(3):
+            served = [int(x) for b in itertools.islice(loader, len(loader)) for x in b]
+            assert served == epoch_order(size, 7, epoch, batch, workers), (size, batch, workers, epoch)
+    # negative control: a loader whose iterator runs out draws one permutation more than one that stops at its length
+    assert epoch_order(12, 7, 1, 3, workers=1) != epoch_order(12, 7, 1, 3, workers=0)
