@@ -63,6 +63,7 @@ from decode.head import DEPTH_FEATURE, PRE_FEATURES, AcceptanceHead, HeadConfig
 from decode.head_config import PREVIOUS_TOKEN, REQUEST_FEATURE, ROUND_FEATURE, TOP_K_FEATURES
 from decode.rules import Rule
 from decode.sampling import Sampling
+from runtime.checkpoints import CheckpointBeside
 from runtime.models import resolve_model_id
 
 
@@ -172,6 +173,7 @@ def build_trainer(t: TrainerConfig, logger: LoggerConfig, name: str, out_dir: Pa
         log_every_n_steps=t.log_every_n_steps, fast_dev_run=t.fast_dev_run,
         logger=make_logger(logger, out_dir, name),
         callbacks=callbacks, default_root_dir=str(out_dir), enable_model_summary=False,
+        plugins=[CheckpointBeside()],  # a killed run never leaves a half-copied last.ckpt
     )
     if t.val_check_interval is not None:
         kwargs["val_check_interval"] = t.val_check_interval

@@ -53,6 +53,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=training.steps)
     parser.add_argument("--tokens-per-step", type=int, default=training.tokens_per_step)
     parser.add_argument("--lr", type=float, default=training.lr)
+    parser.add_argument("--checkpoint-every", type=int, default=training.checkpoint_every, metavar="STEPS",
+                        help="steps between checkpoints (<work-dir>/checkpoints/last.ckpt: a killed run resumes there)")
+    parser.add_argument("--held-out-sequences", type=int, default=training.held_out_sequences, metavar="N",
+                        help="the last N sequences of the shards: never trained on, measured after training")
     parser.add_argument("--init-from", type=Path, default=None, metavar="DIR",
                         help="continue from a trained draft's directory (its shape and output subset; the record "
                         "keeps its sha256 and recipe)")
@@ -101,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                                 head_rank=args.head_rank, feature_norm=args.feature_norm,
                                 first_layer=args.first_layer),
         training=dataclasses.replace(FeatureTraining(), steps=args.steps, tokens_per_step=args.tokens_per_step,
-                                     lr=args.lr, unroll=args.unroll, regression_weight=args.regression_weight,
+                                     lr=args.lr, checkpoint_every=args.checkpoint_every,
+                                     held_out_sequences=args.held_out_sequences, unroll=args.unroll,
+                                     regression_weight=args.regression_weight,
                                      loss=args.loss, exact_masks=not args.causal_unroll,
                                      unreachable_top_k=args.unreachable_top_k, on_policy_steps=args.on_policy_steps,
                                      seed=args.seed),

@@ -155,10 +155,13 @@ def _training(result: TrainingResult) -> dict:
 
 
 def save_draft(draft: FeatureDraftForCausalLM, tokenizer: PreTrainedTokenizerBase, out: Path, record: dict) -> None:
-    """``out`` as a ``from_pretrained`` directory plus its record, written beside and renamed into place."""
-    staging = out.with_name(f".{out.name}.partial")
-    if staging.exists():
-        shutil.rmtree(staging)
+    """``out`` as a ``from_pretrained`` directory plus its record, written beside and renamed into place; a draft
+    already there is renamed aside first and removed after, so a killed save never leaves ``out`` holding a record
+    beside missing files."""
+    staging, replaced = out.with_name(f".{out.name}.partial"), out.with_name(f".{out.name}.replaced")
+    for leftover in (staging, replaced):  # a killed save's
+        if leftover.exists():
+            shutil.rmtree(leftover)
     staging.mkdir(parents=True)
     draft.config.save_pretrained(staging)
     draft.generation_config.save_pretrained(staging)
@@ -170,5 +173,7 @@ def save_draft(draft: FeatureDraftForCausalLM, tokenizer: PreTrainedTokenizerBas
               metadata={"format": "pt", "config": draft.config.to_json_string()})
     write_json(staging / BUILD_RECORD, {**record, "files": file_hashes(staging)})
     if out.exists():
-        shutil.rmtree(out)
+        out.rename(replaced)
     staging.rename(out)
+    if replaced.exists():
+        shutil.rmtree(replaced)

@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from data_gen.schedule import warmup_cosine
 from decode.drafts.feature_model import FeatureDraftForCausalLM, depth_hidden, feature_reads
 from decode.subset_vocab import SubsetVocabHead
+from runtime.checkpoints import CheckpointBeside
 
 from .losses import acceptance, distribution_loss, soft_cross_entropy
 
@@ -412,7 +413,7 @@ def train_feature_draft(draft: FeatureDraftForCausalLM, paths: list[Path], train
         callbacks=[ModelCheckpoint(dirpath=checkpoints, save_top_k=0, save_last=True,
                                    every_n_train_steps=training.checkpoint_every),
                    StepReport(max(1, min(25, training.checkpoint_every))), *(callbacks or [])],
-        gradient_clip_val=1.0, num_sanity_val_steps=0, deterministic=False,
+        gradient_clip_val=1.0, num_sanity_val_steps=0, deterministic=False, plugins=[CheckpointBeside()],
     )
     trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if resume and last.is_file() else None)
     trainer.save_checkpoint(last, weights_only=False)  # the optimiser too: a later run resumes from it
