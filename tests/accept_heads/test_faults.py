@@ -379,7 +379,8 @@ def _no_results_or_complete_ones(out_dir: Path, root: Path, reference: dict) -> 
             load_results(out_dir)
 
 
-@pytest.mark.parametrize("kills", [EVAL_KILLS, pytest.param(EVAL_KILLS_SLOW, marks=pytest.mark.slow)])
+@pytest.mark.slow  # two evaluations, about 50 s on 2 cores: the default run keeps the results-save kills
+@pytest.mark.parametrize("kills", [EVAL_KILLS, EVAL_KILLS_SLOW])
 def test_an_evaluation_killed_mid_decode_leaves_no_results_and_its_rerun_decides_as_an_uninterrupted_one(
         micro_trio, reference_evaluation, tmp_path, repo_root, kills):
     """``python -m accept_heads.evaluate`` killed once each head's h is recorded beside it (dev decoded, test / OOD

@@ -140,7 +140,7 @@ def test_bench_goodput_prices_every_method_at_the_measured_batch_costs(saved_pai
     rows = bench.main([*saved_pair, "--batch-sizes", "1", "3", "--goodput", "--k-grid", "1", "3"])
     printed = capsys.readouterr().out
     names = ["target alone (HF generate)", "Fixed(1)", "Fixed(3)", "Head(h=0.5)", "GoodputHead (batch costs)",
-             "MarginBudget (survival, batch costs)", "target alone (our loop, K=0)",
+             "vLLM estimator, survival budget (batch costs)", "target alone (our loop, K=0)",
              "HeadBudget (survival, batch costs)"]
     assert [(r.method, r.batch) for r in rows] == [(n, b) for b in (1, 3) for n in names]
     # the same 3 prompts at every B, each method both priced and timed

@@ -521,6 +521,7 @@ class Build:
         assert [p.name for p in self.root.iterdir() if p.name.startswith(".draft")] == []  # nothing left staged
 
 
+@pytest.mark.slow  # six build processes, about 95 s on 2 cores: the default run keeps the in-process save test
 def test_one_kill_in_each_stage_resumes_without_a_repeated_or_skipped_shard_or_step(target, save_killer, reference,
                                                                                     tmp_path):
     build = Build(target, tmp_path, save_killer, reference, SEED)
