@@ -79,14 +79,12 @@ def save_results(results: Results) -> dict[str, Path]:
     returns their paths by name."""
     root = results.root
     root.mkdir(parents=True, exist_ok=True)
-    paths = {name: root / name for name in (*RESULTS_FILES, "generations.parquet", "calibration.parquet",
-                                            "batch_axis.parquet", "wallclock.parquet", "wallclock_timings.parquet",
-                                            "source_calibration.parquet")}
-    retire_results(root)
     frames = {"generations.parquet": results.generations, "calibration.parquet": results.calibration,
               "batch_axis.parquet": results.batch_axis, "wallclock.parquet": results.wallclock,
               "wallclock_timings.parquet": results.wallclock_timings,
               "source_calibration.parquet": results.source_calibration}
+    paths = {name: root / name for name in (*RESULTS_FILES, *frames)}
+    retire_results(root)
     for name, data in frames.items():
         write_atomic(paths[name], lambda tmp, data=data: data.to_parquet(tmp, index=False))
     text = _json(results.metadata.to_dict())

@@ -148,7 +148,27 @@ def observed_outcomes(verified: int, accepted: int) -> list[tuple[int, bool]]:
     return [(i, i <= accepted) for i in range(1, min(verified, accepted + 1) + 1)]
 
 
-class MarginLogistic:
+class PeriodicFit:
+    """An online fit refitted every ``refit_every`` verified rounds (:meth:`end_round`); :meth:`refit` is its own."""
+
+    def __init__(self, refit_every: int) -> None:
+        if refit_every < 1:
+            raise ValueError(f"{type(self).__name__} needs refit_every >= 1, got {refit_every}")
+        self.refit_every, self.rounds_since_fit = refit_every, 0
+
+    def end_round(self) -> None:
+        """Count a verified round; refit every ``refit_every`` rounds."""
+        self.rounds_since_fit += 1
+        if self.rounds_since_fit >= self.refit_every:
+            self.rounds_since_fit = 0
+            self.refit()
+
+    def refit(self) -> None:
+        """Fit again on what was observed."""
+        raise NotImplementedError
+
+
+class MarginLogistic(PeriodicFit):
     """Per-position logistic regressions ``P̂_i = σ(a_i + b_i·m)`` on the top-2 margin ``m``, fitted online.
 
     Observations are the decoder's verified candidates: candidate ``i`` of a round is a positive when accepted, the
@@ -161,14 +181,13 @@ class MarginLogistic:
     """
 
     def __init__(self, refit_every: int = 100, min_count: int = 20, ridge: float = 1e-4) -> None:
-        if refit_every < 1 or min_count < 2 or ridge < 0:
-            raise ValueError(f"MarginLogistic needs refit_every >= 1, min_count >= 2 and ridge >= 0, got "
-                             f"{refit_every}, {min_count}, {ridge}")
-        self.refit_every, self.min_count, self.ridge = refit_every, min_count, ridge
+        super().__init__(refit_every)
+        if min_count < 2 or ridge < 0:
+            raise ValueError(f"MarginLogistic needs min_count >= 2 and ridge >= 0, got {min_count}, {ridge}")
+        self.min_count, self.ridge = min_count, ridge
         self.observations: dict[int, list[tuple[float, bool]]] = {}
         self.accepted, self.observed = 0, 0
         self.coefficients: dict[int, tuple[float, float]] = {}  # position → (a, b); 0 → the pooled fit
-        self.rounds_since_fit = 0
 
     def predict(self, i: int, margin: float) -> float:
         """``P̂`` of a candidate at position ``i`` with top-2 margin ``margin``."""
@@ -182,15 +201,8 @@ class MarginLogistic:
         self.observations.setdefault(i, []).append((margin, accepted))
         self.accepted, self.observed = self.accepted + accepted, self.observed + 1
 
-    def end_round(self) -> None:
-        """Count a verified round; refit every ``refit_every`` rounds."""
-        self.rounds_since_fit += 1
-        if self.rounds_since_fit >= self.refit_every:
-            self.refit()
-
     def refit(self) -> None:
         """Fit every position with enough observations of both outcomes, and the pooled fit."""
-        self.rounds_since_fit = 0
         pooled = [obs for column in self.observations.values() for obs in column]
         fitted = {0: pooled} | self.observations
         for i, column in fitted.items():
@@ -268,7 +280,7 @@ def top_log_odds(sampling: Sampling, q_logits: Tensor) -> float:
     return min(max(odds, -MAX_LOG_ODDS), MAX_LOG_ODDS)
 
 
-class VLLMLogistic:
+class VLLMLogistic(PeriodicFit):
     """The online logistic vLLM 0.32 released (``OnlineAcceptanceEstimator``): ``P̂_k = σ(ω·f + β_k)`` with ``f``
     the draft's :func:`top_log_odds`, one slope ``ω`` shared by every position and an intercept ``β_k`` per position.
 
@@ -286,14 +298,12 @@ class VLLMLogistic:
     L2 = 1e-3
 
     def __init__(self, refit_every: int = REFIT_INTERVAL) -> None:
-        if refit_every < 1:
-            raise ValueError(f"VLLMLogistic needs refit_every >= 1, got {refit_every}")
-        self.refit_every = refit_every
+        super().__init__(refit_every)
         self.slope = self.INIT_SLOPE
         self.intercepts: dict[int, float] = {}  # position (1-based) → β; INIT_BIAS where none was fitted
         # position → [Σ w f², Σ w f, Σ w, Σ r f, Σ r, n] since the last refit (w = p(1 − p), r = y − p)
         self.stats: dict[int, list[float]] = {}
-        self.rounds_since_fit, self.refits = 0, 0
+        self.refits = 0
 
     def predict(self, i: int, feature: float) -> float:
         """``P̂`` of a candidate at position ``i`` with feature ``feature``."""
@@ -306,15 +316,8 @@ class VLLMLogistic:
         for j, value in enumerate((w * feature * feature, w * feature, w, r * feature, r, 1.0)):
             row[j] += value
 
-    def end_round(self) -> None:
-        """Count a verified round; refit every ``refit_every`` rounds."""
-        self.rounds_since_fit += 1
-        if self.rounds_since_fit >= self.refit_every:
-            self.refit()
-
     def refit(self) -> None:
         """One damped Newton step on the statistics since the last refit, which it clears."""
-        self.rounds_since_fit = 0
         positions = sorted(self.stats)
         if not positions:
             return
