@@ -18,9 +18,9 @@ latency shape measured at the start. Writes the table, metadata and figures unde
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
 
 import hydra
 import pandas as pd
@@ -42,18 +42,27 @@ from accept_heads.evaluation.results import Results, retire_results, save_result
 from accept_heads.evaluation.source_calibration import source_calibration
 from accept_heads.evaluation.steps import Progress, evaluation_steps, run_steps
 from accept_heads.evaluation.table import add_comparisons, mark_dev_choices, sort_rows
-from accept_heads.measure.cost_models import CostFit, Latency, Pricing, fit_costs, measure_latency, pricing
-from accept_heads.measure.costing import add_costs, aggregate, verification_units
+from accept_heads.measure.cost_models import (
+    CostFit,
+    Latency,
+    Pricing,
+    fit_costs,
+    fitted_pricing,
+    measure_latency,
+    pricing,
+)
+from accept_heads.measure.costing import add_costs, aggregate, run_source_seconds, verification_units
 from accept_heads.measure.families import family_names
 from accept_heads.measure.inputs import Artifacts, PromptSet
 from accept_heads.measure.machine_costs import machine_batch_costs
 from accept_heads.measure.runs import RunSpec, frame
+from accept_heads.measure.source_prices import deployable_sources, measure_source_prices
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.rule_config import build_rule
 from ahconf.schema import ConfigError, EvaluateJob
 from data_gen.prompts import check_prompt_choices
 from decode.artifacts.version import code_version
-from decode.costs import CostModel
+from decode.costs import CostModel, SourcePrice
 from decode.drafts import drafter_of
 from decode.head import AcceptanceHead
 from decode.threads import torch_threads
@@ -92,62 +101,52 @@ def cost_tuples(generations: pd.DataFrame) -> pd.DataFrame:
     return table[~table["family"].isin(family_names(bound=True)) & (table["generated"] > 0)]
 
 
-def results_table(generations: pd.DataFrame, cost: CostModel, latency: Latency,
-                  seed: int) -> tuple[pd.DataFrame, CostFit]:
-    """One row per run, costed with ``cost`` and with the model fitted on the wall time of the
-    generations decoded alone; comparisons with their 95 % paired-bootstrap interval over prompts (draws
-    seeded by ``seed``)."""
+def results_table(generations: pd.DataFrame, cost: CostModel, latency: Latency, seed: int,
+                  sources: Mapping[str, SourcePrice]) -> tuple[pd.DataFrame, CostFit]:
+    """One row per run, costed with ``cost`` and with the model fitted on the wall time of the generations decoded
+    alone less their acceptance sources' seconds at the ``sources`` prices measured here (which the fitted model
+    charges); comparisons with their 95 % paired-bootstrap interval over prompts (draws seeded by ``seed``)."""
     table = aggregate(generations)
     tuples = cost_tuples(generations)
     fit = fit_costs(tuples["draft_calls"], tuples["companion_calls"], verification_units(tuples, latency.shape),
-                    tuples["wall_s"])
-    for name, model in (("cost", cost), ("fitted", fit.model(latency.shape, latency.alone_ratio))):
+                    tuples["wall_s"] - run_source_seconds(tuples, sources))
+    fitted = fitted_pricing(fit, latency, sources).model
+    for name, model in (("cost", cost), ("fitted", fitted)):
         add_costs(table, name, model)
         add_comparisons(table, name)
         add_intervals(table, generations, name, model, seed)
     return sort_rows(table), fit
 
 
-def cost_models(priced: Pricing, fit: CostFit, latency: Latency) -> dict[str, Any]:
-    """Metadata: the model behind each ``*_cost`` / ``*_fitted`` column, and what it assumes."""
-    return {
-        "cost": {**priced.record, "assumes": priced.assumes},
-        "fitted": {**fit.model(latency.shape, latency.alone_ratio).to_dict(),
-                   "assumes": "t_d, t_c, t_t fitted (cost_fit); latency_shape measured on this device at the start "
-                   "(latency); the target alone at t_t x latency.alone_ratio (a one-token forward over a "
-                   "verification forward, measured)"},
-    }
-
-
 def describe(job: EvaluateJob, plan: EvaluationPlan, trio: Trio, device: str, sets: list[PromptSet], priced: Pricing,
-             fit: CostFit, latency: Latency, described: dict[str, Any], notes: dict[str, str]) -> EvaluationMetadata:
-    """Metadata of the run: models, sampling, rules, prompt sets and seeds, the plan's selection and grids, costs,
-    settings (``described``: the artifacts', by kind)."""
+             fit: CostFit, latency: Latency, sources: Mapping[str, SourcePrice], artifacts: Artifacts,
+             notes: dict[str, str]) -> EvaluationMetadata:
+    """Metadata of the run: models, sampling, rules, prompt sets and seeds, the plan's selection and grids, the cost
+    models (``cost``: ``priced``; ``fitted``: ``fit``), settings, and the evaluated ``artifacts``."""
     rules = list(plan.rules)
     return EvaluationMetadata(
         command="accept_heads.evaluate", exp_name=job.exp_name, code_version=code_version(),
         models=trio.description, device=device, torch_threads=torch.get_num_threads(),
-        sampling=asdict(job.sampling), rules=asdict(job.rules), eval_rules=rules,
+        sampling=job.sampling, rules=job.rules, eval_rules=rules,
         rule_specs={rule: build_rule(rule, job.rules).spec() for rule in rules},
         seed=job.seed, seeding="each prompt decodes with seed sha256(f'{seed}/{prompt_id}') under every policy",
         max_new_tokens=job.decoding.max_new_tokens, sets=[s.describe() for s in sets],
-        selection_set="dev", selection=[asdict(c) for c in plan.choices],
+        selection_set="dev", selection=list(plan.choices),
         selection_criterion="max modelled throughput of the cost model on the dev prompts; ties: smaller value; "
                             "a rule's swept parameter (FSD T) at its chosen K; each head's h recorded beside it "
                             f"(<head>.h_choice.json); each grid searched by "
                             f"evaluate.dev_search={job.evaluate.dev_search}",
-        cost=asdict(job.cost), cost_models=cost_models(priced, fit, latency), cost_profile=priced.profile,
-        cost_fit=fit.to_dict(),
+        cost=job.cost, cost_models={"cost": priced, "fitted": fitted_pricing(fit, latency, sources)}, cost_fit=fit,
         cost_fit_tuples="per run of our decoder, companion runs included, bounds excluded, over its generations "
                         "decoded alone (batch 1): (draft calls, companion calls, sum over rounds of "
                         "latency_shape(verified length), wall s)",
         batching=f"families {', '.join(family_names(rows_alone=True))} decode decoding.batch_size="
                  f"{job.decoding.batch_size} prompts per batched generate after the first decoding.timed_prompts="
                  f"{job.decoding.timed_prompts} (alone); rows decide as alone, so only wall-clock columns depend on it",
-        latency=latency.to_dict(), hf=describe_hf(), decoding=asdict(job.decoding),
-        evaluate={**asdict(job.evaluate), "hf": {**asdict(job.evaluate.hf), "baselines": plan.hf_baselines}},
+        latency=latency, hf=describe_hf(), decoding=job.decoding,
+        evaluate=replace(job.evaluate, hf=replace(job.evaluate.hf, baselines=plan.hf_baselines)),
         dev_grids={name: list(grid) for name, grid in plan.grids.items()},
-        heads=described["heads"], profiles=described["profiles"], workers=plan.workers, notes=notes)
+        heads=artifacts.head_records(), profiles=artifacts.profile_records(), workers=plan.workers, notes=notes)
 
 
 def evaluate(job: EvaluateJob) -> Results:
@@ -170,13 +169,16 @@ def evaluate(job: EvaluateJob) -> Results:
     if unused:
         notes["unmatched"] = f"not decoded, fitted for a rule that is not evaluated: {', '.join(unused)}"
     latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency.lengths, d.repeats)
+    with torch_threads(d.threads):
+        sources = measure_source_prices(deployable_sources(artifacts.heads), trio.draft.config.vocab_size,
+                                        executor.decoding.sampling)
     priced = pricing(job.cost, trio, lambda: latency.companion_ratio, compiled=d.compile, repeats=d.repeats,
-                     threads=d.threads)
+                     threads=d.threads, sources=sources)
     batch_costs, costs_source = None, None
     if axis_rules:
         companion = trio.companion if artifacts.profiles else None
         batch_costs, costs_source = machine_batch_costs(
-            trio.target, trio.draft, models=trio.description, batches=e.batch_axis.sizes,
+            trio.target, trio.draft, models=trio.description.to_dict(), batches=e.batch_axis.sizes,
             max_length=e.latency.lengths, repeats=d.repeats, companion=companion,
             refresh=e.batch_axis.costs_refresh)
     executor = executor.priced(priced.model, batch_costs)
@@ -196,9 +198,9 @@ def evaluate(job: EvaluateJob) -> Results:
 
     generations = mark_dev_choices(frame(records), choices)
     timings, wall = wallclock.measure(executor, held_out, generations) if e.wallclock.sets else ([], pd.DataFrame())
-    table, fit = results_table(generations, priced.model, latency, job.seed)
+    table, fit = results_table(generations, priced.model, latency, job.seed, sources)
     calibration = calibration_frame(job, artifacts, trio, notes)
-    metadata = describe(job, plan, trio, device, sets, priced, fit, latency, executor.described, notes)
+    metadata = describe(job, plan, trio, device, sets, priced, fit, latency, sources, artifacts, notes)
     if axis_rules:
         metadata = replace(metadata, batch_axis=batch_axis.describe(job, batch_costs, axis_rules, d.threads,
                                                                     costs_source))

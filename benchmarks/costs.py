@@ -106,12 +106,15 @@ def main(argv: list[str] | None = None) -> CostProfile:
         sys.exit(2)
     place(trio)
     compiled = args.compiled or config.decoding.compile
-    profile, source = machine_profile(trio.target, trio.draft, trio.companion, models=trio.description,
+    profile, source = machine_profile(trio.target, trio.draft, trio.companion, models=trio.description.to_dict(),
                                       repeats=args.repeats, compiled=compiled, refresh=args.refresh)
     console = Console(width=140)
-    console.print(f"{profile.machine}; {profile.dtype}; models {trio.description['name']}: "
-                  + ", ".join(f"{role} {trio.description[role]['id']}" for role in ("target", "draft", "companion")
-                              if role in trio.description), markup=False)
+    described = trio.description
+    console.print(f"{profile.machine}; {profile.dtype}; models {described.name}: "
+                  + ", ".join(f"{role} {model.id}" for role, model in (("target", described.target),
+                                                                       ("draft", described.draft),
+                                                                       ("companion", described.companion))
+                              if model is not None), markup=False)
     console.print(profile_table(profile))
     for line in summary(profile, source, compiled):
         console.print(line, markup=False)

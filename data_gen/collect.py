@@ -305,7 +305,7 @@ def collect(job: CollectJob) -> CollectionManifest | None:
         root = Path(job.paths.data_dir)
         labeller = Labeller.for_job(trio, job)
         if world.is_main:
-            claim_directory(root, fingerprint(job, trio.description, source, labeller.depths),
+            claim_directory(root, fingerprint(job, trio.description.to_dict(), source, labeller.depths),
                             overwrite=job.collect.overwrite)
             (root / MANIFEST_FILE).unlink(missing_ok=True)  # the manifest is rewritten when the run completes
         world.barrier()

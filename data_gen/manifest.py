@@ -226,8 +226,8 @@ def build_manifest(
     return CollectionManifest(
         manifest_version=MANIFEST_VERSION,
         exp_name=job.exp_name,
-        models=trio.description,
-        tokenizer_hash=trio.description["tokenizer_hash"],
+        models=trio.description.to_dict(),
+        tokenizer_hash=trio.description.tokenizer_hash,
         sampling=asdict(job.sampling),
         rules={column: rule.spec() for column, rule in label_columns.items()},
         fuzzy="labels are 1[divergence < T] on the stored js / kl / tv columns, for any T",

@@ -37,6 +37,11 @@ class DecodeStats:
     # at k_max), and that outcome (1: accepted); empty for policies without estimates
     estimates: list[float] = field(default_factory=list)
     estimate_outcomes: list[int] = field(default_factory=list)
+    # the policy's acceptance source as the cost model prices it (its price_key; None: no source, or a bound's
+    # hindsight), the estimates it made and the verified rounds it folded into an online fit
+    source_key: str | None = None
+    source_calls: int = 0
+    source_updates: int = 0
     wall_time_s: float = 0.0
     # compiled forwards (``compile=True``): the settings they ran with (None: eager, wholly or for a model whose
     # compilation failed), and why a decode asked to compile ran eager (one line; None: it did not)

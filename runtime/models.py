@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -13,6 +13,43 @@ from decode.loops.runner import vocab_size
 from runtime.schemes import resolve_id
 
 
+@dataclass(frozen=True)
+class ModelDescription:
+    """One loaded model of a trio: what was configured and what it resolved to."""
+
+    id: str  # as configured (a hub id, a path, zoo:<role>, real:<pair>/<role>)
+    resolved: str  # the hub id or local path it was loaded from
+    revision: str | None  # the configured revision (None: the default branch)
+    dtype: str  # the configured dtype (auto, bfloat16, ...)
+
+
+@dataclass(frozen=True)
+class TrioDescription:
+    """What identifies a loaded trio: its models, their shared tokenizer and vocabulary.
+
+    Its JSON form (:meth:`to_dict`) keys the stored cost profiles and the collected data, and the results record it.
+    """
+
+    name: str  # models.name
+    tokenizer_hash: str  # decode.artifacts.hub.tokenizer_hash of the shared tokenizer
+    vocab_size: int  # the vocabulary every model's logits are sliced to (Trio.vocab)
+    target: ModelDescription
+    draft: ModelDescription
+    companion: ModelDescription | None = None  # None: loaded without one
+
+    def to_dict(self) -> JSONDict:
+        """The JSON form: every field, ``companion`` only where there is one."""
+        data = asdict(self)
+        if self.companion is None:
+            del data["companion"]
+        return data
+
+
+def shared_vocab(*models: PreTrainedModel | None) -> int:
+    """The vocabulary every model's logits are sliced to: the decoder's ``min`` of :func:`vocab_size`."""
+    return min(vocab_size(m) for m in models if m is not None)
+
+
 @dataclass
 class Trio:
     """Loaded models (companion optional) sharing one tokenizer, plus what identifies them."""
@@ -21,12 +58,12 @@ class Trio:
     draft: PreTrainedModel
     companion: PreTrainedModel | None
     tokenizer: PreTrainedTokenizerBase
-    description: JSONDict
+    description: TrioDescription
 
     @property
     def vocab(self) -> int:
-        """The shared vocabulary every model's logits are sliced to: the decoder's ``min`` of :func:`vocab_size`."""
-        return min(vocab_size(m) for m in (self.target, self.draft, self.companion) if m is not None)
+        """The shared vocabulary every model's logits are sliced to (:func:`shared_vocab`)."""
+        return shared_vocab(self.target, self.draft, self.companion)
 
 
 def resolve_model_id(spec: ModelSpec, zoo_dir: str | None = None) -> str:
@@ -62,23 +99,14 @@ def load_trio(models: ModelsConfig, zoo_dir: str | None = None, *, with_companio
                 f"the {role} '{spec.id}' uses a different tokenizer from the target '{models.target.id}'; "
                 "speculative decoding needs one shared vocabulary — pick models of the same family"
             )
-    description = {
-        "name": models.name,
-        "tokenizer_hash": reference,
-        **{
-            role: {"id": spec.id, "resolved": str(path), "revision": spec.revision, "dtype": spec.dtype}
-            for role, path, spec in (
-                ("target", target_path, models.target),
-                ("draft", draft_path, models.draft),
-                ("companion", companion_path, models.companion),
-            )
-            if path is not None and spec is not None
-        },
-    }
     for role, model in (("target", target), ("draft", draft), ("companion", companion)):
         if model is not None and vocab_size(model) < len(tokenizer):
-            raise ModelLoadError(f"the {role}'s vocabulary is smaller than its tokenizer's; the checkpoint is inconsistent")
-    trio = Trio(target, draft, companion, tokenizer, description)
-    description["vocab_size"] = trio.vocab
-    return trio
+            raise ModelLoadError(f"the {role}'s vocabulary is smaller than its tokenizer's; the checkpoint is "
+                                 "inconsistent")
+    described = {role: ModelDescription(spec.id, str(path), spec.revision, spec.dtype)
+                 for role, path, spec in (("target", target_path, models.target), ("draft", draft_path, models.draft),
+                                          ("companion", companion_path, models.companion))
+                 if path is not None and spec is not None}
+    description = TrioDescription(models.name, reference, shared_vocab(target, draft, companion), **described)
+    return Trio(target, draft, companion, tokenizer, description)
 

@@ -47,11 +47,19 @@ def sampling_kwargs(rule: str, sampling: Sampling) -> dict[str, Any]:
             "top_p": sampling.top_p or 1.0}
 
 
-def describe_hf() -> dict[str, Any]:
+@dataclass(frozen=True)
+class HFDescription:
     """Metadata on how the HF baselines were run."""
-    return {"start_tokens": HF_START_TOKENS, "heuristic": "HF 'heuristic', restarted at start_tokens on every prompt",
-            "confidence_adaptive": is_sklearn_available(),
-            "counts": "forward hooks; accepted estimated as generated - target calls"}
+
+    start_tokens: int  # the assistant tokens HF's heuristic starts each prompt at
+    confidence_adaptive: bool  # whether HF adapts its confidence threshold (it needs scikit-learn)
+    heuristic: str = "HF 'heuristic', restarted at start_tokens on every prompt"
+    counts: str = "forward hooks; accepted estimated as generated - target calls"
+
+
+def describe_hf() -> HFDescription:
+    """How the HF baselines run here (:class:`HFDescription`)."""
+    return HFDescription(HF_START_TOKENS, is_sklearn_available())
 
 
 @dataclass

@@ -185,15 +185,26 @@ def _over(table: pd.DataFrame, reference: pd.Series, column: str) -> pd.Series:
     return table[column] / values.reindex(pd.MultiIndex.from_frame(table[keys])).to_numpy()
 
 
-def describe(job: EvaluateJob, costs: BatchCosts, rules: list[str], threads: int | None,
-             source: CostsSource) -> dict[str, Any]:
+@dataclass(frozen=True)
+class BatchAxisDescription:
     """Metadata of the batch axis: sizes, prompts, rules, the measured costs (and where they were stored) and what
     the figures mean."""
-    e = job.evaluate
-    return {"batch_sizes": list(e.batch_axis.sizes), "prompts_per_set": e.batch_axis.prompts, "rules": rules,
-            "batch_costs": costs.to_dict(), "batch_costs_source": source.to_dict(), "threads_per_process": threads,
-            "measured": "generated tokens / wall seconds of the batched generates (each worker process with "
-                        "decoding.threads torch threads; prompts included)",
-            "modelled": "generated tokens / seconds of the batch's forwards priced at batch_costs (prompts left out)",
-            "selection": "fixed K per batch size by modelled throughput on dev; confidence tau and head h from the "
-                         "main evaluation's dev selection; goodput head and SV at the measured batch costs"}
+
+    batch_sizes: list[int]  # evaluate.batch_axis.sizes
+    prompts_per_set: int  # evaluate.batch_axis.prompts
+    rules: list[str]  # the rules decoded at every batch size
+    batch_costs: BatchCosts  # the prices the modelled throughput is at, measured on this machine
+    batch_costs_source: CostsSource  # where they are stored, and whether this run measured them
+    threads_per_process: int | None  # decoding.threads (None: torch's default)
+    measured: str = ("generated tokens / wall seconds of the batched generates (each worker process with "
+                     "decoding.threads torch threads; prompts included)")
+    modelled: str = "generated tokens / seconds of the batch's forwards priced at batch_costs (prompts left out)"
+    selection: str = ("fixed K per batch size by modelled throughput on dev; confidence tau and head h from the "
+                      "main evaluation's dev selection; goodput head and SV at the measured batch costs")
+
+
+def describe(job: EvaluateJob, costs: BatchCosts, rules: list[str], threads: int | None,
+             source: CostsSource) -> BatchAxisDescription:
+    """The batch axis's metadata (:class:`BatchAxisDescription`)."""
+    axis = job.evaluate.batch_axis
+    return BatchAxisDescription(list(axis.sizes), axis.prompts, rules, costs, source, threads)

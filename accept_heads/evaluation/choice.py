@@ -1,10 +1,9 @@
-"""A parameter chosen on the dev prompts (K, τ, h, γ, a rule's swept parameter), and those a results file records."""
+"""A parameter chosen on the dev prompts (K, τ, h, γ, a rule's swept parameter)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accept_heads.evaluation.metadata import EvaluationMetadata
 from accept_heads.measure.families import run_policy
 from accept_heads.measure.specs import RunPolicy
 
@@ -35,8 +34,3 @@ class Choice:
     def policy(self) -> RunPolicy:
         """The typed policy of the run this choice picks."""
         return run_policy(self.family, self.run_params()[0], self.artifact)
-
-
-def recorded_choices(metadata: EvaluationMetadata) -> list[Choice]:
-    """The dev choices an evaluation's metadata records (``metadata.selection``), typed."""
-    return [Choice(**choice) for choice in metadata.selection]

@@ -14,7 +14,6 @@ import multiprocessing
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 from accept_heads.evaluation.baselines import HFRunner, SERunner
 from accept_heads.evaluation.batch_axis import BatchRecord, BatchRun, measure_batches
@@ -55,7 +54,6 @@ class Executor:
     trio: Trio
     device: str
     artifacts: Artifacts
-    described: dict[str, Any]  # the artifacts' metadata, for the results
     sets: dict[str, PromptSet]
     decoding: DecoderRunner
     hf: HFRunner
@@ -69,7 +67,7 @@ class Executor:
         trio = load_trio(job.models, job.paths.zoo_dir, verify=d.verify)
         device = place(trio)
         sampling = Sampling(**asdict(job.sampling))
-        artifacts, described = discover(job.paths.head_dir, trio, sampling, notes, d.verify)
+        artifacts = discover(job.paths.head_dir, trio, sampling, notes, d.verify)
         sets = load_sets(job.prompts, d, job.seed, trio.tokenizer, trio.target.config.max_position_embeddings)
         timed = alone_prompts(d, job.evaluate.wallclock, max(len(s.prompts) for s in sets))
         decoding = DecoderRunner(trio, sampling, job.rules, artifacts, d.max_new_tokens, job.seed,
@@ -77,7 +75,7 @@ class Executor:
                             compile=d.compile)
         hf = HFRunner(trio, sampling, d.max_new_tokens, job.seed)
         table = runners(decoding, hf, SERunner(trio, sampling, job.rules, d.max_new_tokens, job.seed))
-        return cls(job, trio, device, artifacts, described, {s.name: s for s in sets}, decoding, hf, table)
+        return cls(job, trio, device, artifacts, {s.name: s for s in sets}, decoding, hf, table)
 
     def priced(self, costs: CostModel, batch_costs: BatchCosts | None) -> Executor:
         """This executor deciding at ``costs`` (the goodput head stops by the model the selection uses) and pricing

@@ -24,7 +24,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from accept_heads.evaluation.choice import recorded_choices
 from accept_heads.evaluation.reliability import expected_calibration_error, reliability
 from accept_heads.evaluation.results import Results
 from accept_heads.evaluation.table import at_dev_choice, best_training_free
@@ -78,7 +77,7 @@ def _legend_outside(ax: Axes) -> None:
 
 def _cost_note(results: Results) -> str:
     """Which costs the figure is modelled at (the ``cost`` model's caption, wrapped for a title)."""
-    return textwrap.fill(results.metadata.cost_models["cost"]["caption"], 110)
+    return textwrap.fill(results.metadata.cost_models["cost"].caption, 110)
 
 
 def _family_label(family: str, artifact: object) -> str:
@@ -236,7 +235,8 @@ def draw_throughput_vs_h(results: Results) -> Figure | None:
             curve = table[_matching(table, rule=rule, rule_param=row["rule_param"], family=row["family"],
                                     artifact=row["artifact"])].sort_values("param")
             ax.plot(curve["param"], curve[column], ":" if family(row["family"]).bound else "-",
-                    marker=_marker(row["family"]), ms=4, color=color, label=_family_label(row["family"], row["artifact"]))
+                    marker=_marker(row["family"]), ms=4, color=color,
+                    label=_family_label(row["family"], row["artifact"]))
             ax.scatter(row["param"], row[column], marker="*", s=220, color=color, edgecolor="black", linewidth=0.7,
                        zorder=4)
         ax.set(xlabel="stop threshold h", ylabel="modelled speed-up over the target alone")
@@ -329,10 +329,10 @@ def draw_calibration(results: Results) -> Figure | None:
         share.bar((bins["lo"] + bins["hi"]) / 2, bins["count"].fillna(0) / len(rows), width=0.09, alpha=0.2,
                   color="grey")
         share.set_ylabel("share of positions")
-        meta = results.metadata.heads.get(name, {})
-        auroc = meta.get("dev_metrics", {}).get("val/auroc")
+        meta = results.metadata.heads[name].metadata
+        auroc = meta.dev_metrics.get("val/auroc")
         auroc_text = f", AUROC {auroc:.3f}" if auroc is not None else ", AUROC undefined (one class)"
-        ax.set(title=f"head[{name}] ({meta.get('timing', '?')}, {meta.get('rule', {}).get('name', '?')})\n"
+        ax.set(title=f"head[{name}] ({meta.head_config.timing}, {meta.rule['name']})\n"
                      f"ECE {expected_calibration_error(rows):.3f}{auroc_text}",
                xlabel="predicted acceptance P̂", ylabel="mean acceptance label", xlim=(0, 1), ylim=(0, 1))
     figure.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=9, frameon=False)
@@ -348,26 +348,26 @@ def draw_sv_profile(results: Results) -> Figure | None:
     figure, axes = _panels(2 * len(profiles))
     for index, (name, profile) in enumerate(profiles.items()):
         heat, bars = axes[2 * index], axes[2 * index + 1]
-        table = np.asarray(profile["table"], float)
+        table = np.asarray(profile.table, float)
         image = heat.imshow(table.T, origin="lower", aspect="auto", cmap="viridis", vmin=0, vmax=1)
         figure.colorbar(image, ax=heat, label="mean target acceptance")
-        x_edges, y_edges = profile["x_edges"], profile["y_edges"]
+        x_edges, y_edges = profile.x_edges, profile.y_edges
         heat.set_xticks(range(len(x_edges) - 1), [f"{(a + b) / 2:.2f}" for a, b in zip(x_edges, x_edges[1:])],
                         rotation=90, fontsize=7)
         heat.set_yticks(range(len(y_edges) - 1), [f"{(a + b) / 2:.2f}" for a, b in zip(y_edges, y_edges[1:])],
                         fontsize=7)
         heat.set(title=f"profile[{name}]: acceptance by (X, Y) bin", xlabel="X = Σ min(q, c) (bin centre)",
                  ylabel="Y = min(1, c(y)/q(y)) (bin centre)")
-        information = profile.get("information", {})
+        information = profile.metadata.information
         splits = [s for s in ("train", "dev") if s in information]
         positions = np.arange(len(splits))
-        bars.bar(positions - 0.2, [information[s]["h_a"] for s in splits], width=0.4, label="H(A)")
-        bars.bar(positions + 0.2, [information[s]["h_a_given_xy"] for s in splits], width=0.4, label="H(A | X, Y)")
+        bars.bar(positions - 0.2, [information[s].h_a for s in splits], width=0.4, label="H(A)")
+        bars.bar(positions + 0.2, [information[s].h_a_given_xy for s in splits], width=0.4, label="H(A | X, Y)")
         for x, split in zip(positions, splits):
-            bars.annotate(f"gain {100 * information[split]['gain_fraction']:.0f}%", (x, information[split]["h_a"]),
+            bars.annotate(f"gain {100 * information[split].gain_fraction:.0f}%", (x, information[split].h_a),
                           ha="center", va="bottom", fontsize=8)
         bars.set_xticks(positions, splits)
-        top = max((information[s]["h_a"] for s in splits), default=1.0)
+        top = max((information[s].h_a for s in splits), default=1.0)
         bars.set(title="information gain of the profile", ylabel="bits", ylim=(0, 1.25 * top))
         _legend_outside(bars)
     figure.suptitle("Speculative Verification profile")
@@ -377,8 +377,7 @@ def draw_sv_profile(results: Results) -> Figure | None:
 def draw_fsd(results: Results) -> Figure | None:
     """FSD: divergence threshold T vs mean accepted length and vs agreement with the target's greedy token."""
     table = results.table
-    k = next((c.param for c in recorded_choices(results.metadata) if c.swept == "rule_param" and c.rule == "fuzzy"),
-             None)
+    k = next((c.param for c in results.metadata.selection if c.swept == "rule_param" and c.rule == "fuzzy"), None)
     fuzzy = table[(table["rule"] == "fuzzy") & (table["role"] != "dev") & (table["family"] == "fixed")
                   & (table["source"] == "decode") & (table["param"] == k)]
     fuzzy = fuzzy[fuzzy["set"] == (fuzzy["set"].iloc[0] if not fuzzy.empty else None)].sort_values("rule_param")
@@ -420,7 +419,7 @@ def draw_se(results: Results) -> Figure | None:
     fixed = table[table["family"] == "fixed"].sort_values("param")
     if se.empty and fixed.empty:
         return None
-    cost = results.metadata.cost_models["cost"]
+    cost = results.metadata.cost_models["cost"].model
     figure, (ax,) = _panels(1, width=9.5)
     for kind, group in se.groupby("family", sort=False):
         group = group.sort_values("param")
@@ -433,7 +432,7 @@ def draw_se(results: Results) -> Figure | None:
         if first:
             alpha = float(np.clip(np.mean(first), 1e-6, 1 - 1e-6))
             gamma = np.arange(1, int(fixed["param"].max()) + 1)
-            ax.plot(gamma, se_expected_speedup(alpha, gamma, cost["t_draft"] / cost["t_target"]), ":", color="grey",
+            ax.plot(gamma, se_expected_speedup(alpha, gamma, cost.t_draft / cost.t_target), ":", color="grey",
                     label=f"DESIGN §4 formula, α = {alpha:.2f}")
     ax.axhline(1.0, color="black", lw=0.8, label="plain ensemble")
     ax.set(xlabel="γ (draft proposals per round)", ylabel="modelled speed-up over the plain ensemble",

@@ -48,10 +48,10 @@ def sweep_settings(runner: DecoderRunner, rule: str, rule_param: float | None, c
     temperature), the rule, the seed, the token budget, the K range and compiled forwards."""
     roles = ("target", "draft", "companion") if companion else ("target", "draft")
     description = runner.trio.description
-    models = {role: {k: description[role][k] for k in ("id", "revision", "dtype")}
-              for role in roles if role in description}
+    models = {role: {"id": model.id, "revision": model.revision, "dtype": model.dtype}
+              for role in roles if (model := getattr(description, role)) is not None}
     built = build_rule(rule, runner.rules, value=rule_param)
-    return {"models": models, "tokenizer_hash": description.get("tokenizer_hash"),
+    return {"models": models, "tokenizer_hash": description.tokenizer_hash,
             "sampling": asdict(built.transform(runner.sampling)), "rule": built.spec(),
             "seed": runner.seed, "max_new_tokens": runner.max_new_tokens, "k_min": runner.k_min,
             "k_max": runner.k_max, "compile": runner.compile}
@@ -62,8 +62,11 @@ def choice_key(spec: RunSpec, artifacts: Artifacts, runner: DecoderRunner, dev: 
     ``Pricing.record``)."""
     name = str(spec.artifact)
     settings = sweep_settings(runner, spec.rule, spec.rule_param, artifacts.heads[name].config.companion_features)
+    # a threshold stop's rows do not depend on the sources' measured prices (re-timed by every evaluation), only the
+    # choice among them, which the evaluation makes again at its own
+    prices = {key: value for key, value in cost.items() if key != "sources"}
     return {"head_sha256": file_sha256(artifacts.head_files[name]), "prompts_sha256": prompts_sha256(dev),
-            "settings": settings, "cost": cost}
+            "settings": settings, "cost": prices}
 
 
 def _head_runs(specs: Sequence[RunSpec], artifacts: Artifacts, dev: PromptSet) -> dict[str, list[RunSpec]]:
@@ -120,7 +123,7 @@ def record_choices(specs: Sequence[RunSpec], records: Sequence[Record], choices:
         table = costed(own, cost).set_index("param")
         rows = tuple(_row(float(spec.param), table.loc[float(spec.param)], [r for r in own if r.run == spec])
                      for spec in runs)
-        choice = ThresholdChoice(**choice_key(runs[0], artifacts, runner, dev, priced), prompts=dev.describe(),
+        choice = ThresholdChoice(**choice_key(runs[0], artifacts, runner, dev, priced), prompts=asdict(dev.describe()),
                                  threshold=chosen.value, rows=rows)
         written.append(save_threshold_choice(choice, artifacts.head_files[name]))
     return written

@@ -11,10 +11,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from accept_heads.evaluation.choice import Choice, recorded_choices
+from accept_heads.evaluation.choice import Choice
 from accept_heads.evaluation.metadata import EvaluationMetadata
 from accept_heads.evaluation.table import at_dev_choice, best_training_free
+from accept_heads.evaluation.wallclock import WallclockDescription
+from accept_heads.measure.cost_models import Pricing
 from accept_heads.measure.families import families, family, family_names
+from accept_heads.measure.inputs import HeadRecord
+from decode.batch_costs import BatchCosts
 from decode.rules import RULES
 
 WIDTH = 180
@@ -39,11 +43,11 @@ def _with_interval(row: pd.Series, column: str, digits: int, suffix: str, scale:
     return f"{value} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
 
 
-def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> Table:
+def results_table(table: pd.DataFrame, set_name: str, cost: Pricing) -> Table:
     """One set's rows (the grid points of a sweep are left to the saved table and the figures); ``cost``: the
-    ``cost`` model's metadata (its caption says which costs)."""
+    ``cost`` model (its caption says which costs)."""
     rows = table[(table["set"] == set_name) & (table["chosen_on"] != "grid")]
-    out = Table(title=f"{set_name} — modelled at {cost['caption']} (cost) and at the fitted t_d, t_c, t_t(L)",
+    out = Table(title=f"{set_name} — modelled at {cost.caption} (cost) and at the fitted t_d, t_c, t_t(L)",
                 title_justify="left")
     for column in ("rule", "policy", "chosen on", "discard", "verif.", "acc. len", "accept @1..4",
                    "×target", "×target fit", "×best K [95% CI]", "oracle gap [95% CI]", "perfect gap [95% CI]"):
@@ -51,10 +55,11 @@ def results_table(table: pd.DataFrame, set_name: str, cost: dict[str, Any]) -> T
     for _, row in rows.iterrows():
         rule = row["rule"] if pd.isna(row["rule_param"]) else f"{row['rule']} ({row['rule_param']:g})"
         out.add_row(
-            rule, escape(row["policy"]), row["chosen_on"] or "—", _num(row["discard_rate"]), _num(row["verification_rate"]),
-            _num(row["mean_accepted_length"]), _positions(row["per_position_acceptance"]),
-            _num(row["speedup_target_cost"], suffix="×"), _num(row["speedup_target_fitted"], suffix="×"),
-            _with_interval(row, "speedup_fixed_cost", 3, "×"), _with_interval(row, "oracle_gap_share_cost", 0, "%", 100),
+            rule, escape(row["policy"]), row["chosen_on"] or "—", _num(row["discard_rate"]),
+            _num(row["verification_rate"]), _num(row["mean_accepted_length"]),
+            _positions(row["per_position_acceptance"]), _num(row["speedup_target_cost"], suffix="×"),
+            _num(row["speedup_target_fitted"], suffix="×"), _with_interval(row, "speedup_fixed_cost", 3, "×"),
+            _with_interval(row, "oracle_gap_share_cost", 0, "%", 100),
             _with_interval(row, "perfect_gap_share_cost", 0, "%", 100),
         )
     return out
@@ -86,7 +91,7 @@ def _cell(row: pd.Series | None, column: str, digits: int, suffix: str, scale: f
     return _with_interval(row, column, digits, suffix, scale) if row is not None else "—"
 
 
-def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]], caption: str) -> Table:
+def heads_table(table: pd.DataFrame, heads: dict[str, HeadRecord], caption: str) -> Table:
     """Per head decoded here, test / OOD set and stop rule (each family with a ``stop``: threshold h chosen on dev,
     goodput): the best fixed K, the head and both bounds (the perfect predictor with the same stop, the realised
     oracle) as × the best fixed K, and the head's share of the gap from the best fixed K to each bound, with 95 %
@@ -98,11 +103,11 @@ def heads_table(table: pd.DataFrame, heads: dict[str, dict[str, Any]], caption: 
     for column in ("head", "rule", "dev AUROC", "set", "stop", "best K ×target", "head ×best K", "perfect ×best K",
                    "oracle ×best K", "share of perfect gap", "share of oracle gap"):
         out.add_column(column, justify="left" if column in ("head", "rule", "set", "stop") else "right")
-    for name, head in ((n, h) for n, h in heads.items() if n in decoded):
-        rule = head["rule"]["name"] + "".join(f" {k}={v}" for k, v in head["rule"].get("params", {}).items())
-        auroc = head["dev_metrics"].get("val/auroc")
+    for name, head in ((n, h.metadata) for n, h in heads.items() if n in decoded):
+        rule = head.rule["name"] + "".join(f" {k}={v}" for k, v in head.rule["params"].items())
+        auroc = head.dev_metrics.get("val/auroc")
         for set_name in sets:
-            same = table[(table["set"] == set_name) & (table["rule"] == head["rule"]["name"])]
+            same = table[(table["set"] == set_name) & (table["rule"] == head.rule["name"])]
             fixed = same[(same["family"] == "fixed") & (same["chosen_on"] == "dev")]
             best = (f"K={fixed['param'].iloc[0]:g} {fixed['speedup_target_cost'].iloc[0]:.2f}×" if len(fixed)
                     else "—")
@@ -164,11 +169,11 @@ def source_calibration_table(calibration: pd.DataFrame) -> Table:
     return out
 
 
-def batch_axis_table(axis: pd.DataFrame, batch_costs: dict[str, Any]) -> Table:
+def batch_axis_table(axis: pd.DataFrame, batch_costs: BatchCosts) -> Table:
     """Per test set, rule, policy and batch size: measured (meas.) and modelled (model) tokens/s, × the target
     alone and × the best fixed K (chosen on dev at that B)."""
     rows = axis[axis["role"] != "dev"]
-    draft_ms = " ".join(f"B={b}: {1e3 * t:.2f}" for b, t in zip(batch_costs["batches"], batch_costs["draft"]))
+    draft_ms = " ".join(f"B={b}: {1e3 * t:.2f}" for b, t in zip(batch_costs.batches, batch_costs.draft))
     out = Table(title=f"batch axis — throughput per batch size B (modelled at the batch costs measured here; "
                       f"draft forward ms {draft_ms})", title_justify="left")
     for column in ("set", "rule", "policy", "chosen on", "B", "tokens", "tok/s meas.", "×target meas.",
@@ -183,13 +188,12 @@ def batch_axis_table(axis: pd.DataFrame, batch_costs: dict[str, Any]) -> Table:
     return out
 
 
-def wallclock_table(wall: pd.DataFrame, described: dict[str, Any], caption: str) -> Table:
+def wallclock_table(wall: pd.DataFrame, described: WallclockDescription, caption: str) -> Table:
     """Per timed set, rule and method: measured tokens/s at batch 1, × the target alone and × the best fixed K
     (measured, with 95 % paired-bootstrap intervals), the modelled × best fixed K (at the costs ``caption`` names and
     the fitted ones), and whether the timed outputs were the counted runs' own."""
-    out = Table(title=f"wall clock — batch 1, methods taking turns per prompt ({described['device']}, "
-                      f"{described['dtype']}, {described['threads']} threads; "
-                      f"{described.get('forwards', 'eager; the target alone by HF generate')}); ×best K model at "
+    out = Table(title=f"wall clock — batch 1, methods taking turns per prompt ({described.device}, "
+                      f"{described.dtype}, {described.threads} threads; {described.forwards}); ×best K model at "
                       f"{caption}", title_justify="left")
     for column in ("set", "rule", "policy", "prompts", "tok/s", "×target [95% CI]", "×best K [95% CI]",
                    "×best K model", "×best K fitted", "same output"):
@@ -205,29 +209,28 @@ def wallclock_table(wall: pd.DataFrame, described: dict[str, Any], caption: str)
 
 def cost_lines(metadata: EvaluationMetadata) -> list[str]:
     """The fitted ``t_d``, ``t_c``, ``t_t(L)`` and R², and which costs the ``cost`` model has."""
-    fit, fitted, cost = metadata.cost_fit, metadata.cost_models["fitted"], metadata.cost_models["cost"]
-    t_c = (f"{1000 * fit['t_companion']:.2f} ms" if fit["companion_runs"]
-           else "not identified (no companion run)")
-    ratio = fit["t_draft"] / fit["t_target"] if fit["t_target"] > 0 else math.nan
-    lengths = " ".join(f"{1000 * fit['t_target'] * v:.2f}" for v in fitted["latency_shape"])
+    fit, fitted = metadata.cost_fit, metadata.cost_models["fitted"].model.latency.values
+    t_c = f"{1000 * fit.t_companion:.2f} ms" if fit.companion_runs else "not identified (no companion run)"
+    ratio = fit.t_draft / fit.t_target if fit.t_target > 0 else math.nan
+    lengths = " ".join(f"{1000 * fit.t_target * v:.2f}" for v in fitted)
     return [
-        f"cost fit (least squares, no intercept, on {fit['n']} runs, {fit['companion_runs']} with the companion): "
-        f"t_d = {1000 * fit['t_draft']:.2f} ms, t_c = {t_c}, t_t(L=1) = {1000 * fit['t_target']:.2f} ms "
-        f"(t_d/t_t = {_num(ratio, 3)}), R² (uncentred) = {fit['r2']:.3f}",
-        f"fitted t_t(L) for L = 1..{len(fitted['latency_shape'])} (ms, measured latency shape): {lengths}",
-        _cost_model_line(cost, metadata.cost_profile),
+        f"cost fit (least squares, no intercept, on {fit.n} runs, {fit.companion_runs} with the companion): "
+        f"t_d = {1000 * fit.t_draft:.2f} ms, t_c = {t_c}, t_t(L=1) = {1000 * fit.t_target:.2f} ms "
+        f"(t_d/t_t = {_num(ratio, 3)}), R² (uncentred) = {fit.r2:.3f}",
+        f"fitted t_t(L) for L = 1..{len(fitted)} (ms, measured latency shape): {lengths}",
+        _cost_model_line(metadata.cost_models["cost"]),
     ]
 
 
-def _cost_model_line(cost: dict[str, Any], profile: Any) -> str:
-    """What the ``cost`` model prices at: the configured pair, or the measured profile (``profile``: where it is
-    stored; None for a configured pair)."""
-    if cost["source"] == "configured":
-        return (f"cost pair: t_d = {cost['t_draft']:g} s, t_t = {cost['t_target']:g} s (flat in L), "
-                f"t_c = {cost['t_companion']:.4g} s ({cost['t_companion_from']})")
-    return (f"cost model: {cost['caption']} (t_d = {1000 * cost['t_draft']:.2f} ms, t_t = T(2) = "
-            f"{1000 * cost['t_target']:.2f} ms, t_c = {1000 * cost['t_companion']:.2f} ms; stored in "
-            f"{profile['stored']['path']})")
+def _cost_model_line(cost: Pricing) -> str:
+    """What the ``cost`` model prices at: the configured pair, or the measured profile (and where it is stored)."""
+    model = cost.model
+    if cost.profile is None:
+        return (f"cost pair: t_d = {model.t_draft:g} s, t_t = {model.t_target:g} s (flat in L), "
+                f"t_c = {model.t_companion:.4g} s ({cost.t_companion_from})")
+    return (f"cost model: {cost.caption} (t_d = {1000 * model.t_draft:.2f} ms, t_t = T(2) = "
+            f"{1000 * model.t_target:.2f} ms, t_c = {1000 * model.t_companion:.2f} ms; stored in "
+            f"{cost.profile.stored.path})")
 
 
 def print_report(table: pd.DataFrame, metadata: EvaluationMetadata, files: dict[str, Path],
@@ -238,18 +241,18 @@ def print_report(table: pd.DataFrame, metadata: EvaluationMetadata, files: dict[
     if not console.is_terminal:
         console = Console(width=WIDTH)  # logs and pipes: do not squeeze the table into 80 columns
     cost = metadata.cost_models["cost"]
-    console.print(selection_table(recorded_choices(metadata), cost["caption"]))
+    console.print(selection_table(metadata.selection, cost.caption))
     for set_name in dict.fromkeys(table.loc[table["role"] != "dev", "set"]):
         console.print(results_table(table, set_name, cost))
-    console.print(league_table(table, cost["caption"]))
+    console.print(league_table(table, cost.caption))
     if source_calibration is not None and len(source_calibration):
         console.print(source_calibration_table(source_calibration))
     if metadata.heads:
-        console.print(heads_table(table, metadata.heads, cost["caption"]))
+        console.print(heads_table(table, metadata.heads, cost.caption))
     if batch_axis is not None and len(batch_axis):
-        console.print(batch_axis_table(batch_axis, metadata.batch_axis["batch_costs"]))
+        console.print(batch_axis_table(batch_axis, metadata.batch_axis.batch_costs))
     if wallclock is not None and len(wallclock):
-        console.print(wallclock_table(wallclock, metadata.wallclock, cost["caption"]))
+        console.print(wallclock_table(wallclock, metadata.wallclock, cost.caption))
     for line in cost_lines(metadata):
         console.print(line, markup=False)
     for note in metadata.notes.values():

@@ -1,4 +1,5 @@
-"""Saving and loading an evaluation's results (pandas / pyarrow only: the notebooks start here).
+"""Saving and loading an evaluation's results (pandas / pyarrow and the typed metadata record: the notebooks start
+here).
 
 Layout of ``evaluate.out_dir``::
 

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any
 
 import pandas as pd
 import torch
@@ -29,7 +28,7 @@ from accept_heads.measure.bootstrap import PromptCosts, paired_draws, ratio_inte
 from accept_heads.measure.families import family, family_names
 from accept_heads.measure.runs import DecoderRunner, RunSpec, output_sha
 from accept_heads.measure.specs import TargetAloneSpec
-from decode.compile.config import DEFAULT
+from decode.compile.config import DEFAULT, CompileConfig
 from decode.compile.owner import compile_log
 from decode.loops.prompt_input import prompt_cache_length
 from decode.threads import torch_threads
@@ -219,20 +218,33 @@ def measure(executor: Executor, specs: Sequence[RunSpec], counted: pd.DataFrame)
     return timings, summarise(timings, counted, executor.job.seed) if timings else pd.DataFrame()
 
 
-def describe(executor: Executor) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WallclockDescription:
     """Metadata of the wall-clock stage: where and how it ran."""
+
+    device: str  # where the methods decoded
+    dtype: str  # the target's (e.g. float32)
+    threads: int  # torch threads of the timing process (evaluate.wallclock.threads, else every usable core)
+    sets: list[str]  # evaluate.wallclock.sets: the roles timed
+    prompts: int | None  # evaluate.wallclock.prompts: the first this-many of each set (None: all)
+    rules: list[str]  # evaluate.wallclock.rules
+    forwards: str  # compiled or eager, how the target alone decoded, and what compiling cost this process
+    compile: CompileConfig | None  # the compiled forwards' settings, as each decode's stats record them (None: eager)
+    batch: int = 1  # prompts per decode
+    warmup_prompts: str = "the first, and the first of each other compiled cache length"
+    order: str = "every prompt decoded by each method in turn, the first method rotating from prompt to prompt"
+    tokens_per_s: str = "generated tokens / seconds measured around each decode (device-synchronised)"
+    intervals: str = "95 % paired bootstrap over prompts"
+
+
+def describe(executor: Executor) -> WallclockDescription:
+    """The wall-clock stage's metadata (:class:`WallclockDescription`)."""
     e, compiled = executor.job.evaluate, executor.job.decoding.compile
-    return {"device": executor.device, "dtype": str(executor.trio.target.dtype).removeprefix("torch."),
-            "threads": e.wallclock.threads or len(os.sched_getaffinity(0)), "sets": e.wallclock.sets,
-            "prompts": e.wallclock.prompts, "rules": e.wallclock.rules, "batch": 1,
-            "warmup_prompts": "the first, and the first of each other compiled cache length",
-            "order": "every prompt decoded by each method in turn, the first method rotating from prompt to prompt",
-            "tokens_per_s": "generated tokens / seconds measured around each decode (device-synchronised)",
-            "intervals": "95 % paired bootstrap over prompts",
-            "forwards": ("compiled, static caches; the target alone in our loop (TargetOnly)" + compiled_here(executor)
-                         if compiled else "eager; the target alone by HF generate"),
-            # the compiled forwards' settings (decode.compile.CompileConfig), as each decode's stats record them
-            "compile": asdict(DEFAULT) if compiled else None}
+    forwards = ("compiled, static caches; the target alone in our loop (TargetOnly)" + compiled_here(executor)
+                if compiled else "eager; the target alone by HF generate")
+    return WallclockDescription(executor.device, str(executor.trio.target.dtype).removeprefix("torch."),
+                                e.wallclock.threads or len(os.sched_getaffinity(0)), list(e.wallclock.sets),
+                                e.wallclock.prompts, list(e.wallclock.rules), forwards, DEFAULT if compiled else None)
 
 
 def compiled_here(executor: Executor) -> str:

@@ -28,6 +28,7 @@ from accept_heads.measure.families import HEAD_THRESHOLD, family
 from accept_heads.measure.inputs import PromptSet, discover, load_split
 from accept_heads.measure.runs import Generation
 from accept_heads.measure.selection import best_value
+from accept_heads.measure.source_prices import deployable_sources, measure_source_prices
 from ahconf.schema import EvaluateJob
 from data_gen.shards import write_json_atomic
 from decode import SpeculativeDecoder
@@ -37,6 +38,7 @@ from decode.head import AcceptanceHead
 from decode.policies.base import Policy
 from decode.policies.stops import Goodput, StopRule, Threshold
 from decode.sampling import Sampling
+from decode.threads import torch_threads
 from runtime.models import Trio, load_trio
 from runtime.seeding import prompt_seed
 
@@ -116,13 +118,15 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     notes: dict[str, str] = {}
     trio = load_trio(job.models, job.paths.zoo_dir, verify=job.decoding.verify)
     sampling = Sampling(**asdict(job.sampling))
-    artifacts, _ = discover(job.paths.head_dir, trio, sampling, notes, job.decoding.verify)
+    artifacts = discover(job.paths.head_dir, trio, sampling, notes, job.decoding.verify)
     context = trio.target.config.max_position_embeddings
     d = job.decoding
     dev = load_split(job.prompts, d, job.seed, trio.tokenizer, context, "dev", d.prompts["dev"])
     train = load_split(job.prompts, d, job.seed, trio.tokenizer, context, "train", d.prompts["dev"])  # as many
+    with torch_threads(d.threads):
+        sources = measure_source_prices(deployable_sources(artifacts.heads), trio.draft.config.vocab_size, sampling)
     lab = LeverBench(job, trio, sampling, pricing(job.cost, trio, lambda: None, compiled=d.compile,
-                                                  repeats=d.repeats, threads=d.threads))
+                                                  repeats=d.repeats, threads=d.threads, sources=sources))
     thresholds = family(HEAD_THRESHOLD).dev_grid(job)  # the heads' h grid in the evaluation
     rows, fits = [], {}
     heads = {n: h for n, h in artifacts.heads.items() if not h.config.companion_features}

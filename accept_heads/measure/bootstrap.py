@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from accept_heads.measure.costing import verification_units
+from accept_heads.measure.costing import run_source_seconds, verification_units
 from decode.costs import CostModel
 
 DRAWS = 2000
@@ -36,7 +36,8 @@ def generation_seconds(generations: pd.DataFrame, cost: CostModel) -> np.ndarray
     frame = generations.assign(rounds_by_length=generations["verified_per_round"].map(
         lambda lengths: np.bincount(np.asarray(lengths, dtype=np.int64)).tolist()))
     units = verification_units(frame, cost.latency)
-    return cost.times(frame["draft_calls"], frame["companion_calls"], units)
+    sources = run_source_seconds(frame, dict(cost.sources))
+    return cost.times(frame["draft_calls"], frame["companion_calls"], units, sources)
 
 
 def _resampled_throughput(run: PromptCosts, draws: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ fitted ``t_t`` times the measured ratio of a one-token forward to a verification
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,9 +31,10 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from accept_heads.measure.machine_costs import machine_profile
+from accept_heads.measure.machine_costs import CostsSource, machine_profile
 from ahconf.schema import CostConfig
-from decode.costs import CostModel, LatencyShape
+from decode.batch_costs import CostProfile
+from decode.costs import CostModel, LatencyShape, SourcePrice
 from decode.json_types import JSONDict
 from decode.threads import torch_threads
 from decode.timing import forward_seconds
@@ -119,15 +120,32 @@ def companion_price_source(cost: CostConfig) -> str:
 
 
 @dataclass(frozen=True)
+class StoredProfile:
+    """The machine's cost profile a measured ``cost`` model prices from, and the file it is stored in."""
+
+    profile: CostProfile
+    stored: CostsSource  # its file, whether this run measured it, and what its prices depend on
+
+    def to_dict(self) -> JSONDict:
+        return {"profile": self.profile.to_dict(), "stored": self.stored.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: JSONDict) -> StoredProfile:
+        """Inverse of :meth:`to_dict`."""
+        return cls(CostProfile.from_dict(data["profile"]), CostsSource(**data["stored"]))
+
+
+@dataclass(frozen=True)
 class Pricing:
-    """The ``cost`` model (``cost.source``) and what every table modelled at it says of it."""
+    """A cost model and what every table modelled at it says of it: the ``cost`` model (``cost.source``, what the
+    selection prices by) or the one fitted on this machine's wall times (:func:`fitted_pricing`)."""
 
     model: CostModel
-    source: str  # cost.source
+    source: str  # where the prices come from: cost.source (configured, measured) or fitted
     caption: str  # which costs: the configured pair, or the machine class, dtype and ratios they were measured with
     t_companion_from: str  # where t_c comes from
     assumes: str  # what the model assumes, in words (the results' metadata)
-    profile: JSONDict | None = None  # measured: the profile and its stored file
+    profile: StoredProfile | None = None  # measured: the profile and its stored file
 
     @property
     def record(self) -> JSONDict:
@@ -135,29 +153,49 @@ class Pricing:
         return {"source": self.source, "caption": self.caption, **self.model.to_dict(),
                 "t_companion_from": self.t_companion_from}
 
+    def to_dict(self) -> JSONDict:
+        """The results' metadata: :attr:`record`, what the model assumes, and the profile where there is one."""
+        return {**self.record, "assumes": self.assumes,
+                **({"profile": self.profile.to_dict()} if self.profile is not None else {})}
+
+    @classmethod
+    def from_dict(cls, data: JSONDict) -> Pricing:
+        """Inverse of :meth:`to_dict`."""
+        profile = data.get("profile")
+        return cls(CostModel.from_dict(data), data["source"], data["caption"], data["t_companion_from"],
+                   data["assumes"], None if profile is None else StoredProfile.from_dict(profile))
+
 
 def pricing(cost: CostConfig, trio: Trio, companion_ratio: Callable[[], float | None], *, compiled: bool,
-            repeats: int, threads: int | None) -> Pricing:
+            repeats: int, threads: int | None, sources: Mapping[str, SourcePrice] | None = None) -> Pricing:
     """The ``cost`` model of ``trio``: :func:`configured_model` (``companion_ratio()`` read only where
-    ``cost.t_companion`` is null), or this machine's stored cost profile at ``threads`` torch threads (the
-    stages' ``decoding.threads``; None: as many as now), measured now where there is none, with ``repeats`` timed
-    forwards per shape; compiled forwards where ``compiled`` and the models compile here."""
+    ``cost.t_companion`` is null; the paper's pair prices no acceptance source's own compute), or this machine's
+    stored cost profile at ``threads`` torch threads (the stages' ``decoding.threads``; None: as many as now),
+    measured now where there is none, with ``repeats`` timed forwards per shape; compiled forwards where ``compiled``
+    and the models compile here; each acceptance source at its price in ``sources``, measured here
+    (:func:`~accept_heads.measure.source_prices.measure_source_prices`; None: every source free)."""
     if cost.source == "measured":
         with torch_threads(threads):
-            profile, stored = machine_profile(trio.target, trio.draft, trio.companion, models=trio.description,
-                                              repeats=repeats, compiled=compiled)
+            profile, stored = machine_profile(trio.target, trio.draft, trio.companion,
+                                              models=trio.description.to_dict(), repeats=repeats, compiled=compiled)
         fast = compiled and profile.compiled is not None
         caption = profile.caption(fast)
-        return Pricing(profile.cost_model(fast), cost.source, caption, "the companion's one-token step, measured",
+        model = profile.cost_model(fast)
+        priced = "every acceptance source" if sources else "no acceptance source"
+        if sources:
+            model = model.with_sources(sources)
+        return Pricing(model, cost.source, caption, "the companion's one-token step, measured",
                        "every price from this machine's cost profile: t_t = T(2) (a verification of one candidate), "
-                       "latency_shape(L) = T(L + 1) / T(2), the target alone at T(1), t_d and t_c one-token steps",
-                       {"profile": profile.to_dict(), "stored": stored.to_dict()})
+                       "latency_shape(L) = T(L + 1) / T(2), the target alone at T(1), t_d and t_c one-token steps; "
+                       f"{priced} at its estimate's and its online fit's measured seconds (sources)",
+                       StoredProfile(profile, stored))
     model = configured_model(cost, companion_ratio() if cost.t_companion is None else None)
     caption = (f"the cost pair t_d = {model.t_draft:g} s, t_t = {model.t_target:g} s, t_c = {model.t_companion:.4g} s "
                "(flat in L)")
     return Pricing(model, cost.source, caption, companion_price_source(cost),
                    "cost.* pair; t_companion from t_companion_from (the paper measures no companion); verification "
-                   "latency flat in L (latency_shape [1]); the target alone at cost.t_target_alone (null: t_target)")
+                   "latency flat in L (latency_shape [1]); the target alone at cost.t_target_alone (null: t_target); "
+                   "no acceptance source's own compute priced (the paper's pair prices none)")
 
 
 @dataclass(frozen=True)
@@ -185,6 +223,18 @@ class CostFit:
         return {"t_draft": self.t_draft, "t_companion": self.t_companion, "t_target": self.t_target, "r2": self.r2,
                 "r2_definition": "uncentred (no intercept): 1 - SS_res / sum(seconds^2)", "n": self.n,
                 "companion_runs": self.companion_runs}
+
+
+def fitted_pricing(fit: CostFit, latency: Latency, sources: Mapping[str, SourcePrice]) -> Pricing:
+    """The model ``fit`` found, with the latency shape measured at the start and each acceptance source at its
+    measured ``sources`` price (the fit ran on wall times less those seconds), as the results describe it."""
+    return Pricing(fit.model(latency.shape, latency.alone_ratio).with_sources(sources), "fitted",
+                   "the fitted t_d, t_c, t_t(L)",
+                   "fitted (cost_fit; 0 when no run calls the companion)",
+                   "t_d, t_c, t_t fitted (cost_fit); latency_shape measured on this device at the start (latency); the "
+                   "target alone at t_t x latency.alone_ratio (a one-token forward over a verification forward, "
+                   "measured); every acceptance source at its measured seconds (sources), the fit on wall times less "
+                   "them")
 
 
 def fit_costs(draft_calls: np.ndarray, companion_calls: np.ndarray, verification_units: np.ndarray,

@@ -6,19 +6,19 @@ model: what the evaluation's table (:mod:`accept_heads.evaluation.table`) and a 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from accept_heads.measure.runs import Record, frame
-from decode.costs import CostModel, LatencyShape
+from decode.costs import CostModel, LatencyShape, SourcePrice, source_seconds
 
 #: Columns identifying a run (one table row each).
 KEYS = ["set", "role", "split", "rule", "rule_param", "family", "param", "artifact", "chosen_on", "policy", "source"]
 COUNTS = ["generated", "target_calls", "draft_calls", "companion_calls", "drafted", "accepted", "discarded",
-          "rounds", "verified", "wall_s"]
+          "rounds", "verified", "source_calls", "source_updates", "wall_s"]
 
 
 def _position_sum(lists: pd.Series) -> list[int]:
@@ -34,6 +34,21 @@ def _weighted(values: pd.Series, weights: pd.Series) -> float:
     return float((values[ok] * weights[ok]).sum() / weights[ok].sum()) if ok.any() else math.nan
 
 
+def source_key(keys: pd.Series) -> str | None:
+    """The one price key of a run's generations (None: none priced)."""
+    distinct = set(keys.dropna())
+    if len(distinct) > 1:
+        raise ValueError(f"one run's generations name several acceptance sources' prices: {sorted(distinct)}")
+    return distinct.pop() if distinct else None
+
+
+def run_source_seconds(table: pd.DataFrame, prices: Mapping[str, SourcePrice]) -> np.ndarray:
+    """Each run's (or generation's) acceptance source's modelled seconds at ``prices`` (its estimates and folded
+    rounds: :func:`decode.costs.source_seconds`)."""
+    keys = [key if isinstance(key, str) else None for key in table["source_key"]]  # a frame holds None as NaN
+    return source_seconds(prices, keys, table["source_calls"], table["source_updates"])
+
+
 def aggregate(generations: pd.DataFrame) -> pd.DataFrame:
     """Sum the counts of each run's generations and derive the DESIGN §5 metrics."""
     rows = []
@@ -41,6 +56,7 @@ def aggregate(generations: pd.DataFrame) -> pd.DataFrame:
         row: dict[str, Any] = dict(zip(KEYS, key))
         row.update({c: group[c].sum() for c in COUNTS})
         row["prompts"] = len(group)
+        row["source_key"] = source_key(group["source_key"])
         offered, accepted = _position_sum(group["position_offered"]), _position_sum(group["position_accepted"])
         row["per_position_acceptance"] = [a / o if o else math.nan for a, o in zip(accepted, offered)]
         row["rounds_by_length"] = _position_sum(group["verified_per_round"].map(
@@ -76,10 +92,11 @@ def verification_units(table: pd.DataFrame, shape: LatencyShape) -> np.ndarray:
 
 
 def add_costs(table: pd.DataFrame, name: str, cost: CostModel) -> None:
-    """Modelled throughput ``N / T`` under ``cost`` and speed-up over the target alone (``cost.target_alone`` seconds
-    per token, the target's own step)."""
+    """Modelled throughput ``N / T`` under ``cost`` (every source's own compute priced where ``cost`` prices it) and
+    speed-up over the target alone (``cost.target_alone`` seconds per token, the target's own step)."""
     units = verification_units(table, cost.latency)
-    time = pd.Series(cost.times(table["draft_calls"], table["companion_calls"], units), index=table.index)
+    sources = run_source_seconds(table, dict(cost.sources))
+    time = pd.Series(cost.times(table["draft_calls"], table["companion_calls"], units, sources), index=table.index)
     table[f"throughput_{name}"] = table["generated"] / time.where(time > 0)
     table[f"speedup_target_{name}"] = table[f"throughput_{name}"] * cost.target_alone
     plain = table["generated"] * (cost.t_draft + cost.t_target)  # a plain ensemble calls both models once per token

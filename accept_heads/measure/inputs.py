@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
@@ -17,8 +16,7 @@ from ahconf.schema import ConfigError, DecodingConfig, PromptsConfig
 from data_gen.prompts import available_splits, load_prompts, parse_source
 from decode.artifacts.serialization import load_head, load_profile
 from decode.head import AcceptanceHead
-from decode.json_types import JSONDict
-from decode.metadata import as_json
+from decode.metadata import HeadMetadata, ProfileMetadata
 from decode.profile import SVProfile
 from decode.sampling import Sampling
 from runtime.encoding import EncodedPrompt, encode_prompts
@@ -26,6 +24,20 @@ from runtime.models import Trio
 
 #: Load this many times the wanted count, so that prompts skipped as too long can be replaced.
 _OVERSAMPLE = 4
+
+
+@dataclass(frozen=True)
+class PromptSetDescription:
+    """Where a prompt set's prompts come from and which ones were used."""
+
+    name: str  # dev, test, or the prompts.ood spec (e.g. builtin:module)
+    role: str  # dev, test or ood
+    source: str  # the prompt source (builtin, a hub dataset, a file)
+    style: str | None  # the builtin source's style (None: none)
+    split: str  # the split read
+    count: int  # prompts used
+    skipped: dict[str, int]  # prompts left out, by reason (e.g. too long)
+    prompt_ids: list[str]  # the prompts used, in order
 
 
 @dataclass(frozen=True)
@@ -44,12 +56,10 @@ class PromptSet:
         """The set's columns in a results row."""
         return {"role": self.role, "split": self.split}
 
-    def describe(self) -> JSONDict:
+    def describe(self) -> PromptSetDescription:
         """Metadata: where the prompts come from and which ones were used."""
-        return {
-            "name": self.name, "role": self.role, "source": self.source, "style": self.style, "split": self.split,
-            "count": len(self.prompts), "skipped": self.skipped, "prompt_ids": [p.prompt_id for p in self.prompts],
-        }
+        return PromptSetDescription(self.name, self.role, self.source, self.style, self.split, len(self.prompts),
+                                    dict(self.skipped), [p.prompt_id for p in self.prompts])
 
 
 def ood_split(source: str) -> str:
@@ -104,6 +114,34 @@ def load_ood(p: PromptsConfig, d: DecodingConfig, seed: int, tokenizer: PreTrain
     return sets
 
 
+@dataclass(frozen=True)
+class HeadRecord:
+    """An evaluated head as the results record it: its file and what the file records."""
+
+    path: str  # its head.safetensors
+    metadata: HeadMetadata  # its shape, rule, sampling, dev metrics, training data and code version
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    """An evaluated SV profile as the results record it: its file, what the file records and its tables."""
+
+    path: str  # its profile.safetensors
+    metadata: ProfileMetadata  # its bins, rule, k_max, information gain and latency device
+    x_edges: list[float]  # [nx + 1] X-bin edges
+    y_edges: list[float]  # [ny + 1] Y-bin edges
+    table: list[list[float]]  # [nx][ny] mean target acceptance per bin
+    counts: list[list[float]]  # [nx][ny] positions per bin
+    latency: list[float]  # [L_max] target verification seconds for L = 1..L_max
+    batch_sizes: list[int] | None = None  # [nB] batch sizes of the batch latency table (None: none measured)
+    batch_latency_table: list[list[float]] | None = None  # [nB][L] target forwards of B rows x l tokens, seconds
+
+    @classmethod
+    def of(cls, path: Path, profile: SVProfile) -> ProfileRecord:
+        """The record of ``profile``, loaded from ``path``."""
+        return cls(str(path), profile.metadata, **{key: tensor.tolist() for key, tensor in profile.tensors().items()})
+
+
 @dataclass
 class Artifacts:
     """Exported heads and SV profiles found under ``paths.head_dir``, by name."""
@@ -111,6 +149,15 @@ class Artifacts:
     heads: dict[str, AcceptanceHead] = field(default_factory=dict)
     profiles: dict[str, SVProfile] = field(default_factory=dict)
     head_files: dict[str, Path] = field(default_factory=dict)  # each head's head.safetensors
+    profile_files: dict[str, Path] = field(default_factory=dict)  # each profile's profile.safetensors
+
+    def head_records(self) -> dict[str, HeadRecord]:
+        """Each head's file and metadata, for the results."""
+        return {name: HeadRecord(str(self.head_files[name]), head.metadata) for name, head in self.heads.items()}
+
+    def profile_records(self) -> dict[str, ProfileRecord]:
+        """Each profile's file, metadata and tables, for the results."""
+        return {name: ProfileRecord.of(self.profile_files[name], profile) for name, profile in self.profiles.items()}
 
 
 def head_name(path: Path, root: Path, timing: str) -> str:
@@ -119,18 +166,17 @@ def head_name(path: Path, root: Path, timing: str) -> str:
     return timing if relative == "." else relative
 
 
-def discover(head_dir: str, trio: Trio, sampling: Sampling, notes: dict[str, str],
-             verify: bool = True) -> tuple[Artifacts, dict[str, Any]]:
+def discover(head_dir: str, trio: Trio, sampling: Sampling, notes: dict[str, str], verify: bool = True) -> Artifacts:
     """Load every ``head.safetensors`` / ``profile.safetensors`` under ``paths.head_dir`` (validated; checked against
     the sha256 each records unless ``verify`` is False).
 
     Artifacts that need the companion are left out (with a note) when no companion is configured.
     """
     root = Path(head_dir)
-    artifacts, described = Artifacts(), {"heads": {}, "profiles": {}}
+    artifacts = Artifacts()
     if not root.is_dir():
         notes["artifacts"] = f"no {root}: no head or SV profile to evaluate"
-        return artifacts, described
+        return artifacts
     for path in sorted(root.rglob("head.safetensors")):
         try:
             head = load_head(path, draft=trio.draft, tokenizer=trio.tokenizer, sampling=sampling, verify=verify)
@@ -142,14 +188,6 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling, notes: dict[str, str
             continue
         artifacts.heads[name] = head.to(trio.draft.device)
         artifacts.head_files[name] = path
-        recorded = head.metadata
-        described["heads"][name] = {
-            "path": str(path), "timing": head.config.timing, "depth": head.config.depth, "rule": recorded.rule,
-            "companion_features": head.config.companion_features, "dev_metrics": recorded.dev_metrics,
-            "k_min": recorded.k_min, "k_max": recorded.k_max,
-            "sampling": as_json(recorded.sampling), "training_data": as_json(recorded.training_data),
-            "code_version": recorded.code_version,
-        }
     for path in sorted(root.rglob("profile.safetensors")):
         try:
             profile = load_profile(path, tokenizer=trio.tokenizer, sampling=sampling, verify=verify)
@@ -161,9 +199,5 @@ def discover(head_dir: str, trio: Trio, sampling: Sampling, notes: dict[str, str
                                          "skipped")
             continue
         artifacts.profiles[name] = profile
-        described["profiles"][name] = {
-            "path": str(path), "rule": profile.metadata.rule, "k_max": profile.metadata.k_max,
-            "information": as_json(profile.metadata.information), "latency_device": profile.metadata.latency_device,
-            **{key: tensor.tolist() for key, tensor in profile.tensors().items()},
-        }
-    return artifacts, described
+        artifacts.profile_files[name] = path
+    return artifacts

@@ -131,6 +131,11 @@ class Generation:
     estimates: list[float] = field(default_factory=list)  # the policy's P̂ of each candidate with an observed outcome
     estimate_outcomes: list[int] = field(default_factory=list)  # and that outcome (1: accepted)
     batch: int = 1
+    # its policy's acceptance source as priced (decode.costs.CostModel.price; None: none priced), the estimates the
+    # source made and the verified rounds it folded (DESIGN §5)
+    source_key: str | None = None
+    source_calls: int = 0
+    source_updates: int = 0
     target_agreement: float = math.nan
     target_nll: float = math.nan
 
@@ -146,7 +151,8 @@ class Generation:
             output_sha=output_sha(sequence, prompt_length, stats.generated),
             position_offered=list(stats.position_offered), position_accepted=list(stats.position_accepted),
             verified_per_round=list(stats.verified_per_round), estimates=list(stats.estimates),
-            estimate_outcomes=list(stats.estimate_outcomes), batch=batch,
+            estimate_outcomes=list(stats.estimate_outcomes), batch=batch, source_key=stats.source_key,
+            source_calls=stats.source_calls, source_updates=stats.source_updates,
         )
 
     def with_quality(self, target: PreTrainedModel, sequences: torch.Tensor, prompt_length: int) -> Generation:

@@ -112,6 +112,9 @@ class Row:
     #: The draft's output at ``cur`` when already computed (after a settled bonus).
     next_step: DraftStep | None = None
 
+    def __post_init__(self) -> None:
+        self.stats.source_key = self.policy.price_key
+
 
 @dataclass(frozen=True)
 class RoundOutcome:
@@ -385,6 +388,9 @@ class RoundLoop:
         record_round(row.stats, drafted, outcome)
         row.stats.record_estimates(row.policy.round_estimates(), verify, n_acc)
         row.policy.end_round(drafted, verify, n_acc)
+        calls, folds = row.policy.take_source_calls()
+        row.stats.source_calls += calls
+        row.stats.source_updates += folds
         if outcome.from_target and self.rule.tentative_bonus and n_acc == verify and not state.reached(verify):
             row.pending = PendingBonus(p[verify], "tentative")  # settled against the draft first thing next round
         elif token_t is None and not finished and row.stats.generated < row.budget:

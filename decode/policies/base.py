@@ -127,6 +127,17 @@ class Policy:
         decoder pairs them with their outcomes (:meth:`decode.stats.DecodeStats.record_estimates`)."""
         return []
 
+    @property
+    def price_key(self) -> str | None:
+        """The key its acceptance source's compute is priced by (:meth:`decode.costs.CostModel.price`; None: it has
+        no source the cost model prices: a schedule whose reads of ``q`` are part of the draft's step, or a bound)."""
+        return None
+
+    def take_source_calls(self) -> tuple[int, int]:
+        """The estimates its source made and the rounds it folded since the last call ``(estimates, folds)``, which
+        it then forgets: what the decoder counts (:class:`decode.stats.DecodeStats` ``source_calls``)."""
+        return 0, 0
+
     def batch_plan(self) -> BatchPlan[Self]:
         """How the rows of a batch decoded with this policy decide together (default: each as alone)."""
         return BatchPlan()

@@ -16,6 +16,7 @@ DESIGN §5): :class:`TrueAcceptance`. Training-free, what the engines estimate a
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 from typing import ClassVar, Literal
 
@@ -67,6 +68,13 @@ class AcceptanceSource:
     needs_hidden = False
     needs_hindsight = False
     companion: CompanionUse = None
+    #: Whether :meth:`end_round` folds the verified round into an online fit (priced per round: DESIGN §5).
+    folds: ClassVar[bool] = False
+
+    @property
+    def price_key(self) -> str | None:
+        """What the cost model prices its compute by (:class:`~decode.costs.SourcePrice`; None: free, a bound)."""
+        return self.name
 
     @classmethod
     def build(cls, value: float | None, artifact: str | None, inputs: PolicyInputs) -> AcceptanceSource:
@@ -245,6 +253,7 @@ class OnlineMargin(AcceptanceSource):
     """
 
     name = "margin"
+    folds = True
     named_stop = "h"
 
     def __init__(self, fit: MarginLogistic | None = None) -> None:
@@ -347,6 +356,7 @@ class VLLMEstimator(AcceptanceSource):
     """
 
     name = "vllm"
+    folds = True
     named_stop = "goodput"
 
     def __init__(self, fit: VLLMLogistic | None = None) -> None:
@@ -383,9 +393,16 @@ class HeadEstimate(AcceptanceSource):
 
     def __init__(self, head: AcceptanceHead) -> None:
         self.head = head.eval()
+        config = repr(head.config).encode()
+        self._key = f"{self.name}[{hashlib.sha256(config).hexdigest()[:8]}]"
         self.decides_after = "propose" if head.config.timing == "pre" else "feed"
         self.companion = "step" if head.config.companion_features else None
         self.first_accepted, self.rounds = 0, 0  # the request's rounds and those that accepted their first candidate
+
+    @property
+    def price_key(self) -> str:
+        """Its name and the head's shape (a short digest of its config: what its forward costs depends on)."""
+        return self._key
 
     @property
     def request_acceptance(self) -> float:
@@ -460,6 +477,7 @@ class OnlineHead(HeadEstimate):
     """
 
     name = "head-online"
+    folds = True
 
     #: How many observations the head's own calibration is worth.
     PRIOR = 8.0
@@ -501,6 +519,11 @@ class TrueAcceptance(AcceptanceSource):
     name = "perfect"
     named_stop = "h"
     needs_hindsight = True
+
+    @property
+    def price_key(self) -> None:
+        """Free: its reads are hindsight, uncounted as the oracle's are."""
+        return None
 
     def estimate(self, state: DraftRound) -> float:
         return state.latest.hindsight.accept_prob

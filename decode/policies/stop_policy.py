@@ -39,11 +39,13 @@ class StopPolicy(Policy, Generic[Source, Stop]):
 
     def __init__(self, source: Source, stop: Stop) -> None:
         self.source, self.stop = source, stop
+        stop.price_source(source.price_key)
         self.needs_hidden, self.needs_hindsight = source.needs_hidden, source.needs_hindsight
         self.companion = source.companion
         self.keep = 1.0
         self.estimates: list[float] = []  # this round's P̂, in candidate order
         self._fed_past_stop = False  # this round's stop was read after the draft consumed y_i
+        self._calls = (0, 0)  # the source's estimates and folded rounds since take_source_calls
 
     @property
     def k_min(self) -> int:
@@ -86,8 +88,18 @@ class StopPolicy(Policy, Generic[Source, Stop]):
         return self.estimates
 
     def estimate(self, state: DraftRound) -> float:
-        """The source's ``P̂_i`` of the latest candidate."""
+        """The source's ``P̂_i`` of the latest candidate (one call of it)."""
+        estimates, folds = self._calls
+        self._calls = (estimates + 1, folds)
         return self.source.estimate(state)
+
+    @property
+    def price_key(self) -> str | None:
+        return self.source.price_key
+
+    def take_source_calls(self) -> tuple[int, int]:
+        calls, self._calls = self._calls, (0, 0)
+        return calls
 
     def decide(self, state: DraftRound, accept: float) -> Decision:
         """The rule's decision after ``y_i`` with estimate ``accept``."""
@@ -108,6 +120,8 @@ class StopPolicy(Policy, Generic[Source, Stop]):
 
     def end_round(self, drafted: int, verified: int, accepted: int) -> None:
         self.source.end_round(verified, accepted)
+        estimates, folds = self._calls
+        self._calls = (estimates, folds + self.source.folds)
         self.stop.end_round(drafted, verified, accepted, self._fed_past_stop)
 
     def batch_plan(self) -> BatchPlan[Self]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from decode.batch_costs import BatchCosts
-from decode.costs import CostModel
+from decode.costs import FREE, CostModel
 from decode.policies.base import DEFAULT_K_MAX, PolicyInputs, registrar
 
 
@@ -57,6 +57,9 @@ class StopRule:
 
     def end_round(self, drafted: int, verified: int, accepted: int, extra_draft_call: bool) -> None:
         """Feedback after verification; ``extra_draft_call``: the draft consumed ``y_i`` before the stop read it."""
+
+    def price_source(self, key: str | None) -> None:
+        """Learn the price key of the source it stops on (a rule that prices its rounds prices the source too)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(k_min={self.k_min}, k_max={self.k_max})"
@@ -113,6 +116,7 @@ class Goodput(StopRule):
                  companion: bool = False) -> None:
         super().__init__(k_min, k_max)
         self.costs, self.batch_costs, self.companion = costs, batch_costs, companion
+        self.source_price = FREE  # its source's own compute (price_source)
         self.reset()
 
     @classmethod
@@ -144,9 +148,12 @@ class Goodput(StopRule):
         """``λ``: tokens per modelled second so far in this generation (``1 / t_t`` before the first round)."""
         return self.tokens / self.seconds if self.seconds > 0 else 1.0 / self.costs.t_target
 
+    def price_source(self, key: str | None) -> None:
+        self.source_price = self.costs.price(key)
+
     def step_cost(self) -> float:
-        """Draft (and companion) seconds per drafted candidate."""
-        return self.costs.t_draft + (self.costs.t_companion if self.companion else 0.0)
+        """Draft (and companion) seconds per drafted candidate, and its source's estimate of it."""
+        return self.costs.t_draft + (self.costs.t_companion if self.companion else 0.0) + self.source_price.estimate
 
     def marginal_cost(self, i: int) -> float:
         """Seconds the ``(i+1)``-th candidate adds: its drafting step and one more verified position."""
@@ -168,7 +175,7 @@ class Goodput(StopRule):
     def end_round(self, drafted: int, verified: int, accepted: int, extra_draft_call: bool) -> None:
         self.tokens += accepted + 1
         self.seconds += (drafted * self.step_cost() + extra_draft_call * self.costs.t_draft
-                         + self.costs.t_target * float(self.costs.latency(verified)))
+                         + self.costs.t_target * float(self.costs.latency(verified)) + self.source_price.update)
 
 
 @register_stop

@@ -14,6 +14,7 @@ from accept_heads.evaluate import evaluate
 from accept_heads.evaluation.batch_axis import best_fixed_k, summarise
 from accept_heads.evaluation.results import load_results
 from accept_heads.measure.families import family_names
+from decode.batch_costs import BatchCosts
 from tests.helpers.evaluation import evaluation_config
 
 
@@ -71,16 +72,16 @@ def test_every_policy_is_measured_and_modelled_at_every_batch_size(axis):
     pd.testing.assert_frame_equal(loaded, table, check_dtype=False)
     assert (Path(config.evaluate.out_dir) / "figures" / "batch_axis.png").stat().st_size > 0
     meta = results.metadata.batch_axis
-    assert meta["batch_sizes"] == [1, 2] and len(meta["batch_costs"]["companion"]) == 2  # SV's companion priced
+    assert meta.batch_sizes == [1, 2] and len(meta.batch_costs.companion) == 2  # SV's companion priced
 
 
 def test_the_batch_costs_are_the_machines_stored_table_recorded_with_the_run(axis):
     _, results = axis
     axis_meta = results.metadata.batch_axis
-    source = axis_meta["batch_costs_source"]
-    stored = json.loads(Path(source["path"]).read_text())
-    assert stored["costs"] == axis_meta["batch_costs"] and stored["key"] == source["key"]
-    assert source["key"]["batches"] == [1, 2] and source["key"]["models"]["target"]["id"]
+    source = axis_meta.batch_costs_source
+    stored = json.loads(Path(source.path).read_text())
+    assert BatchCosts.from_dict(stored["costs"]) == axis_meta.batch_costs and stored["key"] == source.key
+    assert source.key["batches"] == [1, 2] and source.key["models"]["target"]["id"]
 
 
 def test_the_fixed_k_of_each_batch_size_is_the_dev_grids_best(axis):

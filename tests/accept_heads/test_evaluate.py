@@ -36,8 +36,7 @@ from decode.artifacts.gguf import file_sha256
 from decode.artifacts.hub import load_causal_lm
 from decode.artifacts.serialization import load_head, save_head
 from decode.artifacts.threshold_choice import ThresholdChoice, choice_path
-from decode.batch_costs import CostProfile
-from decode.costs import CostModel, LatencyShape
+from decode.costs import CostModel, LatencyShape, SourcePrice
 from decode.policy_specs import SourceStopSpec, SVSpec, policy_kinds, policy_spec
 from tests.helpers.config import DATA_OVERRIDES, EVAL_OVERRIDES, model_overrides
 from tests.helpers.evaluation import evaluation_config, write_artifacts
@@ -207,7 +206,7 @@ def test_the_wall_clock_times_the_chosen_methods_beside_their_modelled_figures(e
     assert target[["x_target", "x_target_lo", "x_target_hi"]].to_numpy().tolist() == [[1.0, 1.0, 1.0]]
     timings = load_results(config.evaluate.out_dir).wallclock_timings
     assert len(timings) == len(wall) * 2 and set(timings["turn"]) == set(range(len(wall)))
-    assert results.metadata.wallclock["batch"] == 1
+    assert results.metadata.wallclock.batch == 1
 
 
 def test_comparisons_carry_paired_bootstrap_intervals(evaluated):
@@ -245,7 +244,7 @@ def test_the_league_compares_each_source_with_the_best_training_free_one_chosen_
                                       heads["throughput_cost"] / reference["throughput_cost"].iloc[0])
     assert (heads["speedup_free_cost_lo"] <= heads["speedup_free_cost"] + 1e-9).all()
     console = Console(width=240, record=True)
-    console.print(league_table(results.table, results.metadata.cost_models["cost"]["caption"]))
+    console.print(league_table(results.table, results.metadata.cost_models["cost"].caption))
     printed = console.export_text()
     assert "training-free (best, dev)" in printed and "learned" in printed and "margin-goodput" in printed
 
@@ -338,7 +337,7 @@ GROWING = LatencyShape((1.0, 1.2, 1.5, 1.9))
 
 
 def generation(run: int, draft_calls: int, companion_calls: int, verified_per_round: list[int],
-               wall_s: float) -> dict:
+               wall_s: float, source_key: str | None = None, source_calls: int = 0, source_updates: int = 0) -> dict:
     """A per-generation record of our decoder, as :meth:`accept_heads.measure.runs.Generation.record` builds it."""
     keys = dict.fromkeys(KEYS, None) | {"set": "dev", "role": "dev", "split": "dev", "rule": "greedy",
                                         "family": "fixed", "param": float(run), "chosen_on": "grid",
@@ -348,6 +347,7 @@ def generation(run: int, draft_calls: int, companion_calls: int, verified_per_ro
             "companion_calls": companion_calls, "drafted": sum(verified_per_round), "accepted": 1, "discarded": 0,
             "rounds": rounds, "verified": sum(verified_per_round), "verified_per_round": verified_per_round,
             "position_offered": [1], "position_accepted": [1], "wall_s": wall_s, "batch": 1,
+            "source_key": source_key, "source_calls": source_calls, "source_updates": source_updates,
             "target_agreement": np.nan, "target_nll": np.nan}
 
 
@@ -378,6 +378,23 @@ def test_companion_calls_are_charged_t_companion_not_t_draft():
                                                wall_s=1.0)]))
     add_costs(table, "x", CostModel(t_draft=0.01, t_target=0.1, t_companion=0.5))
     assert table["throughput_x"].iloc[0] == pytest.approx(4 / (10 * 0.01 + 5 * 0.5 + 3 * 0.1))
+
+
+def test_each_runs_source_is_charged_its_own_price_per_call_and_per_folded_round():
+    table = aggregate(pd.DataFrame([
+        generation(0, draft_calls=10, companion_calls=0, verified_per_round=[2, 2, 2], wall_s=1.0),
+        generation(1, draft_calls=10, companion_calls=0, verified_per_round=[2, 2, 2], wall_s=1.0,
+                   source_key="head[x]", source_calls=6, source_updates=0),
+        generation(2, draft_calls=10, companion_calls=0, verified_per_round=[2, 2, 2], wall_s=1.0,
+                   source_key="margin", source_calls=6, source_updates=3)]))
+    prices = {"head[x]": SourcePrice(estimate=0.004), "margin": SourcePrice(estimate=0.001, update=0.02)}
+    model = CostModel(t_draft=0.01, t_target=0.1, t_companion=0.0).with_sources(prices)
+    add_costs(table, "x", model)
+    base = 10 * 0.01 + 3 * 0.1
+    assert table["throughput_x"].tolist() == pytest.approx([4 / base, 4 / (base + 6 * 0.004),
+                                                            4 / (base + 6 * 0.001 + 3 * 0.02)])
+    add_costs(table, "free", CostModel(t_draft=0.01, t_target=0.1, t_companion=0.0))  # negative control
+    assert table["throughput_free"].tolist() == pytest.approx([4 / base] * 3)
 
 
 def test_the_target_alone_is_priced_at_its_own_step_not_at_a_verification_call():
@@ -438,7 +455,7 @@ def test_each_heads_h_is_chosen_on_dev_over_the_evaluations_grid_and_recorded_be
     the record beside each head holds those rows, and ``load_head`` serves the head at its h."""
     config, results = h_chosen
     table, grid = results.table, [0.01, 0.6, 0.99]
-    heads = {c["artifact"]: c["value"] for c in results.metadata.selection if c["family"] == "head"}
+    heads = {c.artifact: c.value for c in results.metadata.selection if c.family == "head"}
     assert sorted(heads) == ["post", "pre"] and set(heads.values()) <= set(grid)
     draft = load_causal_lm(str(micro_trio["draft"]), dtype="float32")
     for name, h in heads.items():
@@ -540,20 +557,23 @@ def _decisions(records) -> list[dict]:
 def test_measured_costs_price_the_runs_and_every_table_says_which(make_config, micro_trio, micro_root, tmp_path,
                                                                   monkeypatch, capsys):
     """``cost.source=measured`` (the real pair's): the machine's cost profile is measured once, stored, and prices the
-    selection and the ``*_cost`` columns; the report's tables and the figures name the machine class and the ratios."""
+    selection and the ``*_cost`` columns, with every acceptance source the runs stop on at its measured price; the
+    report's tables and the figures name the machine class and the ratios."""
     monkeypatch.setenv("ACCEPT_HEADS_COSTS_DIR", str(tmp_path / "costs"))
     config = evaluation_config(make_config, micro_trio, tmp_path, "evaluate.rules=[speculative]",
                                "evaluate.hf.baselines=false", "evaluate.calibration_rows=0", "evaluate.bounds=false",
                                "cost.source=measured")
     results = evaluate(config.evaluate_job())
     meta, printed = results.metadata, capsys.readouterr().out
-    profile = CostProfile.from_dict(meta.cost_profile["profile"])
     cost = meta.cost_models["cost"]
-    assert cost["source"] == "measured" and cost["caption"] == profile.caption() and "thread" in profile.machine
-    model = profile.cost_model()
-    assert (cost["t_target"], cost["t_target_alone"]) == (model.t_target, model.target_alone)
-    assert cost["latency_shape"] == list(model.latency.values) and len(cost["latency_shape"]) == 15
-    assert Path(meta.cost_profile["stored"]["path"]).is_file() and "no cost profile" in printed
+    profile = cost.profile.profile
+    assert cost.source == "measured" and cost.caption == profile.caption() and "thread" in profile.machine
+    model = profile.cost_model().with_sources(dict(cost.model.sources))  # each source at its price measured here
+    assert cost.model == model and len(model.latency.values) == 15
+    keys = set(results.generations["source_key"].dropna())
+    assert any(key.startswith("head[") for key in keys) and keys <= dict(model.sources).keys()
+    assert all(model.price(key).estimate > 0 for key in keys)
+    assert Path(cost.profile.stored.path).is_file() and "no cost profile" in printed
     assert printed.count("costs measured on") >= 4  # the selection, each test / OOD set, the league, the heads
     again = aggregate(results.generations)  # the runs priced by hand at the profile's cost model
     add_costs(again, "cost", model)
@@ -582,20 +602,20 @@ def test_a_rule_at_the_fixed_k_grids_edge_is_named_in_a_note_and_only_then():
 def test_the_evaluations_edge_note_names_exactly_the_rules_at_the_edge(evaluated):
     _, results = evaluated
     grid = results.metadata.dev_grids["fixed"]
-    at_edge = sorted(c["rule"] for c in results.metadata.selection
-                     if c["family"] == "fixed" and c["swept"] == "param" and c["value"] == max(grid))
+    at_edge = sorted(c.rule for c in results.metadata.selection
+                     if c.family == "fixed" and c.swept == "param" and c.value == max(grid))
     note = results.metadata.notes.get("fixed_k_edge")
     assert (note is None) == (not at_edge)
     assert note is None or note.endswith(f"for {', '.join(at_edge)}: the optimum may lie beyond")
 
 
-def choice_rows(table: pd.DataFrame, choice: dict) -> pd.DataFrame:
+def choice_rows(table: pd.DataFrame, choice: Choice) -> pd.DataFrame:
     """The runs a choice was made among: same rule, family, artifact and held parameter, any swept value."""
-    rows = table[(table["rule"] == choice["rule"]) & (table["family"] == choice["family"])]
-    if choice["artifact"] is not None:
-        rows = rows[rows["artifact"] == choice["artifact"]]
-    held = "rule_param" if choice["swept"] == "param" else "param"
-    return rows if choice[held] is None else rows[rows[held] == choice[held]]
+    rows = table[(table["rule"] == choice.rule) & (table["family"] == choice.family)]
+    if choice.artifact is not None:
+        rows = rows[rows["artifact"] == choice.artifact]
+    held = "rule_param" if choice.swept == "param" else "param"
+    return rows if getattr(choice, held) is None else rows[rows[held] == getattr(choice, held)]
 
 
 def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
@@ -603,18 +623,18 @@ def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
     table = results.table
     dev = table[table["role"] == "dev"]
     for choice in results.metadata.selection:
-        assert choice["chosen_on"] == "dev"
+        assert choice.chosen_on == "dev"
         rows = choice_rows(dev, choice)  # a head's h too: its grid decoded on dev by the evaluation
-        assert rows["throughput_cost"].max() == pytest.approx(choice["dev_throughput"])
-        marked = rows.loc[rows["chosen_on"] == "dev", choice["swept"]].tolist()
-        if choice["swept"] == "param":
-            assert marked == [choice["value"]]
+        assert rows["throughput_cost"].max() == pytest.approx(choice.dev_throughput)
+        marked = rows.loc[rows["chosen_on"] == "dev", choice.swept].tolist()
+        if choice.swept == "param":
+            assert marked == [choice.value]
         else:  # the T sweep's row at the configured T also has its K from dev
-            assert choice["value"] in marked and set(marked) <= {choice["value"], 0.3}
+            assert choice.value in marked and set(marked) <= {choice.value, 0.3}
     applied = table[(table["role"] != "dev") & table["family"].isin(["fixed", "confidence", "head"])
                     & (table["rule"] != "fuzzy")]
     assert (applied["chosen_on"] == "dev").all()
-    picked = {(c["rule"], c["family"], c["artifact"]): c["value"] for c in results.metadata.selection}
+    picked = {(c.rule, c.family, c.artifact): c.value for c in results.metadata.selection}
     for _, row in applied.iterrows():
         assert picked[(row["rule"], row["family"], row["artifact"])] == row["param"]
     hf = table[table["family"] == "hf-constant"]
@@ -625,15 +645,15 @@ def test_chosen_values_come_from_dev_and_are_applied_to_test(evaluated):
     for set_name in ("test", "builtin:module"):
         params = sv.loc[sv["set"] == set_name, "param"].tolist()
         assert len(params) == 2 and picked[("speculative", "fixed", None)] in params
-    assert {"fixed", "confidence", "head"} <= {c["family"] for c in results.metadata.selection}
+    assert {"fixed", "confidence", "head"} <= {c.family for c in results.metadata.selection}
 
 
 def test_test_rows_are_marked_dev_only_when_their_parameter_was_chosen_on_dev(evaluated):
     _, results = evaluated
     table, selection = results.table, results.metadata.selection
-    chosen = {(c["rule"], c["family"], c["artifact"], *((c["value"], c["rule_param"]) if c["swept"] == "param"
-                                                         else (c["param"], c["value"]))) for c in selection}
-    fixed_k = {c["rule"]: c["value"] for c in selection if c["family"] == "fixed" and c["swept"] == "param"}
+    chosen = {(c.rule, c.family, c.artifact, *((c.value, c.rule_param) if c.swept == "param"
+                                                         else (c.param, c.value))) for c in selection}
+    fixed_k = {c.rule: c.value for c in selection if c.family == "fixed" and c.swept == "param"}
     marked = table[(table["role"] != "dev") & (table["chosen_on"] == "dev")]
     assert not marked.empty
     for _, row in marked.iterrows():
@@ -642,56 +662,56 @@ def test_test_rows_are_marked_dev_only_when_their_parameter_was_chosen_on_dev(ev
             assert row["param"] == fixed_k[row["rule"]]
         else:
             assert (row["rule"], row["family"], row["artifact"], row["param"], rule_param) in chosen, row["policy"]
-    t_chosen = next(c["value"] for c in selection if c["swept"] == "rule_param")
+    t_chosen = next(c.value for c in selection if c.swept == "rule_param")
     fsd = table[(table["set"] == "test") & (table["rule"] == "fuzzy") & (table["family"] == "fixed")]
-    assert set(fsd.loc[fsd["chosen_on"] == "grid", "rule_param"]) == {0.1, 0.6} - {t_chosen}  # the FSD T grid
+    assert set(fsd.loc[fsd.chosen_on == "grid", "rule_param"]) == {0.1, 0.6} - {t_chosen}  # the FSD T grid
 
 
 def test_se_gamma_and_fsd_threshold_are_chosen_on_dev(evaluated):
     _, results = evaluated
     table, selection = results.table, results.metadata.selection
     se_tuned = family_names(runner="se", tuned=True)
-    se = [c for c in selection if c["family"] in se_tuned]
-    assert sorted(c["family"] for c in se) == ["se-alternate", "se-sd"]
-    (fsd,) = [c for c in selection if c["swept"] == "rule_param"]
-    assert (fsd["rule"], fsd["family"], fsd["param"]) == ("fuzzy", "fixed", next(
-        c["value"] for c in selection if c["rule"] == "fuzzy" and c["family"] == "fixed" and c["swept"] == "param"))
+    se = [c for c in selection if c.family in se_tuned]
+    assert sorted(c.family for c in se) == ["se-alternate", "se-sd"]
+    (fsd,) = [c for c in selection if c.swept == "rule_param"]
+    assert (fsd.rule, fsd.family, fsd.param) == ("fuzzy", "fixed", next(
+        c.value for c in selection if c.rule == "fuzzy" and c.family == "fixed" and c.swept == "param"))
     dev = table[table["role"] == "dev"]
     assert set(choice_rows(dev, fsd)["rule_param"]) == {0.1, 0.3, 0.6}  # the T grid and the configured T
     for choice in se:
         assert set(choice_rows(dev, choice)["param"]) == {1.0, 4.0}  # evaluate.se_gammas
         for set_name in ("test", "builtin:module"):
             rows = choice_rows(table[table["set"] == set_name], choice)
-            assert rows[["param", "chosen_on"]].values.tolist() == [[choice["value"], "dev"]]
+            assert rows[["param", "chosen_on"]].values.tolist() == [[choice.value, "dev"]]
 
 
 def test_results_carry_metadata(evaluated, micro_trio):
     config, results = evaluated
     meta = results.metadata
-    assert meta.models["draft"]["id"] == str(micro_trio["draft"]) and meta.models["tokenizer_hash"]
-    assert set(meta.heads) == {"pre", "post"} and meta.heads["pre"]["timing"] == "pre"
-    assert meta.heads["post"]["path"].endswith("post/head.safetensors")
-    assert set(meta.profiles) == {"profile"} and len(meta.profiles["profile"]["table"]) == 2
+    assert meta.models.draft.id == str(micro_trio["draft"]) and meta.models.tokenizer_hash
+    assert set(meta.heads) == {"pre", "post"} and meta.heads["pre"].metadata.head_config.timing == "pre"
+    assert meta.heads["post"].path.endswith("post/head.safetensors")
+    assert set(meta.profiles) == {"profile"} and len(meta.profiles["profile"].table) == 2
     assert meta.seed == config.seed and meta.seeding
-    sets = {s["name"]: s for s in meta.sets}
-    assert (sets["dev"]["split"], sets["test"]["split"], sets["builtin:module"]["role"]) == ("dev", "test", "ood")
-    assert all(s["count"] == 2 and len(s["prompt_ids"]) == 2 for s in sets.values())
-    assert meta.cost == {"source": "configured", "t_draft": 0.0236, "t_target": 0.112, "t_companion": None,
-                            "t_target_alone": 0.108}
-    assert meta.cost_fit["n"] > 0
-    assert meta.cost_fit["companion_runs"] > 0  # the SV runs are fitted too
+    sets = {s.name: s for s in meta.sets}
+    assert (sets["dev"].split, sets["test"].split, sets["builtin:module"].role) == ("dev", "test", "ood")
+    assert all(s.count == 2 and len(s.prompt_ids) == 2 for s in sets.values())
+    assert meta.cost == CostConfig(source="configured", t_draft=0.0236, t_target=0.112, t_companion=None,
+                                   t_target_alone=0.108)
+    assert meta.cost_fit.n > 0
+    assert meta.cost_fit.companion_runs > 0  # the SV runs are fitted too
     latency = meta.latency
-    assert len(latency["target_s"]) == len(latency["shape"]) == 5 and latency["shape"][0] == 1.0
-    assert 0 < latency["target_alone_s"]
-    assert latency["alone_ratio"] == latency["target_alone_s"] / latency["target_s"][0]
-    paper, fitted = meta.cost_models["cost"], meta.cost_models["fitted"]
-    assert paper["latency_shape"] == [1.0] and paper["t_companion"] == pytest.approx(
-        0.0236 * latency["companion_s"] / latency["draft_s"])
-    assert fitted["latency_shape"] == latency["shape"] and fitted["t_companion"] == meta.cost_fit["t_companion"]
-    assert paper["t_companion_from"] == "t_d x the companion/draft call ratio measured here"  # cost.t_companion=null
+    assert len(latency.target_s) == len(latency.shape.values) == 5 and latency.shape.values[0] == 1.0
+    assert 0 < latency.target_alone_s
+    paper, fitted = meta.cost_models["cost"].model, meta.cost_models["fitted"].model
+    assert paper.latency.values == (1.0,) and paper.t_companion == pytest.approx(
+        0.0236 * latency.companion_s / latency.draft_s)
+    assert fitted.latency == latency.shape and fitted.t_companion == meta.cost_fit.t_companion
+    # cost.t_companion=null
+    assert meta.cost_models["cost"].t_companion_from == "t_d x the companion/draft call ratio measured here"
     assert cost_lines(meta)[-1].endswith("(t_d x the companion/draft call ratio measured here)")
-    configured = replace(meta, cost_models={**meta.cost_models, "cost": {**paper, "t_companion": 0.0276,
-                                                                         "t_companion_from": "cost.t_companion"}})
+    configured = replace(meta, cost_models={**meta.cost_models, "cost": replace(
+        meta.cost_models["cost"], model=replace(paper, t_companion=0.0276), t_companion_from="cost.t_companion")})
     assert cost_lines(configured)[-1].endswith("t_c = 0.0276 s (cost.t_companion)")
     assert set(results.calibration["head"]) == {"pre", "post"}
 
@@ -709,7 +729,7 @@ def test_each_family_has_its_runner_and_an_unknown_family_names_the_valid_ones()
     assert [f for f, r in table.items() if r is decoding] == list(policy_kinds())  # every policy kind of decode
     assert [f for f, r in table.items() if r is hf] == ["hf-constant", "hf-heuristic", "hf-confidence"]
     assert [f for f, r in table.items() if r is se] == ["se-plain", "se-sd", "se-alternate"]
-    executor = Executor(job=None, trio=None, device="cpu", artifacts=Artifacts(), described={}, sets={},
+    executor = Executor(job=None, trio=None, device="cpu", artifacts=Artifacts(), sets={},
                         decoding=None, hf=hf, runners=table)
     with pytest.raises(ValueError, match="unknown run family 'target'; valid: fixed, .*, se-alternate$"):
         executor.run(RunSpec(set="dev", rule="speculative", policy=TargetAloneSpec()))  # the batch axis's own runner

@@ -167,12 +167,12 @@ def test_a_policy_declared_in_one_file_is_swept_tabled_timed_batched_and_drawn(a
     held_out = rows[rows["role"] != "dev"]
     assert len(held_out) and (held_out["chosen_on"] == "dev").all()  # applied on test at its dev choice
     assert (held_out["generated"] > 0).all() and held_out["speedup_fixed_cost"].notna().all()
-    (choice,) = [c for c in results.metadata.selection if c["family"] == "alternating"]
-    label = f"alternating(K={int(choice['value'])})"
+    (choice,) = [c for c in results.metadata.selection if c.family == "alternating"]
+    label = f"alternating(K={int(choice.value)})"
     assert label in rendered(results_table(table, "test", results.metadata.cost_models["cost"]))
     wall = results.wallclock
     assert list(wall.loc[wall["family"] == "alternating", "policy"]) == [label]  # timed at its dev choice
-    caption = results.metadata.cost_models["cost"]["caption"]
+    caption = results.metadata.cost_models["cost"].caption
     assert label in rendered(wallclock_table(wall, results.metadata.wallclock, caption))
     assert any(p.startswith("alternating(K=") for p in results.batch_axis["policy"])  # on the batch axis
     for name in ("pareto", "throughput_vs_k"):  # drawn at its dev choice, the best run of its family
@@ -216,7 +216,7 @@ def test_a_source_declared_in_one_file_gets_every_stop_the_league_and_the_wall_c
         assert len(held_out) and (held_out["generated"] > 0).all() and held_out["speedup_fixed_cost"].notna().all()
     assert "top2-budget" not in set(table["family"])  # a batch decides it: the batch axis decodes it
     assert any(policy.startswith("top2-budget") for policy in results.batch_axis["policy"])
-    league = rendered(league_table(table, results.metadata.cost_models["cost"]["caption"]))
+    league = rendered(league_table(table, results.metadata.cost_models["cost"].caption))
     assert "top2-h" in league and "top2-goodput" in league
     assert {"top2-h", "top2-goodput"} <= set(results.wallclock["family"])  # timed at its dev choice
 
@@ -264,11 +264,11 @@ def test_a_rule_with_a_parameter_declared_in_one_file_is_labelled_trained_and_sw
                                    "+evaluate.rule_grids.tempered=[1.0,5.0]", "evaluate.hf.baselines=false",
                                    "evaluate.bounds=false", "evaluate.figures=false").evaluate_job())
     rows = results.table[results.table["rule"] == "tempered"]
-    (choice,) = [c for c in results.metadata.selection if c["swept"] == "rule_param"]
-    assert choice["rule"] == "tempered" and choice["value"] in (1.0, 3.0, 5.0)  # its power, chosen on dev
-    dev = rows[(rows["role"] == "dev") & (rows["family"] == "fixed") & (rows["param"] == choice["param"])]
+    (choice,) = [c for c in results.metadata.selection if c.swept == "rule_param"]
+    assert choice.rule == "tempered" and choice.value in (1.0, 3.0, 5.0)  # its power, chosen on dev
+    dev = rows[(rows["role"] == "dev") & (rows["family"] == "fixed") & (rows["param"] == choice.param)]
     assert set(dev["rule_param"]) == {1.0, 3.0, 5.0}  # the grid and the configured power, at its chosen K
-    assert {1.0, 5.0} - {choice["value"]} <= set(rows.loc[rows["set"] == "test", "rule_param"])
+    assert {1.0, 5.0} - {choice.value} <= set(rows.loc[rows["set"] == "test", "rule_param"])
     assert "tempered" in set(rows.loc[rows["family"] == "head", "artifact"])  # its head decodes with it
 
 

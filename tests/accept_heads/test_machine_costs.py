@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,11 +12,12 @@ import torch
 
 from accept_heads.evaluation.report import cost_lines
 from accept_heads.measure import machine_costs
-from accept_heads.measure.cost_models import configured_model, pricing
+from accept_heads.measure.cost_models import CostFit, configured_model, pricing
 from accept_heads.measure.machine_costs import machine_batch_costs, machine_profile
 from ahconf.schema import CostConfig
 from decode.batch_costs import BatchCosts, CostProfile
-from runtime.models import Trio
+from decode.costs import LatencyShape
+from runtime.models import ModelDescription, Trio, TrioDescription
 
 TABLE = BatchCosts(batches=(1, 2), draft=(0.1, 0.12), target=((1.0, 1.1), (1.2, 1.3)), draft_widths=((0.1, 0.2),
                                                                                                     (0.12, 0.22)))
@@ -61,6 +63,8 @@ def test_the_device_is_named():
 #: Stand-ins for loaded models: what a profile's key reads of them (the measurement itself is replaced).
 MODEL = SimpleNamespace(dtype=torch.bfloat16, device=torch.device("cpu"))
 PROFILE = CostProfile("a CPU", "bfloat16", BatchCosts(batches=(1,), draft=(0.003,), target=((0.04, 0.05, 0.06),)))
+DESCRIPTION = TrioDescription("pair", "hash", 16, ModelDescription("t", "t", None, "auto"),
+                              ModelDescription("d", "d", None, "auto"))
 
 
 @pytest.fixture
@@ -113,14 +117,14 @@ def test_a_stale_profile_is_measured_again_with_one_line(tmp_path, measured, cap
 
 
 def test_the_measured_cost_model_prices_from_the_profile_and_says_so(tmp_path, measured):
-    trio = Trio(MODEL, MODEL, None, None, {"name": "pair", "target": {"id": "t"}, "draft": {"id": "d"}})
+    trio = Trio(MODEL, MODEL, None, None, DESCRIPTION)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(machine_costs.COSTS_ENV, str(tmp_path))
         priced = pricing(CostConfig(source="measured"), trio, lambda: pytest.fail("no ratio is read"), compiled=False,
                          repeats=1, threads=1)
     assert priced.model == PROFILE.cost_model() and priced.model.t_target == 0.05 and priced.model.target_alone == 0.04
     assert priced.caption == PROFILE.caption() and priced.record["source"] == "measured"
-    assert priced.profile["stored"]["path"].startswith(str(tmp_path))
+    assert priced.profile.stored.path.startswith(str(tmp_path))
     paper = pricing(CostConfig(t_companion=None), trio, lambda: 1.5, compiled=False, repeats=1, threads=None)
     assert paper.model == configured_model(CostConfig(), 1.5) and len(measured) == 1
     assert paper.caption == "the cost pair t_d = 0.0236 s, t_t = 0.112 s, t_c = 0.0354 s (flat in L)"
@@ -128,15 +132,14 @@ def test_the_measured_cost_model_prices_from_the_profile_and_says_so(tmp_path, m
 
 
 def test_the_report_names_the_measured_costs(tmp_path, measured):
-    trio = Trio(MODEL, MODEL, None, None, {"name": "pair", "target": {"id": "t"}, "draft": {"id": "d"}})
+    trio = Trio(MODEL, MODEL, None, None, DESCRIPTION)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(machine_costs.COSTS_ENV, str(tmp_path))
         priced = pricing(CostConfig(source="measured"), trio, lambda: None, compiled=True, repeats=1, threads=None)
     assert measured[-1]["compiled"] and "eager" in priced.caption  # nothing compiled here: priced eager, and says so
-    fit = {"n": 3, "companion_runs": 0, "t_draft": 0.003, "t_target": 0.05, "t_companion": 0.0, "r2": 0.9}
-    metadata = SimpleNamespace(  # the three fields of an EvaluationMetadata the cost lines read
-        cost_fit=fit, cost_profile=priced.profile,
-        cost_models={"fitted": {"latency_shape": [1.0]}, "cost": {**priced.record, "assumes": priced.assumes}})
+    fit = CostFit(t_draft=0.003, t_companion=0.0, t_target=0.05, r2=0.9, n=3, companion_runs=0)
+    metadata = SimpleNamespace(  # the two fields of an EvaluationMetadata the cost lines read
+        cost_fit=fit, cost_models={"fitted": replace(priced, model=fit.model(LatencyShape())), "cost": priced})
     line = cost_lines(metadata)[-1]
     assert line.startswith(f"cost model: {PROFILE.caption()} (t_d = 3.00 ms, t_t = T(2) = 50.00 ms")
-    assert line.endswith(f"stored in {priced.profile['stored']['path']})")
+    assert line.endswith(f"stored in {priced.profile.stored.path})")

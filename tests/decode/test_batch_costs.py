@@ -215,6 +215,7 @@ class Rounds:
     def __init__(self, verified: list[int], draft_calls: int) -> None:
         self.target_calls, self.draft_calls, self.companion_calls = len(verified), draft_calls, 0
         self.verified_per_round = verified
+        self.source_key, self.source_calls, self.source_updates = None, 0, 0  # no source priced
 
 
 def test_a_profile_prices_a_round_of_l_candidates_at_the_forward_of_l_plus_one_tokens():
