@@ -15,7 +15,7 @@ STAMP := $(VENV)/.accept-heads-installed
 SYSTEM_TORCH := $(shell $(PYTHON) -c 'import torch' >/dev/null 2>&1 && echo --system-site-packages)
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
 
-.PHONY: setup demo more-heads real test clean
+.PHONY: setup demo league more-heads real test clean
 
 setup: $(STAMP)
 
@@ -31,8 +31,8 @@ $(STAMP): pyproject.toml
 # the request so far (head.request_feature), a speculative head trained for the stop it drives (the goodput
 # objective beside the BCE), a DSpark-style head for
 # the speculative rule and the SV profile (exported under runs/tiny/heads/, each with a model card); then evaluate
-# every length policy of those rules against the training-free sources (results table, the predictor league, per-head
-# summary and figures under runs/tiny/eval/), and measure the structure of acceptance (by depth, and what the round,
+# every length policy of those rules against the training-free sources at a first run's scale (decoding=first_run:
+# results table, the predictor league, per-head summary and figures under runs/tiny/eval/), and measure the structure of acceptance (by depth, and what the round,
 # the request, the position and the target add beyond the draft's top probability: runs/tiny/structure/). The fuzzy and
 # contrastive-ensemble heads are `make more-heads` (after the demo; README "Quick start").
 GREEDY_DATA := sampling=greedy 'paths.data_dir=$${paths.run_dir}/data-greedy'
@@ -40,6 +40,7 @@ TRAIN := $(OFFLINE) $(PY) -m accept_heads.train trainer.feature_cache=true
 CONTRASTIVE := rules.params.ensemble.kind=contrastive
 # the goodput objective beside the BCE (docs/design.md §2, "A loss for the stop")
 GOODPUT_LOSS := loss.goodput_weight=1
+DEMO_RULES := 'evaluate.rules=[speculative,greedy,ensemble]'
 
 demo: setup
 	$(OFFLINE) $(PY) -m model_build.zoo
@@ -52,8 +53,13 @@ demo: setup
 	$(TRAIN) head.name=speculative-goodput $(GOODPUT_LOSS)
 	$(TRAIN) head.rule=ensemble head.name=ensemble-weighted-pre
 	$(OFFLINE) $(PY) -m accept_heads.train head=sv_profile
-	$(OFFLINE) $(PY) -m accept_heads.evaluate 'evaluate.rules=[speculative,greedy,ensemble]'
-	$(OFFLINE) $(PY) -m accept_heads.structure 'structure.rules=[speculative,greedy,ensemble]'
+	$(OFFLINE) $(PY) -m accept_heads.evaluate $(DEMO_RULES) decoding=first_run
+	$(OFFLINE) $(PY) -m accept_heads.structure 'structure.rules=[speculative,greedy,ensemble]' decoding=first_run
+
+# The demo's evaluation at the full scale (after `make demo`: its heads): 40 dev / 80 test / 40 OOD prompts x 96 tokens,
+# the tables docs/results.md reports (runs/tiny/league/).
+league: setup
+	$(OFFLINE) $(PY) -m accept_heads.evaluate $(DEMO_RULES) 'evaluate.out_dir=$${paths.run_dir}/league'
 
 # The other two heads, each with its evaluation (after `make demo`: its zoo and data): the fuzzy (FSD) rule,
 # with the FSD threshold sweep, and the contrastive kind of the ensemble rule.
