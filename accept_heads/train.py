@@ -15,7 +15,7 @@ import math
 import re
 import sys
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from accept_heads.training.features import DraftFeatures, head_encoder
 from accept_heads.training.loggers import make_logger
 from accept_heads.training.module import HeadModule, fold_prior_shift
 from accept_heads.training.outcomes import HeadOutcome, ProfileOutcome
+from accept_heads.training.prices import priced_loss
 from accept_heads.training.profile_fit import (
     ProfileFitter,
     batch_latency_table,
@@ -265,7 +266,9 @@ def prepare_head_run(job: TrainJob) -> HeadRun:
 
 
 def train_head(job: TrainJob) -> HeadOutcome | None:
-    """Train a SpecDec++ head and export it; returns paths and dev metrics (rank 0)."""
+    """Train a SpecDec++ head and export it (its goodput term at the prices ``loss.goodput_prices`` names, recorded in
+    its metadata); returns paths and dev metrics (rank 0)."""
+    job = replace(job, loss=priced_loss(job))
     run = prepare_head_run(job)
     ctx, draft, head, datamodule, module = run.ctx, run.draft, run.head, run.datamodule, run.module
     out_dir = work_dir(job.paths, job.head)

@@ -62,6 +62,7 @@ class TrainJob:
     optim: OptimConfig
     trainer: TrainerConfig
     logger: LoggerConfig
+    decoding: DecodingConfig  # how the heads will decode: the threads and forwards loss.goodput_prices=measured prices
     paths: PathsConfig
     seed: int
     exp_name: str
@@ -143,7 +144,7 @@ class Config:
     def train_job(self) -> TrainJob:
         """The groups ``accept_heads.train`` reads."""
         return TrainJob(self.models, self.sampling, self.rules, self.head, self.loss, self.optim, self.trainer,
-                        self.logger, self.paths, self.seed, self.exp_name, self.ckpt_path)
+                        self.logger, self.decoding, self.paths, self.seed, self.exp_name, self.ckpt_path)
 
     def structure_job(self) -> StructureJob:
         """The groups ``accept_heads.structure`` reads."""

@@ -8,6 +8,9 @@ from typing import Any, List, Optional
 from ahconf.schema.common import HEAD_KINDS, LOGGERS, TIMINGS, ConfigError, _choice, rule_names
 from decode.policies.base import DEFAULT_K_MAX
 
+#: Where the goodput loss's prices come from (loss.goodput_prices).
+GOODPUT_PRICES = ("configured", "measured")
+
 #: Token mixing's probability of keeping the target token, the one default of ``head.mixing_r``: 1 keeps the true
 #: prefix, which suits pre heads (chosen on the tiny-code dev split: docs/log/figures-behind-the-defaults.md); a
 #: post head needs r < 1 (the SpecDec++ paper's 0.15, which its experiments set).
@@ -79,15 +82,19 @@ class LossConfig:
     goodput_weight: float = 0.0  # weight of −log(goodput) beside the BCE (0: the BCE alone)
     goodput_k: int = 6  # the longest round it prices (a feature draft's: at most its labelled depths)
     goodput_temperature: float = 0.1  # of the soft choice of a round's length, in units of log goodput
-    # the priced costs, in target calls verifying one candidate: a draft step, and T(L) / T(1) for L = 1.. (beyond the
-    # table it grows linearly); defaults: the configured cost pair's (cost.t_draft / cost.t_target, flat), an
-    # experiment on measured costs sets the profile `accept_heads.evaluate` prints for its machine
+    # where its prices come from: configured (the two below) or measured (this machine's stored cost profile of the
+    # data's models at decoding.threads, compiled forwards where decoding.compile: the prices cost.source=measured
+    # decides at; measured once per machine and model set, accept_heads.training.prices)
+    goodput_prices: str = "configured"
+    # the configured prices, in target calls verifying one candidate: a draft step, and T(L) / T(1) for L = 1..
+    # (beyond the table it grows linearly); defaults: the configured cost pair's (cost.t_draft / cost.t_target, flat)
     goodput_draft_cost: float = 0.21
     goodput_verify_shape: List[float] = field(default_factory=lambda: [1.0])
 
     def __post_init__(self) -> None:
         if self.w_acc <= 0 or self.w_rej <= 0:
             raise ConfigError("loss.w_acc and loss.w_rej must be > 0")
+        _choice("loss.goodput_prices", self.goodput_prices, GOODPUT_PRICES)
         if (self.goodput_weight < 0 or self.goodput_k < 1 or self.goodput_temperature <= 0
                 or self.goodput_draft_cost < 0):
             raise ConfigError("need loss.goodput_weight >= 0, goodput_k >= 1, goodput_temperature > 0 and "
