@@ -19,6 +19,7 @@ from accept_heads.measure.cost_models import Pricing
 from accept_heads.measure.families import families, family, family_names
 from accept_heads.measure.inputs import HeadRecord
 from decode.batch_costs import BatchCosts
+from decode.policy_specs import source_stop_kinds
 from decode.rules import RULES
 
 WIDTH = 180
@@ -92,10 +93,10 @@ def _cell(row: pd.Series | None, column: str, digits: int, suffix: str, scale: f
 
 
 def heads_table(table: pd.DataFrame, heads: dict[str, HeadRecord], caption: str) -> Table:
-    """Per head decoded here, test / OOD set and stop rule (each family with a ``stop``: threshold h chosen on dev,
-    goodput): the best fixed K, the head and both bounds (the perfect predictor with the same stop, the realised
-    oracle) as × the best fixed K, and the head's share of the gap from the best fixed K to each bound, with 95 %
-    intervals (DESIGN §5), at the costs ``caption`` names."""
+    """Per head decoded here, test / OOD set, source (the head, or the head recalibrated per request) and stop rule
+    (each family with a ``stop``: threshold h chosen on dev, goodput): the best fixed K, the head and both bounds (the
+    perfect predictor with the same stop, the realised oracle) as × the best fixed K, and the head's share of the gap
+    from the best fixed K to each bound, with 95 % intervals (DESIGN §5), at the costs ``caption`` names."""
     sets = list(dict.fromkeys(table.loc[table["role"] != "dev", "set"]))
     decoded = set(table.loc[table["role"] != "dev", "artifact"].dropna())
     out = Table(title=f"heads and bounds — × best fixed K at {caption}, and the share of the gap to each bound "
@@ -117,6 +118,7 @@ def heads_table(table: pd.DataFrame, heads: dict[str, HeadRecord], caption: str)
                 if row is None:
                     continue
                 stop = f"{kind.stop}={row['param']:g} (dev)" if kind.tuned else kind.stop
+                stop = f"{source_stop_kinds().get(kind.name, (kind.name,))[0]}, {stop}"  # the head, or recalibrated
                 out.add_row(escape(name), escape(rule), "undefined" if auroc is None else _num(auroc, 3), set_name,
                             stop, best, _cell(row, "speedup_fixed_cost", 3, "×"),
                             _cell(_run_row(same, kind.perfect), "speedup_fixed_cost", 3, "×"),

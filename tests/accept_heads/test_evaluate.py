@@ -21,7 +21,7 @@ from accept_heads.evaluation.executor import Executor, runners
 from accept_heads.evaluation.figures import BEST_FREE, FIGURES, REFERENCE, draw_league, source_family
 from accept_heads.evaluation.h_choice import recorded_runs, sweep_settings
 from accept_heads.evaluation.plan import dev_sweeps, edge_note, edge_rules, extended_k
-from accept_heads.evaluation.report import cost_lines, league_table
+from accept_heads.evaluation.report import cost_lines, heads_table, league_table
 from accept_heads.evaluation.results import load_results
 from accept_heads.evaluation.table import add_comparisons, at_dev_choice, bound_rows, select
 from accept_heads.measure.cost_models import CostFit, configured_model, fit_costs, pricing
@@ -247,6 +247,17 @@ def test_the_league_compares_each_source_with_the_best_training_free_one_chosen_
     console.print(league_table(results.table, results.metadata.cost_models["cost"].caption))
     printed = console.export_text()
     assert "training-free (best, dev)" in printed and "learned" in printed and "margin-goodput" in printed
+
+
+def test_the_heads_table_names_each_rows_source_and_stop(evaluated):
+    """A head's rows under its stops are told apart from the same head recalibrated per request (head-online)."""
+    _, results = evaluated
+    console = Console(width=400, record=True)
+    console.print(heads_table(results.table, results.metadata.heads, results.metadata.cost_models["cost"].caption))
+    lines = [line for line in console.export_text().splitlines() if line.startswith("│ pre ") and " test " in line]
+    stops = [line.split("│")[5].strip() for line in lines]
+    assert len(stops) == len(set(stops)) == 4  # per set: head and head-online, each under h and goodput
+    assert {s.split(",")[0] for s in stops} == {"head", "head-online"}
 
 
 def test_each_sources_estimates_are_scored_against_the_outcomes_decoding_observed(evaluated):
