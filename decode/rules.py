@@ -28,6 +28,7 @@ from decode.divergence import DIVERGENCES, tv
 from decode.ensemble_fn import DEFAULT_MU, DEFAULT_WEIGHT, EnsembleFn
 from decode.json_types import JSON
 from decode.sampling import Sampling
+from decode.tree import ROOT, DraftTree, without
 
 
 def _positive_part_normalised(v: Tensor, q: Tensor) -> Tensor:
@@ -117,6 +118,8 @@ class Rule:
     #: True when the draft is a member of what is verified against, so no token is drawn where it has not scored:
     #: the token after a fully accepted round is drawn once the draft has (:meth:`complete`; the n-model ensemble).
     member_draft: ClassVar[bool] = False
+    #: How a draft tree's siblings may be drawn for :meth:`verify_tree` to stay exact (decode.tree.SIBLING_DRAWS).
+    tree_draws: ClassVar[tuple[str, ...]] = ("independent", "without-replacement")
 
     @classmethod
     def defaults(cls) -> dict[str, JSON]:
@@ -269,6 +272,52 @@ class Rule:
         replacement = sample(_positive_part_normalised(v, p), generator)
         return accepted, torch.where(accepted, token, replacement)
 
+    def check_tree(self, tree: DraftTree) -> None:
+        """Refuse, in one line, a tree this rule cannot verify exactly."""
+        if tree.draw not in self.tree_draws:
+            raise ValueError(f"the {self.name} rule verifies trees whose siblings are drawn "
+                             f"{' or '.join(self.tree_draws)}, not {tree.draw!r} (a ratio test of deterministic "
+                             "siblings is not exact)")
+
+    def verify_tree(
+        self, tree: DraftTree, p_logits: Tensor, q_logits: Tensor, scored: Tensor, sampling: Sampling,
+        generator: Generator | None,
+    ) -> tuple[list[int], Tensor]:
+        """Verify a draft tree (DESIGN §11); logits ``[N + 1, V]`` by row ``node + 1`` (row 0: the root), ``scored
+        [N + 1]``: the rows the draft scored (a leaf's row need not be: its bonus is then tentative, ``~ p``, as a
+        chain's after ``K`` candidates).
+
+        From the root, a node's children, in the order drawn, take the ratio test against the residual ``r`` of the
+        siblings rejected before them (``r ← norm(max(r − s, 0))``, ``s`` the distribution the rejected sibling was
+        drawn from: ``q``, or without replacement ``q`` without the earlier siblings); the first accepted child is
+        walked into. Where none is, the token is drawn from the residual; after a leaf, from the bonus distribution.
+        Returns ``(path, token)``: the accepted nodes from the root, and the token after them."""
+        self.check_tree(tree)
+        sampling = self.transform(sampling)
+        path, node = [], ROOT
+        while True:
+            row = node + 1
+            children = tree.children(node)
+            if not scored[row]:
+                if children:
+                    raise ValueError(f"tree node {node}: its children were drawn from q, but its row is not scored")
+                return path, sample(sampling.probs(p_logits[row]), generator)
+            r = self.verifier_probs(p_logits[row], q_logits[row], sampling)
+            s = sampling.probs(q_logits[row])
+            accepted = None
+            for child in children:
+                y = tree.tokens[child]
+                if uniform((), generator, r) < self.accept_probs(r, s, y):
+                    accepted = child
+                    break
+                r = self.reject_probs(r, s)
+                if tree.draw == "without-replacement":
+                    s = without(s, y)
+            if accepted is None:
+                return path, sample(r, generator)
+            path.append(accepted)
+            node = accepted
+
 
 @register_rule
 @dataclass(eq=False, repr=False)
@@ -292,6 +341,7 @@ class Greedy(Rule):
 
     name = "greedy"
     lossless = True
+    tree_draws = ("independent", "without-replacement", "top-k")
 
     def transform(self, sampling: Sampling) -> Sampling:
         return Sampling(temperature=0.0)
@@ -317,6 +367,21 @@ class Greedy(Rule):
         """A tentative bonus stands iff it is the target's argmax, which replaces it otherwise."""
         best = p_logits.argmax(-1)
         return token == best, best
+
+    def verify_tree(
+        self, tree: DraftTree, p_logits: Tensor, q_logits: Tensor, scored: Tensor, sampling: Sampling,
+        generator: Generator | None,
+    ) -> tuple[list[int], Tensor]:
+        """Walk from the root into the child equal to the target's argmax (the first, where siblings repeat it),
+        while there is one; the token is the target's argmax after the path: the target's greedy output."""
+        path, node = [], ROOT
+        while True:
+            best = p_logits[node + 1].argmax(-1)
+            child = next((c for c in tree.children(node) if tree.tokens[c] == best), None)
+            if child is None:
+                return path, best
+            path.append(child)
+            node = child
 
     def label(
         self, p_logits: Tensor, q_logits: Tensor, y: Tensor, sampling: Sampling | None = None, *,
@@ -367,6 +432,12 @@ class Fuzzy(Rule):
 
     def reject_probs(self, v: Tensor, q: Tensor) -> Tensor:
         return v
+
+    def check_tree(self, tree: DraftTree) -> None:
+        """FSD takes no tree: its verdict at a position depends on the position's two distributions, not on the
+        candidate, so a sibling cannot change it."""
+        raise ValueError("the fuzzy rule decides each position by its two distributions, not by the candidate, so "
+                         "siblings cannot change its verdict: decode it with a chain policy")
 
 
 @register_rule
