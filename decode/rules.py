@@ -279,6 +279,25 @@ class Rule:
                              f"{' or '.join(self.tree_draws)}, not {tree.draw!r} (a ratio test of deterministic "
                              "siblings is not exact)")
 
+    def sibling_labels(self, p_logits: Tensor, q_logits: Tensor, siblings: Tensor, draw: str,
+                       sampling: Sampling | None = None) -> Tensor:
+        """Training labels of siblings (DESIGN §11) ``[T, w]``: at each of ``T`` positions, the acceptance of
+        sibling ``siblings[:, j]`` given the earlier ones were rejected, the probability ``min(1, r_j(y)/s_j(y))``
+        of :meth:`verify_tree`'s test against the residual ``r_j`` left by their rejections, ``s_j`` the distribution
+        it was drawn from (``draw``: independently, or without the earlier siblings' tokens). Logits ``[T, V]``."""
+        self.check_tree(DraftTree(siblings[0], (ROOT,) * siblings.shape[1], draw))
+        sampling = self.transform(sampling or Sampling())
+        r = self.verifier_probs(p_logits, q_logits, sampling)
+        s = sampling.probs(q_logits)
+        labels = []
+        for y in siblings.unbind(-1):
+            labels.append(self.accept_probs(r, s, y))
+            r = self.reject_probs(r, s)
+            if draw == "without-replacement":
+                s = s.scatter(-1, y[:, None], 0.0)
+                s = s / s.sum(-1, keepdim=True).clamp_min(1e-30)
+        return torch.stack(labels, -1)
+
     def verify_tree(
         self, tree: DraftTree, p_logits: Tensor, q_logits: Tensor, scored: Tensor, sampling: Sampling,
         generator: Generator | None,
@@ -367,6 +386,11 @@ class Greedy(Rule):
         """A tentative bonus stands iff it is the target's argmax, which replaces it otherwise."""
         best = p_logits.argmax(-1)
         return token == best, best
+
+    def sibling_labels(self, p_logits: Tensor, q_logits: Tensor, siblings: Tensor, draw: str,
+                       sampling: Sampling | None = None) -> Tensor:
+        """``1[y = argmax p]`` for every sibling ``[T, w]``: an earlier sibling's rejection changes nothing."""
+        return (siblings == p_logits.argmax(-1, keepdim=True)).float()
 
     def verify_tree(
         self, tree: DraftTree, p_logits: Tensor, q_logits: Tensor, scored: Tensor, sampling: Sampling,

@@ -64,6 +64,20 @@ class DraftTree:
             node, depth = self.parents[node], depth + 1
         return depth
 
+    def attention(self) -> Tensor:
+        """``[N, N]`` bool: node ``i`` attends to node ``j`` iff ``j`` is ``i`` or one of its ancestors (the tree
+        attention mask's columns of the round's nodes; every node also sees the whole prefix before the root)."""
+        mask = torch.eye(self.size, dtype=torch.bool, device=self.tokens.device)
+        for node, parent in enumerate(self.parents):
+            if parent != ROOT:
+                mask[node] |= mask[parent]
+        return mask
+
+    def positions(self, start: int) -> Tensor:
+        """``[N]`` position ids: a node at depth ``d`` sits at ``start + d − 1`` (``start``: the first new position)."""
+        return torch.tensor([start + self.depth(node) - 1 for node in range(self.size)], dtype=torch.long,
+                            device=self.tokens.device)
+
     def path_tokens(self, path: list[int]) -> Tensor:
         """The tokens ``[len(path)]`` of a root-to-node path of nodes."""
         return self.tokens[torch.tensor(path, dtype=torch.long, device=self.tokens.device)]

@@ -131,3 +131,28 @@ def test_a_chain_is_the_tree_of_width_one():
     with pytest.raises(ValueError, match="earlier node"):
         DraftTree(torch.tensor([1, 2]), (1, ROOT))
     assert math.isclose(float(draw_siblings(torch.tensor([0.0, 1.0, 0.0]), 1, "independent", None)), 1.0)
+
+
+def test_sibling_labels_are_the_acceptance_under_the_residual_of_the_earlier_rejections():
+    """Hand case: p = (0.2, 0.5, 0.3), q = (0.6, 0.3, 0.1), siblings 0 then 1. The first: min(1, 0.2/0.6) = 1/3; its
+    rejection leaves r = (0, 0.5, 0.5); drawn without replacement the second came from (0, 0.75, 0.25): 2/3;
+    drawn independently, from q: min(1, 0.5/0.3) = 1."""
+    p, q = torch.tensor([[0.2, 0.5, 0.3]]).log(), torch.tensor([[0.6, 0.3, 0.1]]).log()
+    siblings = torch.tensor([[0, 1]])
+    without = Speculative().sibling_labels(p, q, siblings, "without-replacement")
+    independent = Speculative().sibling_labels(p, q, siblings, "independent")
+    torch.testing.assert_close(without, torch.tensor([[1 / 3, 2 / 3]]))
+    torch.testing.assert_close(independent, torch.tensor([[1 / 3, 1.0]]))
+    assert Speculative().label(p[0:1], q[0:1], siblings[:, 0]).item() == pytest.approx(1 / 3)  # the chain's label
+    assert Greedy().sibling_labels(p, q, torch.tensor([[0, 1, 2]]), "top-k").tolist() == [[0.0, 1.0, 0.0]]
+    with pytest.raises(ValueError, match="not 'top-k'"):
+        Speculative().sibling_labels(p, q, siblings, "top-k")
+
+
+def test_a_node_attends_to_its_own_path_at_its_depths_position():
+    tree = DraftTree(torch.tensor([4, 5, 6, 7]), (ROOT, ROOT, 0, 2))  # 0 → 2 → 3 and 1 beside 0
+    assert tree.attention().int().tolist() == [[1, 0, 0, 0], [0, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]]
+    assert tree.positions(10).tolist() == [10, 10, 11, 12]
+    chain = DraftTree.chain(torch.tensor([1, 2, 3]))
+    assert torch.equal(chain.attention(), torch.ones(3, 3, dtype=torch.bool).tril())  # a chain: causal
+    assert chain.positions(0).tolist() == [0, 1, 2]
