@@ -15,7 +15,7 @@ from decode.sampling import Sampling
 from decode.tree import ROOT, DraftTree, draw_siblings
 
 V = 4
-SAMPLES = 8_000
+SAMPLES = 5_000
 SIBLINGS = (3, 2)  # the root's children, and each depth-1 node's
 
 
@@ -95,7 +95,7 @@ def test_negative_control_top_k_siblings_under_the_plain_ratio_test_are_not_exac
     class PlainRatio(Speculative):
         tree_draws = ("top-k",)
 
-    samples = 5_000
+    samples = 3_000
     far = far_cells(joint(PlainRatio(), "top-k", samples), exact_joint(Speculative()), samples)
     assert len(far) >= 8  # of the 16 cells
 
