@@ -56,7 +56,7 @@ from accept_heads.measure.families import family_names
 from accept_heads.measure.inputs import Artifacts, PromptSet
 from accept_heads.measure.machine_costs import machine_batch_costs
 from accept_heads.measure.runs import RunSpec, frame
-from accept_heads.measure.source_prices import deployable_sources, measure_source_prices
+from accept_heads.measure.source_prices import deployable_sources, measure_source_prices, request_rounds
 from ahconf.entry import CONF_DIR, run_entry
 from ahconf.rule_config import build_rule
 from ahconf.schema import ConfigError, EvaluateJob
@@ -171,7 +171,7 @@ def evaluate(job: EvaluateJob) -> Results:
     latency = measure_latency(trio, executor.sets["dev"].prompts[0].token_ids, e.latency.lengths, d.repeats)
     with torch_threads(d.threads):
         sources = measure_source_prices(deployable_sources(artifacts.heads), trio.draft.config.vocab_size,
-                                        executor.decoding.sampling)
+                                        executor.decoding.sampling, rounds=request_rounds(d.max_new_tokens))
     priced = pricing(job.cost, trio, lambda: latency.companion_ratio, compiled=d.compile, repeats=d.repeats,
                      threads=d.threads, sources=sources)
     batch_costs, costs_source = None, None

@@ -19,7 +19,12 @@ from rich.console import Console
 from rich.table import Table
 from transformers import DynamicCache
 
-from accept_heads.measure.source_prices import deployable_sources, measure_source_prices, median_seconds
+from accept_heads.measure.source_prices import (
+    deployable_sources,
+    measure_source_prices,
+    median_seconds,
+    request_rounds,
+)
 from ahconf.entry import quiet_library_output
 from decode.artifacts.hub import load_causal_lm
 from decode.cache_api import cache_kwargs, drop_last
@@ -35,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", default="zoo:draft", help="the draft (a zoo: / real: id, a path or a hub id)")
     parser.add_argument("--context", type=int, default=64, help="tokens in the draft's cache before the timed step")
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--max-new-tokens", type=int, default=64,
+                        help="a request's token budget: an online fit is reset after its rounds")
     args = parser.parse_args(argv)
     quiet_library_output()
     torch.set_num_threads(1)
@@ -52,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         step_us = 1e6 * median_seconds(draft_step, max(1, args.repeats // 4))
         head = AcceptanceHead(HeadConfig(hidden_size=draft.config.hidden_size, timing="pre", features=PRE_FEATURES))
         prices = measure_source_prices(deployable_sources({"demo": head.eval()}), draft.config.vocab_size, Sampling(),
-                                       repeats=args.repeats)
+                                       rounds=request_rounds(args.max_new_tokens), repeats=args.repeats)
         table = Table(title=f"each source's step beside the draft's ({args.draft}, {machine_class(draft.device)}, "
                             f"medians of {args.repeats})")
         for column in ("source", "estimate (µs)", "fold a round (µs)", "estimate ÷ draft step"):

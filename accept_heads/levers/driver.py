@@ -28,7 +28,7 @@ from accept_heads.measure.families import HEAD_THRESHOLD, family
 from accept_heads.measure.inputs import PromptSet, discover, load_split
 from accept_heads.measure.runs import Generation
 from accept_heads.measure.selection import best_value
-from accept_heads.measure.source_prices import deployable_sources, measure_source_prices
+from accept_heads.measure.source_prices import deployable_sources, measure_source_prices, request_rounds
 from ahconf.schema import EvaluateJob
 from data_gen.shards import write_json_atomic
 from decode import SpeculativeDecoder
@@ -124,7 +124,8 @@ def lever_rows(job: EvaluateJob) -> tuple[pd.DataFrame, dict[str, Any]]:
     dev = load_split(job.prompts, d, job.seed, trio.tokenizer, context, "dev", d.prompts["dev"])
     train = load_split(job.prompts, d, job.seed, trio.tokenizer, context, "train", d.prompts["dev"])  # as many
     with torch_threads(d.threads):
-        sources = measure_source_prices(deployable_sources(artifacts.heads), trio.draft.config.vocab_size, sampling)
+        sources = measure_source_prices(deployable_sources(artifacts.heads), trio.draft.config.vocab_size, sampling,
+                                        rounds=request_rounds(d.max_new_tokens))
     lab = LeverBench(job, trio, sampling, pricing(job.cost, trio, lambda: None, compiled=d.compile,
                                                   repeats=d.repeats, threads=d.threads, sources=sources))
     thresholds = family(HEAD_THRESHOLD).dev_grid(job)  # the heads' h grid in the evaluation

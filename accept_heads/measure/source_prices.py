@@ -3,8 +3,9 @@
 :func:`measure_source_prices` times each source's estimate of one candidate (:meth:`AcceptanceSource.estimate`: a
 head's forward with its features, eager as the decoder runs it) and, for a source that folds rounds into an online fit
 (:attr:`AcceptanceSource.folds`), one verified round's update (:meth:`AcceptanceSource.end_round`, its refits
-amortised). The candidate is a draft output of the heads' width and the draft's vocabulary, so the price does not
-depend on the draft's kind: what a source computes from it is the same.
+amortised over a request's rounds, reset between requests as decoding resets it). The candidate is a draft output of
+the heads' width and the draft's vocabulary, so the price does not depend on the draft's kind: what a source computes
+from it is the same.
 """
 
 from __future__ import annotations
@@ -33,12 +34,26 @@ def median_seconds(call: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def mean_seconds(call: Callable[[], object], repeats: int) -> float:
-    """Mean seconds of ``call`` over ``repeats`` calls (a periodic refit among them counts its share)."""
-    call()
+def request_rounds(max_new_tokens: int) -> int:
+    """The verified rounds of a request decoding ``max_new_tokens`` tokens, at two tokens a round (a round emits one
+    at the least; DESIGN §5): how long an online fit that starts afresh at each request grows before it is reset."""
+    return max(1, max_new_tokens // 2)
+
+
+def folded_round_seconds(source: AcceptanceSource, state: DraftRound, repeats: int, rounds: int) -> float:
+    """Mean seconds of an estimate and a verified round's update over ``repeats`` rounds (a periodic refit among them
+    counts its share), the source reset every ``rounds`` rounds as decoding resets it at each request: a fit on one
+    request's observations is priced at what it costs on that many."""
+    def one_round(index: int) -> None:
+        if index % rounds == 0:
+            source.reset()
+        source.estimate(state)
+        source.end_round(1, 1)
+
+    one_round(0)
     start = time.perf_counter()
-    for _ in range(repeats):
-        call()
+    for index in range(repeats):
+        one_round(index)
     return (time.perf_counter() - start) / repeats
 
 
@@ -69,10 +84,10 @@ def deployable_sources(heads: Mapping[str, AcceptanceHead]) -> list[AcceptanceSo
 
 
 def measure_source_prices(sources: Iterable[AcceptanceSource], vocab_size: int, sampling: Sampling, *,
-                          repeats: int = 200) -> dict[str, SourcePrice]:
+                          rounds: int, repeats: int = 200) -> dict[str, SourcePrice]:
     """Each source's :class:`~decode.costs.SourcePrice` by its price key, measured in this process: the median of
-    ``repeats`` estimates, and for a folding source the mean of ``repeats`` verified rounds (estimate and update)
-    less its estimate."""
+    ``repeats`` estimates, and for a folding source the mean of ``repeats`` verified rounds (estimate and update),
+    reset every ``rounds`` rounds (a request's: :func:`request_rounds`), less its estimate."""
     prices: dict[str, SourcePrice] = {}
     with torch.inference_mode():
         for source in sources:
@@ -85,8 +100,7 @@ def measure_source_prices(sources: Iterable[AcceptanceSource], vocab_size: int, 
             estimate = median_seconds(lambda source=source: source.estimate(state), repeats)
             update = 0.0
             if source.folds:
-                rounds = mean_seconds(lambda source=source: (source.estimate(state), source.end_round(1, 1)), repeats)
-                update = max(rounds - estimate, 0.0)
+                update = max(folded_round_seconds(source, state, repeats, rounds) - estimate, 0.0)
             source.reset()
             prices[key] = SourcePrice(estimate, update)
     return prices
