@@ -294,8 +294,7 @@ class Rule:
             labels.append(self.accept_probs(r, s, y))
             r = self.reject_probs(r, s)
             if draw == "without-replacement":
-                s = s.scatter(-1, y[:, None], 0.0)
-                s = s / s.sum(-1, keepdim=True).clamp_min(1e-30)
+                s = without(s, y)
         return torch.stack(labels, -1)
 
     def verify_tree(

@@ -96,8 +96,7 @@ def draw_siblings(q: Tensor, k: int, draw: str, generator: Generator | None) -> 
 
 
 def without(q: Tensor, token: Tensor) -> Tensor:
-    """``q [V]`` with ``token`` removed and renormalised: the distribution the next sibling drawn without replacement
-    comes from."""
-    rest = q.clone()
-    rest[token] = 0.0
-    return rest / rest.sum().clamp_min(1e-30)
+    """``q [..., V]`` with ``token [...]`` removed from each row and renormalised: the distribution the next sibling
+    drawn without replacement comes from."""
+    rest = q.scatter(-1, token[..., None], 0.0)
+    return rest / rest.sum(-1, keepdim=True).clamp_min(1e-30)

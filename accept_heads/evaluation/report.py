@@ -117,8 +117,8 @@ def heads_table(table: pd.DataFrame, heads: dict[str, HeadRecord], caption: str)
                 row = _run_row(same[same["artifact"] == name], kind.name)
                 if row is None:
                     continue
-                stop = f"{kind.stop}={row['param']:g} (dev)" if kind.tuned else kind.stop
-                stop = f"{source_stop_kinds().get(kind.name, (kind.name,))[0]}, {stop}"  # the head, or recalibrated
+                source = source_stop_kinds().get(kind.name, (kind.name,))[0]  # the head, or it recalibrated
+                stop = f"{source}, " + (f"{kind.stop}={row['param']:g} (dev)" if kind.tuned else kind.stop)
                 out.add_row(escape(name), escape(rule), "undefined" if auroc is None else _num(auroc, 3), set_name,
                             stop, best, _cell(row, "speedup_fixed_cost", 3, "×"),
                             _cell(_run_row(same, kind.perfect), "speedup_fixed_cost", 3, "×"),
